@@ -1,0 +1,179 @@
+"""Metrics computed from a history alone (definitions: shared/DESIGN.md, "Metric definitions").
+
+Everything here is a pure function of the event list, so each metric can be tested on hand-built histories
+and recomputed by ``chaos report`` long after the run. Times are host-clock seconds (``t`` of the events).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from chaos.history import Event
+
+
+@dataclass
+class FaultMetrics:
+    id: int
+    kind: str
+    target: str
+    mechanism: str | None
+    t_injected: float
+    t_healed: float | None
+    highest_step_before: int | None
+    restarted: bool
+    resumed_from: int | None
+    recovery_s: float | None
+    catch_up_s: float | None
+    lost_steps: int | None
+    lost_work_s: float | None
+    slowdown: float | None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def steps(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.get("event") == "step_completed" and isinstance(e.get("step"), int)]
+
+
+def step_completion_times(events: list[Event]) -> dict[int, float]:
+    """Job-level completion time of each global step: its first completion by any rank (in any incarnation)."""
+    out: dict[int, float] = {}
+    for e in steps(events):
+        s = e["step"]
+        if s not in out or e["t"] < out[s]:
+            out[s] = e["t"]
+    return out
+
+
+def step_intervals(events: list[Event], t_from: float = float("-inf"), t_to: float = float("inf")) -> list[float]:
+    """Wall time between consecutive steps (s-1 → s, same rank and process), for steps completed in [t_from, t_to].
+
+    Measured between completions, so it includes data loading, communication and checkpointing: what a step
+    really costs in wall time, not just the compute the workload timed.
+    """
+    by_process: dict[tuple[Any, Any], dict[int, float]] = {}
+    for e in steps(events):
+        by_process.setdefault((e.get("node"), e.get("pid")), {})[e["step"]] = e["t"]
+    out = []
+    for times in by_process.values():
+        for s, t in times.items():
+            if t_from <= t <= t_to and (s - 1) in times:
+                out.append(t - times[s - 1])
+    return out
+
+
+def faults_injected(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.get("event") == "fault_injected"]
+
+
+def median_step_time(events: list[Event]) -> tuple[float | None, str]:
+    """Fault-free median step time: from before the first disruptive fault, else from the whole run (said so)."""
+    disruptive = [f["t"] for f in faults_injected(events) if f.get("disruptive", True)]
+    first_fault = min(disruptive) if disruptive else float("inf")
+    before = step_intervals(events, t_to=first_fault)
+    if len(before) >= 3:
+        return statistics.median(before), "before_first_fault" if disruptive else "fault_free_run"
+    whole = step_intervals(events)
+    if whole:
+        return statistics.median(whole), "whole_run"
+    return None, "no_steps"
+
+
+def _worker_starts(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.get("event") == "process_started" and e.get("source") in ("workload", "progress")]
+
+
+def worker_restarts(events: list[Event]) -> int:
+    """Worker incarnations after the first: every restart round starts a new rank-0 process."""
+    rank0 = [e for e in _worker_starts(events) if e.get("rank", 0) == 0]
+    return max(0, len(rank0) - 1)
+
+
+def _start_of(e: Event, fallback: float | None) -> float:
+    d = e.get("duration_s")
+    return e["t"] - (d if isinstance(d, (int, float)) else (fallback or 0.0))
+
+
+def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
+    injected = sorted(faults_injected(events), key=lambda e: e["t"])
+    healed = {e["fault_id"]: e["t"] for e in events if e.get("event") == "fault_healed"}
+    all_steps = sorted(steps(events), key=lambda e: e["t"])
+    starts = sorted(_worker_starts(events), key=lambda e: e["t"])
+    loads = [e for e in events if e.get("event") == "checkpoint_loaded"]
+    median, _ = median_step_time(events)
+    out = []
+    for i, f in enumerate(injected):
+        t_f = f["t"]
+        disruptive = f.get("disruptive", True)
+        later = [g["t"] for g in injected[i + 1:] if g.get("disruptive", True) and g["t"] > t_f]
+        window_end = later[0] if later else float("inf")
+        before = [e["step"] for e in all_steps if e["t"] < t_f]
+        highest = max(before) if before else None
+        m = FaultMetrics(
+            id=f.get("fault_id", i), kind=f.get("kind", "?"), target=str(f.get("target")),
+            mechanism=f.get("mechanism"), t_injected=t_f, t_healed=healed.get(f.get("fault_id", i)),
+            highest_step_before=highest, restarted=False, resumed_from=None, recovery_s=None,
+            catch_up_s=None, lost_steps=None, lost_work_s=None, slowdown=None)
+        out.append(m)
+        if not disruptive:
+            m.note = "does not interrupt training by itself; its effect shows at the next restart"
+            continue
+        new_pids = {(e.get("node"), e.get("pid")) for e in starts if t_f < e["t"] < window_end}
+        m.restarted = bool(new_pids)
+        if m.restarted:
+            after = [e for e in all_steps if e["t"] > t_f and (e.get("node"), e.get("pid")) in new_pids]
+        else:
+            after = [e for e in all_steps if e["t"] > t_f]
+        if not after:
+            m.note = "the job completed no step after this fault"
+            continue
+        first = after[0]
+        m.recovery_s = first["t"] - t_f
+        if m.restarted:
+            new_loads = [e for e in loads if e["t"] > t_f and (e.get("node"), e.get("pid")) in new_pids]
+            m.resumed_from = new_loads[0]["step"] if new_loads else first["step"] - 1
+        else:
+            m.resumed_from = highest if highest is not None else first["step"] - 1
+        h = highest if highest is not None else 0
+        m.lost_steps = max(0, h - m.resumed_from)
+        target_step = h + 1
+        caught = [e for e in after if e["step"] >= target_step]
+        if caught:
+            m.catch_up_s = caught[0]["t"] - t_f
+        if m.lost_steps:
+            redo = [e for e in after if e["step"] <= h]
+            if redo:
+                m.lost_work_s = max(e["t"] for e in redo) - _start_of(redo[0], median)
+        else:
+            m.lost_work_s = 0.0
+        t_heal = m.t_healed
+        if t_heal is not None and median:
+            during = step_intervals(events, t_from=t_f, t_to=t_heal)
+            if during:
+                m.slowdown = statistics.median(during) / median
+    return out
+
+
+def goodput(events: list[Event]) -> dict[str, Any]:
+    """ideal time / actual time, with ideal = useful steps × fault-free median step time."""
+    times = step_completion_times(events)
+    median, basis = median_step_time(events)
+    if not times or median is None:
+        return {"goodput": None, "median_step_s": median, "median_basis": basis, "steps_completed": 0,
+                "step_executions": 0, "training_time_s": None}
+    all_steps = steps(events)
+    first = min(all_steps, key=lambda e: e["t"])
+    actual = max(times.values()) - _start_of(first, median)
+    useful = max(times)
+    return {
+        "goodput": (useful * median / actual) if actual > 0 else None,
+        "median_step_s": median,
+        "median_basis": basis,
+        "steps_completed": useful,
+        "step_executions": len({(e.get("pid"), e["step"]) for e in all_steps if e.get("rank", 0) == 0}),
+        "training_time_s": actual,
+    }

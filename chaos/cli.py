@@ -1,0 +1,193 @@
+"""The ``torch-chaos`` / ``chaos`` command: a thin face over the library (run, validate, report …).
+
+Exit codes: 0 pass, 1 a failed expectation / hung / restart loop / engine error, 2 invalid input or usage,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path, shipped_scenarios_dir
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _load(path: str) -> Any:
+    return load_scenario(resolve_scenario_path(path))
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    bad = 0
+    for name in args.files:
+        try:
+            scenario = _load(name)
+        except ScenarioInvalid as exc:
+            bad += 1
+            for e in exc.errors:
+                err.print(f"[red]error[/red] {e}", highlight=False)
+            continue
+        out.print(f"[green]ok[/green] {name}: {scenario.name} ({len(scenario.faults)} fault(s))", highlight=False)
+    return EXIT_USAGE if bad else EXIT_PASS
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from chaos.scenario import Scenario
+
+    print(json.dumps(Scenario.model_json_schema(), indent=2))
+    return EXIT_PASS
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    t = Table(title="shipped scenarios")
+    t.add_column("name")
+    t.add_column("description", overflow="fold")
+    root = shipped_scenarios_dir()
+    for path in sorted(root.rglob("*.yaml")):
+        try:
+            scenario = load_scenario(path)
+            desc = scenario.description.strip().splitlines()[0] if scenario.description.strip() else ""
+        except ScenarioInvalid as exc:
+            desc = f"[red]invalid: {exc.errors[0]}[/red]"
+        t.add_row(str(path.relative_to(root).with_suffix("")), desc)
+    out.print(t)
+    return EXIT_PASS
+
+
+def _exit_for(result: dict[str, Any]) -> int:
+    if result["end_reason"] == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from chaos.engine import Engine, new_run_id
+    from chaos.plan import PlanError, build_plan
+
+    scenario = _load(args.scenario)
+    if args.dry_run:
+        run_id = new_run_id(scenario)
+        try:
+            plan = build_plan(scenario, run_id, Path(args.out).resolve() / run_id)
+        except PlanError as exc:
+            err.print(f"[red]error[/red] {args.scenario}: {exc}", highlight=False)
+            return EXIT_USAGE
+        if args.json:
+            print(json.dumps(plan.to_dict(), indent=2))
+        else:
+            print(yaml.safe_dump(plan.to_dict(), sort_keys=False, width=200))
+        return EXIT_PASS
+    try:
+        engine = Engine(scenario, out_dir=args.out)
+        if args.json or not out.is_terminal:
+            result = engine_run_plain(engine, quiet=args.json)
+        else:
+            from chaos.console import live_view
+
+            with Live(console=out, refresh_per_second=4, transient=True) as live:
+                engine.on_update = lambda snap: live.update(live_view(snap))
+                result = engine.run()
+    except PlanError as exc:
+        err.print(f"[red]error[/red] {args.scenario}: {exc}", highlight=False)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        from chaos.console import summary
+
+        summary(result, out)
+        out.print(f"run directory: {engine.run_dir}", highlight=False)
+    return _exit_for(result)
+
+
+def engine_run_plain(engine: Any, quiet: bool) -> dict[str, Any]:
+    """Without a terminal (CI logs, --json): print each engine note once, as a plain line, to stderr."""
+    printed = [0]
+
+    def update(snap: Any) -> None:
+        if quiet:
+            return
+        new = engine.log[printed[0]:] if len(engine.log) > printed[0] else []
+        for line in new:
+            err.print(line, highlight=False)
+        printed[0] = len(engine.log)
+
+    engine.on_update = update
+    return engine.run()
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from chaos.analysis.result import write_result
+    from chaos.console import summary
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "events.jsonl").exists() or not (run_dir / "scenario.yaml").exists():
+        err.print(f"[red]error[/red] {run_dir}: not a run directory (needs events.jsonl and scenario.yaml)")
+        return EXIT_USAGE
+    result = write_result(run_dir)
+    if args.format == "json":
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        summary(result, out)
+    return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    from chaos.runtimes.local import kill_marked
+
+    procs = kill_marked(args.run_id)
+    out.print(f"killed {len(procs)} leftover torch-chaos process(es)")
+    return EXIT_PASS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="torch-chaos", description="Chaos testing for PyTorch training jobs.")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run a scenario and measure recovery")
+    r.add_argument("scenario", help="a scenario file, or the name of a shipped scenario (see `chaos list`)")
+    r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
+    r.add_argument("--dry-run", action="store_true", help="print the resolved plan and run nothing")
+    r.add_argument("--json", action="store_true", help="print result.json (or the plan) as JSON")
+    r.set_defaults(func=cmd_run)
+    v = sub.add_parser("validate", help="check scenario files and report every error")
+    v.add_argument("files", nargs="+")
+    v.set_defaults(func=cmd_validate)
+    s = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
+    s.set_defaults(func=cmd_schema)
+    ls = sub.add_parser("list", help="list the shipped scenarios")
+    ls.set_defaults(func=cmd_list)
+    rep = sub.add_parser("report", help="recompute a run's result from its directory")
+    rep.add_argument("run_dir")
+    rep.add_argument("--format", choices=["text", "json"], default="text")
+    rep.set_defaults(func=cmd_report)
+    c = sub.add_parser("cleanup", help="kill every process torch-chaos started and left behind")
+    c.add_argument("--run-id", default=None, help="only this run's processes")
+    c.set_defaults(func=cmd_cleanup)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ScenarioInvalid as exc:
+        for e in exc.errors:
+            err.print(f"[red]error[/red] {e}", highlight=False)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

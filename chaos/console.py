@@ -1,0 +1,89 @@
+"""Terminal output: the live view during a run and the summary after it (rich)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from chaos.engine import Snapshot
+from chaos.plan import fault_summary
+
+VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "hung": "bold red", "restart_loop": "bold red",
+                 "error": "bold magenta"}
+NODE_STYLE = {"running": "green", "frozen": "cyan", "dead": "red", "replacing": "yellow", "finished": "blue",
+              "pending": "dim"}
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.2f}{unit}"
+    return f"{value}{unit}"
+
+
+def _limit(limit: Any) -> str:
+    if isinstance(limit, dict):
+        return " and ".join(f"{'≤' if k == 'max' else '≥'} {v:g}" for k, v in limit.items())
+    return str(limit).lower()
+
+
+def live_view(s: Snapshot) -> Group:
+    head = Text.assemble((f"{s.run_id}", "bold"), f"   {s.elapsed_s:5.1f}s   ",
+                         (f"step {s.step}" + (f"/{s.target_steps}" if s.target_steps else ""), "bold"),
+                         f"   worker restarts {s.restarts}")
+    bar = ProgressBar(total=float(s.target_steps or max(s.step, 1)), completed=float(s.step), width=60)
+    nodes = Table.grid(padding=(0, 2))
+    nodes.add_row(*[Text(f"{n.name}: {n.status}" + (f" (replaced {n.replacements}x)" if n.replacements else ""),
+                         style=NODE_STYLE.get(n.status, "")) for n in s.nodes])
+    faults = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for col in ("fault", "target", "trigger", "status"):
+        faults.add_column(col)
+    for f in s.faults:
+        summary = fault_summary(f.index, f.spec)
+        faults.add_row(f.spec.kind, str(f.node or f.spec.target), summary["trigger"], f.status)
+    log = Text("\n".join(s.log), style="dim")
+    return Group(head, bar, nodes, faults, log)
+
+
+def summary(result: dict[str, Any], console: Console) -> None:
+    verdict = result["verdict"]
+    console.print(Panel(Text(f"{verdict.upper()}  {result['why']}", style=VERDICT_STYLE.get(verdict, "")),
+                        title=f"{result['scenario']} · {result['run_id']}", expand=False))
+    t = Table(title="faults", show_lines=False)
+    for col in ("#", "kind", "target", "step", "restart", "recovery", "catch-up", "lost steps", "lost work",
+                "slowdown"):
+        t.add_column(col)
+    for f in result["faults"]:
+        t.add_row(str(f["id"]), f["kind"], f["target"], _fmt(f["highest_step_before"]),
+                  "yes" if f["restarted"] else "no", _fmt(f["recovery_s"], "s"), _fmt(f["catch_up_s"], "s"),
+                  _fmt(f["lost_steps"]), _fmt(f["lost_work_s"], "s"), _fmt(f["slowdown"], "x"))
+    if result["faults"]:
+        console.print(t)
+        for f in result["faults"]:
+            line = f"  fault {f['id']}: {f['mechanism'] or 'not injected'}"
+            if f.get("resumed_from") is not None and f["restarted"]:
+                line += f"; resumed from step {f['resumed_from']}"
+            if f.get("note"):
+                line += f"; {f['note']}"
+            console.print(line, highlight=False)
+    e = Table(title="expectations")
+    for col in ("expectation", "limit", "measured", "ok"):
+        e.add_column(col)
+    for x in result["expectations"]:
+        e.add_row(x["name"] + (" (implicit)" if x.get("implicit") else ""), _limit(x["limit"]), _fmt(x["value"]),
+                  Text("yes", style="green") if x["ok"] else Text("NO", style="bold red"))
+    console.print(e)
+    gp = result["goodput"]
+    console.print(f"steps completed {result['steps_completed']}  ·  step executions {result['step_executions']}  ·  "
+                  f"worker restarts {result['restarts']}  ·  node replacements {result['node_replacements']}  ·  "
+                  f"goodput {_fmt(gp)}  ·  median step {_fmt(result['median_step_s'], 's')}  ·  "
+                  f"run {_fmt(result['duration_s'], 's')}")
+    for name, verdict_entry in result.get("checkpoint", {}).items():
+        ok = verdict_entry.get("ok")
+        console.print(f"checkpoint {name}: {'ok' if ok else 'FAILED'} — {verdict_entry.get('why', '')}")

@@ -1,0 +1,199 @@
+"""The resolved plan: exactly what a run will execute (commands, environment, fault timeline).
+
+The engine runs this plan and ``chaos run --dry-run`` prints it, so what a user reviews is what runs.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.scenario import CommandWorkload, Fault, Scenario, ShippedWorkload
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_WORKLOADS = {"ddp-mlp": REPO_ROOT / "workloads" / "train.py"}
+
+# Measured here to recover from a node crash in ~8 s (torchrun's defaults: ~46 s). See shared/DESIGN.md.
+TUNED = {
+    "join_timeout_s": 60, "last_call_timeout_s": 2, "close_timeout_s": 5, "keep_alive_interval_s": 1,
+    "keep_alive_max_attempt": 3, "read_timeout_s": 10, "max_restarts": 100, "process_group_timeout_s": 10,
+    "share_rendezvous_store": False,
+}
+# torchrun's own values, written out so the plan shows what is in force.
+TORCHRUN_DEFAULTS = {
+    "join_timeout_s": 600, "last_call_timeout_s": 30, "close_timeout_s": 30, "keep_alive_interval_s": 5,
+    "keep_alive_max_attempt": 3, "read_timeout_s": 60, "max_restarts": 0, "process_group_timeout_s": 1800,
+    "share_rendezvous_store": True,
+}
+_RDZV_CONF = {"join_timeout_s": "join_timeout", "last_call_timeout_s": "last_call_timeout",
+              "close_timeout_s": "close_timeout", "keep_alive_interval_s": "keep_alive_interval",
+              "keep_alive_max_attempt": "keep_alive_max_attempt", "read_timeout_s": "read_timeout"}
+# Workload events that a fault trigger waits on: the probe pauses after them until the engine acknowledges.
+STORE_NODE = "store"
+
+
+@dataclass
+class NodePlan:
+    name: str
+    index: int | None
+    argv: list[str]
+    env: dict[str, str]
+    role: str = "node"  # node | store
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role, "argv": self.argv, "env": self.env}
+
+
+@dataclass
+class Plan:
+    scenario: Scenario
+    run_id: str
+    run_dir: Path
+    checkpoint_dir: Path | None
+    nodes: list[NodePlan]
+    store: NodePlan | None
+    elastic: dict[str, Any]
+    pause_on: list[str] = field(default_factory=list)
+
+    def node(self, name: str) -> NodePlan:
+        for n in self.nodes + ([self.store] if self.store else []):
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "mode": self.scenario.cluster.mode,
+            "runtime": self.scenario.cluster.runtime,
+            "elastic_settings": self.elastic,
+            "checkpoint_dir": str(self.checkpoint_dir) if self.checkpoint_dir else None,
+            "store": self.store.to_dict() if self.store else None,
+            "nodes": [n.to_dict() for n in self.nodes],
+            "faults": [fault_summary(i, f) for i, f in enumerate(self.scenario.faults)],
+        }
+
+
+def fault_summary(index: int, fault: Fault) -> dict[str, Any]:
+    if fault.at is not None:
+        trigger = f"{fault.at:g}s after the first step"
+    elif fault.at_step is not None:
+        trigger = f"when step {fault.at_step} completes"
+    else:
+        assert fault.on is not None
+        trigger = f"on {fault.on.event} #{fault.on.occurrence}"
+    out: dict[str, Any] = {"id": index, "kind": fault.kind, "target": fault.target, "trigger": trigger}
+    if fault.seed is not None:
+        out["seed"] = fault.seed
+    if fault.duration is not None:
+        out["duration_s"] = fault.duration
+    if fault.mode is not None:
+        out["mode"] = fault.mode
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def elastic_settings(scenario: Scenario) -> dict[str, Any]:
+    """Preset values with every explicit scenario override applied on top."""
+    c = scenario.cluster
+    settings = dict(TUNED if c.preset == "tuned" else TORCHRUN_DEFAULTS)
+    for key in _RDZV_CONF:
+        value = getattr(c.rendezvous, key)
+        if value is not None:
+            settings[key] = value
+    for key in ("max_restarts", "process_group_timeout_s", "share_rendezvous_store"):
+        value = getattr(c, key)
+        if value is not None:
+            settings[key] = value
+    return settings
+
+
+def _fmt(v: Any) -> str:
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def workload_argv(scenario: Scenario, checkpoint_dir: Path | None, settings: dict[str, Any]) -> list[str]:
+    w = scenario.workload
+    if isinstance(w, CommandWorkload):
+        return list(w.command)
+    assert isinstance(w, ShippedWorkload)
+    args = {"checkpoint_dir": str(checkpoint_dir), "pg_timeout_s": settings["process_group_timeout_s"], **w.args}
+    argv = [str(SHIPPED_WORKLOADS[w.name])]
+    for key, value in args.items():
+        argv += [f"--{key.replace('_', '-')}", _fmt(value)]
+    return argv
+
+
+class PlanError(ValueError):
+    """The scenario is valid on its own but cannot be turned into commands (a user mistake, exit code 2)."""
+
+
+def _python_script(argv: list[str]) -> list[str]:
+    """torchrun starts a Python script on every node: accept ``[train.py, ...]`` or ``[python, train.py, ...]``."""
+    if argv[0].endswith(".py"):
+        return argv
+    if Path(argv[0]).name.startswith("python") and len(argv) > 1:
+        return argv[1:]
+    raise PlanError("workload.command: an elastic job runs a Python script under torchrun; "
+                    "write command: [python, train.py, ...]")
+
+
+def build_plan(scenario: Scenario, run_id: str, run_dir: Path) -> Plan:
+    c = scenario.cluster
+    settings = elastic_settings(scenario)
+    w = scenario.workload
+    if isinstance(w, ShippedWorkload):
+        checkpoint_dir: Path | None = run_dir / "checkpoints"
+    else:
+        checkpoint_dir = Path(w.checkpoint_dir) if w.checkpoint_dir else None
+    pause_on = sorted({f.on.event for f in scenario.faults if f.on is not None})
+    base_env = {
+        "CHAOS_EVENTS": str(run_dir / "events.jsonl"),
+        "CHAOS_RUN_ID": run_id,
+        "OMP_NUM_THREADS": str(c.threads_per_proc),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if pause_on:
+        base_env["CHAOS_PAUSE_ON"] = ",".join(pause_on)
+    script = workload_argv(scenario, checkpoint_dir, settings)
+    nodes: list[NodePlan] = []
+    store: NodePlan | None = None
+    if c.mode == "centralized":
+        if c.procs_per_node == 1:
+            argv = [sys.executable, *script] if script[0].endswith(".py") else script
+        else:
+            argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    f"--nproc-per-node={c.procs_per_node}", *script]
+        nodes.append(NodePlan("node0", 0, argv, {**base_env, "CHAOS_NODE": "node0"}))
+        return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, None, settings, pause_on)
+
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
+    if c.rendezvous.store == "dedicated":
+        store = NodePlan(STORE_NODE, None, [sys.executable, "-m", "chaos.store_server", "--host", "127.0.0.1",
+                                            "--port", str(port)],
+                         {"CHAOS_RUN_ID": run_id, "CHAOS_NODE": STORE_NODE, "PYTHONUNBUFFERED": "1"}, role="store")
+    min_nodes = c.min_nodes or c.nodes
+    if not settings["share_rendezvous_store"]:
+        base_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    script_argv = _python_script(script)
+    for i in range(c.nodes):
+        is_host = c.rendezvous.store == "node0" and i == 0
+        conf = [f"is_host={'true' if is_host else 'false'}"]
+        conf += [f"{name}={_fmt(settings[key])}" for key, name in _RDZV_CONF.items()]
+        argv = [sys.executable, "-m", "torch.distributed.run",
+                f"--nnodes={min_nodes}:{c.nodes}", f"--nproc-per-node={c.procs_per_node}",
+                f"--rdzv-backend={c.rendezvous.backend}", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
+                f"--rdzv-conf={','.join(conf)}", f"--max-restarts={settings['max_restarts']}",
+                "--local-addr=127.0.0.1", *script_argv]
+        nodes.append(NodePlan(f"node{i}", i, argv, {**base_env, "CHAOS_NODE": f"node{i}"}))
+    return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, store, settings, pause_on)

@@ -1,0 +1,119 @@
+"""Telemetry probe for training scripts: the workload's side of the event history.
+
+This module is imported inside training processes and containers, so it depends on the standard library
+only and never on the rest of ``chaos``. Every call appends one JSON line to the history file named by
+``CHAOS_EVENTS`` with a single ``write`` on an ``O_APPEND`` descriptor: lines from many processes never
+interleave, and a crash of any process (or of the engine) leaves every line written so far usable.
+Without ``CHAOS_EVENTS`` every call is a no-op, so an instrumented script runs unchanged outside chaos.
+
+``CHAOS_PAUSE_ON`` names events after which the probe waits for the engine's acknowledgement file
+(``<history>.acks/<event id>``). That is how a fault lands deterministically *between* two workload
+events (for example a crash between ``checkpoint_save_started`` and ``checkpoint_save_finished``)
+instead of racing a fast save.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+_ENV_EVENTS = "CHAOS_EVENTS"
+_ENV_NODE = "CHAOS_NODE"
+_ENV_PAUSE_ON = "CHAOS_PAUSE_ON"
+_ENV_PAUSE_TIMEOUT = "CHAOS_PAUSE_TIMEOUT_S"
+
+_lock = threading.Lock()
+_fd: int | None = None
+_fd_path: str | None = None
+
+
+def enabled() -> bool:
+    """True when the script runs under chaos and its events are recorded."""
+    return bool(os.environ.get(_ENV_EVENTS))
+
+
+def _identity() -> dict[str, Any]:
+    env = os.environ
+    ident: dict[str, Any] = {"node": env.get(_ENV_NODE, "local"), "pid": os.getpid()}
+    for key, env_name in (
+        ("rank", "RANK"),
+        ("local_rank", "LOCAL_RANK"),
+        ("world_size", "WORLD_SIZE"),
+        ("restart", "TORCHELASTIC_RESTART_COUNT"),
+    ):
+        value = env.get(env_name)
+        if value is not None and value.lstrip("-").isdigit():
+            ident[key] = int(value)
+    return ident
+
+
+def _descriptor(path: str) -> int:
+    global _fd, _fd_path
+    if _fd is None or _fd_path != path:
+        _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        _fd_path = path
+    return _fd
+
+
+def emit(event: str, **fields: Any) -> None:
+    """Record one event; fields must be JSON-serialisable (non-finite floats become null)."""
+    path = os.environ.get(_ENV_EVENTS)
+    if not path:
+        return
+    record: dict[str, Any] = {"t": time.time(), "source": "workload", "event": event}
+    record.update(_identity())
+    record.update(fields)
+    pause = event in os.environ.get(_ENV_PAUSE_ON, "").split(",")
+    if pause:
+        record["id"] = uuid.uuid4().hex
+    line = json.dumps({k: _json_safe(v) for k, v in record.items()}, default=str) + "\n"
+    with _lock:
+        os.write(_descriptor(path), line.encode())
+    if pause:
+        _wait_for_ack(path, record["id"])
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities are not JSON: a diverged loss is recorded as null rather than breaking the line."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return value
+
+
+def _wait_for_ack(path: str, event_id: str) -> None:
+    ack = os.path.join(path + ".acks", event_id)
+    deadline = time.monotonic() + float(os.environ.get(_ENV_PAUSE_TIMEOUT, "10"))
+    while time.monotonic() < deadline:
+        if os.path.exists(ack):
+            return
+        time.sleep(0.005)
+
+
+def process_started(**fields: Any) -> None:
+    emit("process_started", **fields)
+
+
+def step_completed(step: int, *, loss: float | None = None, samples: int | None = None,
+                   duration_s: float | None = None, **fields: Any) -> None:
+    """One optimizer step finished; ``step`` is the global step (1-based) shared by all ranks."""
+    emit("step_completed", step=step, loss=loss, samples=samples, duration_s=duration_s, **fields)
+
+
+def checkpoint_save_started(step: int, path: str, **fields: Any) -> None:
+    emit("checkpoint_save_started", step=step, path=path, **fields)
+
+
+def checkpoint_save_finished(step: int, path: str, sha256: str, **fields: Any) -> None:
+    emit("checkpoint_save_finished", step=step, path=path, sha256=sha256, **fields)
+
+
+def checkpoint_loaded(step: int, path: str, sha256: str, **fields: Any) -> None:
+    emit("checkpoint_loaded", step=step, path=path, sha256=sha256, **fields)
+
+
+def run_finished(step: int, **fields: Any) -> None:
+    emit("run_finished", step=step, **fields)

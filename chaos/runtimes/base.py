@@ -1,0 +1,58 @@
+"""The one interface every runtime implements, in the spirit of TorchX's scheduler API.
+
+Faults are written against this interface only, so a new runtime gets every fault it can support. A runtime
+knows nothing of metrics, reports or the CLI; it starts and hurts nodes, and it removes everything it created.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from chaos.plan import NodePlan
+
+
+class Unsupported(RuntimeError):
+    """This runtime cannot do what a fault asked (the engine records it instead of pretending)."""
+
+
+class Runtime(ABC):
+    name: str
+
+    def __init__(self, run_id: str, run_dir: str | Path):
+        self.run_id = run_id
+        self.run_dir = Path(run_dir)
+
+    @abstractmethod
+    def start_node(self, node: NodePlan) -> None:
+        """Start (or restart under the same name) one node's process tree, logging to ``logs/<name>.log``."""
+
+    @abstractmethod
+    def exit_code(self, name: str) -> int | None:
+        """None while the node's main process runs; its exit code (negative = killed by signal) after."""
+
+    @abstractmethod
+    def kill(self, name: str) -> str:
+        """SIGKILL the node's whole tree; returns the mechanism used (recorded in the history)."""
+
+    @abstractmethod
+    def kill_workers(self, name: str) -> str:
+        """SIGKILL the node's worker processes only, leaving its launcher (agent) alive."""
+
+    @abstractmethod
+    def freeze(self, name: str) -> str:
+        """Stop every process of the node until :meth:`thaw`."""
+
+    @abstractmethod
+    def thaw(self, name: str) -> None: ...
+
+    @abstractmethod
+    def teardown(self) -> list[str]:
+        """Kill and remove everything this runtime created for the run; returns what it had to clean up."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"runtime": self.name}
+
+    def log_path(self, name: str) -> Path:
+        return self.run_dir / "logs" / f"{name}.log"

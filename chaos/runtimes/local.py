@@ -1,0 +1,160 @@
+"""The local runtime: each node is a process tree on this machine (the embedded default, no daemon needed).
+
+torchrun starts its workers in their own session, so the agent's process group does not cover them, and a
+SIGKILLed agent orphans its workers. Every process of a node therefore carries ``CHAOS_TREE=<run>/<node>`` in
+its environment (children inherit it, torchrun passes it on); the runtime finds a node's processes by that
+mark, so it reaches orphans too, and teardown kills everything marked with the run id.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+from chaos.plan import NodePlan
+from chaos.runtimes.base import Runtime
+
+TREE_VAR = "CHAOS_TREE"
+
+
+def marked_processes(prefix: str | None) -> list[psutil.Process]:
+    """Processes whose CHAOS_TREE equals ``prefix`` or starts with ``prefix/`` (any mark when None)."""
+    found = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
+        try:
+            value = proc.environ().get(TREE_VAR)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+        if value is not None and (prefix is None or value == prefix or value.startswith(prefix + "/")):
+            found.append(proc)
+    return found
+
+
+def _signal_all(procs: list[psutil.Process], sig: int) -> None:
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+
+
+def kill_marked(prefix: str | None) -> list[psutil.Process]:
+    """SIGKILL every marked process (of one run, or of all runs), stopped ones included; returns them."""
+    killed: dict[int, psutil.Process] = {}
+    for _ in range(10):
+        procs = marked_processes(prefix)
+        if not procs:
+            break
+        _signal_all(procs, signal.SIGKILL)
+        _signal_all(procs, signal.SIGCONT)
+        killed.update((p.pid, p) for p in procs)
+        psutil.wait_procs(procs, timeout=2)
+    return list(killed.values())
+
+
+class LocalRuntime(Runtime):
+    name = "local"
+
+    def __init__(self, run_id: str, run_dir: str | Path):
+        super().__init__(run_id, run_dir)
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: dict[str, IO[bytes]] = {}
+        self._frozen: set[str] = set()
+
+    def _tree_mark(self, name: str) -> str:
+        return f"{self.run_id}/{name}"
+
+    def start_node(self, node: NodePlan) -> None:
+        log = self.log_path(node.name)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        if node.name in self._logs:
+            self._logs[node.name].close()
+        fh = open(log, "ab")
+        fh.write(f"\n===== torch-chaos: starting {node.name} at {time.time():.3f}\n".encode())
+        fh.flush()
+        env = {**os.environ, **node.env, TREE_VAR: self._tree_mark(node.name)}
+        self._procs[node.name] = subprocess.Popen(
+            node.argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=str(self.run_dir))
+        self._logs[node.name] = fh
+
+    def exit_code(self, name: str) -> int | None:
+        proc = self._procs.get(name)
+        return None if proc is None else proc.poll()
+
+    def pid(self, name: str) -> int | None:
+        proc = self._procs.get(name)
+        return proc.pid if proc is not None else None
+
+    def _tree(self, name: str) -> list[psutil.Process]:
+        return marked_processes(self._tree_mark(name))
+
+    def _stop_tree(self, name: str) -> list[psutil.Process]:
+        """SIGSTOP the whole tree, scanning again until no new process appears (a launcher may be mid-spawn)."""
+        stopped: dict[int, psutil.Process] = {}
+        for _ in range(5):
+            new = [p for p in self._tree(name) if p.pid not in stopped]
+            if not new:
+                break
+            _signal_all(new, signal.SIGSTOP)
+            stopped.update((p.pid, p) for p in new)
+        return list(stopped.values())
+
+    def kill(self, name: str) -> str:
+        procs = self._stop_tree(name)
+        _signal_all(procs, signal.SIGKILL)
+        self._frozen.discard(name)
+        self._reap(name)
+        return f"SIGKILL to the node's whole process tree ({len(procs)} processes)"
+
+    def kill_workers(self, name: str) -> str:
+        agent = self.pid(name)
+        if agent is None:
+            raise RuntimeError(f"{name} is not running")
+        workers = [p for p in self._tree(name) if p.pid != agent]
+        if not workers:
+            # A centralized node is its own worker: killing the worker is killing the process.
+            _signal_all([p for p in self._tree(name)], signal.SIGKILL)
+            self._reap(name)
+            return "SIGKILL to the training process (no launcher on this node)"
+        _signal_all(workers, signal.SIGKILL)
+        return f"SIGKILL to {len(workers)} worker process(es); the torchrun agent stays"
+
+    def freeze(self, name: str) -> str:
+        procs = self._stop_tree(name)
+        self._frozen.add(name)
+        return f"SIGSTOP to the node's whole process tree ({len(procs)} processes)"
+
+    def thaw(self, name: str) -> None:
+        _signal_all(self._tree(name), signal.SIGCONT)
+        self._frozen.discard(name)
+
+    def _reap(self, name: str, timeout: float = 2.0) -> None:
+        proc = self._procs.get(name)
+        if proc is not None:
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def teardown(self) -> list[str]:
+        cleaned = [f"pid {p.pid}" for p in kill_marked(self.run_id)]
+        for name in list(self._procs):
+            self._reap(name, timeout=1)
+        for fh in self._logs.values():
+            fh.close()
+        self._logs.clear()
+        return cleaned
+
+    def describe(self) -> dict[str, Any]:
+        return {"runtime": self.name, "process_tracking": f"environment mark {TREE_VAR}",
+                "freeze_mechanism": "SIGSTOP/SIGCONT", "crash_mechanism": "SIGKILL"}

@@ -1,0 +1,236 @@
+"""Reference training job for torch-chaos: elastic DDP under torchrun, or centralized when run plainly.
+
+Everything that affects the numbers is a function of the arguments: the model comes from ``--seed``, the
+batch of global step ``s`` comes from ``--data-seed`` and ``s`` alone (never from the rank, the world size or
+how often the job restarted), and the loss is normalised by the *global* batch. So a run that lost a node and
+resumed from a checkpoint must end with the same weights as a fault-free run: that is what the checkers test.
+
+Checkpoints are written atomically (temporary file, fsync, rename, fsync of the directory) with a sha256
+sidecar, the last ``--keep`` are kept, and resume takes the newest checkpoint whose digest verifies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+try:
+    from chaos import probe
+except ImportError:  # the script also runs where torch-chaos is not installed: telemetry is then off
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from chaos import probe
+
+CHECKPOINT_NAME = re.compile(r"^step_(\d+)\.pt$")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=400, help="global steps to train")
+    p.add_argument("--global-batch", type=int, default=48, help="samples per global step, sharded by rank")
+    p.add_argument("--dataset-size", type=int, default=4800, help="samples per epoch")
+    p.add_argument("--features", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=1234, help="model initialisation seed")
+    p.add_argument("--data-seed", type=int, default=4321, help="data and shuffling seed")
+    p.add_argument("--checkpoint-dir", required=True)
+    p.add_argument("--checkpoint-every", type=int, default=25, help="save every K steps")
+    p.add_argument("--keep", type=int, default=3, help="checkpoints to keep")
+    p.add_argument("--step-time-ms", type=float, default=0.0,
+                   help="extra simulated compute per step (sleep), to model a heavier job on a small machine")
+    p.add_argument("--pg-timeout-s", type=float, default=10.0, help="process-group timeout (elastic only)")
+    p.add_argument("--backend", default="gloo", help="gloo (CPU) or nccl (GPU)")
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- data and model
+
+def make_dataset(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(args.data_seed)
+    x = torch.randn(args.dataset_size, args.features, generator=g)
+    w = torch.randn(args.features, 1, generator=g)
+    y = torch.tanh(x @ w) + 0.1 * torch.randn(args.dataset_size, 1, generator=g)
+    return x, y
+
+
+def global_batch_indices(args: argparse.Namespace, step: int) -> torch.Tensor:
+    """Sample ids of global step ``step`` (1-based): a per-epoch permutation, so each epoch sees each sample once."""
+    start = (step - 1) * args.global_batch
+    ids = []
+    while len(ids) < args.global_batch:
+        epoch, offset = divmod(start + len(ids), args.dataset_size)
+        perm = torch.randperm(args.dataset_size, generator=torch.Generator().manual_seed(args.data_seed + epoch))
+        take = min(args.global_batch - len(ids), args.dataset_size - offset)
+        ids.extend(perm[offset:offset + take].tolist())
+    return torch.tensor(ids)
+
+
+def shard(ids: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    """Contiguous, possibly unequal shards: any world size works with any global batch."""
+    return torch.tensor_split(ids, world_size)[rank]
+
+
+def make_model(args: argparse.Namespace) -> nn.Module:
+    torch.manual_seed(args.seed)
+    return nn.Sequential(nn.Linear(args.features, args.hidden), nn.Tanh(),
+                         nn.Linear(args.hidden, args.hidden), nn.Tanh(), nn.Linear(args.hidden, 1))
+
+
+def state_digest(model: nn.Module, optimizer: torch.optim.Optimizer) -> str:
+    """Digest of the exact bytes of every parameter and optimizer buffer: equal digests mean bitwise-equal state."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    for idx, state in sorted(optimizer.state_dict()["state"].items()):
+        for key, value in sorted(state.items()):
+            h.update(f"{idx}.{key}".encode())
+            if torch.is_tensor(value):
+                h.update(value.detach().cpu().contiguous().numpy().tobytes())
+            else:
+                h.update(repr(value).encode())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(directory: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    keep: int) -> None:
+    final = directory / f"step_{step:08d}.pt"
+    probe.checkpoint_save_started(step, str(final))
+    buf = io.BytesIO()
+    torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, buf)
+    data = buf.getvalue()
+    digest = hashlib.sha256(data).hexdigest()
+    tmp = directory / f".{final.name}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    sidecar = directory / f"{final.name}.sha256"
+    sidecar_tmp = directory / f".{sidecar.name}.tmp"
+    sidecar_tmp.write_text(json.dumps({"sha256": digest, "step": step, "bytes": len(data)}))
+    os.replace(sidecar_tmp, sidecar)
+    _fsync_dir(directory)
+    probe.checkpoint_save_finished(step, str(final), digest, bytes=len(data))
+    for _old_step, old in list_checkpoints(directory)[keep:]:
+        old.unlink(missing_ok=True)
+        (directory / f"{old.name}.sha256").unlink(missing_ok=True)
+
+
+def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """Checkpoints newest first, ordered by step number (never by file name)."""
+    found = []
+    for path in directory.iterdir():
+        m = CHECKPOINT_NAME.match(path.name)
+        if m:
+            found.append((int(m.group(1)), path))
+    return sorted(found, reverse=True)
+
+
+def verify(path: Path) -> str | None:
+    """The file's sha256 when it matches its sidecar, else None (missing sidecar = unfinished save)."""
+    sidecar = path.parent / f"{path.name}.sha256"
+    try:
+        expected = json.loads(sidecar.read_text())["sha256"]
+        actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    except (OSError, ValueError, KeyError):
+        return None
+    return actual if actual == expected else None
+
+
+def newest_valid_checkpoint(directory: Path) -> tuple[int, Path, str] | None:
+    for step, path in list_checkpoints(directory):
+        digest = verify(path)
+        if digest is not None:
+            return step, path, digest
+        probe.emit("checkpoint_rejected", step=step, path=str(path), why="digest mismatch or missing sidecar")
+    return None
+
+
+# --------------------------------------------------------------------------- training
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    distributed = "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+    probe.process_started(distributed=distributed)
+    if distributed:
+        dist.init_process_group(args.backend, timeout=timedelta(seconds=args.pg_timeout_s))
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world_size = 0, 1
+    torch.use_deterministic_algorithms(True)
+    ckpt_dir = Path(args.checkpoint_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+
+    x, y = make_dataset(args)
+    model = make_model(args)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+
+    # Rank 0 chooses the checkpoint and every rank loads the same one.
+    choice = [newest_valid_checkpoint(ckpt_dir) if rank == 0 else None]
+    if distributed:
+        dist.broadcast_object_list(choice, src=0)
+    start_step = 0
+    if choice[0] is not None:
+        step, path, digest = choice[0]
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_step = int(state["step"])
+        probe.checkpoint_loaded(start_step, str(path), digest)
+
+    train_model: nn.Module = nn.parallel.DistributedDataParallel(model) if distributed else model
+    loss_fn = nn.MSELoss(reduction="sum")
+    for step in range(start_step + 1, args.steps + 1):
+        t0 = time.perf_counter()
+        ids = shard(global_batch_indices(args, step), rank, world_size)
+        optimizer.zero_grad(set_to_none=True)
+        out = train_model(x[ids])
+        # Sum over the local shard / global batch; DDP averages over ranks, so scale back by world size:
+        # the update is then the global-batch mean whatever the world size.
+        local_loss = loss_fn(out, y[ids]) / args.global_batch
+        (local_loss * world_size).backward()
+        optimizer.step()
+        loss = local_loss.detach().clone()
+        if distributed:
+            dist.all_reduce(loss)
+        if args.step_time_ms > 0:
+            time.sleep(args.step_time_ms / 1000.0)
+        probe.step_completed(step, loss=float(loss), samples=len(ids), duration_s=time.perf_counter() - t0,
+                             sample_first=int(ids[0]) if len(ids) else None)
+        if step % args.checkpoint_every == 0 or step == args.steps:
+            if rank == 0:
+                save_checkpoint(ckpt_dir, step, model, optimizer, args.keep)
+            if distributed:
+                dist.barrier()
+    if rank == 0:
+        probe.run_finished(args.steps, state_sha256=state_digest(model, optimizer))
+    if distributed:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
