@@ -1,2 +1,18 @@
-"""torch-chaos: chaos testing for PyTorch training jobs."""
+"""torch-chaos: chaos testing for PyTorch training jobs.
+
+Kept import-light on purpose: :mod:`chaos.probe` is imported inside training processes and containers, so
+``import chaos`` must not pull in pydantic, rich or the engine. ``chaos.run`` loads them on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+
+def run(scenario: Any, out_dir: str = "runs", on_update: Any = None) -> dict[str, Any]:
+    """Run a scenario (a path or a :class:`chaos.scenario.Scenario`) and return its result.json content."""
+    from chaos.engine import run as _run
+
+    return _run(scenario, out_dir=out_dir, on_update=on_update)

@@ -21,7 +21,7 @@ from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path,
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True)
 
 
@@ -58,7 +58,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for path in sorted(root.rglob("*.yaml")):
         try:
             scenario = load_scenario(path)
-            desc = scenario.description.strip().splitlines()[0] if scenario.description.strip() else ""
+            desc = " ".join(scenario.description.split())
         except ScenarioInvalid as exc:
             desc = f"[red]invalid: {exc.errors[0]}[/red]"
         t.add_row(str(path.relative_to(root).with_suffix("")), desc)

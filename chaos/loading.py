@@ -6,6 +6,7 @@ of the offending key (found through the YAML node tree), the dotted field path a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,18 @@ import yaml
 from pydantic import ValidationError
 
 from chaos.scenario import Scenario
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.2 booleans: only true/false. YAML 1.1 would read the trigger key ``on:`` as the boolean True."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 @dataclass(frozen=True)
@@ -76,8 +89,8 @@ def _explain(err: dict[str, Any]) -> str:
 
 def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
     try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
+        root = yaml.compose(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise ScenarioInvalid([ScenarioError(file, mark.line + 1 if mark else None, "",

@@ -128,9 +128,9 @@ FaultKind = Literal["crash", "kill_worker", "freeze", "corrupt_checkpoint"]
 
 class Fault(Strict):
     kind: FaultKind
-    target: int | Literal["rendezvous_host", "random", "event_node"] = Field(
-        description="a node index, rendezvous_host (node 0 or the dedicated store), random (with seed), or "
-        "event_node (the node that emitted the triggering event)")
+    target: int | Literal["rendezvous_host", "random", "event_node"] | None = Field(
+        None, description="required for node faults: a node index, rendezvous_host (node 0 or the dedicated "
+        "store), random (with seed), or event_node (the node that emitted the triggering event)")
     seed: int | None = Field(None, description="seed for target: random")
     at: Seconds | None = Field(None, description="seconds after the first training step")
     at_step: int | None = Field(None, ge=1, description="when the job first completes this global step")
@@ -153,6 +153,10 @@ class Fault(Strict):
                 self.mode = "flip"
         elif self.mode is not None:
             raise ValueError("mode applies to corrupt_checkpoint only")
+        if self.target is None and self.kind != "corrupt_checkpoint":
+            raise ValueError(f"{self.kind} needs a target: a node index, rendezvous_host, random or event_node")
+        if self.target is not None and self.kind == "corrupt_checkpoint":
+            raise ValueError("corrupt_checkpoint acts on the checkpoint storage and takes no target")
         if self.target == "event_node" and self.on is None:
             raise ValueError("target: event_node needs an 'on' trigger")
         if self.seed is not None and self.target != "random":

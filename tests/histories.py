@@ -1,0 +1,61 @@
+"""Hand-built histories for testing analysis without running anything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Event = dict[str, Any]
+
+
+class H:
+    """Builds an event list: a job stepping every ``dt`` seconds, with restarts and faults placed by hand."""
+
+    def __init__(self, dt: float = 0.1, t0: float = 1000.0):
+        self.dt = dt
+        self.t = t0
+        self.events: list[Event] = [{"t": t0, "source": "engine", "event": "run_started", "run_id": "r"}]
+        self.pid = 0
+        self.ranks = 1
+
+    def start(self, ranks: int = 1, at: float | None = None, load: int | None = None) -> H:
+        """New worker incarnation (one process per rank), optionally loading checkpoint ``load``."""
+        if at is not None:
+            self.t = at
+        self.ranks = ranks
+        self.pid += 10
+        for r in range(ranks):
+            self.events.append({"t": self.t, "source": "workload", "event": "process_started", "node": f"node{r}",
+                                "pid": self.pid + r, "rank": r, "world_size": ranks})
+        if load is not None:
+            for r in range(ranks):
+                self.events.append({"t": self.t + 0.01, "source": "workload", "event": "checkpoint_loaded",
+                                    "node": f"node{r}", "pid": self.pid + r, "rank": r, "step": load,
+                                    "path": f"step_{load}.pt", "sha256": "x"})
+        return self
+
+    def steps(self, first: int, last: int, dt: float | None = None) -> H:
+        for s in range(first, last + 1):
+            self.t += dt or self.dt
+            for r in range(self.ranks):
+                self.events.append({"t": self.t, "source": "workload", "event": "step_completed",
+                                    "node": f"node{r}", "pid": self.pid + r, "rank": r, "step": s,
+                                    "world_size": self.ranks, "loss": 1.0 / s, "duration_s": dt or self.dt})
+        return self
+
+    def wait(self, seconds: float) -> H:
+        self.t += seconds
+        return self
+
+    def fault(self, fid: int, kind: str = "crash", duration: float | None = None, disruptive: bool = True) -> H:
+        self.t += 0.001
+        self.events.append({"t": self.t, "source": "engine", "event": "fault_injected", "fault_id": fid,
+                            "kind": kind, "target": "node1", "mechanism": "test", "disruptive": disruptive})
+        if duration is not None:
+            self.events.append({"t": self.t + duration, "source": "engine", "event": "fault_healed",
+                                "fault_id": fid, "kind": kind})
+        return self
+
+    def end(self, reason: str = "completed") -> list[Event]:
+        self.events.append({"t": self.t + 0.5, "source": "engine", "event": "run_ended", "reason": reason,
+                            "why": reason})
+        return sorted(self.events, key=lambda e: e["t"])

@@ -1,0 +1,70 @@
+"""Nothing is left behind: Ctrl-C or SIGTERM to `chaos run` in the middle of a fault still heals and tears down."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from chaos.history import read_history
+from chaos.runtimes.local import marked_processes
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+
+FROZEN_FOR_A_MINUTE = """\
+name: interrupt-me
+cluster: {mode: elastic, nodes: 2, min_nodes: 2}
+workload: {name: ddp-mlp, args: {steps: 5000, checkpoint_every: 50}}
+faults:
+  - {kind: freeze, target: 1, at_step: 40, duration: 60s}
+limits: {deadline_s: 300, stall_timeout_s: 200}
+"""
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_mid_fault_tears_everything_down(tmp_path: Path, sig: signal.Signals) -> None:
+    scenario = tmp_path / "interrupt-me.yaml"
+    scenario.write_text(FROZEN_FOR_A_MINUTE)
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "chaos", "run", str(scenario), "--out", str(out), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def frozen() -> bool:
+            runs = list(out.glob("*/events.jsonl"))
+            return bool(runs) and any(e.get("event") == "fault_injected" for e in read_history(runs[0]))
+
+        _wait_for(frozen, 120, "the freeze to be injected")
+        run_id = next(out.iterdir()).name
+        stopped = [p for p in marked_processes(run_id) if p.status() == psutil.STATUS_STOPPED]
+        assert stopped, "the frozen node's processes should be stopped"
+        os.kill(proc.pid, sig)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert marked_processes(run_id) == []
+    run_dir = out / run_id
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["verdict"] == "error" and result["end_reason"] == "interrupted"
+    assert json.loads(stdout)["run_id"] == run_id
+    events = read_history(run_dir / "events.jsonl")
+    healed = [e for e in events if e.get("event") == "fault_healed"]
+    assert healed and healed[0]["at_teardown"], "an active fault must be healed at teardown"
+    assert events[-1]["event"] == "teardown"

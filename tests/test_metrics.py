@@ -1,0 +1,116 @@
+"""Every metric on hand-built histories, edge cases included (definitions: shared/DESIGN.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos.analysis.metrics import fault_metrics, goodput, median_step_time, worker_restarts
+from tests.histories import H
+
+
+def test_crash_with_restart_measures_recovery_catch_up_and_lost_steps() -> None:
+    h = H(dt=0.1).start(ranks=2).steps(1, 37)  # checkpoint at 30 assumed
+    h.fault(0)
+    t_f = h.t
+    h.steps(38, 39)  # in flight: the old incarnation finished two more steps before noticing
+    h.start(ranks=2, at=t_f + 5.0, load=30).steps(31, 50)
+    [m] = fault_metrics(h.end())
+    assert m.restarted
+    assert m.highest_step_before == 37
+    assert m.resumed_from == 30
+    assert m.lost_steps == 7
+    # recovery = first step of the new incarnation (step 31 at t_f+5.0+0.1), not the in-flight steps 38, 39
+    assert m.recovery_s == pytest.approx(5.1, abs=1e-6)
+    # catch-up = new incarnation completes step 38 (= H + 1): 8 steps after restart
+    assert m.catch_up_s == pytest.approx(5.8, abs=1e-6)
+    # lost work = recomputing steps 31..37 (7 steps of 0.1 s)
+    assert m.lost_work_s == pytest.approx(0.7, abs=1e-6)
+
+
+def test_resume_step_inferred_without_checkpoint_loaded_event() -> None:
+    h = H().start().steps(1, 20).fault(0)
+    h.start(at=h.t + 2).steps(11, 25)
+    [m] = fault_metrics(h.end())
+    assert m.resumed_from == 10
+    assert m.lost_steps == 10
+
+
+def test_freeze_without_restart_recovers_at_first_step_after_fault() -> None:
+    h = H(dt=0.1).start().steps(1, 50).fault(0, kind="freeze", duration=3.0)
+    t_f = h.t
+    h.wait(3.0).steps(51, 60)
+    [m] = fault_metrics(h.end())
+    assert not m.restarted
+    assert m.lost_steps == 0
+    assert m.resumed_from == 50
+    assert m.recovery_s == pytest.approx(3.1, abs=1e-3)
+    assert m.catch_up_s == pytest.approx(m.recovery_s)
+    assert h.t > t_f
+
+
+def test_slowdown_is_median_step_time_during_fault_over_before() -> None:
+    h = H(dt=0.1).start().steps(1, 50).fault(0, kind="freeze", duration=2.0)
+    h.steps(51, 60, dt=0.2).steps(61, 70)
+    [m] = fault_metrics(h.end())
+    assert m.slowdown == pytest.approx(2.0, rel=1e-6)
+
+
+def test_fault_before_first_step() -> None:
+    h = H().fault(0)
+    h.start(at=h.t + 1.0).steps(1, 10)
+    [m] = fault_metrics(h.end())
+    assert m.highest_step_before is None
+    assert m.restarted
+    assert m.lost_steps == 0
+    assert m.recovery_s is not None and m.recovery_s > 0
+
+
+def test_fault_after_last_step_has_no_recovery() -> None:
+    h = H().start().steps(1, 10).fault(0)
+    [m] = fault_metrics(h.end())
+    assert m.highest_step_before == 10
+    assert m.recovery_s is None and m.catch_up_s is None and m.lost_steps is None
+    assert m.note == "the job completed no step after this fault"
+
+
+def test_two_overlapping_faults_each_measured_from_its_own_injection() -> None:
+    h = H(dt=0.1).start(ranks=2).steps(1, 40).fault(0, kind="freeze", duration=4.0)
+    t0 = h.t
+    h.wait(1.0).fault(1)  # a crash while the freeze is still active
+    t1 = h.t
+    h.start(ranks=2, at=t1 + 3.0, load=40).steps(41, 60)
+    m0, m1 = fault_metrics(h.end())
+    # the restart happened after fault 1 was injected: it belongs to fault 1
+    assert m1.restarted and m1.resumed_from == 40 and m1.lost_steps == 0
+    assert m1.recovery_s == pytest.approx(3.1, abs=1e-3)
+    assert not m0.restarted
+    assert m0.recovery_s == pytest.approx((t1 + 3.1) - t0, abs=1e-3)
+
+
+def test_non_disruptive_fault_gets_no_recovery_figures_and_does_not_shorten_windows() -> None:
+    h = H().start().steps(1, 30).fault(0, kind="corrupt_checkpoint", disruptive=False).steps(31, 33).fault(1)
+    h.start(at=h.t + 2, load=20).steps(21, 40)
+    m0, m1 = fault_metrics(h.end())
+    assert m0.recovery_s is None and m0.note
+    assert m1.restarted and m1.resumed_from == 20 and m1.lost_steps == 13
+
+
+def test_goodput_and_median() -> None:
+    h = H(dt=0.1).start().steps(1, 100).fault(0)
+    h.start(at=h.t + 10.0, load=100).steps(101, 200)
+    events = h.end()
+    median, basis = median_step_time(events)
+    assert median == pytest.approx(0.1) and basis == "before_first_fault"
+    g = goodput(events)
+    assert g["steps_completed"] == 200
+    # ideal 200 x 0.1 = 20 s; actual = 20 s of steps + 10 s outage
+    assert g["goodput"] == pytest.approx(20.0 / 30.0, rel=1e-3)
+
+
+def test_goodput_without_steps_is_none() -> None:
+    assert goodput(H().end())["goodput"] is None
+
+
+def test_worker_restarts_counts_rank0_incarnations() -> None:
+    h = H().start(ranks=3).steps(1, 5).fault(0).start(ranks=2).steps(6, 8).start(ranks=3).steps(9, 10)
+    assert worker_restarts(h.end()) == 2

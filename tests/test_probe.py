@@ -1,0 +1,65 @@
+"""The probe: stdlib only, a no-op outside chaos, one parseable line per event, pause points acknowledged."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from chaos import probe
+
+PROBE_SRC = Path(probe.__file__)
+
+
+def test_probe_imports_only_the_standard_library() -> None:
+    tree = ast.parse(PROBE_SRC.read_text())
+    modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert modules <= set(sys.stdlib_module_names) | {"__future__"}, modules
+
+
+def test_noop_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CHAOS_EVENTS", raising=False)
+    assert not probe.enabled()
+    probe.step_completed(1, loss=0.5)  # must not raise
+
+
+def test_lines_from_many_processes_never_interleave(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    code = ("from chaos import probe\n"
+            "for i in range(300): probe.step_completed(i, loss=float('nan') if i == 7 else 0.1, pad='x' * 500)\n")
+    env = {**os.environ, "CHAOS_EVENTS": str(events)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env) for _ in range(4)]
+    assert all(p.wait(timeout=60) == 0 for p in procs)
+    lines = events.read_text().splitlines()
+    assert len(lines) == 1200
+    records = [json.loads(line) for line in lines]
+    assert sum(1 for r in records if r["step"] == 7 and r["loss"] is None) == 4
+
+
+def test_pause_waits_for_the_engine_ack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events = tmp_path / "events.jsonl"
+    acks = Path(str(events) + ".acks")
+    acks.mkdir()
+    monkeypatch.setenv("CHAOS_EVENTS", str(events))
+    monkeypatch.setenv("CHAOS_PAUSE_ON", "checkpoint_save_started")
+
+    def engine() -> None:
+        time.sleep(0.3)
+        event_id = json.loads(events.read_text().splitlines()[-1])["id"]
+        (acks / event_id).touch()
+
+    t = threading.Thread(target=engine)
+    t.start()
+    t0 = time.monotonic()
+    probe.checkpoint_save_started(5, "x.pt")
+    waited = time.monotonic() - t0
+    t.join()
+    assert waited >= 0.25

@@ -1,0 +1,153 @@
+"""Scenario files: every mistake reported with file, line, field path and what was expected."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chaos.cli import main
+from chaos.loading import ScenarioInvalid, load_scenario, parse_scenario, shipped_scenarios_dir
+from chaos.plan import PlanError, build_plan, elastic_settings
+
+GOOD = """\
+name: ok
+cluster: {nodes: 3, min_nodes: 2}
+workload: {name: ddp-mlp, args: {steps: 100}}
+faults:
+  - {kind: crash, target: 1, at_step: 10}
+"""
+
+
+def errors_of(text: str) -> list[str]:
+    with pytest.raises(ScenarioInvalid) as exc:
+        parse_scenario(text, "s.yaml")
+    return [str(e) for e in exc.value.errors]
+
+
+def test_good_scenario_parses_with_defaults() -> None:
+    s = parse_scenario(GOOD)
+    assert s.cluster.runtime == "local" and s.cluster.mode == "elastic"
+    assert s.faults[0].at_step == 10
+    assert s.limits.stall_timeout_s > 0
+
+
+def test_unknown_field_reports_file_line_and_path() -> None:
+    errs = errors_of(GOOD.replace("min_nodes: 2", "min_nodez: 2"))
+    assert errs == ["s.yaml:2: cluster.min_nodez: unknown field (check the spelling; `chaos schema` lists every field)"]
+
+
+def test_every_error_is_reported_at_once() -> None:
+    text = """\
+name: two
+cluster:
+  mode: elastik
+workload:
+  name: ddp-mlp
+faults:
+  - kind: crash
+    target: 1
+    at: 5x
+"""
+    errs = errors_of(text)
+    assert "s.yaml:3: cluster.mode: expected 'elastic' or 'centralized', got 'elastik'" in errs
+    assert any(e.startswith("s.yaml:9: faults[0].at: expected a duration") for e in errs)
+    assert len(errs) == 2
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    ("{kind: crash, target: 1}", "give exactly one trigger"),
+    ("{kind: crash, target: 1, at: 1s, at_step: 3}", "give exactly one trigger"),
+    ("{kind: freeze, target: 1, at_step: 3}", "freeze needs a duration"),
+    ("{kind: crash, target: 1, at_step: 3, duration: 2s}", "crash takes no duration"),
+    ("{kind: crash, at_step: 3}", "crash needs a target"),
+    ("{kind: corrupt_checkpoint, target: 1, at_step: 3}", "takes no target"),
+    ("{kind: crash, target: event_node, at_step: 3}", "needs an 'on' trigger"),
+    ("{kind: explode, target: 1, at_step: 3}", "expected 'crash', 'kill_worker'"),
+    ("{kind: crash, target: 1, on: {event: nope}}", "expected 'checkpoint_save_started'"),
+])
+def test_fault_errors(fault: str, message: str) -> None:
+    text = f"name: f\nworkload: {{name: ddp-mlp}}\nfaults:\n  - {fault}\n"
+    errs = errors_of(text)
+    assert any(message in e for e in errs), errs
+    assert all(e.startswith("s.yaml:4: faults[0]") for e in errs), errs
+
+
+def test_target_outside_cluster() -> None:
+    errs = errors_of(GOOD.replace("target: 1", "target: 5"))
+    assert any("node 5 does not exist" in e for e in errs)
+
+
+def test_yaml_on_key_is_not_a_boolean() -> None:
+    s = parse_scenario("name: e\nworkload: {name: ddp-mlp}\nfaults:\n"
+                       "  - {kind: crash, target: event_node, on: {event: checkpoint_save_started}}\n")
+    assert s.faults[0].on is not None and s.faults[0].on.occurrence == 1
+
+
+def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
+    errs = errors_of("name: [unclosed\n")
+    assert errs[0].startswith("s.yaml:") and "not valid YAML" in errs[0]
+    with pytest.raises(ScenarioInvalid) as exc:
+        load_scenario(tmp_path / "nope.yaml")
+    assert "cannot read file" in str(exc.value)
+
+
+def test_command_workload_needs_step_group() -> None:
+    errs = errors_of("name: c\nworkload:\n  command: [python, t.py]\n  progress_regex: 'epoch (\\d+)'\n")
+    assert any("named group 'step'" in e for e in errs)
+
+
+def test_elastic_command_workload_must_be_python(tmp_path: Path) -> None:
+    s = parse_scenario("name: c\nworkload:\n  command: [./train.sh]\n  progress_regex: 'step (?P<step>\\d+)'\n")
+    with pytest.raises(PlanError):
+        build_plan(s, "r", tmp_path)
+
+
+def test_presets_and_overrides() -> None:
+    s = parse_scenario(GOOD)
+    assert elastic_settings(s)["process_group_timeout_s"] == 10
+    d = parse_scenario(GOOD + "\n").model_copy(deep=True)
+    d.cluster.preset = "torchrun-defaults"
+    d.cluster.max_restarts = 100
+    settings = elastic_settings(d)
+    assert settings["last_call_timeout_s"] == 30 and settings["max_restarts"] == 100
+
+
+def test_plan_layouts(tmp_path: Path) -> None:
+    s = parse_scenario(GOOD)
+    plan = build_plan(s, "r1", tmp_path)
+    assert [n.name for n in plan.nodes] == ["node0", "node1", "node2"]
+    assert "is_host=true" in " ".join(plan.nodes[0].argv) and "is_host=false" in " ".join(plan.nodes[1].argv)
+    assert plan.nodes[0].env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    dedicated = parse_scenario(GOOD.replace("min_nodes: 2", "min_nodes: 2, rendezvous: {store: dedicated}"))
+    plan = build_plan(dedicated, "r2", tmp_path)
+    assert plan.store is not None
+    assert all("is_host=false" in " ".join(n.argv) for n in plan.nodes)
+
+
+def test_every_shipped_scenario_is_valid() -> None:
+    files = sorted(shipped_scenarios_dir().rglob("*.yaml"))
+    assert len(files) >= 10
+    for f in files:
+        load_scenario(f)
+
+
+def test_cli_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(GOOD.replace("at_step: 10", "at_step: -1"))
+    assert main(["validate", str(bad)]) == 2
+    assert f"{bad}:5: faults[0].at_step" in capsys.readouterr().err.replace("\n", "")
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD)
+    assert main(["validate", str(good)]) == 0
+
+
+def test_cli_schema_and_dry_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert "cluster" in schema["properties"]
+    assert main(["run", "quickstart", "--dry-run", "--json", "--out", str(tmp_path)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert len(plan["nodes"]) == 3 and plan["faults"][0]["trigger"] == "when step 330 completes"
+    assert not any(tmp_path.iterdir()), "a dry run must not create anything"
