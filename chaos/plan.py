@@ -137,6 +137,10 @@ class PlanError(ValueError):
     """The scenario is valid on its own but cannot be turned into commands (a user mistake, exit code 2)."""
 
 
+def _is_python(argv: list[str]) -> bool:
+    return argv[0].endswith(".py") or (Path(argv[0]).name.startswith("python") and len(argv) > 1)
+
+
 def _python_script(argv: list[str]) -> list[str]:
     """torchrun starts a Python script on every node: accept ``[train.py, ...]`` or ``[python, train.py, ...]``."""
     if argv[0].endswith(".py"):
@@ -169,7 +173,7 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path) -> Plan:
     store: NodePlan | None = None
     if c.mode == "centralized":
         if c.procs_per_node == 1:
-            argv = [sys.executable, *script] if script[0].endswith(".py") else script
+            argv = [sys.executable, *_python_script(script)] if _is_python(script) else script
         else:
             argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                     f"--nproc-per-node={c.procs_per_node}", *script]

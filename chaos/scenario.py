@@ -31,6 +31,9 @@ def parse_duration(value: Any) -> Any:
 
 
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+# YAML reads `[python, train.py, --epochs, 10]` with an int in it; a command line is strings.
+Arg = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                                     else v)]
 
 
 class Strict(BaseModel):
@@ -90,7 +93,7 @@ class ShippedWorkload(Strict):
 
 
 class CommandWorkload(Strict):
-    command: list[str] = Field(min_length=1, description="the training command; torchrun wraps it in elastic mode")
+    command: list[Arg] = Field(min_length=1, description="the training command; torchrun wraps it in elastic mode")
     progress_regex: str = Field(description="regex with a named group 'step' (and optionally 'loss')")
     checkpoint_dir: str | None = None
 

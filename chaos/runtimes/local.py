@@ -21,6 +21,7 @@ from chaos.plan import NodePlan
 from chaos.runtimes.base import Runtime
 
 TREE_VAR = "CHAOS_TREE"
+ENGINE_VAR = "CHAOS_ENGINE_PID"  # which engine started the tree: tells orphans (engine gone) from live runs
 
 
 def marked_processes(prefix: str | None) -> list[psutil.Process]:
@@ -37,6 +38,14 @@ def marked_processes(prefix: str | None) -> list[psutil.Process]:
         if value is not None and (prefix is None or value == prefix or value.startswith(prefix + "/")):
             found.append(proc)
     return found
+
+
+def engine_pid(proc: psutil.Process) -> int | None:
+    try:
+        value = proc.environ().get(ENGINE_VAR, "")
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return None
+    return int(value) if value.isdigit() else None
 
 
 def _signal_all(procs: list[psutil.Process], sig: int) -> None:
@@ -81,7 +90,7 @@ class LocalRuntime(Runtime):
         fh = open(log, "ab")
         fh.write(f"\n===== torch-chaos: starting {node.name} at {time.time():.3f}\n".encode())
         fh.flush()
-        env = {**os.environ, **node.env, TREE_VAR: self._tree_mark(node.name)}
+        env = {**os.environ, **node.env, TREE_VAR: self._tree_mark(node.name), ENGINE_VAR: str(os.getpid())}
         self._procs[node.name] = subprocess.Popen(
             node.argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, cwd=str(self.run_dir))

@@ -1,0 +1,72 @@
+"""The engine's own verdicts on deliberately broken jobs: hung, restart loop, deadline, failed.
+
+Small real processes (plain Python scripts, no torch), so these run in seconds and belong to the fast tier:
+each verdict is shown to fire on a job that deserves it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from chaos.engine import Engine
+from chaos.loading import parse_scenario
+
+BROKEN = Path(__file__).resolve().parent / "broken"
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+
+def run(tmp_path: Path, script: str, extra: str = "", args: str = "") -> dict:
+    text = f"""\
+name: broken
+cluster:
+  mode: centralized
+  nodes: 1
+  node_restart: {{policy: on-failure, delay_s: 0.2, max_restarts: 10}}
+workload:
+  command: [python, {BROKEN / script}{', ' + args if args else ''}]
+  progress_regex: 'step (?P<step>\\d+) \\|? ?loss (?P<loss>[0-9.]+)'
+{extra}"""
+    return Engine(parse_scenario(text), out_dir=tmp_path).run()
+
+
+def test_hang_is_detected_and_the_run_ends(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    result = run(tmp_path, "hang.py", "limits: {stall_timeout_s: 2, deadline_s: 60}")
+    assert result["verdict"] == "hung", result["why"]
+    assert "no step for 2s" in result["why"]
+    assert result["steps_completed"] == 20
+    assert time.monotonic() - t0 < 30
+
+
+def test_restart_loop_is_detected(tmp_path: Path) -> None:
+    result = run(tmp_path, "crash_loop.py", "limits: {restart_loop_restarts: 3, deadline_s: 60}")
+    assert result["verdict"] == "restart_loop", result["why"]
+    assert result["restarts"] >= 3
+
+
+def test_deadline_stops_a_slow_job(tmp_path: Path) -> None:
+    result = run(tmp_path, "print_steps.py", "limits: {deadline_s: 1.5, stall_timeout_s: 30}", args="1000")
+    assert result["verdict"] == "fail" and result["end_reason"] == "deadline"
+    assert 0 < result["steps_completed"] < 1000
+
+
+def test_print_only_job_is_followed_by_its_output(tmp_path: Path) -> None:
+    result = run(tmp_path, "print_steps.py", "expect: {completes: true}", args="40")
+    assert result["verdict"] == "pass", result["why"]
+    assert result["steps_completed"] == 40
+    assert result["median_step_s"] == pytest.approx(0.05, abs=0.04)
+
+
+def test_a_job_that_exits_with_an_error_fails(tmp_path: Path) -> None:
+    text = f"""\
+name: dies
+cluster: {{mode: centralized, nodes: 1}}
+workload: {{command: [python, {BROKEN / 'crash_loop.py'}], progress_regex: 'step (?P<step>\\d+)'}}
+"""
+    result = Engine(parse_scenario(text), out_dir=tmp_path).run()
+    assert result["verdict"] == "fail" and result["end_reason"] == "failed"
+    assert "node0=3" in result["why"]
