@@ -84,6 +84,13 @@ def summary(result: dict[str, Any], console: Console) -> None:
                   f"worker restarts {result['restarts']}  ·  node replacements {result['node_replacements']}  ·  "
                   f"goodput {_fmt(gp)}  ·  median step {_fmt(result['median_step_s'], 's')}  ·  "
                   f"run {_fmt(result['duration_s'], 's')}")
-    for name, verdict_entry in result.get("checkpoint", {}).items():
-        ok = verdict_entry.get("ok")
-        console.print(f"checkpoint {name}: {'ok' if ok else 'FAILED'} — {verdict_entry.get('why', '')}")
+    checks = Table(title="checkpoint correctness")
+    for col in ("verdict", "result", "why"):
+        checks.add_column(col, overflow="fold")
+    for name, entry in result.get("checkpoint", {}).items():
+        ok = entry.get("ok")
+        mark = (Text("ok", style="green") if ok else Text("not checked", style="dim") if ok is None
+                else Text("FAILED", style="bold red"))
+        checks.add_row(name, mark, entry.get("why", ""))
+    if result.get("checkpoint"):
+        console.print(checks)

@@ -7,6 +7,7 @@ every figure in the result is computed afterwards from the history by :mod:`chao
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import random
@@ -174,8 +175,12 @@ class Engine:
         result_reason = ("error", "engine failed")
         with _signals_interrupt():
             try:
+                golden = self._golden()
+                self.started = time.time()  # the deadline counts from the faulted run, not the golden one
+                self.last_progress_t = self.started
                 self.history.write("run_started", run_id=self.run_id, scenario=self.scenario.name,
-                                   environment=environment(self.runtime, self.plan), plan=self.plan.to_dict())
+                                   environment=environment(self.runtime, self.plan), plan=self.plan.to_dict(),
+                                   golden=golden)
                 self._start_cluster()
                 while self.end is None:
                     self._tick()
@@ -190,6 +195,19 @@ class Engine:
             finally:
                 self._finish(result_reason)
         return write_result(self.run_dir)
+
+    def _golden(self) -> dict[str, Any] | None:
+        """Run (or reuse) the fault-free reference and keep its summary in this run's directory."""
+        from chaos.golden import ensure_golden, wants_golden
+
+        if not wants_golden(self.scenario):
+            return None
+        self.note("golden run: the same job without faults (cached after the first time)")
+        self._update("golden")
+        summary = ensure_golden(self.scenario, self.run_dir.parent)
+        (self.run_dir / "golden.json").write_text(json.dumps(summary, indent=1))
+        self.note(f"golden run {'reused' if summary.get('cached') else 'done'}: {summary.get('run_dir')}")
+        return {"key": summary.get("key"), "run_dir": summary.get("run_dir"), "cached": summary.get("cached")}
 
     def _finish(self, reason: tuple[str, str]) -> None:
         # Block further interrupts while cleaning: a second Ctrl-C must not leave faults or processes behind.

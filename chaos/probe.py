@@ -29,6 +29,7 @@ _ENV_PAUSE_TIMEOUT = "CHAOS_PAUSE_TIMEOUT_S"
 _lock = threading.Lock()
 _fd: int | None = None
 _fd_path: str | None = None
+_context: dict[str, Any] = {}
 
 
 def enabled() -> bool:
@@ -66,6 +67,7 @@ def emit(event: str, **fields: Any) -> None:
         return
     record: dict[str, Any] = {"t": time.time(), "source": "workload", "event": event}
     record.update(_identity())
+    record.update(_context)
     record.update(fields)
     pause = event in os.environ.get(_ENV_PAUSE_ON, "").split(",")
     if pause:
@@ -93,13 +95,21 @@ def _wait_for_ack(path: str, event_id: str) -> None:
         time.sleep(0.005)
 
 
+def set_context(**fields: Any) -> None:
+    """Fields added to every later event of this process, e.g. the ``incarnation`` all ranks agreed on."""
+    _context.update(fields)
+
+
 def process_started(**fields: Any) -> None:
     emit("process_started", **fields)
 
 
 def step_completed(step: int, *, loss: float | None = None, samples: int | None = None,
                    duration_s: float | None = None, **fields: Any) -> None:
-    """One optimizer step finished; ``step`` is the global step (1-based) shared by all ranks."""
+    """One optimizer step finished; ``step`` is the global step (1-based) shared by all ranks.
+
+    Pass ``sample_ids`` (the dataset indices this rank consumed) and ``epoch`` to get the exactly-once check.
+    """
     emit("step_completed", step=step, loss=loss, samples=samples, duration_s=duration_s, **fields)
 
 
@@ -107,8 +117,21 @@ def checkpoint_save_started(step: int, path: str, **fields: Any) -> None:
     emit("checkpoint_save_started", step=step, path=path, **fields)
 
 
+def checkpoint_write_progress(step: int, path: str, written: int, total: int, **fields: Any) -> None:
+    """Part of a checkpoint is on disk: a fault triggered here lands in the middle of the write."""
+    emit("checkpoint_write_progress", step=step, path=path, written=written, total=total, **fields)
+
+
 def checkpoint_save_finished(step: int, path: str, sha256: str, **fields: Any) -> None:
     emit("checkpoint_save_finished", step=step, path=path, sha256=sha256, **fields)
+
+
+def checkpoint_load_started(step: int, path: str, **fields: Any) -> None:
+    emit("checkpoint_load_started", step=step, path=path, **fields)
+
+
+def checkpoint_deleted(step: int, path: str, **fields: Any) -> None:
+    emit("checkpoint_deleted", step=step, path=path, **fields)
 
 
 def checkpoint_loaded(step: int, path: str, sha256: str, **fields: Any) -> None:

@@ -122,7 +122,8 @@ Workload = Annotated[
 
 
 class EventTrigger(Strict):
-    event: Literal["checkpoint_save_started", "checkpoint_save_finished", "checkpoint_loaded", "process_started"]
+    event: Literal["checkpoint_save_started", "checkpoint_write_progress", "checkpoint_save_finished",
+                   "checkpoint_loaded", "process_started"]
     occurrence: int = Field(1, ge=1, description="fire on the N-th such event")
 
 
@@ -178,6 +179,21 @@ class Bound(Strict):
         return self
 
 
+class CheckpointExpect(Strict):
+    """Checkpoint verdicts a scenario requires; unset ones only fail the run when the checker says they failed."""
+
+    digests_ok: bool | None = None
+    resumed_from_newest_valid: bool | None = None
+    matches_golden: Literal["bitwise", "within_tolerance"] | None = Field(
+        None, description="bitwise: identical final state; within_tolerance: bitwise or within checks.loss_rtol")
+    exactly_once: bool | None = None
+
+
+class Checks(Strict):
+    golden: bool = Field(True, description="run (or reuse) a fault-free golden run to compare the final model with")
+    loss_rtol: float = Field(1e-3, ge=0, description="relative loss tolerance when the world size changed")
+
+
 class Expect(Strict):
     completes: bool | None = Field(None, description="the job must (true) or must not (false) finish all steps")
     recovery_s: Bound | None = None
@@ -185,8 +201,7 @@ class Expect(Strict):
     lost_steps: Bound | None = None
     goodput: Bound | None = None
     restarts: Bound | None = None
-    checkpoint: dict[str, Any] | None = Field(
-        None, description="checkpoint-correctness verdicts to require (evaluated once those checkers exist)")
+    checkpoint: CheckpointExpect | None = Field(None, description="checkpoint-correctness verdicts to require")
 
 
 class Limits(Strict):
@@ -204,6 +219,7 @@ class Scenario(Strict):
     workload: Workload
     faults: list[Fault] = Field(default_factory=list)
     expect: Expect = Field(default_factory=Expect)
+    checks: Checks = Field(default_factory=Checks)
     limits: Limits = Field(default_factory=Limits)
 
     @model_validator(mode="after")

@@ -19,8 +19,9 @@ BROKEN = Path(__file__).resolve().parent / "broken"
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
-def run(tmp_path: Path, script: str, extra: str = "", args: str = "") -> dict:
+def run(tmp_path: Path, script: str, extra: str = "", args: str = "", golden: bool = False) -> dict:
     text = f"""\
+checks: {{golden: {str(golden).lower()}}}
 name: broken
 cluster:
   mode: centralized
@@ -55,8 +56,9 @@ def test_deadline_stops_a_slow_job(tmp_path: Path) -> None:
 
 
 def test_print_only_job_is_followed_by_its_output(tmp_path: Path) -> None:
-    result = run(tmp_path, "print_steps.py", "expect: {completes: true}", args="40")
+    result = run(tmp_path, "print_steps.py", "expect: {completes: true}", args="40", golden=True)
     assert result["verdict"] == "pass", result["why"]
+    assert result["checkpoint"]["matches_golden"]["mode"] == "bitwise"
     assert result["steps_completed"] == 40
     assert result["median_step_s"] == pytest.approx(0.05, abs=0.04)
 

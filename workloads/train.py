@@ -7,6 +7,14 @@ resumed from a checkpoint must end with the same weights as a fault-free run: th
 
 Checkpoints are written atomically (temporary file, fsync, rename, fsync of the directory) with a sha256
 sidecar, the last ``--keep`` are kept, and resume takes the newest checkpoint whose digest verifies.
+
+``--bug NAME`` plants one realistic checkpointing mistake, so the checkers can be shown to catch it:
+  non-atomic-save      torch.save straight to the final path; resume trusts whatever file is newest
+  no-optimizer-state   the optimizer (momentum) state is not restored on resume
+  off-by-one-resume    resumes at the step after the checkpoint's (one batch never trained on)
+  stale-checkpoint     unpadded file names chosen lexicographically, so step_50 beats step_100
+  no-digest-check      loads the newest checkpoint without verifying its sha256
+  reshuffle-on-resume  the data order depends on whether the job was resumed
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import os
 import re
 import sys
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -33,6 +42,9 @@ except ImportError:  # the script also runs where torch-chaos is not installed: 
     from chaos import probe
 
 CHECKPOINT_NAME = re.compile(r"^step_(\d+)\.pt$")
+BUGS = ("non-atomic-save", "no-optimizer-state", "off-by-one-resume", "stale-checkpoint", "no-digest-check",
+        "reshuffle-on-resume")
+WRITE_CHUNKS = 4
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,6 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="extra simulated compute per step (sleep), to model a heavier job on a small machine")
     p.add_argument("--pg-timeout-s", type=float, default=10.0, help="process-group timeout (elastic only)")
     p.add_argument("--backend", default="gloo", help="gloo (CPU) or nccl (GPU)")
+    p.add_argument("--bug", choices=BUGS, default=None, help="plant a known checkpointing bug")
     return p.parse_args(argv)
 
 
@@ -65,13 +78,14 @@ def make_dataset(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def global_batch_indices(args: argparse.Namespace, step: int) -> torch.Tensor:
+def global_batch_indices(args: argparse.Namespace, step: int, resumed: bool = False) -> torch.Tensor:
     """Sample ids of global step ``step`` (1-based): a per-epoch permutation, so each epoch sees each sample once."""
     start = (step - 1) * args.global_batch
+    seed = args.data_seed + (7919 if resumed and args.bug == "reshuffle-on-resume" else 0)
     ids = []
     while len(ids) < args.global_batch:
         epoch, offset = divmod(start + len(ids), args.dataset_size)
-        perm = torch.randperm(args.dataset_size, generator=torch.Generator().manual_seed(args.data_seed + epoch))
+        perm = torch.randperm(args.dataset_size, generator=torch.Generator().manual_seed(seed + epoch))
         take = min(args.global_batch - len(ids), args.dataset_size - offset)
         ids.extend(perm[offset:offset + take].tolist())
     return torch.tensor(ids)
@@ -114,38 +128,57 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def checkpoint_name(step: int, bug: str | None) -> str:
+    return f"step_{step}.pt" if bug == "stale-checkpoint" else f"step_{step:08d}.pt"
+
+
+def _write_in_chunks(path: Path, data: bytes, step: int, final: Path) -> None:
+    """Write and fsync ``data``, reporting progress halfway (where a mid-write fault is triggered)."""
+    chunk = max(1, len(data) // WRITE_CHUNKS)
+    with open(path, "wb") as f:
+        for offset in range(0, len(data), chunk):
+            f.write(data[offset:offset + chunk])
+            f.flush()
+            if offset == chunk * (WRITE_CHUNKS // 2):
+                probe.checkpoint_write_progress(step, str(final), offset, len(data))
+        os.fsync(f.fileno())
+
+
 def save_checkpoint(directory: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    keep: int) -> None:
-    final = directory / f"step_{step:08d}.pt"
+                    args: argparse.Namespace) -> None:
+    final = directory / checkpoint_name(step, args.bug)
     probe.checkpoint_save_started(step, str(final))
     buf = io.BytesIO()
     torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, buf)
     data = buf.getvalue()
     digest = hashlib.sha256(data).hexdigest()
-    tmp = directory / f".{final.name}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
+    if args.bug == "non-atomic-save":
+        _write_in_chunks(final, data, step, final)  # a crash now leaves a torn file under the final name
+    else:
+        tmp = directory / f".{final.name}.tmp"
+        _write_in_chunks(tmp, data, step, final)
+        os.replace(tmp, final)
     sidecar = directory / f"{final.name}.sha256"
     sidecar_tmp = directory / f".{sidecar.name}.tmp"
     sidecar_tmp.write_text(json.dumps({"sha256": digest, "step": step, "bytes": len(data)}))
     os.replace(sidecar_tmp, sidecar)
     _fsync_dir(directory)
     probe.checkpoint_save_finished(step, str(final), digest, bytes=len(data))
-    for _old_step, old in list_checkpoints(directory)[keep:]:
+    for old_step, old in list_checkpoints(directory, args.bug)[args.keep:]:
         old.unlink(missing_ok=True)
         (directory / f"{old.name}.sha256").unlink(missing_ok=True)
+        probe.checkpoint_deleted(old_step, str(old))
 
 
-def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
-    """Checkpoints newest first, ordered by step number (never by file name)."""
+def list_checkpoints(directory: Path, bug: str | None = None) -> list[tuple[int, Path]]:
+    """Checkpoints newest first, ordered by step number (never by file name, unless the planted bug says so)."""
     found = []
     for path in directory.iterdir():
         m = CHECKPOINT_NAME.match(path.name)
         if m:
             found.append((int(m.group(1)), path))
+    if bug == "stale-checkpoint":
+        return sorted(found, key=lambda sp: sp[1].name, reverse=True)
     return sorted(found, reverse=True)
 
 
@@ -160,8 +193,10 @@ def verify(path: Path) -> str | None:
     return actual if actual == expected else None
 
 
-def newest_valid_checkpoint(directory: Path) -> tuple[int, Path, str] | None:
-    for step, path in list_checkpoints(directory):
+def newest_valid_checkpoint(directory: Path, bug: str | None = None) -> tuple[int, Path, str] | None:
+    for step, path in list_checkpoints(directory, bug):
+        if bug in ("non-atomic-save", "no-digest-check"):
+            return step, path, ""  # trusts whatever file it finds
         digest = verify(path)
         if digest is not None:
             return step, path, digest
@@ -173,6 +208,8 @@ def newest_valid_checkpoint(directory: Path) -> tuple[int, Path, str] | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.dataset_size % args.global_batch:
+        raise SystemExit("--dataset-size must be a multiple of --global-batch (epochs are whole steps)")
     distributed = "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
     probe.process_started(distributed=distributed)
     if distributed:
@@ -188,24 +225,30 @@ def main(argv: list[str] | None = None) -> int:
     model = make_model(args)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
-    # Rank 0 chooses the checkpoint and every rank loads the same one.
-    choice = [newest_valid_checkpoint(ckpt_dir) if rank == 0 else None]
+    # Rank 0 chooses the checkpoint and names this incarnation; every rank loads the same checkpoint.
+    choice = [(newest_valid_checkpoint(ckpt_dir, args.bug), uuid.uuid4().hex[:12]) if rank == 0 else None]
     if distributed:
         dist.broadcast_object_list(choice, src=0)
+    found, incarnation = choice[0]
+    probe.set_context(incarnation=incarnation)
     start_step = 0
-    if choice[0] is not None:
-        step, path, digest = choice[0]
-        state = torch.load(path, map_location="cpu", weights_only=True)
+    if found is not None:
+        step, path, _ = found
+        probe.checkpoint_load_started(step, str(path))
+        data = Path(path).read_bytes()
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_step = int(state["step"])
-        probe.checkpoint_loaded(start_step, str(path), digest)
+        if args.bug != "no-optimizer-state":
+            optimizer.load_state_dict(state["optimizer"])
+        start_step = int(state["step"]) + (1 if args.bug == "off-by-one-resume" else 0)
+        # the digest of the bytes actually loaded: the checker compares it with the one recorded at save time
+        probe.checkpoint_loaded(int(state["step"]), str(path), hashlib.sha256(data).hexdigest())
 
     train_model: nn.Module = nn.parallel.DistributedDataParallel(model) if distributed else model
     loss_fn = nn.MSELoss(reduction="sum")
     for step in range(start_step + 1, args.steps + 1):
         t0 = time.perf_counter()
-        ids = shard(global_batch_indices(args, step), rank, world_size)
+        ids = shard(global_batch_indices(args, step, resumed=found is not None), rank, world_size)
         optimizer.zero_grad(set_to_none=True)
         out = train_model(x[ids])
         # Sum over the local shard / global batch; DDP averages over ranks, so scale back by world size:
@@ -219,10 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.step_time_ms > 0:
             time.sleep(args.step_time_ms / 1000.0)
         probe.step_completed(step, loss=float(loss), samples=len(ids), duration_s=time.perf_counter() - t0,
-                             sample_first=int(ids[0]) if len(ids) else None)
+                             sample_ids=ids.tolist(), epoch=(step - 1) * args.global_batch // args.dataset_size,
+                             dataset_size=args.dataset_size)
         if step % args.checkpoint_every == 0 or step == args.steps:
             if rank == 0:
-                save_checkpoint(ckpt_dir, step, model, optimizer, args.keep)
+                save_checkpoint(ckpt_dir, step, model, optimizer, args)
             if distributed:
                 dist.barrier()
     if rank == 0:

@@ -10,12 +10,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from chaos.analysis.checkpoints import checkpoint_verdicts
 from chaos.analysis.metrics import fault_metrics, goodput, worker_restarts
 from chaos.history import Event, read_history
 from chaos.loading import load_scenario
 from chaos.scenario import Bound, Scenario
 
-RESULT_SCHEMA_VERSION = 1
+RESULT_SCHEMA_VERSION = 2
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {"hung": "hung", "restart_loop": "restart_loop", "error": "error", "interrupted": "error"}
@@ -59,6 +60,23 @@ def evaluate_expectations(scenario: Scenario, summary: dict[str, Any],
     return out
 
 
+def evaluate_checkpoint_expectations(scenario: Scenario, verdicts: dict[str, Any]) -> list[dict[str, Any]]:
+    """Expected checkpoint verdicts; a verdict that failed counts against the run even when not expected."""
+    wanted = scenario.expect.checkpoint
+    out = []
+    for name, v in verdicts.items():
+        limit = getattr(wanted, name) if wanted is not None else None
+        if name == "matches_golden" and limit is not None:
+            accepted = ("bitwise",) if limit == "bitwise" else ("bitwise", "within_tolerance")
+            ok = v.get("mode") in accepted
+            out.append({"name": f"checkpoint.{name}", "limit": limit, "value": v.get("mode"), "ok": ok})
+        elif limit is not None:
+            out.append({"name": f"checkpoint.{name}", "limit": limit, "value": v["ok"], "ok": v["ok"] is limit})
+        elif v["ok"] is False:
+            out.append({"name": f"checkpoint.{name}", "limit": True, "value": False, "ok": False, "implicit": True})
+    return out
+
+
 def _end(events: list[Event]) -> Event:
     ends = [e for e in events if e.get("event") == "run_ended"]
     return ends[-1] if ends else {"reason": "error", "why": "the history has no run_ended event (engine killed?)"}
@@ -78,7 +96,11 @@ def analyze(run_dir: str | Path) -> dict[str, Any]:
         "goodput": gp["goodput"],
         "restarts": worker_restarts(events),
     }
+    golden_path = run_dir / "golden.json"
+    golden = json.loads(golden_path.read_text()) if golden_path.exists() else None
+    checkpoint = checkpoint_verdicts(events, golden, scenario.checks.loss_rtol)
     expectations = evaluate_expectations(scenario, summary, faults)
+    expectations += evaluate_checkpoint_expectations(scenario, checkpoint)
     reason = end.get("reason", "error")
     if reason in _END_VERDICTS:
         verdict, why = _END_VERDICTS[reason], end.get("why", reason)
@@ -110,7 +132,8 @@ def analyze(run_dir: str | Path) -> dict[str, Any]:
         "step_executions": gp["step_executions"],
         "restarts": summary["restarts"],
         "node_replacements": sum(1 for e in events if e.get("event") == "node_started" and e.get("replacement")),
-        "checkpoint": {},
+        "checkpoint": checkpoint,
+        "golden_run": golden.get("run_dir") if golden else None,
         "environment": started.get("environment", {}),
     }
 

@@ -127,13 +127,14 @@ def test_centralized_restart_by_the_engine() -> None:
 def test_crash_lands_inside_the_checkpoint_save() -> None:
     result, run_dir = run_shipped("crash-during-checkpoint-save")
     [fault] = result["faults"]
-    started = [e for e in events_of(run_dir, "checkpoint_save_started") if e["t"] < fault["t_injected"]]
-    finished = [e for e in events_of(run_dir, "checkpoint_save_finished") if e["t"] < fault["t_injected"]]
-    assert len(started) == 6 and len(finished) == 5, "the crash must fall between save 6 started and finished"
-    assert started[-1]["step"] == 300
+    before = [e for e in read_history(run_dir / "events.jsonl") if e["t"] < fault["t_injected"]]
+    started = [e for e in before if e["event"] == "checkpoint_save_started"]
+    halfway = [e for e in before if e["event"] == "checkpoint_write_progress"]
+    finished = [e for e in before if e["event"] == "checkpoint_save_finished"]
+    assert len(started) == len(halfway) == 6 and len(finished) == 5, "the crash must land inside save 6's write"
+    assert started[-1]["step"] == halfway[-1]["step"] == 300
     assert fault["resumed_from"] == 250
-    leftovers = list((run_dir / "checkpoints").glob(".step_00000300.pt.tmp"))
-    assert leftovers or not (run_dir / "checkpoints" / "step_00000300.pt.sha256").exists()
+    assert result["checkpoint"]["resumed_from_newest_valid"]["ok"]
 
 
 def test_corrupted_newest_checkpoint_is_rejected_and_previous_one_used() -> None:
@@ -154,3 +155,13 @@ def test_default_timeouts_are_measured_with_torchrun_defaults() -> None:
     assert settings["max_restarts"] == 100
     plan_argv = " ".join(json.loads(json.dumps(events_of(run_dir, "node_started")[0]["argv"])))
     assert "last_call_timeout=30" in plan_argv
+
+
+@pytest.mark.parametrize("name", [n for n, v in EXPECTED_VERDICT.items() if v == "pass"])
+def test_correct_workload_passes_every_checkpoint_verdict(name: str) -> None:
+    result, _ = run_shipped(name)
+    for verdict, entry in result["checkpoint"].items():
+        assert entry["ok"] is True, (verdict, entry["why"])
+    mode = result["checkpoint"]["matches_golden"]["mode"]
+    changed = result["checkpoint"]["matches_golden"]["world_size_changed"]
+    assert mode == ("within_tolerance" if changed else "bitwise"), result["checkpoint"]["matches_golden"]

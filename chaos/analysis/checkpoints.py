@@ -1,0 +1,316 @@
+"""Checkpoint-correctness verdicts, from the history alone (plus the golden run's summary for the comparison).
+
+Four separate questions, each answered with ``ok`` (True / False / None = not checked), the measured details and
+a one-line ``why``:
+
+- ``digests_ok``: every checkpoint the job loaded was one whose save finished, with the same sha256 as recorded
+  at save time (``loaded_corrupt`` otherwise, whether the job then crashed or trained on silently);
+- ``resumed_from_newest_valid``: at each restart the job loaded the newest checkpoint that was complete and
+  intact at that moment (``resumed_from_stale`` / ``lost_all_progress`` otherwise);
+- ``matches_golden``: the final state equals a fault-free run's (``bitwise``), or is within tolerance when the
+  world size changed (summation order changes), or ``diverged`` (with the first step whose loss differs);
+- ``exactly_once``: in the surviving lineage every sample of a (complete) epoch was consumed exactly once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+from chaos.history import Event
+
+
+def _of(events: list[Event], name: str) -> list[Event]:
+    return [e for e in events if e.get("event") == name and e.get("source") in ("workload", "progress")]
+
+
+def _verdict(ok: bool | None, why: str, **details: Any) -> dict[str, Any]:
+    return {"ok": ok, "why": why, **details}
+
+
+# ------------------------------------------------------------------------------------------ availability
+
+def _available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
+    """Checkpoints complete and intact at time ``t``: saves finished, minus deleted or damaged ones."""
+    available: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e["t"] >= t:
+            break
+        kind = e.get("event")
+        if kind == "checkpoint_save_finished" and e.get("source") == "workload":
+            available[e["path"]] = {"step": e["step"], "sha256": e["sha256"], "path": e["path"]}
+        elif kind == "checkpoint_save_started" and e.get("source") == "workload":
+            available.pop(e["path"], None)  # being overwritten: not complete until it finishes again
+        elif kind == "checkpoint_deleted":
+            available.pop(e["path"], None)
+        elif kind == "fault_injected" and isinstance(e.get("details"), dict) and e["details"].get("path"):
+            available.pop(e["details"]["path"], None)
+    return available
+
+
+def _loads_by_incarnation(events: list[Event]) -> list[dict[str, Any]]:
+    """One entry per incarnation that started loading a checkpoint: what it tried, and what it got."""
+    out: dict[Any, dict[str, Any]] = {}
+    for e in events:
+        kind = e.get("event")
+        if kind not in ("checkpoint_load_started", "checkpoint_loaded") or e.get("source") != "workload":
+            continue
+        key = e.get("incarnation") or (e.get("node"), e.get("pid"))
+        entry = out.setdefault(key, {"incarnation": key, "t": e["t"], "step": e["step"], "path": e["path"],
+                                     "sha256": None})
+        if kind == "checkpoint_loaded":
+            entry["sha256"] = entry["sha256"] or e.get("sha256")
+    return sorted(out.values(), key=lambda x: x["t"])
+
+
+def digests_ok(events: list[Event]) -> dict[str, Any]:
+    loads = _loads_by_incarnation(events)
+    if not loads:
+        return _verdict(True, "no checkpoint was loaded", loads=[])
+    checked, bad = [], []
+    for load in loads:
+        saved = _available_at(events, load["t"]).get(load["path"])
+        recorded = None
+        if saved is None:
+            finished = [e for e in _of(events, "checkpoint_save_finished")
+                        if e["path"] == load["path"] and e["t"] < load["t"]]
+            recorded = finished[-1]["sha256"] if finished else None
+        else:
+            recorded = saved["sha256"]
+        entry = {"step": load["step"], "path": load["path"], "recorded_sha256": recorded,
+                 "loaded_sha256": load["sha256"]}
+        if recorded is None:
+            entry["problem"] = "its save never finished (torn or partial file)"
+        elif load["sha256"] is None:
+            entry["problem"] = "the load never completed (the job died loading it)"
+        elif load["sha256"] != recorded:
+            entry["problem"] = "the loaded bytes differ from those saved (corrupted on storage)"
+        checked.append(entry)
+        if "problem" in entry:
+            bad.append(entry)
+    if bad:
+        first = bad[0]
+        return _verdict(False, f"loaded_corrupt: checkpoint of step {first['step']}: {first['problem']}",
+                        loads=checked, verdict="loaded_corrupt")
+    return _verdict(True, f"all {len(checked)} loaded checkpoint(s) matched the digest recorded at save time",
+                    loads=checked)
+
+
+def _restarts(events: list[Event]) -> list[dict[str, Any]]:
+    """Every worker incarnation after the first, with the checkpoint it loaded (None = started from scratch)."""
+    starts: dict[Any, float] = {}
+    for e in _of(events, "step_completed"):
+        key = e.get("incarnation") or (e.get("node"), e.get("pid"))
+        starts.setdefault(key, e["t"])
+    loads = {x["incarnation"]: x for x in _loads_by_incarnation(events)}
+    for key, load in loads.items():
+        starts[key] = min(starts.get(key, load["t"]), load["t"])
+    ordered = sorted(starts.items(), key=lambda kv: kv[1])
+    return [{"incarnation": k, "t": t, "load": loads.get(k)} for k, t in ordered[1:]]
+
+
+def resumed_from_newest_valid(events: list[Event]) -> dict[str, Any]:
+    if not any(e.get("incarnation") for e in _of(events, "step_completed")):
+        return _verdict(None, "not checked: the workload does not report its incarnation through chaos.probe")
+    restarts = _restarts(events)
+    if not restarts:
+        return _verdict(True, "the job never restarted", restarts=[])
+    checked, bad = [], []
+    for r in restarts:
+        at = r["load"]["t"] if r["load"] else r["t"]
+        available = _available_at(events, at)
+        newest = max(available.values(), key=lambda c: c["step"], default=None)
+        loaded = r["load"]["step"] if r["load"] else None
+        entry = {"t": at, "loaded_step": loaded, "newest_valid_step": newest["step"] if newest else None}
+        if newest is not None and loaded is None:
+            entry["problem"] = "lost_all_progress"
+        elif newest is not None and loaded is not None and loaded < newest["step"]:
+            entry["problem"] = "resumed_from_stale"
+        checked.append(entry)
+        if "problem" in entry:
+            bad.append(entry)
+    if bad:
+        b = bad[0]
+        what = (f"started from scratch while the checkpoint of step {b['newest_valid_step']} was valid"
+                if b["problem"] == "lost_all_progress" else
+                f"loaded step {b['loaded_step']} while step {b['newest_valid_step']} was complete and intact")
+        return _verdict(False, f"{b['problem']}: {what}", restarts=checked, verdict=b["problem"])
+    return _verdict(True, f"each of {len(checked)} restart(s) resumed from the newest valid checkpoint",
+                    restarts=checked)
+
+
+# ------------------------------------------------------------------------------------------ lineage
+
+def lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
+    """The incarnations whose steps make up the final model, oldest first, each with its step range (a, b].
+
+    Followed backwards from the final incarnation through the checkpoint it loaded to the incarnation that
+    saved that checkpoint. Without incarnation ids (print-only jobs) it is the last execution of each step.
+    """
+    steps = _of(events, "step_completed")
+    if not steps:
+        return [], "no step completed"
+    if not any(e.get("incarnation") for e in steps):
+        last: dict[int, Event] = {}
+        for e in steps:
+            last[e["step"]] = e
+        return [{"incarnation": None, "a": 0, "b": max(last), "events": list(last.values())}], None
+    finished = _of(events, "run_finished")
+    final = finished[-1] if finished else max(steps, key=lambda e: e["t"])
+    inc, end = final.get("incarnation"), final["step"]
+    loads = {x["incarnation"]: x for x in _loads_by_incarnation(events)}
+    saves = _of(events, "checkpoint_save_finished")
+    chain: list[dict[str, Any]] = []
+    problem = None
+    seen = set()
+    while inc is not None and inc not in seen:
+        seen.add(inc)
+        load = loads.get(inc)
+        start = load["step"] if load else 0
+        chain.append({"incarnation": inc, "a": start, "b": end,
+                      "events": [e for e in steps if e.get("incarnation") == inc and start < e["step"] <= end]})
+        if not load:
+            break
+        origin = [s for s in saves if s["path"] == load["path"] and s["step"] == load["step"] and s["t"] < load["t"]]
+        if not origin:
+            problem = f"the checkpoint of step {load['step']} loaded at a restart was never saved completely"
+            break
+        inc, end = origin[-1].get("incarnation"), load["step"]
+    chain.reverse()
+    return chain, problem
+
+
+def exactly_once(events: list[Event]) -> dict[str, Any]:
+    chain, problem = lineage(events)
+    if not chain:
+        return _verdict(None, f"not checked: {problem}")
+    counts: dict[int, Counter[int]] = defaultdict(Counter)
+    dataset_size = None
+    missing_steps: list[int] = []
+    has_ids = False
+    for seg in chain:
+        by_step: dict[int, dict[Any, Event]] = defaultdict(dict)
+        for e in seg["events"]:
+            by_step[e["step"]][e.get("rank", 0)] = e
+        for s in range(seg["a"] + 1, seg["b"] + 1):
+            if s not in by_step:
+                missing_steps.append(s)
+                continue
+            for e in by_step[s].values():
+                if e.get("sample_ids") is None:
+                    continue
+                has_ids = True
+                dataset_size = e.get("dataset_size", dataset_size)
+                counts[int(e.get("epoch", 0))].update(e["sample_ids"])
+    if not has_ids or dataset_size is None:
+        return _verdict(None, "not checked: the workload does not report sample_ids and dataset_size")
+    duplicates: dict[int, list[int]] = {}
+    skipped: dict[int, list[int]] = {}
+    complete = []
+    for epoch, counter in sorted(counts.items()):
+        seen_total = sum(counter.values())
+        dup = sorted(i for i, c in counter.items() if c > 1)
+        if dup:
+            duplicates[epoch] = dup
+        # an epoch is judged for skips only when the lineage ran through it (the run got past its end)
+        ran_through = any(e > epoch for e in counts) or seen_total >= dataset_size
+        if ran_through:
+            complete.append(epoch)
+            miss = sorted(set(range(dataset_size)) - set(counter))
+            if miss:
+                skipped[epoch] = miss
+    details = {"epochs_checked": complete, "lineage": [{"incarnation": s["incarnation"], "from_step": s["a"],
+                                                         "to_step": s["b"]} for s in chain],
+               "duplicates": {e: len(v) for e, v in duplicates.items()},
+               "skipped": {e: len(v) for e, v in skipped.items()}, "steps_missing": missing_steps[:20]}
+    if problem:
+        details["lineage_problem"] = problem
+    if duplicates or skipped:
+        n_dup = sum(len(v) for v in duplicates.values())
+        n_skip = sum(len(v) for v in skipped.values())
+        where = f"; step(s) {missing_steps[:5]} never trained in the surviving lineage" if missing_steps else ""
+        return _verdict(False, f"{n_dup} sample(s) consumed twice and {n_skip} skipped in the surviving lineage"
+                               f"{where}", **details)
+    return _verdict(True, f"every sample consumed exactly once in {len(complete)} complete epoch(s)", **details)
+
+
+# ------------------------------------------------------------------------------------------ golden
+
+def golden_summary(events: list[Event]) -> dict[str, Any]:
+    """What a later faulted run compares with: per-step losses, final state digest, world size."""
+    losses: dict[int, float] = {}
+    world_sizes = set()
+    for e in _of(events, "step_completed"):
+        if e.get("loss") is not None and e.get("rank", 0) == 0:
+            losses[e["step"]] = e["loss"]
+        world_sizes.add(e.get("world_size", 1))
+    finished = _of(events, "run_finished")
+    return {"losses": {str(k): v for k, v in sorted(losses.items())},
+            "state_sha256": finished[-1].get("state_sha256") if finished else None,
+            "world_sizes": sorted(world_sizes), "steps": max(losses) if losses else 0,
+            "completed": any(e.get("event") == "run_ended" and e.get("reason") == "completed" for e in events)}
+
+
+def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: float) -> dict[str, Any]:
+    if golden is None:
+        return _verdict(None, "not checked: no golden run (checks.golden is off)", mode="not_checked")
+    if not golden.get("completed"):
+        return _verdict(None, "not checked: the golden run did not complete", mode="not_checked")
+    finished = _of(events, "run_finished")
+    chain, _ = lineage(events)
+    steps = [e for seg in chain for e in seg["events"]]
+    if not finished and not any(e.get("source") == "progress" for e in steps):
+        return _verdict(None, "not checked: the run did not finish", mode="not_checked")
+    run_losses: dict[int, float] = {}
+    not_finite: list[int] = []  # the probe records a NaN or infinite loss as null
+    world_sizes = set()
+    for e in steps:
+        if e.get("rank", 0) == 0 and "loss" in e:
+            if e["loss"] is None:
+                not_finite.append(e["step"])
+            else:
+                run_losses[e["step"]] = e["loss"]
+        world_sizes.add(e.get("world_size", 1))
+    ws_changed = sorted(world_sizes) != golden["world_sizes"]
+    tol = rtol if ws_changed else 0.0
+    g_losses = {int(k): v for k, v in golden["losses"].items()}
+    common = sorted(set(run_losses) & set(g_losses))
+    abs_diffs = [abs(run_losses[s] - g_losses[s]) for s in common]
+    rel_diffs = [d / max(abs(g_losses[s]), 1e-12) for s, d in zip(common, abs_diffs, strict=True)]
+    first_bad = next((s for s, r in zip(common, rel_diffs, strict=True) if r > tol), None)
+    if not_finite and (first_bad is None or min(not_finite) < first_bad):
+        return _verdict(False, f"diverged: the loss is not finite (NaN or inf) from step {min(not_finite)} on",
+                        mode="diverged", first_divergent_step=min(not_finite), world_size_changed=ws_changed)
+    details = {"world_size_changed": ws_changed, "world_sizes": sorted(world_sizes),
+               "golden_world_sizes": golden["world_sizes"], "steps_compared": len(common),
+               "max_abs_loss_diff": max(abs_diffs, default=0.0), "max_rel_loss_diff": max(rel_diffs, default=0.0),
+               "tolerance_rel": tol}
+    state = finished[-1].get("state_sha256") if finished else None
+    if state is not None and state == golden.get("state_sha256"):
+        return _verdict(True, "bitwise: the final model and optimizer state equal the fault-free run's",
+                        mode="bitwise", **details)
+    if first_bad is not None:
+        return _verdict(False, f"diverged: the loss first differs from the fault-free run's at step {first_bad} "
+                               f"(relative difference {rel_diffs[common.index(first_bad)]:.3g}, tolerance {tol:g})",
+                        mode="diverged", first_divergent_step=first_bad, **details)
+    if len(common) < golden["steps"]:
+        return _verdict(False, f"diverged: only {len(common)} of the golden run's {golden['steps']} steps are in "
+                               "the surviving lineage", mode="diverged", **details)
+    if state is None:
+        mode = "bitwise" if not ws_changed and details["max_abs_loss_diff"] == 0 else "within_tolerance"
+        return _verdict(True, f"{mode}: every printed loss matches the fault-free run's (no state digest reported)",
+                        mode=mode, **details)
+    if ws_changed:
+        return _verdict(True, f"within_tolerance: the world size changed ({sorted(world_sizes)}); losses within "
+                              f"relative {tol:g} of the fault-free run's", mode="within_tolerance", **details)
+    return _verdict(False, "diverged: every loss matches but the final state differs from the fault-free run's",
+                    mode="diverged", first_divergent_step=None, **details)
+
+
+def checkpoint_verdicts(events: list[Event], golden: dict[str, Any] | None, rtol: float) -> dict[str, Any]:
+    return {
+        "digests_ok": digests_ok(events),
+        "resumed_from_newest_valid": resumed_from_newest_valid(events),
+        "matches_golden": matches_golden(events, golden, rtol),
+        "exactly_once": exactly_once(events),
+    }

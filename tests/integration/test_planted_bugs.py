@@ -1,0 +1,69 @@
+"""Each planted checkpointing bug is caught by its scenario with exactly the expected verdicts, and the same
+scenario with the correct workload passes every verdict: the checkers can fail, and do not cry wolf."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos.loading import load_scenario, shipped_scenarios_dir
+from tests.runs import run_scenario, run_shipped
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+
+# bug -> (run verdict, the checkpoint verdicts that must fail; every other one must pass or be not-checked)
+EXPECTED = {
+    "non-atomic-save": ("restart_loop", {"digests_ok"}),
+    "no-optimizer-state": ("fail", {"matches_golden"}),
+    # a skipped batch necessarily changes the model too
+    "off-by-one-resume": ("fail", {"exactly_once", "matches_golden"}),
+    "stale-checkpoint": ("fail", {"resumed_from_newest_valid"}),
+    # training on from damaged weights necessarily changes the model too
+    "no-digest-check": ("fail", {"digests_ok", "matches_golden"}),
+    "reshuffle-on-resume": ("fail", {"exactly_once", "matches_golden"}),
+}
+PROBLEM = {"non-atomic-save": "loaded_corrupt", "no-digest-check": "loaded_corrupt",
+           "stale-checkpoint": "resumed_from_stale"}
+
+
+def failing(result: dict) -> set[str]:
+    return {name for name, v in result["checkpoint"].items() if v["ok"] is False}
+
+
+@pytest.mark.parametrize("bug", sorted(EXPECTED))
+def test_planted_bug_is_caught(bug: str) -> None:
+    result, run_dir = run_shipped(f"bugs/{bug}")
+    verdict, expected_failures = EXPECTED[bug]
+    assert result["verdict"] == verdict, (result["why"], run_dir)
+    assert failing(result) == expected_failures, {k: v["why"] for k, v in result["checkpoint"].items()}
+    if bug in PROBLEM:
+        name = "digests_ok" if PROBLEM[bug] == "loaded_corrupt" else "resumed_from_newest_valid"
+        assert result["checkpoint"][name]["verdict"] == PROBLEM[bug]
+    if "matches_golden" in expected_failures:
+        assert result["checkpoint"]["matches_golden"]["mode"] == "diverged"
+    if "exactly_once" in expected_failures:
+        v = result["checkpoint"]["exactly_once"]
+        assert sum(v["skipped"].values()) > 0
+
+
+@pytest.mark.parametrize("bug", sorted(EXPECTED))
+def test_same_scenario_with_the_correct_workload_passes(bug: str) -> None:
+    scenario = load_scenario(shipped_scenarios_dir() / "bugs" / f"{bug}.yaml")
+    workload = scenario.workload
+    workload.args = {k: v for k, v in workload.args.items() if k != "bug"}  # type: ignore[union-attr]
+    scenario.name = f"correct-{bug}"
+    result, run_dir = run_scenario(scenario)
+    assert result["verdict"] == "pass", (result["why"], run_dir)
+    assert not failing(result)
+    assert result["checkpoint"]["matches_golden"]["mode"] == "bitwise"
+    assert result["checkpoint"]["exactly_once"]["ok"] is True
+    assert result["faults"] and all(f["mechanism"] for f in result["faults"])
+
+
+@pytest.mark.slow
+def test_repeated_quickstart_raises_no_false_alarm() -> None:
+    scenario = load_scenario(shipped_scenarios_dir() / "quickstart.yaml")
+    for i in range(3):
+        scenario.name = f"quickstart-repeat-{i}"
+        result, run_dir = run_scenario(scenario)
+        assert result["verdict"] == "pass", (i, result["why"], run_dir)
+        assert all(v["ok"] is True for v in result["checkpoint"].values()), (i, result["checkpoint"])

@@ -1,0 +1,186 @@
+"""Checkpoint verdicts on hand-built histories: each one shown to pass on a correct history and to fail on the
+mistake it exists to catch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.analysis.checkpoints import (
+    digests_ok,
+    exactly_once,
+    golden_summary,
+    matches_golden,
+    resumed_from_newest_valid,
+)
+
+D, B = 8, 4  # dataset of 8 samples, global batch 4: an epoch is 2 steps
+
+
+class Job:
+    """A single-rank job with incarnations, checkpoints and sample ids, on a 1-second clock."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.events: list[dict[str, Any]] = []
+        self.inc = ""
+
+    def ev(self, event: str, **f: Any) -> Job:
+        self.t += 1
+        self.events.append({"t": self.t, "source": "workload", "event": event, "incarnation": self.inc,
+                            "rank": 0, "world_size": f.pop("world_size", 1), **f})
+        return self
+
+    def start(self, inc: str, load: int | None = None, sha: str | None = None, finished_load: bool = True) -> Job:
+        self.inc = inc
+        if load is not None:
+            self.ev("checkpoint_load_started", step=load, path=f"s{load}")
+            if finished_load:
+                self.ev("checkpoint_loaded", step=load, path=f"s{load}", sha256=sha or f"h{load}")
+        return self
+
+    def step(self, s: int, ids: list[int] | None = None, loss: float | str | None = "default", **f: Any) -> Job:
+        if ids is None:
+            first = ((s - 1) * B) % D
+            ids = list(range(first, first + B))
+        return self.ev("step_completed", step=s, sample_ids=ids, epoch=(s - 1) * B // D, dataset_size=D,
+                       loss=1.0 / s if loss == "default" else loss, **f)
+
+    def save(self, s: int, finish: bool = True) -> Job:
+        self.ev("checkpoint_save_started", step=s, path=f"s{s}")
+        if finish:
+            self.ev("checkpoint_save_finished", step=s, path=f"s{s}", sha256=f"h{s}")
+        return self
+
+    def fault_corrupt(self, s: int) -> Job:
+        self.t += 1
+        self.events.append({"t": self.t, "source": "engine", "event": "fault_injected", "kind": "corrupt_checkpoint",
+                            "details": {"path": f"s{s}", "step": s}})
+        return self
+
+    def finish(self, s: int, state: str = "final") -> list[dict[str, Any]]:
+        self.ev("run_finished", step=s, state_sha256=state)
+        self.t += 1
+        self.events.append({"t": self.t, "source": "engine", "event": "run_ended", "reason": "completed"})
+        return self.events
+
+
+def correct_run() -> list[dict[str, Any]]:
+    j = Job().start("a")
+    for s in range(1, 5):
+        j.step(s)
+    j.save(4).step(5)  # crash after step 5
+    j.start("b", load=4)
+    for s in range(5, 9):
+        j.step(s)
+    return j.finish(8)
+
+
+def golden() -> dict[str, Any]:
+    j = Job().start("g")
+    for s in range(1, 9):
+        j.step(s)
+    return golden_summary(j.finish(8))
+
+
+def test_correct_run_passes_every_verdict() -> None:
+    events = correct_run()
+    assert digests_ok(events)["ok"]
+    assert resumed_from_newest_valid(events)["ok"]
+    once = exactly_once(events)
+    assert once["ok"] and once["epochs_checked"] == [0, 1, 2, 3]
+    g = matches_golden(events, golden(), rtol=1e-3)
+    assert g["ok"] and g["mode"] == "bitwise"
+
+
+def test_loaded_corrupt_when_bytes_differ() -> None:
+    j = Job().start("a").step(1).step(2).save(2).fault_corrupt(2).step(3)
+    j.start("b", load=2, sha="tampered").step(3)
+    v = digests_ok(j.finish(3))
+    assert v["ok"] is False and v["verdict"] == "loaded_corrupt"
+    assert "differ from those saved" in v["why"]
+
+
+def test_loaded_corrupt_when_save_never_finished_and_load_crashed() -> None:
+    j = Job().start("a").step(1).step(2).save(2).step(3).step(4).save(4, finish=False)
+    j.start("b", load=4, finished_load=False)
+    v = digests_ok(j.events)
+    assert v["ok"] is False and "save never finished" in v["why"]
+
+
+def test_resumed_from_stale() -> None:
+    j = Job().start("a")
+    for s in range(1, 5):
+        j.step(s).save(s)
+    j.start("b", load=2).step(3).step(4)
+    v = resumed_from_newest_valid(j.finish(4))
+    assert v["ok"] is False and v["verdict"] == "resumed_from_stale"
+    assert "loaded step 2 while step 4" in v["why"]
+
+
+def test_older_checkpoint_is_fine_when_the_newest_was_corrupted() -> None:
+    j = Job().start("a").step(1).save(1).step(2).save(2).fault_corrupt(2).step(3)
+    j.start("b", load=1).step(2).step(3)
+    assert resumed_from_newest_valid(j.finish(3))["ok"]
+
+
+def test_lost_all_progress() -> None:
+    j = Job().start("a").step(1).step(2).save(2).step(3)
+    j.start("b").step(1)
+    v = resumed_from_newest_valid(j.events)
+    assert v["ok"] is False and v["verdict"] == "lost_all_progress"
+
+
+def test_off_by_one_skips_a_batch() -> None:
+    j = Job().start("a")
+    for s in range(1, 5):
+        j.step(s)
+    j.save(4).step(5)
+    j.start("b", load=4)
+    for s in range(6, 9):  # resumed one step too late
+        j.step(s)
+    v = exactly_once(j.finish(8))
+    assert v["ok"] is False
+    assert v["skipped"] == {2: 4} and v["steps_missing"] == [5]
+
+
+def test_reshuffle_duplicates_and_skips() -> None:
+    j = Job().start("a").step(1).step(2).step(3).save(3).step(4)
+    # the resumed job draws another order for step 4: epoch 1 sees 0 and 1 twice, and never 4 and 5
+    j.start("b", load=3).step(4, ids=[7, 6, 0, 1])
+    for s in range(5, 9):
+        j.step(s)
+    v = exactly_once(j.finish(8))
+    assert v["ok"] is False and v["duplicates"] == {1: 2} and v["skipped"] == {1: 2}
+
+
+def test_matches_golden_diverged_reports_first_step() -> None:
+    j = Job().start("a")
+    for s in range(1, 9):
+        j.step(s, loss=1.0 / s if s < 6 else 0.5)
+    v = matches_golden(j.finish(8, state="other"), golden(), rtol=1e-3)
+    assert v["ok"] is False and v["mode"] == "diverged" and v["first_divergent_step"] == 6
+
+
+def test_matches_golden_within_tolerance_when_world_size_changed() -> None:
+    j = Job().start("a")
+    for s in range(1, 9):
+        j.step(s, loss=(1.0 / s) * (1 + 1e-6), world_size=2 if s > 4 else 1)
+    v = matches_golden(j.finish(8, state="other"), golden(), rtol=1e-3)
+    assert v["ok"] and v["mode"] == "within_tolerance" and v["world_size_changed"]
+    assert 0 < v["max_rel_loss_diff"] <= 1e-3
+
+
+def test_non_finite_loss_is_divergence() -> None:
+    j = Job().start("a")
+    for s in range(1, 9):
+        j.step(s, loss=None if s >= 7 else 1.0 / s)  # the probe writes NaN as null
+    v = matches_golden(j.finish(8, state="nan"), golden(), rtol=1e-3)
+    assert v["ok"] is False and v["first_divergent_step"] == 7
+
+
+def test_not_checked_is_said_with_a_reason() -> None:
+    events = correct_run()
+    v = matches_golden(events, None, rtol=1e-3)
+    assert v["ok"] is None and v["why"].startswith("not checked")
+    unfinished = [e for e in events if e["event"] != "run_finished"]
+    assert matches_golden(unfinished, golden(), rtol=1e-3)["ok"] is None
