@@ -160,6 +160,9 @@ class Engine:
             self.log_tails = {n: FileTail(self.runtime.log_path(n)) for n in self.nodes}
             self.progress_incarnation = {n: 0 for n in self.nodes}
             self.progress_last = {n: 0 for n in self.nodes}
+            self.rank_group = "rank" in self.regex.groupindex
+        self.checkpoint_files: dict[str, tuple[int, float]] = {}
+        self.next_checkpoint_scan = 0.0
         self.target_steps = None
         if not isinstance(w, CommandWorkload):
             self.target_steps = int(w.args.get("steps", 400))
@@ -257,6 +260,7 @@ class Engine:
     def _drain_events(self) -> list[Event]:
         if self.regex is not None:
             self._progress_from_logs()  # written to the history; observed when the tail reads it back
+            self._watch_checkpoint_dir()
         events = list(self.tail.read_new())
         for e in events:
             self._observe(e)
@@ -294,6 +298,9 @@ class Engine:
                 if not m:
                     continue
                 step = int(m.group("step"))
+                rank = int(m.group("rank")) if self.rank_group and m.group("rank") is not None else None
+                if rank not in (None, 0):
+                    continue  # one line per step: rank 0's (every rank prints the same global step)
                 inc = self.progress_incarnation[name]
                 if step <= self.progress_last[name] or inc == 0:
                     inc += 1
@@ -303,6 +310,26 @@ class Engine:
                 loss = m.groupdict().get("loss")
                 self.history.write("step_completed", source="progress", node=name, pid=f"{name}:{inc}",
                                    step=step, loss=float(loss) if loss else None)
+
+    def _watch_checkpoint_dir(self) -> None:
+        """Scripts without the probe: record each checkpoint file that appears or changes (for resume inference)."""
+        directory = self.plan.checkpoint_dir
+        now = time.monotonic()
+        if directory is None or now < self.next_checkpoint_scan or not directory.is_dir():
+            return
+        self.next_checkpoint_scan = now + 0.25
+        for path in sorted(directory.iterdir()):
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            if not path.is_file() or path.name.startswith("."):
+                continue
+            sig = (st.st_size, st.st_mtime)
+            if self.checkpoint_files.get(str(path)) != sig:
+                self.checkpoint_files[str(path)] = sig
+                self.history.write("checkpoint_seen", source="progress", path=str(path), bytes=st.st_size,
+                                   mtime=st.st_mtime)
 
     # ------------------------------------------------------------------ faults
     def _fire_triggers(self, now: float, new_events: list[Event]) -> None:

@@ -158,7 +158,8 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path) -> Plan:
     if isinstance(w, ShippedWorkload):
         checkpoint_dir: Path | None = run_dir / "checkpoints"
     else:
-        checkpoint_dir = Path(w.checkpoint_dir) if w.checkpoint_dir else None
+        # relative to the run directory, which is every node's working directory
+        checkpoint_dir = (run_dir / w.checkpoint_dir).resolve() if w.checkpoint_dir else None
     pause_on = sorted({f.on.event for f in scenario.faults if f.on is not None})
     base_env = {
         "CHAOS_EVENTS": str(run_dir / "events.jsonl"),

@@ -24,6 +24,7 @@ class FaultMetrics:
     highest_step_before: int | None
     restarted: bool
     resumed_from: int | None
+    resume_evidence: str | None
     recovery_s: float | None
     catch_up_s: float | None
     lost_steps: int | None
@@ -116,7 +117,7 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
         m = FaultMetrics(
             id=f.get("fault_id", i), kind=f.get("kind", "?"), target=str(f.get("target")),
             mechanism=f.get("mechanism"), t_injected=t_f, t_healed=healed.get(f.get("fault_id", i)),
-            highest_step_before=highest, restarted=False, resumed_from=None, recovery_s=None,
+            highest_step_before=highest, restarted=False, resumed_from=None, resume_evidence=None, recovery_s=None,
             catch_up_s=None, lost_steps=None, lost_work_s=None, slowdown=None)
         out.append(m)
         if not disruptive:
@@ -135,7 +136,15 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
         m.recovery_s = first["t"] - t_f
         if m.restarted:
             new_loads = [e for e in loads if e["t"] > t_f and (e.get("node"), e.get("pid")) in new_pids]
-            m.resumed_from = new_loads[0]["step"] if new_loads else first["step"] - 1
+            if new_loads:
+                m.resumed_from = new_loads[0]["step"]
+                m.resume_evidence = f"checkpoint_loaded: {new_loads[0].get('path')}"
+            else:
+                m.resumed_from = first["step"] - 1
+                on_disk = [e for e in events if e.get("event") == "checkpoint_seen" and e["t"] < first["t"]]
+                m.resume_evidence = (f"inferred from the first step printed after the restart ({first['step']})"
+                                     + (f"; newest checkpoint on disk then: {on_disk[-1]['path']}" if on_disk else
+                                        "; no checkpoint on disk"))
         else:
             m.resumed_from = highest if highest is not None else first["step"] - 1
         h = highest if highest is not None else 0
