@@ -28,6 +28,7 @@ from chaos.analysis.result import write_result
 from chaos.faults import FaultContext, fault_kind
 from chaos.history import Event, FileTail, HistoryWriter
 from chaos.plan import STORE_NODE, Plan, build_plan
+from chaos.result import Result
 from chaos.runtimes import create_runtime
 from chaos.runtimes.base import Runtime
 from chaos.scenario import CommandWorkload, Fault, Scenario
@@ -171,7 +172,7 @@ class Engine:
         self.log.append(f"{time.strftime('%H:%M:%S')} {text}")
 
     # ------------------------------------------------------------------ main loop
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Result:
         self._prepare()
         started = time.time()
         self.started = started
@@ -197,7 +198,7 @@ class Engine:
                 self.note(result_reason[1])
             finally:
                 self._finish(result_reason)
-        return write_result(self.run_dir)
+        return Result(write_result(self.run_dir), self.run_dir)
 
     def _golden(self) -> dict[str, Any] | None:
         """Run (or reuse) the fault-free reference and keep its summary in this run's directory."""
@@ -487,12 +488,12 @@ class Engine:
 
 
 def run(scenario: Scenario | str | Path, out_dir: str | Path = "runs",
-        on_update: Callable[[Snapshot], None] | None = None) -> dict[str, Any]:
+        on_update: Callable[[Snapshot], None] | None = None) -> Result:
     """Run a scenario (a model, or a path to its YAML) and return its result (as written to result.json)."""
     if not isinstance(scenario, Scenario):
-        from chaos.loading import load_scenario
+        from chaos.loading import load_scenario, resolve_scenario_path
 
-        scenario = load_scenario(scenario)
+        scenario = load_scenario(resolve_scenario_path(str(scenario)))
     return Engine(scenario, out_dir=out_dir, on_update=on_update).run()
 
 

@@ -1,5 +1,4 @@
 """Shared fixtures: every test that starts processes must leave none behind."""
-
 from __future__ import annotations
 
 import os
@@ -9,6 +8,8 @@ import psutil
 import pytest
 
 from chaos.runtimes.local import engine_pid, marked_processes
+
+pytest_plugins = ["pytester"]
 
 
 def _ours_or_orphaned(proc: psutil.Process) -> bool:

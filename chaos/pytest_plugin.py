@@ -1,0 +1,115 @@
+"""pytest plugin (entry point ``pytest11``): chaos verdicts in the test runner a team already uses.
+
+- the ``chaos`` fixture runs a scenario from a test: ``result = chaos.run("scenarios/quickstart.yaml")``, then
+  plain asserts on ``result.verdict``, ``result.checkpoint``, ``result.faults``;
+- with ``--chaos-scenarios``, every ``*.chaos.yaml`` file is collected as a test item that fails with the
+  verdict table as its message, and records its run directory (and report) as JUnit properties.
+
+Each pytest-xdist worker writes under its own base temp directory and every run picks free ports and a unique
+run id, so parallel workers never clash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.result import Result
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("torch-chaos")
+    group.addoption("--chaos-scenarios", action="store_true", default=False,
+                    help="collect *.chaos.yaml files as test items (each one is a real chaos run)")
+    group.addoption("--chaos-out", default=None,
+                    help="directory for run directories (default: a directory under pytest's basetemp)")
+
+
+def _out_dir(config: pytest.Config, factory: pytest.TempPathFactory) -> Path:
+    option = config.getoption("--chaos-out")
+    if option:
+        path = Path(option)
+        worker = getattr(config, "workerinput", {}).get("workerid")
+        return path / worker if worker else path
+    return factory.getbasetemp() / "chaos-runs"
+
+
+class ChaosRunner:
+    """The ``chaos`` fixture: runs scenarios and remembers their run directories for the test report."""
+
+    def __init__(self, out_dir: Path, node: pytest.Item):
+        self.out_dir = out_dir
+        self._node = node
+        self.results: list[Result] = []
+
+    def run(self, scenario: Any) -> Result:
+        from chaos.engine import run
+
+        result = run(scenario, out_dir=self.out_dir)
+        self.results.append(result)
+        self._node.user_properties.append(("chaos_run_dir", str(result.run_dir)))
+        _attach_report(self._node, result)
+        return result
+
+
+def _attach_report(node: pytest.Item, result: Result) -> None:
+    try:
+        from chaos.reports import write_report
+    except ImportError:
+        return
+    try:
+        path = write_report(result.run_dir, "html")
+    except Exception as exc:  # a report problem must not hide the verdict
+        node.user_properties.append(("chaos_report_error", str(exc)))
+        return
+    node.user_properties.append(("chaos_report", str(path)))
+
+
+@pytest.fixture
+def chaos(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChaosRunner]:
+    yield ChaosRunner(_out_dir(request.config, tmp_path_factory), request.node)
+
+
+class ChaosVerdict(Exception):
+    def __init__(self, result: Result):
+        self.result = result
+        super().__init__(result["why"])
+
+
+class ChaosScenarioFile(pytest.File):
+    def collect(self) -> Iterator[pytest.Item]:
+        from chaos.loading import load_scenario
+
+        scenario = load_scenario(self.path)  # invalid YAML fails collection with file:line errors
+        yield ChaosScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
+
+
+class ChaosScenarioItem(pytest.Item):
+    def __init__(self, *, scenario: Any, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.scenario = scenario
+
+    def runtest(self) -> None:
+        factory = self.config._tmp_path_factory  # type: ignore[attr-defined]
+        runner = ChaosRunner(_out_dir(self.config, factory), self)
+        result = runner.run(self.scenario)
+        if not result.passed:
+            raise ChaosVerdict(result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, ChaosVerdict):
+            r = excinfo.value.result
+            return f"verdict {r['verdict']}: {r['why']}\nrun directory: {r.run_dir}\n\n{r.table()}"
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"chaos scenario {self.name}"
+
+
+def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
+    if file_path.name.endswith(".chaos.yaml") and parent.config.getoption("--chaos-scenarios"):
+        return ChaosScenarioFile.from_parent(parent, path=file_path)
+    return None
