@@ -144,6 +144,36 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
 
 
+def cmd_explore(args: argparse.Namespace) -> int:
+    from chaos.explore import explore
+
+    scenario = _load(args.scenario)
+    if scenario.explore is None:
+        err.print(f"[red]error[/red] {args.scenario}: explore: the scenario has no 'explore' section with the "
+                  "bounds to draw fault plans from (kinds, targets, max_faults, step_window, events ...)",
+                  highlight=False)
+        return EXIT_USAGE
+
+    def progress(exploration: Any, line: str) -> None:
+        err.print(f"[{exploration.phase}] {line}  (failures so far: {exploration.failures})", highlight=False)
+
+    summary = explore(scenario, out_dir=args.out, budget=args.budget, seed=args.seed,
+                      shrink_budget=args.shrink_budget, on_progress=progress)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    if not summary["found"]:
+        out.print(f"[green]no failing plan[/green] in {summary['plans_tried']} plan(s) (seed {args.seed})")
+        return EXIT_PASS
+    out.print(f"[red]failing plan found[/red] after {summary['plans_tried']} run(s); minimal plan: "
+              f"[bold]{summary['minimal_plan']}[/bold]\nreproducer: {summary['reproducer']}", highlight=False)
+    if not args.no_confirm:
+        from chaos.engine import run
+
+        replay = run(summary["reproducer"], out_dir=Path(summary["reproducer"]).parent / "replay")
+        out.print(f"replayed the reproducer: verdict {replay['verdict']} ({replay['why']})", highlight=False)
+    return EXIT_FAIL
+
+
 def cmd_cleanup(args: argparse.Namespace) -> int:
     from chaos.runtimes.local import kill_marked
 
@@ -172,6 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_dir")
     rep.add_argument("--format", choices=["text", "json"], default="text")
     rep.set_defaults(func=cmd_report)
+    x = sub.add_parser("explore", help="search for a failing fault plan and shrink it to a minimal reproducer")
+    x.add_argument("scenario")
+    x.add_argument("--budget", type=int, default=10, help="fault plans to generate (each is a real run)")
+    x.add_argument("--seed", type=int, default=0)
+    x.add_argument("--shrink-budget", type=int, default=None, help="runs allowed for shrinking (default 2x budget)")
+    x.add_argument("--out", default="runs")
+    x.add_argument("--json", action="store_true")
+    x.add_argument("--no-confirm", action="store_true", help="do not replay the reproducer")
+    x.set_defaults(func=cmd_explore)
     c = sub.add_parser("cleanup", help="kill every process torch-chaos started and left behind")
     c.add_argument("--run-id", default=None, help="only this run's processes")
     c.set_defaults(func=cmd_cleanup)

@@ -169,6 +169,9 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path) -> Plan:
     }
     if pause_on:
         base_env["CHAOS_PAUSE_ON"] = ",".join(pause_on)
+    pause_steps = sorted({f.at_step for f in scenario.faults if f.at_step is not None})
+    if pause_steps:
+        base_env["CHAOS_PAUSE_AT_STEPS"] = ",".join(map(str, pause_steps))
     script = workload_argv(scenario, checkpoint_dir, settings)
     nodes: list[NodePlan] = []
     store: NodePlan | None = None

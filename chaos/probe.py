@@ -6,10 +6,10 @@ only and never on the rest of ``chaos``. Every call appends one JSON line to the
 interleave, and a crash of any process (or of the engine) leaves every line written so far usable.
 Without ``CHAOS_EVENTS`` every call is a no-op, so an instrumented script runs unchanged outside chaos.
 
-``CHAOS_PAUSE_ON`` names events after which the probe waits for the engine's acknowledgement file
-(``<history>.acks/<event id>``). That is how a fault lands deterministically *between* two workload
-events (for example a crash between ``checkpoint_save_started`` and ``checkpoint_save_finished``)
-instead of racing a fast save.
+``CHAOS_PAUSE_ON`` names events (and ``CHAOS_PAUSE_AT_STEPS`` global steps) after which the probe waits for
+the engine's acknowledgement file (``<history>.acks/<event id>``). That is how a fault lands deterministically
+*between* two workload events (a crash halfway through a checkpoint write, or right after step N and before
+anything else) instead of racing a fast job.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 _ENV_EVENTS = "CHAOS_EVENTS"
 _ENV_NODE = "CHAOS_NODE"
 _ENV_PAUSE_ON = "CHAOS_PAUSE_ON"
+_ENV_PAUSE_AT_STEPS = "CHAOS_PAUSE_AT_STEPS"
 _ENV_PAUSE_TIMEOUT = "CHAOS_PAUSE_TIMEOUT_S"
 
 _lock = threading.Lock()
@@ -69,7 +70,8 @@ def emit(event: str, **fields: Any) -> None:
     record.update(_identity())
     record.update(_context)
     record.update(fields)
-    pause = event in os.environ.get(_ENV_PAUSE_ON, "").split(",")
+    pause = event in os.environ.get(_ENV_PAUSE_ON, "").split(",") or (
+        event == "step_completed" and str(fields.get("step")) in os.environ.get(_ENV_PAUSE_AT_STEPS, "").split(","))
     if pause:
         record["id"] = uuid.uuid4().hex
     line = json.dumps({k: _json_safe(v) for k, v in record.items()}, default=str) + "\n"

@@ -137,7 +137,8 @@ class Fault(Strict):
         "store), random (with seed), or event_node (the node that emitted the triggering event)")
     seed: int | None = Field(None, description="seed for target: random")
     at: Seconds | None = Field(None, description="seconds after the first training step")
-    at_step: int | None = Field(None, ge=1, description="when the job first completes this global step")
+    at_step: int | None = Field(None, ge=1, description="right after the job first completes this global step "
+                                "(instrumented jobs are held there until the fault has landed)")
     on: EventTrigger | None = Field(None, description="on a workload event")
     duration: Seconds | None = Field(None, description="how long the fault lasts (freeze)")
     mode: Literal["truncate", "flip", "delete"] | None = Field(
@@ -204,6 +205,30 @@ class Expect(Strict):
     checkpoint: CheckpointExpect | None = Field(None, description="checkpoint-correctness verdicts to require")
 
 
+class Explore(Strict):
+    """Bounds for ``chaos explore``: which fault plans hypothesis may generate (and shrink) for this scenario."""
+
+    kinds: list[FaultKind] = Field(default_factory=lambda: ["crash"], min_length=1)
+    targets: list[int | Literal["rendezvous_host", "event_node"]] = Field(
+        default_factory=lambda: [0], min_length=1, description="event_node applies to event-triggered faults")
+    max_faults: int = Field(2, ge=1, le=8)
+    step_window: tuple[int, int] = Field((1, 100), description="at_step triggers are drawn from this range")
+    events: list[Literal["checkpoint_save_started", "checkpoint_write_progress", "checkpoint_save_finished"]] = Field(
+        default_factory=list, description="workload events faults may be triggered on")
+    occurrences: tuple[int, int] = Field((1, 5), description="which occurrence of the event")
+    durations: tuple[Seconds, Seconds] = Field((1.0, 5.0), description="freeze durations (seconds)")
+
+    @model_validator(mode="after")
+    def _check(self) -> Explore:
+        for name in ("step_window", "occurrences", "durations"):
+            low, high = getattr(self, name)
+            if low > high or low < (0 if name == "durations" else 1):
+                raise ValueError(f"{name}: expected [low, high] with 1 <= low <= high, got [{low}, {high}]")
+        if self.targets == ["event_node"] and not self.events:
+            raise ValueError("targets: event_node alone needs events to trigger on")
+        return self
+
+
 class Limits(Strict):
     deadline_s: Seconds = Field(300.0, gt=0, description="the run is stopped after this long")
     stall_timeout_s: Seconds = Field(90.0, gt=0, description="no step for this long = hung")
@@ -220,6 +245,7 @@ class Scenario(Strict):
     faults: list[Fault] = Field(default_factory=list)
     expect: Expect = Field(default_factory=Expect)
     checks: Checks = Field(default_factory=Checks)
+    explore: Explore | None = Field(None, description="bounds for generated fault plans (chaos explore)")
     limits: Limits = Field(default_factory=Limits)
 
     @model_validator(mode="after")

@@ -1,0 +1,39 @@
+"""`chaos explore` on the planted non-atomic-save bug finds a failing plan within its budget and shrinks it to
+one crash inside a checkpoint write; the reproducer fails again when replayed; the correct workload survives
+the same exploration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos.engine import run
+from chaos.explore import explore
+from chaos.loading import load_scenario, shipped_scenarios_dir
+from tests.runs import RUNS_ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+
+SCENARIO = shipped_scenarios_dir() / "bugs" / "explore-non-atomic-save.yaml"
+
+
+def test_explore_finds_and_shrinks_the_non_atomic_save_bug() -> None:
+    summary = explore(load_scenario(SCENARIO), out_dir=RUNS_ROOT, budget=6, seed=1)
+    assert summary["found"], summary["tried"]
+    [fault] = summary["minimal_faults"]
+    assert fault["kind"] == "crash"
+    assert fault["on"]["event"] == "checkpoint_write_progress", summary["minimal_plan"]
+    assert summary["plans_tried"] <= 6 + 2 * 6 + 2 * 3
+    replay = run(summary["reproducer"], out_dir=Path(summary["reproducer"]).parent / "replay")
+    assert replay.verdict != "pass"
+    assert replay.checkpoint["digests_ok"]["verdict"] == "loaded_corrupt"
+
+
+def test_explore_finds_nothing_on_the_correct_workload() -> None:
+    scenario = load_scenario(SCENARIO)
+    scenario.workload.args.pop("bug")  # type: ignore[union-attr]
+    scenario.name = "explore-correct-save"
+    summary = explore(scenario, out_dir=RUNS_ROOT, budget=4, seed=1)
+    assert not summary["found"], [t for t in summary["tried"] if t["failed"]]
+    assert 1 <= summary["plans_tried"] <= 4
