@@ -131,16 +131,26 @@ def engine_run_plain(engine: Any, quiet: bool) -> dict[str, Any]:
 def cmd_report(args: argparse.Namespace) -> int:
     from chaos.analysis.result import write_result
     from chaos.console import summary
+    from chaos.scenario import parse_duration
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "events.jsonl").exists() or not (run_dir / "scenario.yaml").exists():
-        err.print(f"[red]error[/red] {run_dir}: not a run directory (needs events.jsonl and scenario.yaml)")
+        err.print(f"[red]error[/red] {run_dir}: not a run directory (it needs events.jsonl and scenario.yaml)",
+                  highlight=False)
+        return EXIT_USAGE
+    try:
+        mtbf = parse_duration(args.mtbf) if args.mtbf else None
+    except ValueError as exc:
+        err.print(f"[red]error[/red] --mtbf: {exc}", highlight=False)
         return EXIT_USAGE
     result = write_result(run_dir)
-    if args.format == "json":
-        print(json.dumps(result, indent=2, default=str))
-    else:
+    if args.format == "text":
         summary(result, out)
+    else:
+        from chaos.reports import write_report
+
+        path = write_report(run_dir, args.format, args.output, mtbf_s=mtbf)
+        out.print(f"{args.format} report: {path}", highlight=False)
     return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
 
 
@@ -198,9 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_schema)
     ls = sub.add_parser("list", help="list the shipped scenarios")
     ls.set_defaults(func=cmd_list)
-    rep = sub.add_parser("report", help="recompute a run's result from its directory")
+    rep = sub.add_parser("report", help="recompute a run's result from its directory; write a report")
     rep.add_argument("run_dir")
-    rep.add_argument("--format", choices=["text", "json"], default="text")
+    rep.add_argument("--format", choices=["text", "html", "md", "json", "junit"], default="text")
+    rep.add_argument("-o", "--output", default=None, help="report path (default: inside the run directory)")
+    rep.add_argument("--mtbf", default=None, help="mean time between failures for interval advice, e.g. 6h")
     rep.set_defaults(func=cmd_report)
     x = sub.add_parser("explore", help="search for a failing fault plan and shrink it to a minimal reproducer")
     x.add_argument("scenario")

@@ -193,6 +193,8 @@ class CheckpointExpect(Strict):
 class Checks(Strict):
     golden: bool = Field(True, description="run (or reuse) a fault-free golden run to compare the final model with")
     loss_rtol: float = Field(1e-3, ge=0, description="relative loss tolerance when the world size changed")
+    mtbf_s: Seconds | None = Field(None, gt=0, description="mean time between failures, for checkpoint-interval "
+                                   "advice in reports (e.g. 6h)")
 
 
 class Expect(Strict):

@@ -1,0 +1,40 @@
+"""Reports from a run directory alone: HTML, Markdown, JSON and JUnit XML (``chaos report``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+FORMATS = ("html", "md", "json", "junit")
+
+
+def write_report(run_dir: str | Path, fmt: str = "html", out: str | Path | None = None,
+                 mtbf_s: float | None = None) -> Path:
+    """Recompute the run's result from its history and write one report; returns the report's path."""
+    from chaos.reports.model import build_report
+
+    run_dir = Path(run_dir)
+    report = build_report(run_dir, mtbf_s=mtbf_s)
+    if fmt == "html":
+        from chaos.reports.html import render_html
+
+        path = Path(out) if out else run_dir / "report.html"
+        path.write_text(render_html(report))
+    elif fmt == "md":
+        from chaos.reports.markdown import render_markdown
+
+        path = Path(out) if out else run_dir / "report.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_markdown(report, path.parent, path.stem))
+    elif fmt == "json":
+        import json
+
+        path = Path(out) if out else run_dir / "report.json"
+        path.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n")
+    elif fmt == "junit":
+        from chaos.reports.junit import render_junit
+
+        path = Path(out) if out else run_dir / "report.junit.xml"
+        path.write_text(render_junit(report))
+    else:
+        raise ValueError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    return path

@@ -1,0 +1,60 @@
+"""Checkpoint-interval advice from measured figures: Young's and Daly's optimum, and the goodput to expect.
+
+With checkpoint cost C, mean time between failures M and restart cost R, the classic first-order model of the
+fraction of time lost is  C/τ  (checkpointing)  +  (τ + C)/(2M)  (work redone after a failure, on average half
+an interval)  +  R/M  (restarts), for τ seconds of work between checkpoints. Young's optimum is τ = √(2CM);
+Daly's higher-order refinement is τ = √(2CM)·[1 + ⅓√(C/2M) + ⅑(C/2M)] − C (for C < 2M, else τ = M).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from chaos.history import Event
+
+
+def save_cost_s(events: list[Event]) -> float | None:
+    """Median wall time of a checkpoint save (save started → save finished, same process and step)."""
+    started = {(e.get("pid"), e["step"]): e["t"] for e in events if e.get("event") == "checkpoint_save_started"}
+    costs = [e["t"] - started[(e.get("pid"), e["step"])] for e in events
+             if e.get("event") == "checkpoint_save_finished" and (e.get("pid"), e["step"]) in started]
+    return statistics.median(costs) if costs else None
+
+
+def young(c: float, m: float) -> float:
+    return math.sqrt(2 * c * m)
+
+
+def daly(c: float, m: float) -> float:
+    if c >= 2 * m:
+        return m
+    x = c / (2 * m)
+    return math.sqrt(2 * c * m) * (1 + math.sqrt(x) / 3 + x / 9) - c
+
+
+def expected_goodput(tau: float, c: float, m: float, r: float) -> float:
+    return max(0.0, 1 - c / tau - (tau + c) / (2 * m) - r / m)
+
+
+def interval_advice(events: list[Event], mtbf_s: float | None, checkpoint_every_steps: int | None,
+                    median_step_s: float | None, recovery_s: float | None) -> dict[str, Any] | None:
+    c = save_cost_s(events)
+    if c is None:
+        return None
+    out: dict[str, Any] = {"save_cost_s": c, "mtbf_s": mtbf_s, "restart_cost_s": recovery_s or 0.0}
+    current = checkpoint_every_steps * median_step_s if checkpoint_every_steps and median_step_s else None
+    out["current_interval_s"] = current
+    if mtbf_s is None:
+        out["note"] = "give an MTBF (chaos report --mtbf 6h, or checks.mtbf_s) for interval advice"
+        return out
+    r = recovery_s or 0.0
+    out["young_interval_s"] = young(c, mtbf_s)
+    out["daly_interval_s"] = daly(c, mtbf_s)
+    out["expected_goodput_at_daly"] = expected_goodput(out["daly_interval_s"], c, mtbf_s, r)
+    if current:
+        out["expected_goodput_at_current"] = expected_goodput(current, c, mtbf_s, r)
+        if median_step_s:
+            out["daly_interval_steps"] = max(1, round(out["daly_interval_s"] / median_step_s))
+    return out

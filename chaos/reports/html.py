@@ -1,0 +1,80 @@
+"""One self-contained HTML file: inline CSS and SVG plots, no script, no external request."""
+
+from __future__ import annotations
+
+from html import escape
+
+from chaos.reports.model import Report
+from chaos.reports.plots import figures, to_svg
+from chaos.reports.text import (
+    FAULT_COLUMNS,
+    advice_lines,
+    environment_rows,
+    fault_rows,
+    fmt,
+    limit_text,
+    summary_rows,
+)
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.25em .6em;
+text-align:left;vertical-align:top}th{background:#f4f4f4}.banner{padding:.8em 1em;border-radius:6px;
+font-size:1.2em;font-weight:600}.pass{background:#e3f6e3;color:#155d15}.fail,.hung,.restart_loop{background:#fde2e2;
+color:#8a1010}.error{background:#f3e3f6;color:#5d1570}.ok{color:#155d15}.bad{color:#8a1010;font-weight:600}
+.na{color:#777}figure{margin:1em 0}figure svg{max-width:100%;height:auto}code{background:#f4f4f4;padding:0 .2em}
+"""
+
+
+def _table(header: tuple[str, ...] | list[str], rows: list[list[str]] | list[tuple[str, str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _ok(ok: bool | None) -> str:
+    if ok is None:
+        return '<span class="na">not checked</span>'
+    return '<span class="ok">ok</span>' if ok else '<span class="bad">FAILED</span>'
+
+
+def render_html(report: Report) -> str:
+    r = report.result
+    figs = {name: to_svg(fig) for name, fig in figures(report).items()}
+    parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>torch-chaos: {escape(r['scenario'])}"
+             f"</title><style>{CSS}</style></head><body>",
+             f"<h1>torch-chaos resilience report: {escape(r['scenario'])}</h1>",
+             f"<div class='banner {escape(r['verdict'])}'>{escape(r['verdict'].upper())} — {escape(r['why'])}</div>",
+             f"<p>run <code>{escape(r['run_id'])}</code> · {escape(report.scenario.cluster.mode)} · "
+             f"{report.scenario.cluster.nodes} node(s) × {report.scenario.cluster.procs_per_node} process(es) · "
+             f"runtime {escape(report.scenario.cluster.runtime)}</p>",
+             f"<p>{escape(report.scenario.description)}</p>",
+             "<h2>Summary</h2>", _table(("figure", "value"), summary_rows(report)),
+             "<h2>Timeline</h2>", f"<figure id=timeline>{figs['timeline']}</figure>"]
+    if "loss" in figs:
+        parts += ["<h2>Loss against the golden run</h2>", f"<figure id=loss>{figs['loss']}</figure>"]
+    parts += ["<h2>Faults</h2>", _table(FAULT_COLUMNS, fault_rows(report))]
+    if report.breakdowns:
+        parts.append("<h2>Recovery breakdown</h2><p>As far as the history shows the phases (the agent's own "
+                     "detection is not logged separately).</p>")
+        for b in report.breakdowns:
+            rows = [(name, fmt(value, " s")) for name, value in b["phases"]]
+            parts.append(f"<p>fault {b['fault']} ({escape(b['kind'])}): recovery {fmt(b['recovery_s'], ' s')}</p>"
+                         + _table(("phase", "seconds"), rows))
+    exp_rows = "".join(f"<tr><td>{escape(x['name'])}{' (implicit)' if x.get('implicit') else ''}</td>"
+                       f"<td>{escape(limit_text(x['limit']))}</td><td>{escape(fmt(x['value']))}</td>"
+                       f"<td>{_ok(x['ok'])}</td></tr>" for x in r["expectations"])
+    parts.append("<h2>Expectations</h2><table><thead><tr><th>expectation</th><th>limit</th><th>measured</th>"
+                 f"<th>outcome</th></tr></thead><tbody>{exp_rows}</tbody></table>")
+    ck_rows = "".join(f"<tr><td>{escape(name)}</td><td>{_ok(v.get('ok'))}</td><td>{escape(v.get('why', ''))}</td>"
+                      "</tr>" for name, v in r.get("checkpoint", {}).items())
+    parts.append("<h2>Checkpoint correctness</h2><table><thead><tr><th>verdict</th><th>result</th><th>why</th>"
+                 f"</tr></thead><tbody>{ck_rows}</tbody></table>")
+    advice = advice_lines(report)
+    if advice:
+        parts.append("<h2>Checkpoint interval</h2>" + "".join(f"<p>{escape(line)}</p>" for line in advice))
+    parts += ["<h2>Environment</h2>", _table(("setting", "value"), environment_rows(report)),
+              f"<p class=na>Recomputed from <code>{escape(str(report.run_dir))}</code> "
+              f"(events.jsonl) by torch-chaos.</p></body></html>"]
+    return "\n".join(parts)

@@ -1,0 +1,46 @@
+"""JUnit XML: one test case per expectation and per checkpoint verdict, so any CI shows them."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from chaos.reports.model import Report
+from chaos.reports.text import fmt, limit_text
+
+
+def render_junit(report: Report) -> str:
+    r = report.result
+    suite = ET.Element("testsuite", name=f"torch-chaos.{r['scenario']}")
+    cases = 0
+    failures = 0
+    skipped = 0
+    for x in r["expectations"]:
+        case = ET.SubElement(suite, "testcase", classname=f"chaos.{r['scenario']}.expect", name=x["name"],
+                             time=fmt(r.get("duration_s") or 0.0, digits=3))
+        cases += 1
+        if not x["ok"]:
+            failures += 1
+            ET.SubElement(case, "failure", message=f"measured {fmt(x['value'])}, limit {limit_text(x['limit'])}")
+    for name, v in r.get("checkpoint", {}).items():
+        case = ET.SubElement(suite, "testcase", classname=f"chaos.{r['scenario']}.checkpoint", name=name)
+        cases += 1
+        if v.get("ok") is None:
+            skipped += 1
+            ET.SubElement(case, "skipped", message=v.get("why", ""))
+        elif not v["ok"]:
+            failures += 1
+            ET.SubElement(case, "failure", message=v.get("why", ""))
+    if r["verdict"] in ("hung", "restart_loop", "error"):
+        case = ET.SubElement(suite, "testcase", classname=f"chaos.{r['scenario']}", name="run")
+        cases += 1
+        failures += 1
+        ET.SubElement(case, "failure", message=f"{r['verdict']}: {r['why']}")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="run_dir", value=str(report.run_dir))
+    ET.SubElement(props, "property", name="verdict", value=r["verdict"])
+    suite.set("tests", str(cases))
+    suite.set("failures", str(failures))
+    suite.set("skipped", str(skipped))
+    suite.set("errors", "0")
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"

@@ -1,0 +1,59 @@
+"""Markdown for pull requests and wikis: the HTML report's content, with PNG plots written beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chaos.reports.model import Report
+from chaos.reports.plots import figures, to_png
+from chaos.reports.text import (
+    FAULT_COLUMNS,
+    advice_lines,
+    environment_rows,
+    fault_rows,
+    fmt,
+    limit_text,
+    summary_rows,
+)
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: tuple[str, ...] | list[str], rows: list[list[str]] | list[tuple[str, str]]) -> str:
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(report: Report, directory: Path, stem: str) -> str:
+    r = report.result
+    out = [f"# torch-chaos resilience report: {r['scenario']}", "",
+           f"**{r['verdict'].upper()}** — {r['why']}", "",
+           f"run `{r['run_id']}` · {report.scenario.cluster.mode} · {report.scenario.cluster.nodes} node(s) · "
+           f"runtime {report.scenario.cluster.runtime}", "", report.scenario.description.strip(), "",
+           "## Summary", "", _table(("figure", "value"), summary_rows(report)), ""]
+    for name, fig in figures(report).items():
+        png = directory / f"{stem}-{name}.png"
+        png.write_bytes(to_png(fig))
+        title = "Timeline" if name == "timeline" else "Loss against the golden run"
+        out += [f"## {title}", "", f"![{name}]({png.name})", ""]
+    out += ["## Faults", "", _table(FAULT_COLUMNS, fault_rows(report)), ""]
+    if report.breakdowns:
+        out += ["## Recovery breakdown", ""]
+        for b in report.breakdowns:
+            out += [f"fault {b['fault']} ({b['kind']}): recovery {fmt(b['recovery_s'], ' s')}", "",
+                    _table(("phase", "seconds"), [(n, fmt(v, " s")) for n, v in b["phases"]]), ""]
+    out += ["## Expectations", "", _table(("expectation", "limit", "measured", "outcome"), [
+        [x["name"], limit_text(x["limit"]), fmt(x["value"]), "ok" if x["ok"] else "FAILED"]
+        for x in r["expectations"]]), ""]
+    out += ["## Checkpoint correctness", "", _table(("verdict", "result", "why"), [
+        [name, "not checked" if v.get("ok") is None else ("ok" if v["ok"] else "FAILED"), v.get("why", "")]
+        for name, v in r.get("checkpoint", {}).items()]), ""]
+    advice = advice_lines(report)
+    if advice:
+        out += ["## Checkpoint interval", "", *[f"- {line}" for line in advice], ""]
+    out += ["## Environment", "", _table(("setting", "value"), environment_rows(report)), "",
+            f"_Recomputed from `{report.run_dir}` (events.jsonl) by torch-chaos._", ""]
+    return "\n".join(out)

@@ -1,0 +1,71 @@
+"""Shared wording for the report formats: the same rows and sentences in HTML, Markdown and JUnit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.reports.model import Report
+
+
+def fmt(value: Any, unit: str = "", digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}{unit}"
+    return f"{value}{unit}"
+
+
+def limit_text(limit: Any) -> str:
+    if isinstance(limit, dict):
+        return " and ".join(f"{'≤' if k == 'max' else '≥'} {v:g}" for k, v in limit.items())
+    return str(limit).lower()
+
+
+FAULT_COLUMNS = ("#", "kind", "target", "mechanism", "at step", "restart", "recovery", "catch-up", "lost steps",
+                 "lost work", "slowdown", "resumed from")
+
+
+def fault_rows(report: Report) -> list[list[str]]:
+    return [[str(f["id"]), f["kind"], f["target"], f["mechanism"] or "not injected", fmt(f["highest_step_before"]),
+             fmt(f["restarted"]), fmt(f["recovery_s"], " s"), fmt(f["catch_up_s"], " s"), fmt(f["lost_steps"]),
+             fmt(f["lost_work_s"], " s"), fmt(f["slowdown"], "×"), fmt(f["resumed_from"])]
+            for f in report.result["faults"]]
+
+
+def summary_rows(report: Report) -> list[tuple[str, str]]:
+    r = report.result
+    return [("steps completed", fmt(r["steps_completed"])), ("step executions", fmt(r["step_executions"])),
+            ("goodput", fmt(r["goodput"])), ("median step", fmt(r["median_step_s"], " s", 4)),
+            ("worker restarts", fmt(r["restarts"])), ("node replacements", fmt(r["node_replacements"])),
+            ("run duration", fmt(r["duration_s"], " s", 1)), ("end", r["end_reason"])]
+
+
+def environment_rows(report: Report) -> list[tuple[str, str]]:
+    env = dict(report.result.get("environment", {}))
+    settings = env.pop("elastic_settings", {})
+    rows = [(k, str(v)) for k, v in env.items()]
+    rows += [(f"elastic: {k}", str(v)) for k, v in settings.items()]
+    mechanisms = sorted({f["mechanism"] for f in report.result["faults"] if f.get("mechanism")})
+    rows += [("fault mechanism", m) for m in mechanisms]
+    return rows
+
+
+def advice_lines(report: Report) -> list[str]:
+    a = report.advice
+    if not a:
+        return []
+    lines = [f"Measured checkpoint save cost C = {a['save_cost_s'] * 1000:.1f} ms (median)."]
+    if a.get("current_interval_s"):
+        lines.append(f"Current interval: {a['current_interval_s']:.2f} s of training between checkpoints.")
+    if a.get("mtbf_s") is None:
+        lines.append(a["note"])
+        return lines
+    lines.append(f"For MTBF M = {a['mtbf_s']:g} s and restart cost R = {a['restart_cost_s']:.1f} s: "
+                 f"Young √(2CM) = {a['young_interval_s']:.1f} s, Daly = {a['daly_interval_s']:.1f} s"
+                 + (f" (≈ {a['daly_interval_steps']} steps)." if a.get("daly_interval_steps") else "."))
+    if a.get("expected_goodput_at_current") is not None:
+        lines.append(f"Expected goodput: {a['expected_goodput_at_current']:.4f} at the current interval, "
+                     f"{a['expected_goodput_at_daly']:.4f} at Daly's.")
+    return lines
