@@ -184,6 +184,32 @@ def cmd_explore(args: argparse.Namespace) -> int:
     return EXIT_FAIL
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from chaos.compare import write_comparison
+
+    if args.from_runs:
+        run_dirs = [Path(p) for p in args.items]
+        missing = [str(p) for p in run_dirs if not (p / "events.jsonl").exists()]
+        if missing:
+            err.print(f"[red]error[/red] not run directories: {', '.join(missing)}", highlight=False)
+            return EXIT_USAGE
+    else:
+        from chaos.engine import Engine
+
+        scenarios = [_load(p) for p in args.items]  # every file validated before anything runs
+        run_dirs = []
+        for scenario in scenarios:
+            err.print(f"running {scenario.name} ...", highlight=False)
+            engine = Engine(scenario, out_dir=args.out)
+            result = engine.run()
+            err.print(f"  {scenario.name}: {result['verdict']} ({result['why']})", highlight=False)
+            run_dirs.append(engine.run_dir)
+    paths = write_comparison(run_dirs, Path(args.output))
+    out.print(paths["md"].read_text(), highlight=False)
+    out.print(f"written: {paths['html']}, {paths['md']}, {paths['json']}", highlight=False)
+    return EXIT_PASS
+
+
 def cmd_cleanup(args: argparse.Namespace) -> int:
     from chaos.runtimes.local import kill_marked
 
@@ -223,6 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--json", action="store_true")
     x.add_argument("--no-confirm", action="store_true", help="do not replay the reproducer")
     x.set_defaults(func=cmd_explore)
+    cmp = sub.add_parser("compare", help="run scenarios side by side and write the comparison table")
+    cmp.add_argument("items", nargs="+", help="scenario files (or run directories with --from-runs)")
+    cmp.add_argument("--from-runs", action="store_true", help="compare existing run directories, run nothing")
+    cmp.add_argument("--out", default="runs", help="directory for run directories")
+    cmp.add_argument("-o", "--output", default="reports/generated/compare", help="where the report is written")
+    cmp.set_defaults(func=cmd_compare)
     c = sub.add_parser("cleanup", help="kill every process torch-chaos started and left behind")
     c.add_argument("--run-id", default=None, help="only this run's processes")
     c.set_defaults(func=cmd_cleanup)
