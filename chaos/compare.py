@@ -38,6 +38,7 @@ class Column:
     goodput: float | None
     node_seconds_per_step: float | None
     duration_s: float | None
+    machine: str = ""
 
 
 def _first_fault_t(events: list[Event]) -> float:
@@ -79,7 +80,13 @@ def measure(run_dir: Path) -> Column:
         goodput=result["goodput"],
         node_seconds_per_step=(c.nodes * duration / useful) if duration and useful else None,
         duration_s=duration,
+        machine=_machine(result.get("environment", {})),
     )
+
+
+def _machine(env: dict[str, Any]) -> str:
+    return (f"{env.get('cpus', '?')} CPU cores, {env.get('platform', '?')}, torch {env.get('torch', '?')}, "
+            f"Python {env.get('python', '?')}")
 
 
 ROWS = [("throughput (steps/s, fault-free median)", "steps_per_s", "{:.1f}"),
@@ -153,10 +160,11 @@ def render_markdown(columns: list[Column]) -> str:
     header = ["", *[c.label for c in columns]]
     lines = ["# torch-chaos comparison: distributed vs centralized", "",
              "Same workload, same fault plan, different cluster shapes; every figure measured in the runs below.", "",
+             f"Measured on: {columns[0].machine}." if columns else "", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in table(columns)]
     lines += ["", "## Conclusions", "", *[f"- {s}" for s in conclusions(columns)], "", "## Runs", ""]
-    lines += [f"- {c.label}: `{c.run_dir}`" for c in columns]
+    lines += [f"- [{c.label}]({c.scenario}.html): `{c.run_dir}`" for c in columns]
     return "\n".join(lines) + "\n"
 
 
@@ -164,19 +172,26 @@ def render_html(columns: list[Column]) -> str:
     head = "".join(f"<th>{escape(c.label)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in table(columns))
     items = "".join(f"<li>{escape(s)}</li>" for s in conclusions(columns))
-    runs = "".join(f"<li>{escape(c.label)}: <code>{escape(c.run_dir)}</code></li>" for c in columns)
+    runs = "".join(f"<li><a href='{escape(c.scenario)}.html'>{escape(c.label)}</a>: <code>{escape(c.run_dir)}</code>"
+                   "</li>" for c in columns)
     from chaos.reports.html import CSS
 
     return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>torch-chaos comparison</title>"
             f"<style>{CSS}</style></head><body><h1>torch-chaos comparison: distributed vs centralized</h1>"
             f"<p>Same workload, same fault plan, different cluster shapes; every figure measured in the runs "
-            f"below.</p><table><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"below.</p><p>Measured on: {escape(columns[0].machine if columns else '')}.</p>"
+            f"<table><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>"
             f"<h2>Conclusions</h2><ul>{items}</ul><h2>Runs</h2><ul>{runs}</ul></body></html>\n")
 
 
 def write_comparison(run_dirs: list[Path], output: Path) -> dict[str, Path]:
+    """The comparison (HTML, Markdown, JSON) plus each run's own HTML report beside it, linked from the table."""
+    from chaos.reports import write_report
+
     columns = [measure(d) for d in run_dirs]
     output.mkdir(parents=True, exist_ok=True)
+    for col in columns:
+        write_report(col.run_dir, "html", output / f"{col.scenario}.html")
     paths = {"md": output / "compare.md", "html": output / "compare.html", "json": output / "compare.json"}
     paths["md"].write_text(render_markdown(columns))
     paths["html"].write_text(render_html(columns))

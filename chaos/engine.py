@@ -100,6 +100,11 @@ def threading_main() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def random_node(seed: int | None, nodes: int) -> int:
+    """The node a ``target: random`` fault hits: a function of the seed alone, so a run can be replayed."""
+    return random.Random(0 if seed is None else seed).randrange(nodes)
+
+
 def new_run_id(scenario: Scenario) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{scenario.name}-{uuid.uuid4().hex[:6]}"
 
@@ -174,8 +179,7 @@ class Engine:
     # ------------------------------------------------------------------ main loop
     def run(self) -> Result:
         self._prepare()
-        started = time.time()
-        self.started = started
+        self.started = time.time()
         result_reason = ("error", "engine failed")
         with _signals_interrupt():
             try:
@@ -362,8 +366,7 @@ class Engine:
         if target == "rendezvous_host":
             return STORE_NODE if self.plan.store is not None else "node0"
         if target == "random":
-            seed = f.spec.seed if f.spec.seed is not None else 0
-            return f"node{random.Random(seed).randrange(len(self.plan.nodes))}"
+            return f"node{random_node(f.spec.seed, len(self.plan.nodes))}"
         assert trigger_event is not None
         return str(trigger_event.get("node"))
 

@@ -184,3 +184,21 @@ def test_not_checked_is_said_with_a_reason() -> None:
     assert v["ok"] is None and v["why"].startswith("not checked")
     unfinished = [e for e in events if e["event"] != "run_finished"]
     assert matches_golden(unfinished, golden(), rtol=1e-3)["ok"] is None
+
+
+def test_scenario_expectations_on_checkpoint_verdicts() -> None:
+    from chaos.analysis.result import evaluate_checkpoint_expectations
+    from chaos.loading import parse_scenario
+
+    verdicts = {"digests_ok": {"ok": True}, "resumed_from_newest_valid": {"ok": None},
+                "matches_golden": {"ok": True, "mode": "within_tolerance"}, "exactly_once": {"ok": False}}
+    strict = parse_scenario("name: s\nworkload: {name: ddp-mlp}\n"
+                            "expect: {checkpoint: {matches_golden: bitwise, resumed_from_newest_valid: true}}\n")
+    got = {x["name"]: x["ok"] for x in evaluate_checkpoint_expectations(strict, verdicts)}
+    # bitwise required but only within tolerance; not-checked is not a pass; a failed verdict always counts
+    assert got == {"checkpoint.matches_golden": False, "checkpoint.resumed_from_newest_valid": False,
+                   "checkpoint.exactly_once": False}
+    loose = parse_scenario("name: s\nworkload: {name: ddp-mlp}\nexpect: {checkpoint: {matches_golden: "
+                           "within_tolerance}}\n")
+    got = {x["name"]: x["ok"] for x in evaluate_checkpoint_expectations(loose, verdicts)}
+    assert got == {"checkpoint.matches_golden": True, "checkpoint.exactly_once": False}

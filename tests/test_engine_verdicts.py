@@ -72,3 +72,24 @@ workload: {{command: [python, {BROKEN / 'crash_loop.py'}], progress_regex: 'step
     result = Engine(parse_scenario(text), out_dir=tmp_path).run()
     assert result["verdict"] == "fail" and result["end_reason"] == "failed"
     assert "node0=3" in result["why"]
+
+
+def test_time_trigger_fires_after_the_first_step(tmp_path: Path) -> None:
+    result = run(tmp_path, "print_steps.py", """\
+faults:
+  - {kind: crash, target: 0, at: 1s}
+expect: {completes: true}""", args="200")
+    [fault] = result["faults"]
+    assert fault["kind"] == "crash" and fault["restarted"]
+    assert result["node_replacements"] == 1
+    # fired about 1 s after the first step (20 steps of 0.05 s), not at the start
+    assert 10 <= fault["highest_step_before"] <= 40
+    assert result["verdict"] == "pass", result["why"]
+
+
+def test_random_target_is_a_function_of_the_seed() -> None:
+    from chaos.engine import random_node
+
+    picks = {seed: random_node(seed, 5) for seed in range(50)}
+    assert picks == {seed: random_node(seed, 5) for seed in range(50)}
+    assert set(picks.values()) == set(range(5))

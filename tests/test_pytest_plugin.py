@@ -73,3 +73,10 @@ def test_invalid_scenario_file_is_a_collection_error_with_the_line(pytester: pyt
     out = pytester.runpytest_subprocess("--chaos-scenarios", "-q")
     assert out.ret == pytest.ExitCode.INTERRUPTED
     out.stdout.fnmatch_lines(["*bad.chaos.yaml:3: fautls: unknown field*"])
+
+
+def test_xdist_workers_do_not_clash(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makefile(".chaos.yaml", **{f"job{i}": scenario(f"job-{i}", "print_steps.py") for i in range(3)})
+    out = pytester.runpytest_subprocess("--chaos-scenarios", "-n", "2", "-q")
+    out.assert_outcomes(passed=3)
