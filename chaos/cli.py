@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             from chaos.console import live_view
 
             with Live(console=out, refresh_per_second=4, transient=True) as live:
-                engine.on_update = lambda snap: live.update(live_view(snap))
+                last = [0.0]
+
+                def update(snap: Any) -> None:
+                    # the engine ticks every 20 ms; redraw at most 4 times a second
+                    now = time.monotonic()
+                    if now - last[0] >= 0.25 or snap.phase == "finished":
+                        last[0] = now
+                        live.update(live_view(snap))
+
+                engine.on_update = update
                 result = engine.run()
     except PlanError as exc:
         err.print(f"[red]error[/red] {args.scenario}: {exc}", highlight=False)

@@ -156,6 +156,7 @@ class Engine:
         self.last_progress_t = time.time()
         self.rank0_starts = 0
         self.starts_since_progress = 0
+        self.fault_since_last_start = False
         self.event_counts: dict[str, int] = {}
         self.finishing_since: float | None = None
         self.end: tuple[str, str] | None = None
@@ -286,8 +287,11 @@ class Engine:
         elif kind == "process_started" and e.get("rank", 0) == 0:
             self.rank0_starts += 1
             if self.rank0_starts > 1:
-                self.starts_since_progress += 1
+                # A restart that answers one of our faults is recovery; only unprovoked ones make a loop.
+                if not self.fault_since_last_start:
+                    self.starts_since_progress += 1
                 self.note(f"workers restarted on {e.get('node')} (restart {self.rank0_starts - 1})")
+            self.fault_since_last_start = False
             self.last_progress_t = max(self.last_progress_t, e["t"])
 
     def _progress_from_logs(self) -> None:
@@ -391,6 +395,8 @@ class Engine:
             return
         f.t_injected = time.time()
         f.mechanism, f.ctx = mechanism, ctx
+        if impl.disruptive:
+            self.fault_since_last_start = True
         self.history.write("fault_injected", **base, mechanism=mechanism, details=ctx.details,
                            trigger_event=trigger_event.get("event") if trigger_event else None,
                            max_step=self.max_step)

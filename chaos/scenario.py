@@ -235,7 +235,8 @@ class Limits(Strict):
     deadline_s: Seconds = Field(300.0, gt=0, description="the run is stopped after this long")
     stall_timeout_s: Seconds = Field(90.0, gt=0, description="no step for this long = hung")
     restart_loop_restarts: int = Field(
-        4, ge=1, description="this many worker restarts in a row without a new highest step = restart loop")
+        4, ge=1, description="this many worker restarts in a row without a new highest step, none of them "
+        "following an injected fault, = restart loop")
     startup_timeout_s: Seconds = Field(120.0, gt=0, description="no first step within this long = hung")
 
 
