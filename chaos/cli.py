@@ -223,7 +223,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_cleanup(args: argparse.Namespace) -> int:
     from chaos.runtimes.local import kill_marked
 
-    procs = kill_marked(args.run_id)
+    procs = kill_marked(args.run_id, only_orphans=not args.all and args.run_id is None)
     out.print(f"killed {len(procs)} leftover torch-chaos process(es)")
     return EXIT_PASS
 
@@ -265,8 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", default="runs", help="directory for run directories")
     cmp.add_argument("-o", "--output", default="reports/generated/compare", help="where the report is written")
     cmp.set_defaults(func=cmd_compare)
-    c = sub.add_parser("cleanup", help="kill every process torch-chaos started and left behind")
-    c.add_argument("--run-id", default=None, help="only this run's processes")
+    c = sub.add_parser("cleanup", help="kill the processes of runs whose engine died (SIGKILL, crash)")
+    c.add_argument("--run-id", default=None, help="only this run's processes (live or not)")
+    c.add_argument("--all", action="store_true", help="also the processes of runs whose engine is still alive")
     c.set_defaults(func=cmd_cleanup)
     return p
 

@@ -27,6 +27,10 @@ def _fmt(value: Any, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
 def _limit(limit: Any) -> str:
     if isinstance(limit, dict):
         return " and ".join(f"{'≤' if k == 'max' else '≥'} {v:g}" for k, v in limit.items())
@@ -36,8 +40,10 @@ def _limit(limit: Any) -> str:
 def live_view(s: Snapshot) -> Group:
     head = Text.assemble((f"{s.run_id}", "bold"), f"   {s.elapsed_s:5.1f}s   ",
                          (f"step {s.step}" + (f"/{s.target_steps}" if s.target_steps else ""), "bold"),
-                         f"   worker restarts {s.restarts}")
-    bar = ProgressBar(total=float(s.target_steps or max(s.step, 1)), completed=float(s.step), width=60)
+                         f"   worker restarts {s.restarts}",
+                         ("   (fault-free golden run first)", "dim") if s.phase == "golden" else "")
+    bar = Table.grid()
+    bar.add_row(ProgressBar(total=float(s.target_steps or max(s.step, 1)), completed=float(s.step), width=60))
     nodes = Table.grid(padding=(0, 2))
     nodes.add_row(*[Text(f"{n.name}: {n.status}" + (f" (replaced {n.replacements}x)" if n.replacements else ""),
                          style=NODE_STYLE.get(n.status, "")) for n in s.nodes])
@@ -82,7 +88,7 @@ def summary(result: dict[str, Any], console: Console) -> None:
     gp = result["goodput"]
     console.print(f"steps completed {result['steps_completed']}  ·  step executions {result['step_executions']}  ·  "
                   f"worker restarts {result['restarts']}  ·  node replacements {result['node_replacements']}  ·  "
-                  f"goodput {_fmt(gp)}  ·  median step {_fmt(result['median_step_s'], 's')}  ·  "
+                  f"goodput {_fmt(gp)}  ·  median step {_ms(result['median_step_s'])}  ·  "
                   f"run {_fmt(result['duration_s'], 's')}")
     checks = Table(title="checkpoint correctness")
     for col in ("verdict", "result", "why"):

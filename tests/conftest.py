@@ -7,15 +7,14 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from chaos.runtimes.local import engine_pid, marked_processes
+from chaos.runtimes.local import engine_pid, marked_processes, orphaned
 
 pytest_plugins = ["pytester"]
 
 
 def _ours_or_orphaned(proc: psutil.Process) -> bool:
     """Started by this test process's engine, or by an engine that is gone (a leak); not another live run."""
-    pid = engine_pid(proc)
-    return pid is None or pid == os.getpid() or not psutil.pid_exists(pid)
+    return engine_pid(proc) == os.getpid() or orphaned(proc)
 
 
 @pytest.fixture

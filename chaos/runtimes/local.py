@@ -56,11 +56,17 @@ def _signal_all(procs: list[psutil.Process], sig: int) -> None:
             pass
 
 
-def kill_marked(prefix: str | None) -> list[psutil.Process]:
+def orphaned(proc: psutil.Process) -> bool:
+    """A marked process whose engine is gone: nobody will ever tear it down but ``chaos cleanup``."""
+    pid = engine_pid(proc)
+    return pid is None or not psutil.pid_exists(pid)
+
+
+def kill_marked(prefix: str | None, only_orphans: bool = False) -> list[psutil.Process]:
     """SIGKILL every marked process (of one run, or of all runs), stopped ones included; returns them."""
     killed: dict[int, psutil.Process] = {}
     for _ in range(10):
-        procs = marked_processes(prefix)
+        procs = [p for p in marked_processes(prefix) if not only_orphans or orphaned(p)]
         if not procs:
             break
         _signal_all(procs, signal.SIGKILL)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,8 +58,12 @@ def test_signal_mid_fault_tears_everything_down(tmp_path: Path, sig: signal.Sign
         os.kill(proc.pid, sig)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # the test failed before its signal: still leave nothing behind
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     assert proc.returncode == 130, stderr
     assert marked_processes(run_id) == []
     run_dir = out / run_id
@@ -69,3 +74,35 @@ def test_signal_mid_fault_tears_everything_down(tmp_path: Path, sig: signal.Sign
     healed = [e for e in events if e.get("event") == "fault_healed"]
     assert healed and healed[0]["at_teardown"], "an active fault must be healed at teardown"
     assert events[-1]["event"] == "teardown"
+
+
+def test_cleanup_after_the_engine_is_sigkilled_mid_fault(tmp_path: Path) -> None:
+    """SIGKILL leaves the engine no chance to tear down: `chaos cleanup` must find and remove what it left."""
+    scenario = tmp_path / "interrupt-me.yaml"
+    scenario.write_text(FROZEN_FOR_A_MINUTE)
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "chaos", "run", str(scenario), "--out", str(out), "--json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def frozen() -> bool:
+            runs = list(out.glob("*/events.jsonl"))
+            return bool(runs) and any(e.get("event") == "fault_injected" for e in read_history(runs[0]))
+
+        _wait_for(frozen, 120, "the freeze to be injected")
+        run_id = next(out.glob("*/events.jsonl")).parent.name
+        proc.kill()
+        proc.wait(timeout=10)
+        left = marked_processes(run_id)
+        assert left, "a SIGKILLed engine cannot clean up: its nodes are still there"
+        assert any(p.status() == psutil.STATUS_STOPPED for p in left), "and the frozen node is still frozen"
+        cleanup = subprocess.run([sys.executable, "-m", "chaos", "cleanup"], capture_output=True, text=True,
+                                 timeout=60)
+        assert cleanup.returncode == 0, cleanup.stderr
+        killed = int(re.search(r"killed (\d+)", cleanup.stdout).group(1))  # type: ignore[union-attr]
+        assert killed >= len(left)
+        assert marked_processes(run_id) == []
+        again = subprocess.run([sys.executable, "-m", "chaos", "cleanup"], capture_output=True, text=True)
+        assert "killed 0" in again.stdout, "cleanup is idempotent"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
