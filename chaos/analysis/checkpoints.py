@@ -67,7 +67,7 @@ def digests_ok(events: list[Event]) -> dict[str, Any]:
     loads = _loads_by_incarnation(events)
     if not loads:
         return _verdict(True, "no checkpoint was loaded", loads=[])
-    checked, bad = [], []
+    checked = []
     for load in loads:
         saved = _available_at(events, load["t"]).get(load["path"])
         recorded = None
@@ -86,8 +86,7 @@ def digests_ok(events: list[Event]) -> dict[str, Any]:
         elif load["sha256"] != recorded:
             entry["problem"] = "the loaded bytes differ from those saved (corrupted on storage)"
         checked.append(entry)
-        if "problem" in entry:
-            bad.append(entry)
+    bad = [entry for entry in checked if "problem" in entry]
     if bad:
         first = bad[0]
         return _verdict(False, f"loaded_corrupt: checkpoint of step {first['step']}: {first['problem']}",
@@ -115,7 +114,7 @@ def resumed_from_newest_valid(events: list[Event]) -> dict[str, Any]:
     restarts = _restarts(events)
     if not restarts:
         return _verdict(True, "the job never restarted", restarts=[])
-    checked, bad = [], []
+    checked = []
     for r in restarts:
         at = r["load"]["t"] if r["load"] else r["t"]
         available = _available_at(events, at)
@@ -127,8 +126,7 @@ def resumed_from_newest_valid(events: list[Event]) -> dict[str, Any]:
         elif newest is not None and loaded is not None and loaded < newest["step"]:
             entry["problem"] = "resumed_from_stale"
         checked.append(entry)
-        if "problem" in entry:
-            bad.append(entry)
+    bad = [entry for entry in checked if "problem" in entry]
     if bad:
         b = bad[0]
         what = (f"started from scratch while the checkpoint of step {b['newest_valid_step']} was valid"

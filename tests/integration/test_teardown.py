@@ -39,20 +39,32 @@ def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_mid_fault_tears_everything_down(tmp_path: Path, sig: signal.Signals) -> None:
+def start_frozen_run(tmp_path: Path, output: int | None) -> tuple[subprocess.Popen[str], Path, str]:
+    """`chaos run` in a subprocess, returned once its node 1 is frozen (with the run's directory and id)."""
     scenario = tmp_path / "interrupt-me.yaml"
     scenario.write_text(FROZEN_FOR_A_MINUTE)
     out = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "chaos", "run", str(scenario), "--out", str(out), "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        def frozen() -> bool:
-            runs = list(out.glob("*/events.jsonl"))
-            return bool(runs) and any(e.get("event") == "fault_injected" for e in read_history(runs[0]))
+                            stdout=output, stderr=output, text=True)
 
+    def frozen() -> bool:
+        runs = list(out.glob("*/events.jsonl"))
+        return bool(runs) and any(e.get("event") == "fault_injected" for e in read_history(runs[0]))
+
+    try:
         _wait_for(frozen, 120, "the freeze to be injected")
-        run_id = next(out.glob("*/events.jsonl")).parent.name
+    except AssertionError:
+        proc.terminate()  # SIGTERM: the engine still tears its nodes down
+        proc.wait(timeout=60)
+        raise
+    run_id = next(out.glob("*/events.jsonl")).parent.name
+    return proc, out, run_id
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_mid_fault_tears_everything_down(tmp_path: Path, sig: signal.Signals) -> None:
+    proc, out, run_id = start_frozen_run(tmp_path, subprocess.PIPE)
+    try:
         stopped = [p for p in marked_processes(run_id) if p.status() == psutil.STATUS_STOPPED]
         assert stopped, "the frozen node's processes should be stopped"
         os.kill(proc.pid, sig)
@@ -78,18 +90,8 @@ def test_signal_mid_fault_tears_everything_down(tmp_path: Path, sig: signal.Sign
 
 def test_cleanup_after_the_engine_is_sigkilled_mid_fault(tmp_path: Path) -> None:
     """SIGKILL leaves the engine no chance to tear down: `chaos cleanup` must find and remove what it left."""
-    scenario = tmp_path / "interrupt-me.yaml"
-    scenario.write_text(FROZEN_FOR_A_MINUTE)
-    out = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "chaos", "run", str(scenario), "--out", str(out), "--json"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, _, run_id = start_frozen_run(tmp_path, subprocess.DEVNULL)
     try:
-        def frozen() -> bool:
-            runs = list(out.glob("*/events.jsonl"))
-            return bool(runs) and any(e.get("event") == "fault_injected" for e in read_history(runs[0]))
-
-        _wait_for(frozen, 120, "the freeze to be injected")
-        run_id = next(out.glob("*/events.jsonl")).parent.name
         proc.kill()
         proc.wait(timeout=10)
         left = marked_processes(run_id)
