@@ -90,6 +90,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             print(yaml.safe_dump(plan.to_dict(), sort_keys=False, width=200))
         return EXIT_PASS
+    from chaos.engine import RunInterrupted
+
     try:
         engine = Engine(scenario, out_dir=args.out)
         if args.json or not out.is_terminal:
@@ -112,6 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except PlanError as exc:
         err.print(f"[red]error[/red] {args.scenario}: {exc}", highlight=False)
         return EXIT_USAGE
+    except RunInterrupted as exc:
+        result = exc.result  # torn down and written: show what was measured, then exit 130
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     else:
@@ -281,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         for e in exc.errors:
             err.print(f"[red]error[/red] {e}", highlight=False)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # explore / compare interrupted: every run was already torn down
+        err.print("interrupted", highlight=False)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -78,6 +78,18 @@ class Interrupted(Exception):
     """SIGTERM/SIGINT reached the engine: stop, heal, tear down, and still write the result."""
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Raised by :meth:`Engine.run` after an interrupted run was torn down and its result written.
+
+    A KeyboardInterrupt, so whatever called the engine (pytest, ``chaos explore``, ``chaos compare``) stops as
+    the user asked instead of carrying on with its next run; ``result`` still holds the run's result.
+    """
+
+    def __init__(self, result: Result):
+        super().__init__(result["why"])
+        self.result = result
+
+
 @contextlib.contextmanager
 def _signals_interrupt() -> Iterator[None]:
     def handler(signum: int, _frame: Any) -> None:
@@ -203,7 +215,10 @@ class Engine:
                 self.note(result_reason[1])
             finally:
                 self._finish(result_reason)
-        return Result(write_result(self.run_dir), self.run_dir)
+        result = Result(write_result(self.run_dir), self.run_dir)
+        if result_reason[0] == "interrupted":
+            raise RunInterrupted(result)
+        return result
 
     def _golden(self) -> dict[str, Any] | None:
         """Run (or reuse) the fault-free reference and keep its summary in this run's directory."""

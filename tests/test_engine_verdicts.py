@@ -93,3 +93,24 @@ def test_random_target_is_a_function_of_the_seed() -> None:
     picks = {seed: random_node(seed, 5) for seed in range(50)}
     assert picks == {seed: random_node(seed, 5) for seed in range(50)}
     assert set(picks.values()) == set(range(5))
+
+
+def test_an_interrupted_run_is_torn_down_then_stops_its_caller(tmp_path: Path) -> None:
+    """SIGTERM mid-run: the engine tears down, writes the result, then raises so pytest/explore stop too."""
+    import os
+    import signal
+    import threading
+
+    from chaos.engine import RunInterrupted
+
+    timer = threading.Timer(2.0, os.kill, args=(os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        with pytest.raises(RunInterrupted) as exc:
+            run(tmp_path, "print_steps.py", "limits: {deadline_s: 60, stall_timeout_s: 30}", args="1000")
+    finally:
+        timer.cancel()
+    result = exc.value.result
+    assert result["end_reason"] == "interrupted" and result["verdict"] == "error"
+    assert "SIGTERM" in result["why"]
+    assert (result.run_dir / "result.json").exists()
