@@ -62,7 +62,11 @@ def test_recovery_measured_and_lost_steps_bounded(name: str) -> None:
         limit = 2 * CHECKPOINT_EVERY if name in ("corrupt-latest-checkpoint", "crash-during-checkpoint-save") \
             else CHECKPOINT_EVERY
         assert 0 <= f["lost_steps"] <= limit, f
-    assert 0 < result["goodput"] < 1
+    assert result["goodput"] > 0
+    if name != "elastic-node-crash-no-replace":
+        # With one node fewer on a 2-core machine the survivors step faster than the fault-free median, so by
+        # DESIGN.md's definition (ideal time from the pre-fault median) goodput can exceed 1 there (measured 1.04).
+        assert result["goodput"] < 1
 
 
 def test_quickstart_replaces_the_node_and_resumes_from_its_checkpoint() -> None:
