@@ -76,12 +76,15 @@ def _exit_for(result: dict[str, Any]) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from chaos.engine import Engine, new_run_id
     from chaos.plan import PlanError, build_plan
+    from chaos.runtimes import create_runtime
 
     scenario = _load(args.scenario)
     if args.dry_run:
         run_id = new_run_id(scenario)
         try:
-            plan = build_plan(scenario, run_id, Path(args.out).resolve() / run_id)
+            run_dir = Path(args.out).resolve() / run_id
+            runtime = create_runtime(scenario, run_id, str(run_dir))
+            plan = build_plan(scenario, run_id, run_dir, runtime.addressing(scenario))
         except PlanError as exc:
             err.print(f"[red]error[/red] {args.scenario}: {exc}", highlight=False)
             return EXIT_USAGE

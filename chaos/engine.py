@@ -31,7 +31,7 @@ from chaos.plan import STORE_NODE, Plan, build_plan
 from chaos.result import Result
 from chaos.runtimes import create_runtime
 from chaos.runtimes.base import Runtime
-from chaos.scenario import CommandWorkload, Fault, Scenario
+from chaos.scenario import NETWORK_FAULTS, CommandWorkload, Fault, Scenario
 
 POLL_S = 0.02
 FINISH_GRACE_S = 30.0
@@ -152,7 +152,8 @@ class Engine:
         self.events_path.touch()
         self.acks_dir = Path(str(self.events_path) + ".acks")
         self.acks_dir.mkdir()
-        self.plan = build_plan(self.scenario, self.run_id, self.run_dir)
+        self.runtime = create_runtime(self.scenario, self.run_id, str(self.run_dir))
+        self.plan = build_plan(self.scenario, self.run_id, self.run_dir, self.runtime.addressing(self.scenario))
         if self.plan.checkpoint_dir is not None:
             self.plan.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "scenario.yaml").write_text(
@@ -160,7 +161,6 @@ class Engine:
         (self.run_dir / "plan.yaml").write_text(yaml.safe_dump(self.plan.to_dict(), sort_keys=False))
         self.history = HistoryWriter(self.events_path)
         self.tail = FileTail(self.events_path)
-        self.runtime = create_runtime(self.scenario.cluster.runtime, self.run_id, str(self.run_dir))
         self.nodes = {n.name: NodeState(n.name) for n in self.plan.nodes}
         self.faults = [FaultState(i, f) for i, f in enumerate(self.scenario.faults)]
         self.max_step = 0
@@ -202,6 +202,7 @@ class Engine:
                 self.history.write("run_started", run_id=self.run_id, scenario=self.scenario.name,
                                    environment=environment(self.runtime, self.plan), plan=self.plan.to_dict(),
                                    golden=golden)
+                self.runtime.prepare(self.plan)
                 self._start_cluster()
                 while self.end is None:
                     self._tick()
@@ -393,14 +394,15 @@ class Engine:
         impl = fault_kind(f.spec.kind)
         node = self._resolve_target(f, trigger_event)
         f.node = node
-        base = {"fault_id": f.index, "kind": f.spec.kind, "target": node or "storage",
+        where = node or ("network" if f.spec.kind in NETWORK_FAULTS else "storage")
+        base = {"fault_id": f.index, "kind": f.spec.kind, "target": where,
                 "disruptive": impl.disruptive}
         if node is not None and node != STORE_NODE and self.nodes[node].status not in ("running",):
             f.status = "skipped"
             self.history.write("fault_skipped", **base, why=f"{node} is {self.nodes[node].status}")
             self.note(f"skipped {f.spec.kind} on {node}: it is {self.nodes[node].status}")
             return
-        ctx = FaultContext(self.runtime, f.spec, node, self.plan.checkpoint_dir)
+        ctx = FaultContext(self.runtime, f.spec, node, self.plan.checkpoint_dir, self.plan, fault_id=f.index)
         try:
             mechanism = impl.inject(ctx)
         except Exception as exc:  # recorded, never hidden: the fault did not happen
@@ -417,7 +419,7 @@ class Engine:
                            max_step=self.max_step)
         if node is not None and node in self.nodes and f.spec.kind == "freeze":
             self.nodes[node].status = "frozen"
-        self.note(f"injected {f.spec.kind} on {node or 'storage'} at step {self.max_step}")
+        self.note(f"injected {f.spec.kind} on {where} at step {self.max_step}")
         if f.spec.duration is not None:
             f.status, f.heal_at = "active", f.t_injected + f.spec.duration
         else:
@@ -436,9 +438,9 @@ class Engine:
     def _heal(self, f: FaultState, at_teardown: bool = False) -> None:
         assert f.ctx is not None
         try:
-            fault_kind(f.spec.kind).heal(f.ctx)
+            healed = fault_kind(f.spec.kind).heal(f.ctx) or {}
             self.history.write("fault_healed", fault_id=f.index, kind=f.spec.kind, target=f.node,
-                               at_teardown=at_teardown)
+                               at_teardown=at_teardown, **healed)
         except Exception as exc:
             self.history.write("fault_heal_failed", fault_id=f.index, why=f"{type(exc).__name__}: {exc}")
         f.status = "healed"

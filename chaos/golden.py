@@ -54,7 +54,10 @@ def golden_key(scenario: Scenario) -> str:
 def golden_scenario(scenario: Scenario) -> Scenario:
     return scenario.model_copy(deep=True, update={
         "name": f"{scenario.name}-golden", "faults": [], "expect": Expect(), "checks": Checks(golden=False),
-        "cluster": scenario.cluster.model_copy(update={"node_restart": NodeRestart(policy="never")}),
+        # Local processes: the reference numbers do not depend on where nodes run (a container runs the same torch
+        # build), and a fault-free run needs no network of its own.
+        "cluster": scenario.cluster.model_copy(update={"node_restart": NodeRestart(policy="never"),
+                                                       "runtime": "local"}),
     })
 
 

@@ -57,6 +57,15 @@ class Plan:
     store: NodePlan | None
     elastic: dict[str, Any]
     pause_on: list[str] = field(default_factory=list)
+    addresses: dict[str, str] = field(default_factory=dict)
+    store_port: int | None = None
+
+    @property
+    def store_host(self) -> str | None:
+        """The node whose network stack serves the rendezvous store (None for a centralized job)."""
+        if self.scenario.cluster.mode == "centralized":
+            return None
+        return STORE_NODE if self.store is not None else "node0"
 
     def node(self, name: str) -> NodePlan:
         for n in self.nodes + ([self.store] if self.store else []):
@@ -72,6 +81,7 @@ class Plan:
             "runtime": self.scenario.cluster.runtime,
             "elastic_settings": self.elastic,
             "checkpoint_dir": str(self.checkpoint_dir) if self.checkpoint_dir else None,
+            "addresses": self.addresses,
             "store": self.store.to_dict() if self.store else None,
             "nodes": [n.to_dict() for n in self.nodes],
             "faults": [fault_summary(i, f) for i, f in enumerate(self.scenario.faults)],
@@ -151,8 +161,35 @@ def _python_script(argv: list[str]) -> list[str]:
                     "write command: [python, train.py, ...]")
 
 
-def build_plan(scenario: Scenario, run_id: str, run_dir: Path) -> Plan:
+def node_names(scenario: Scenario) -> list[str]:
+    """Every network endpoint a run has: its nodes, then the dedicated store when there is one."""
     c = scenario.cluster
+    names = [f"node{i}" for i in range(c.nodes)]
+    if c.mode == "elastic" and c.rendezvous.store == "dedicated":
+        names.append(STORE_NODE)
+    return names
+
+
+@dataclass
+class Addressing:
+    """Where nodes live on the network: one shared loopback (local) or an address per node (netns, docker)."""
+
+    addresses: dict[str, str]
+    store_port: int
+    python: str = sys.executable  # the interpreter nodes run (a container has its own)
+    # gloo and NCCL find their own address from the hostname, which is loopback (netns: one shared hostname);
+    # nodes with an interface of their own name it here.
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def loopback(cls, scenario: Scenario) -> Addressing:
+        return cls({n: "127.0.0.1" for n in node_names(scenario)}, free_port())
+
+
+def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing | None = None) -> Plan:
+    c = scenario.cluster
+    net = net or Addressing.loopback(scenario)
+    python = net.python
     settings = elastic_settings(scenario)
     w = scenario.workload
     if isinstance(w, ShippedWorkload):
@@ -166,6 +203,7 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path) -> Plan:
         "CHAOS_RUN_ID": run_id,
         "OMP_NUM_THREADS": str(c.threads_per_proc),
         "PYTHONUNBUFFERED": "1",
+        **net.env,
     }
     if pause_on:
         base_env["CHAOS_PAUSE_ON"] = ",".join(pause_on)
@@ -177,17 +215,18 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path) -> Plan:
     store: NodePlan | None = None
     if c.mode == "centralized":
         if c.procs_per_node == 1:
-            argv = [sys.executable, *_python_script(script)] if _is_python(script) else script
+            argv = [python, *_python_script(script)] if _is_python(script) else script
         else:
-            argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            argv = [python, "-m", "torch.distributed.run", "--standalone",
                     f"--nproc-per-node={c.procs_per_node}", *script]
         nodes.append(NodePlan("node0", 0, argv, {**base_env, "CHAOS_NODE": "node0"}))
-        return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, None, settings, pause_on)
+        return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, None, settings, pause_on, net.addresses)
 
-    port = free_port()
-    endpoint = f"127.0.0.1:{port}"
+    port = net.store_port
+    store_host = STORE_NODE if c.rendezvous.store == "dedicated" else "node0"
+    endpoint = f"{net.addresses[store_host]}:{port}"
     if c.rendezvous.store == "dedicated":
-        store = NodePlan(STORE_NODE, None, [sys.executable, "-m", "chaos.store_server", "--host", "127.0.0.1",
+        store = NodePlan(STORE_NODE, None, [python, "-m", "chaos.store_server", "--host", net.addresses[STORE_NODE],
                                             "--port", str(port)],
                          {"CHAOS_RUN_ID": run_id, "CHAOS_NODE": STORE_NODE, "PYTHONUNBUFFERED": "1"}, role="store")
     min_nodes = c.min_nodes or c.nodes
@@ -198,10 +237,10 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path) -> Plan:
         is_host = c.rendezvous.store == "node0" and i == 0
         conf = [f"is_host={'true' if is_host else 'false'}"]
         conf += [f"{name}={_fmt(settings[key])}" for key, name in _RDZV_CONF.items()]
-        argv = [sys.executable, "-m", "torch.distributed.run",
+        argv = [python, "-m", "torch.distributed.run",
                 f"--nnodes={min_nodes}:{c.nodes}", f"--nproc-per-node={c.procs_per_node}",
                 f"--rdzv-backend={c.rendezvous.backend}", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
                 f"--rdzv-conf={','.join(conf)}", f"--max-restarts={settings['max_restarts']}",
-                "--local-addr=127.0.0.1", *script_argv]
+                f"--local-addr={net.addresses[f'node{i}']}", *script_argv]
         nodes.append(NodePlan(f"node{i}", i, argv, {**base_env, "CHAOS_NODE": f"node{i}"}))
-    return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, store, settings, pause_on)
+    return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, store, settings, pause_on, net.addresses, port)

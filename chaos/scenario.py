@@ -61,8 +61,19 @@ class NodeRestart(Strict):
     max_restarts: int = Field(10, ge=0, description="replacements per node before the orchestrator gives up")
 
 
+class DockerOptions(Strict):
+    image: str | None = Field(None, description="image to run nodes in (default: the one `chaos image build` makes "
+                              "for this torch version)")
+
+
+RuntimeName = Literal["local", "netns", "docker"]
+
+
 class Cluster(Strict):
-    runtime: Literal["local"] = "local"
+    runtime: RuntimeName = Field(
+        "local", description="local: process trees on this machine; netns: local processes, each node in its own "
+        "network namespace (root); docker: one container per node on an internal network")
+    docker: DockerOptions = Field(default_factory=DockerOptions)
     mode: Literal["elastic", "centralized"] = "elastic"
     nodes: int = Field(3, ge=1, le=64)
     min_nodes: int | None = Field(None, ge=1, description="defaults to nodes")
@@ -127,7 +138,11 @@ class EventTrigger(Strict):
     occurrence: int = Field(1, ge=1, description="fire on the N-th such event")
 
 
-FaultKind = Literal["crash", "kill_worker", "freeze", "corrupt_checkpoint"]
+FaultKind = Literal["crash", "kill_worker", "freeze", "corrupt_checkpoint", "delay", "loss", "bandwidth",
+                    "partition", "isolate"]
+NETWORK_FAULTS = ("delay", "loss", "bandwidth", "partition", "isolate")
+_RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)$")
+PartitionMember = int | Literal["store"]
 
 
 class Fault(Strict):
@@ -140,9 +155,18 @@ class Fault(Strict):
     at_step: int | None = Field(None, ge=1, description="right after the job first completes this global step "
                                 "(instrumented jobs are held there until the fault has landed)")
     on: EventTrigger | None = Field(None, description="on a workload event")
-    duration: Seconds | None = Field(None, description="how long the fault lasts (freeze)")
+    duration: Seconds | None = Field(None, description="how long the fault lasts (freeze; network faults, which "
+                                     "otherwise last until the run ends)")
     mode: Literal["truncate", "flip", "delete"] | None = Field(
         None, description="corrupt_checkpoint only: how the newest checkpoint is damaged")
+    delay: Seconds | None = Field(None, description="delay only: added to every packet the node sends, e.g. 100ms")
+    jitter: Seconds | None = Field(None, description="delay only: uniform +- spread, e.g. 10ms")
+    loss_percent: float | None = Field(None, gt=0, le=100, description="loss only: share of sent packets dropped")
+    rate: str | None = Field(None, description="bandwidth only: egress cap in tc units, e.g. 10mbit, 500kbit")
+    groups: list[list[PartitionMember]] | None = Field(
+        None, description="partition only: two groups of node indices (or 'store') that stop reaching each other, "
+        "e.g. [[0], [1, 2]] or [[1], [store]]")
+    one_way: bool = Field(False, description="partition only: cut traffic from the first group to the second only")
 
     @model_validator(mode="after")
     def _check(self) -> Fault:
@@ -151,22 +175,48 @@ class Fault(Strict):
             raise ValueError(f"give exactly one trigger (at, at_step or on), got {triggers or 'none'}")
         if self.kind == "freeze" and self.duration is None:
             raise ValueError("freeze needs a duration, e.g. duration: 5s")
-        if self.kind != "freeze" and self.duration is not None:
+        if self.kind not in ("freeze", *NETWORK_FAULTS) and self.duration is not None:
             raise ValueError(f"{self.kind} takes no duration")
+        self._check_network_fields()
         if self.kind == "corrupt_checkpoint":
             if self.mode is None:
                 self.mode = "flip"
         elif self.mode is not None:
             raise ValueError("mode applies to corrupt_checkpoint only")
-        if self.target is None and self.kind != "corrupt_checkpoint":
+        if self.target is None and self.kind not in ("corrupt_checkpoint", "partition"):
             raise ValueError(f"{self.kind} needs a target: a node index, rendezvous_host, random or event_node")
         if self.target is not None and self.kind == "corrupt_checkpoint":
             raise ValueError("corrupt_checkpoint acts on the checkpoint storage and takes no target")
+        if self.target is not None and self.kind == "partition":
+            raise ValueError("partition takes groups, not a target (isolate cuts one node off everything)")
         if self.target == "event_node" and self.on is None:
             raise ValueError("target: event_node needs an 'on' trigger")
         if self.seed is not None and self.target != "random":
             raise ValueError("seed applies to target: random only")
         return self
+
+
+    def _check_network_fields(self) -> None:
+        needs = {"delay": "delay", "loss": "loss_percent", "bandwidth": "rate", "partition": "groups"}
+        owners = {"delay": "delay", "jitter": "delay", "loss_percent": "loss", "rate": "bandwidth",
+                  "groups": "partition"}
+        for name, owner in owners.items():
+            if getattr(self, name) is not None and self.kind != owner:
+                raise ValueError(f"{name} applies to kind: {owner} only")
+        if self.one_way and self.kind != "partition":
+            raise ValueError("one_way applies to kind: partition only")
+        if self.kind in needs and getattr(self, needs[self.kind]) is None:
+            example = {"delay": "delay: 100ms", "loss": "loss_percent: 10", "bandwidth": "rate: 10mbit",
+                       "partition": "groups: [[0], [1, 2]]"}[self.kind]
+            raise ValueError(f"{self.kind} needs {needs[self.kind]}, e.g. {example}")
+        if self.rate is not None and not _RATE.match(self.rate):
+            raise ValueError(f"rate: expected a tc rate such as 10mbit, 500kbit or 1gbit, got {self.rate!r}")
+        if self.groups is not None:
+            if len(self.groups) != 2 or not all(self.groups):
+                raise ValueError("groups: expected two non-empty groups, e.g. [[0], [1, 2]]")
+            overlap = set(map(str, self.groups[0])) & set(map(str, self.groups[1]))
+            if overlap:
+                raise ValueError(f"groups: {sorted(overlap)} cannot be on both sides of a partition")
 
 
 class Bound(Strict):
@@ -202,6 +252,8 @@ class Expect(Strict):
     recovery_s: Bound | None = None
     catch_up_s: Bound | None = None
     lost_steps: Bound | None = None
+    slowdown: Bound | None = Field(None, description="median step time while a healed fault was active, over the "
+                                   "fault-free median (network impairments)")
     goodput: Bound | None = None
     restarts: Bound | None = None
     checkpoint: CheckpointExpect | None = Field(None, description="checkpoint-correctness verdicts to require")
@@ -259,4 +311,13 @@ class Scenario(Strict):
                                  f"(the cluster has nodes 0..{self.cluster.nodes - 1})")
             if fault.target == "rendezvous_host" and self.cluster.mode == "centralized":
                 raise ValueError(f"faults[{i}].target: a centralized job has no rendezvous host")
+            if fault.kind in NETWORK_FAULTS and self.cluster.runtime == "local":
+                raise ValueError(f"faults[{i}].kind: {fault.kind} needs a network stack per node; set "
+                                 "cluster.runtime: netns or docker (the local runtime shares one loopback)")
+            for member in [m for group in fault.groups or [] for m in group]:
+                if isinstance(member, int) and member >= self.cluster.nodes:
+                    raise ValueError(f"faults[{i}].groups: node {member} does not exist "
+                                     f"(the cluster has nodes 0..{self.cluster.nodes - 1})")
+                if member == "store" and self.cluster.mode == "centralized":
+                    raise ValueError(f"faults[{i}].groups: a centralized job has no rendezvous store")
         return self

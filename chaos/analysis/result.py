@@ -44,7 +44,7 @@ def evaluate_expectations(scenario: Scenario, summary: dict[str, Any],
     out.append({"name": "completes", "limit": completes, "value": summary["completed"],
                 "ok": summary["completed"] == completes, "implicit": exp.completes is None})
     disruptive = [f for f in faults if f["kind"] != "corrupt_checkpoint"]
-    for name in ("recovery_s", "catch_up_s", "lost_steps"):
+    for name in ("recovery_s", "catch_up_s", "lost_steps", "slowdown"):
         bound: Bound | None = getattr(exp, name)
         if bound is not None:
             value = _worst([f[name] for f in disruptive], bound)

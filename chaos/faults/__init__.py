@@ -15,8 +15,12 @@ def _load() -> dict[str, type[FaultKind]]:
         for info in pkgutil.iter_modules(__path__):
             if info.name != "base":
                 importlib.import_module(f"{__name__}.{info.name}")
-        for cls in FaultKind.__subclasses__():
-            _REGISTRY[cls.kind] = cls
+        pending = list(FaultKind.__subclasses__())
+        while pending:
+            cls = pending.pop()
+            pending.extend(cls.__subclasses__())
+            if getattr(cls, "kind", ""):
+                _REGISTRY[cls.kind] = cls
     return _REGISTRY
 
 

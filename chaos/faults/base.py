@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from chaos.plan import Plan
 from chaos.runtimes.base import Runtime
 from chaos.scenario import Fault
 
@@ -17,8 +18,12 @@ class FaultContext:
     spec: Fault
     node: str | None  # the resolved target node (None for faults on storage)
     checkpoint_dir: Path | None
+    plan: Plan | None = None
+    fault_id: int = 0
     # Facts a fault wants in the history beside its mechanism (e.g. which checkpoint file it damaged).
     details: dict[str, Any] = field(default_factory=dict)
+    # What a fault must keep to undo itself (rules, helper processes); never written to the history.
+    handles: list[Any] = field(default_factory=list)
 
 
 class FaultKind(ABC):
@@ -32,6 +37,8 @@ class FaultKind(ABC):
     def inject(self, ctx: FaultContext) -> str:
         """Do the damage; return the mechanism used, as it will appear in the history and the report."""
 
-    def heal(self, ctx: FaultContext) -> None:
-        """Undo the damage (at the end of ``duration`` or at teardown); a no-op for faults that cannot be undone."""
+    def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
+        """Undo the damage (at the end of ``duration`` or at teardown); a no-op for faults that cannot be undone.
+
+        May return facts for the ``fault_healed`` event (e.g. whether the previous state came back exactly)."""
         return None

@@ -15,3 +15,4 @@ class Freeze(FaultKind):
     def heal(self, ctx: FaultContext) -> None:
         assert ctx.node is not None
         ctx.runtime.thaw(ctx.node)
+        return None

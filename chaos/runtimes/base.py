@@ -10,7 +10,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
-from chaos.plan import NodePlan
+from chaos.plan import Addressing, NodePlan, Plan
+from chaos.scenario import Scenario
 
 
 class Unsupported(RuntimeError):
@@ -50,6 +51,23 @@ class Runtime(ABC):
     @abstractmethod
     def teardown(self) -> list[str]:
         """Kill and remove everything this runtime created for the run; returns what it had to clean up."""
+
+    def addressing(self, scenario: Scenario) -> Addressing:
+        """Where each node will listen; asked before the plan is built, so the plan shows real addresses."""
+        return Addressing.loopback(scenario)
+
+    def prepare(self, plan: Plan) -> None:
+        """Create what nodes need before the first one starts (networks, namespaces); teardown removes it."""
+        return None
+
+    def net_enter(self, name: str) -> list[str]:
+        """The command prefix that runs a host tool inside the node's network namespace (for network faults)."""
+        raise Unsupported(f"the {self.name} runtime gives nodes no network of their own; "
+                          "network faults need cluster.runtime: netns or docker")
+
+    def interface(self, name: str) -> str:
+        """The node's interface towards the other nodes, inside its namespace."""
+        return "eth0"
 
     def describe(self) -> dict[str, Any]:
         return {"runtime": self.name}

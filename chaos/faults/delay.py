@@ -1,0 +1,42 @@
+"""Delay: every packet the node sends waits ``delay`` (± ``jitter``): a slow or distant link.
+
+``tc netem`` where the kernel has it; otherwise (no ``sch_netem``, as on this project's CI kernel) iptables sends
+the node's egress to an NFQUEUE that :mod:`chaos.net.delayer` releases after the delay. The delayer keeps packet
+order (netem with jitter reorders); the mechanism used is recorded in the history.
+"""
+
+from __future__ import annotations
+
+import os
+
+from chaos.faults.base import FaultContext
+from chaos.faults.netbase import NetworkFault, impairment
+from chaos.net.capabilities import delay_mechanism
+from chaos.net.impair import start_delayer
+from chaos.runtimes.local import ENGINE_VAR, TREE_VAR
+
+QUEUE = 7
+
+
+class Delay(NetworkFault):
+    kind = "delay"
+
+    def inject(self, ctx: FaultContext) -> str:
+        assert ctx.node is not None and ctx.spec.delay is not None
+        delay_ms, jitter_ms = ctx.spec.delay * 1000, (ctx.spec.jitter or 0.0) * 1000
+        mechanism = delay_mechanism()
+        if mechanism is None:
+            raise RuntimeError("this kernel has neither sch_netem nor NFQUEUE with libnetfilter_queue; "
+                               "run `chaos doctor` for the fix")
+        imp = impairment(ctx, ctx.node)
+        ctx.handles.append(imp)
+        ctx.details.update(delay_ms=delay_ms, jitter_ms=jitter_ms, mechanism=mechanism, interface=imp.interface)
+        if mechanism == "netem":
+            imp.add_root_qdisc(["netem", "delay", f"{delay_ms:g}ms", f"{jitter_ms:g}ms"])
+            return f"tc netem delay {delay_ms:g}ms ±{jitter_ms:g}ms on {ctx.node}'s {imp.interface}"
+        run_id = ctx.plan.run_id if ctx.plan is not None else "run"
+        env = {**os.environ, TREE_VAR: f"{run_id}/delayer-{ctx.fault_id}", ENGINE_VAR: str(os.getpid())}
+        imp.delayer = start_delayer(imp.enter, QUEUE, delay_ms, jitter_ms, env)
+        imp.add_rule("OUTPUT", ["-o", imp.interface, "-j", "NFQUEUE", "--queue-num", str(QUEUE), "--queue-bypass"])
+        return (f"iptables NFQUEUE {QUEUE} + userspace delayer {delay_ms:g}ms ±{jitter_ms:g}ms on {ctx.node}'s "
+                f"egress ({imp.interface}; no sch_netem in this kernel)")

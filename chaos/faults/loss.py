@@ -1,0 +1,28 @@
+"""Loss: a share of the packets the node sends is dropped (a flaky NIC, a congested switch)."""
+
+from __future__ import annotations
+
+from chaos.faults.base import FaultContext
+from chaos.faults.netbase import NetworkFault, impairment
+from chaos.net.capabilities import loss_mechanism
+
+
+class Loss(NetworkFault):
+    kind = "loss"
+
+    def inject(self, ctx: FaultContext) -> str:
+        assert ctx.node is not None and ctx.spec.loss_percent is not None
+        percent = ctx.spec.loss_percent
+        mechanism = loss_mechanism()
+        if mechanism is None:
+            raise RuntimeError("this kernel has neither sch_netem nor the iptables statistic match; "
+                               "run `chaos doctor` for the fix")
+        imp = impairment(ctx, ctx.node)
+        ctx.handles.append(imp)
+        ctx.details.update(loss_percent=percent, mechanism=mechanism, interface=imp.interface)
+        if mechanism == "netem":
+            imp.add_root_qdisc(["netem", "loss", f"{percent:g}%"])
+            return f"tc netem loss {percent:g}% on {ctx.node}'s {imp.interface}"
+        imp.add_rule("OUTPUT", ["-o", imp.interface, "-m", "statistic", "--mode", "random", "--probability",
+                                f"{percent / 100:.6f}", "-j", "DROP"])
+        return f"iptables statistic match: drop {percent:g}% of {ctx.node}'s egress on {imp.interface}"

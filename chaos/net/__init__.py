@@ -1,0 +1,1 @@
+"""Network faults that work without sch_netem: NFQUEUE-based delay and friends."""
