@@ -40,6 +40,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
             for e in exc.errors:
                 err.print(f"[red]error[/red] {e}", highlight=False)
             continue
+        if args.machine:
+            from chaos.doctor import advice, unmet
+
+            problems = unmet(scenario)
+            if problems:
+                bad += 1
+                err.print(f"[red]error[/red] {name}: {advice(problems)}", highlight=False)
+                continue
         out.print(f"[green]ok[/green] {name}: {scenario.name} ({len(scenario.faults)} fault(s))", highlight=False)
     return EXIT_USAGE if bad else EXIT_PASS
 
@@ -228,10 +236,43 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from chaos.runtimes.local import kill_marked
+    from chaos.cleanup import cleanup
 
-    procs = kill_marked(args.run_id, only_orphans=not args.all and args.run_id is None)
-    out.print(f"killed {len(procs)} leftover torch-chaos process(es)")
+    removed = cleanup(args.run_id, only_orphans=not args.all and args.run_id is None)
+    for line in removed:
+        out.print(f"removed {line}", highlight=False)
+    out.print(f"removed {len(removed)} leftover torch-chaos object(s)", highlight=False)
+    return EXIT_PASS
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from chaos.doctor import machine_checks
+
+    checks = machine_checks()
+    t = Table(title="what this machine supports")
+    for col in ("check", "ok", "detail", "fix"):
+        t.add_column(col, overflow="fold")
+    for c in checks:
+        t.add_row(c.name, "[green]yes[/green]" if c.ok else "[red]no[/red]", c.detail, "" if c.ok else c.fix)
+    out.print(t)
+    if args.json:
+        print(json.dumps([c.__dict__ for c in checks], indent=2))
+    return EXIT_PASS if all(c.ok for c in checks) else EXIT_FAIL
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    from chaos.image import ImageBuildError, build_image, image_tag
+
+    if args.action == "tag":
+        print(image_tag())
+        return EXIT_PASS
+    try:
+        result = build_image(method=args.method, force=args.force, log=lambda line: out.print(line, highlight=False))
+    except ImageBuildError as exc:
+        err.print(f"[red]error[/red] {exc}", highlight=False)
+        return EXIT_FAIL
+    size = f", {result.size_bytes / 1e9:.2f} GB" if result.size_bytes else ""
+    out.print(f"image {result.tag} ({result.method}, {result.seconds:.1f}s{size})", highlight=False)
     return EXIT_PASS
 
 
@@ -246,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("validate", help="check scenario files and report every error")
     v.add_argument("files", nargs="+")
+    v.add_argument("--no-machine", dest="machine", action="store_false",
+                   help="check the files only, not whether this machine can run them")
     v.set_defaults(func=cmd_validate)
     s = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     s.set_defaults(func=cmd_schema)
@@ -272,10 +315,21 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", default="runs", help="directory for run directories")
     cmp.add_argument("-o", "--output", default="reports/generated/compare", help="where the report is written")
     cmp.set_defaults(func=cmd_compare)
-    c = sub.add_parser("cleanup", help="kill the processes of runs whose engine died (SIGKILL, crash)")
-    c.add_argument("--run-id", default=None, help="only this run's processes (live or not)")
-    c.add_argument("--all", action="store_true", help="also the processes of runs whose engine is still alive")
+    c = sub.add_parser("cleanup", help="remove what runs whose engine died left behind (processes, containers, "
+                       "networks, namespaces, delayers)")
+    c.add_argument("--run-id", default=None, help="only this run's objects (live or not)")
+    c.add_argument("--all", action="store_true", help="also the objects of runs whose engine is still alive")
     c.set_defaults(func=cmd_cleanup)
+    d = sub.add_parser("doctor", help="what this machine supports (docker, root, netem, NFQUEUE, tbf, image), "
+                       "with the command that fixes each gap")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_doctor)
+    im = sub.add_parser("image", help="build the node image for the docker runtime (offline with debootstrap)")
+    im.add_argument("action", choices=["build", "tag"])
+    im.add_argument("--method", choices=["auto", "debootstrap", "dockerfile"], default="auto",
+                    help="auto: dockerfile when python:3.11-slim is already here, else debootstrap (offline)")
+    im.add_argument("--force", action="store_true", help="rebuild even when the image for these inputs exists")
+    im.set_defaults(func=cmd_image)
     return p
 
 

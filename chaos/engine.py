@@ -191,6 +191,9 @@ class Engine:
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> Result:
+        from chaos.doctor import require
+
+        require(self.scenario)  # before anything is created: a missing piece is advice, not a half-run
         self._prepare()
         self.started = time.time()
         result_reason = ("error", "engine failed")

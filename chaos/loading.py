@@ -87,6 +87,22 @@ def _explain(err: dict[str, Any]) -> str:
     return msg
 
 
+_MESSAGE_FIELD = re.compile(r"^([a-z_]+(?:\[\d+\])?(?:\.[a-z_]+(?:\[\d+\])?)*): (.*)$", re.S)
+
+
+def _field_from_message(message: str) -> tuple[str, tuple[Any, ...], str]:
+    m = _MESSAGE_FIELD.match(message)
+    if not m:
+        return "", (), message
+    path: list[Any] = []
+    for part in m.group(1).split("."):
+        name, _, rest = part.partition("[")
+        path.append(name)
+        if rest:
+            path.append(int(rest.rstrip("]")))
+    return m.group(1), tuple(path), m.group(2)
+
+
 def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
     try:
         root = yaml.compose(text, Loader=_Loader)
@@ -105,8 +121,11 @@ def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
         seen = set()
         for err in exc.errors():
             field, clean = _field_path(tuple(err["loc"]))
+            explained = _explain(err)
+            if not clean:  # a whole-scenario check names its field in the message ("faults[0].target: ...")
+                field, clean, explained = _field_from_message(explained)
             # A union (shipped vs command workload) reports each member; keep the first error per field.
-            key = (field, _explain(err))
+            key = (field, explained)
             if key in seen:
                 continue
             seen.add(key)
@@ -115,7 +134,7 @@ def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
                 if clean[:n] in lines:
                     line = lines[clean[:n]]
                     break
-            errors.append(ScenarioError(file, line, field, _explain(err)))
+            errors.append(ScenarioError(file, line, field, explained))
         errors.sort(key=lambda e: e.line or 0)
         raise ScenarioInvalid(errors) from None
 

@@ -1,8 +1,11 @@
 """Delay: every packet the node sends waits ``delay`` (± ``jitter``): a slow or distant link.
 
-``tc netem`` where the kernel has it; otherwise (no ``sch_netem``, as on this project's CI kernel) iptables sends
-the node's egress to an NFQUEUE that :mod:`chaos.net.delayer` releases after the delay. The delayer keeps packet
-order (netem with jitter reorders); the mechanism used is recorded in the history.
+``tc netem`` on egress where the kernel has it; otherwise (no ``sch_netem``, as on this project's CI kernel)
+iptables sends the node's *ingress* to an NFQUEUE that :mod:`chaos.net.delayer` releases after the delay. Ingress,
+not egress: a queued outgoing packet still counts against its socket's TCP small-queue budget, which let a bulk
+sender through at ~2 packets per delay (measured); a received packet is detached from any socket first. Every
+round trip through the node still gains the delay once. The delayer keeps packet order (netem with jitter
+reorders); the mechanism used is recorded in the history.
 """
 
 from __future__ import annotations
@@ -37,6 +40,6 @@ class Delay(NetworkFault):
         run_id = ctx.plan.run_id if ctx.plan is not None else "run"
         env = {**os.environ, TREE_VAR: f"{run_id}/delayer-{ctx.fault_id}", ENGINE_VAR: str(os.getpid())}
         imp.delayer = start_delayer(imp.enter, QUEUE, delay_ms, jitter_ms, env)
-        imp.add_rule("OUTPUT", ["-o", imp.interface, "-j", "NFQUEUE", "--queue-num", str(QUEUE), "--queue-bypass"])
+        imp.add_rule("INPUT", ["-i", imp.interface, "-j", "NFQUEUE", "--queue-num", str(QUEUE), "--queue-bypass"])
         return (f"iptables NFQUEUE {QUEUE} + userspace delayer {delay_ms:g}ms ±{jitter_ms:g}ms on {ctx.node}'s "
-                f"egress ({imp.interface}; no sch_netem in this kernel)")
+                f"ingress ({imp.interface}; no sch_netem in this kernel)")

@@ -1,0 +1,246 @@
+"""The docker runtime: one container per node on an internal network the run creates, through the Docker SDK.
+
+The network is ``internal`` with an explicit subnet, so nothing routes off the machine. The repository (workload
+code and the ``chaos`` package) is bind-mounted read-only and the run directory read-write at the same paths as
+on the host: a code change needs no image rebuild, and commands, the history file and checkpoints have the same
+paths inside and out. Every object is labelled ``torch-chaos=<run-id>`` plus the engine's pid, so teardown and
+``chaos cleanup`` remove exactly what torch-chaos made, and tell orphans of a dead engine from live runs.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from chaos.plan import REPO_ROOT, STORE_NODE, Addressing, NodePlan, Plan, node_names
+from chaos.runtimes.base import Runtime
+from chaos.runtimes.local import ENGINE_VAR, TREE_VAR
+from chaos.scenario import Scenario
+
+LABEL = "torch-chaos"
+ENGINE_LABEL = "torch-chaos.engine-pid"
+STORE_PORT = 29400
+SOCKET_IFNAME = {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0"}
+# /24s carved from this block for run networks; one not used by any existing docker network is picked.
+POOL = ipaddress.ip_network("172.30.0.0/16")
+
+
+class DockerUnavailable(RuntimeError):
+    """The engine cannot be reached or the image is missing: what to run is in the message."""
+
+
+def client() -> Any:
+    try:
+        import docker
+    except ImportError:
+        raise DockerUnavailable("the docker SDK is missing: pip install docker") from None
+    try:
+        c = docker.from_env(timeout=60)
+        c.ping()
+    except Exception as exc:
+        raise DockerUnavailable(f"no Docker engine reachable ({type(exc).__name__}); start it: "
+                                "`systemctl start docker`, or `dockerd &` (apt-get install -y docker.io)") from None
+    return c
+
+
+def used_subnets(c: Any) -> list[ipaddress.IPv4Network]:
+    nets = []
+    for net in c.api.networks():
+        for cfg in (net.get("IPAM") or {}).get("Config") or []:
+            try:
+                nets.append(ipaddress.ip_network(cfg.get("Subnet", ""), strict=False))
+            except ValueError:
+                continue
+    return [n for n in nets if isinstance(n, ipaddress.IPv4Network)]
+
+
+def pick_subnet(run_id: str, used: list[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
+    subnets = list(POOL.subnets(new_prefix=24))
+    start = zlib.crc32(run_id.encode()) % len(subnets)
+    for k in range(len(subnets)):
+        candidate = subnets[(start + k) % len(subnets)]
+        if not any(candidate.overlaps(u) for u in used):
+            return candidate
+    raise DockerUnavailable(f"every /24 in {POOL} is taken by a docker network; remove some (`chaos cleanup --all`)")
+
+
+def _engine_dead(labels: dict[str, str]) -> bool:
+    pid = labels.get(ENGINE_LABEL, "")
+    return not (pid.isdigit() and psutil.pid_exists(int(pid)))
+
+
+def remove_objects(run_id: str | None, only_orphans: bool = False) -> list[str]:
+    """Remove torch-chaos containers, then networks (one run's, or every run's); returns what went."""
+    try:
+        c = client()
+    except DockerUnavailable:
+        return []
+    selector = f"{LABEL}={run_id}" if run_id else LABEL
+    removed = []
+    for ct in c.api.containers(all=True, filters={"label": selector}):
+        if only_orphans and not _engine_dead(ct.get("Labels") or {}):
+            continue
+        c.api.remove_container(ct["Id"], force=True)
+        removed.append(f"container {ct['Names'][0].lstrip('/')}")
+    for net in c.api.networks(filters={"label": selector}):
+        if only_orphans and not _engine_dead(net.get("Labels") or {}):
+            continue
+        try:
+            c.api.remove_network(net["Id"])
+            removed.append(f"network {net['Name']}")
+        except Exception:  # still has endpoints of a live run: leave it
+            continue
+    return removed
+
+
+class DockerRuntime(Runtime):
+    name = "docker"
+
+    def __init__(self, run_id: str, run_dir: str | Path, image: str | None = None):
+        super().__init__(run_id, run_dir)
+        from chaos.image import image_tag
+
+        self.image = image or image_tag()
+        self.short = run_id[-6:]
+        self.network_name = f"tchaos-{self.short}"
+        self.addresses: dict[str, str] = {}
+        self.subnet: ipaddress.IPv4Network | None = None
+        self._client: Any = None
+        self._ids: dict[str, str] = {}
+
+    @property
+    def docker(self) -> Any:
+        if self._client is None:
+            self._client = client()
+        return self._client
+
+    def container_name(self, name: str) -> str:
+        return f"tchaos-{self.short}-{name}"
+
+    def labels(self) -> dict[str, str]:
+        return {LABEL: self.run_id, ENGINE_LABEL: str(os.getpid())}
+
+    def addressing(self, scenario: Scenario) -> Addressing:
+        from chaos.image import VENV
+
+        try:
+            used = used_subnets(self.docker)
+        except DockerUnavailable:
+            used = []  # a dry run on a machine without an engine still shows the plan
+        self.subnet = pick_subnet(self.run_id, used)
+        hosts = list(self.subnet.hosts())
+        self.addresses = {n: str(hosts[249] if n == STORE_NODE else hosts[9 + i])
+                          for i, n in enumerate(node_names(scenario))}
+        return Addressing(dict(self.addresses), STORE_PORT, python=f"{VENV}/bin/python", env=dict(SOCKET_IFNAME))
+
+    def prepare(self, plan: Plan) -> None:
+        import docker.types
+
+        if not self.docker.api.images(name=self.image):
+            raise DockerUnavailable(f"image {self.image} is not built here: run `chaos image build`")
+        assert self.subnet is not None
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(
+            subnet=str(self.subnet), gateway=str(next(self.subnet.hosts())))])
+        self.docker.networks.create(self.network_name, driver="bridge", internal=True, ipam=ipam,
+                                    labels=self.labels(), check_duplicate=True)
+
+    def start_node(self, node: NodePlan) -> None:
+        api = self.docker.api
+        cname = self.container_name(node.name)
+        for existing in api.containers(all=True, filters={"name": f"^/{cname}$"}):
+            api.remove_container(existing["Id"], force=True)  # a replacement keeps the same name and address
+        log = self.log_path(node.name)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as fh:
+            fh.write(f"\n===== torch-chaos: starting {node.name} at {time.time():.3f}\n".encode())
+        env = {**node.env, "PYTHONPATH": str(REPO_ROOT), TREE_VAR: f"{self.run_id}/{node.name}",
+               ENGINE_VAR: str(os.getpid())}
+        host_config = api.create_host_config(
+            binds={str(REPO_ROOT): {"bind": str(REPO_ROOT), "mode": "ro"},
+                   str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}},
+            network_mode=self.network_name, init=True, shm_size="256m")
+        networking = api.create_networking_config({self.network_name: api.create_endpoint_config(
+            ipv4_address=self.addresses[node.name])})
+        created = api.create_container(
+            self.image, command=["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log), *node.argv],
+            name=cname, hostname=node.name, environment=env, labels=self.labels(), working_dir=str(self.run_dir),
+            host_config=host_config, networking_config=networking, detach=True)
+        api.start(created["Id"])
+        self._ids[node.name] = created["Id"]
+
+    def _state(self, name: str) -> dict[str, Any] | None:
+        cid = self._ids.get(name)
+        if cid is None:
+            return None
+        try:
+            return dict(self.docker.api.inspect_container(cid)["State"])
+        except Exception:
+            return {"Status": "removed", "ExitCode": -9, "Pid": 0}
+
+    def exit_code(self, name: str) -> int | None:
+        state = self._state(name)
+        if state is None or state["Status"] in ("created", "running", "paused", "restarting"):
+            return None
+        return int(state["ExitCode"])
+
+    def _pid(self, name: str) -> int:
+        state = self._state(name)
+        if not state or not state.get("Pid"):
+            raise RuntimeError(f"{name} is not running")
+        return int(state["Pid"])
+
+    def kill(self, name: str) -> str:
+        state = self._state(name) or {}
+        self.docker.api.kill(self._ids[name], signal="SIGKILL")
+        if state.get("Status") == "paused":
+            self.docker.api.unpause(self._ids[name])
+        return "docker kill (SIGKILL to the container's init: every process in it dies)"
+
+    def kill_workers(self, name: str) -> str:
+        init = psutil.Process(self._pid(name))  # docker-init; its child is torchrun (or the training process)
+        agents = init.children()
+        workers = [p for a in agents for p in a.children(recursive=True)]
+        if not workers:
+            self.kill(name)
+            return "docker kill (the training process is the container's only process: no launcher on this node)"
+        for proc in workers:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        return f"SIGKILL to {len(workers)} worker process(es) from the host; the torchrun agent stays"
+
+    def freeze(self, name: str) -> str:
+        self.docker.api.pause(self._ids[name])
+        return "docker pause (cgroup freezer on every process of the container)"
+
+    def thaw(self, name: str) -> None:
+        state = self._state(name) or {}
+        if state.get("Status") == "paused":
+            self.docker.api.unpause(self._ids[name])
+
+    def net_enter(self, name: str) -> list[str]:
+        return ["nsenter", "-t", str(self._pid(name)), "-n", "--"]
+
+    def teardown(self) -> list[str]:
+        if self._client is None:
+            return []
+        for name, cid in self._ids.items():  # unpause first: removing a frozen container can hang on cgroup v1
+            state = self._state(name) or {}
+            if state.get("Status") == "paused":
+                try:
+                    self.docker.api.unpause(cid)
+                except Exception:
+                    pass
+        return remove_objects(self.run_id)
+
+    def describe(self) -> dict[str, Any]:
+        return {"runtime": self.name, "image": self.image, "network": f"{self.network_name} (internal, "
+                f"subnet {self.subnet})", "freeze_mechanism": "docker pause (cgroup freezer)",
+                "crash_mechanism": "docker kill (SIGKILL)"}

@@ -1,0 +1,97 @@
+"""Network faults and runtimes in scenario files and plans: every mistake is a clear error at validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chaos.cli import main
+from chaos.doctor import unmet
+from chaos.faults.partition import Partition
+from chaos.loading import ScenarioInvalid, parse_scenario
+from chaos.plan import build_plan
+from chaos.runtimes.netns import NetnsRuntime
+
+
+def errors_of(text: str) -> list[str]:
+    with pytest.raises(ScenarioInvalid) as exc:
+        parse_scenario(text, "s.yaml")
+    return [str(e) for e in exc.value.errors]
+
+
+def scenario_text(fault: str, runtime: str = "netns", store: str = "node0") -> str:
+    return (f"name: n\ncluster: {{runtime: {runtime}, nodes: 3, rendezvous: {{store: {store}}}}}\n"
+            f"workload: {{name: ddp-mlp}}\nfaults:\n  - {fault}\n")
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    ("{kind: delay, target: 1, at_step: 3}", "delay needs delay, e.g. delay: 100ms"),
+    ("{kind: loss, target: 1, at_step: 3}", "loss needs loss_percent"),
+    ("{kind: loss, target: 1, at_step: 3, loss_percent: 120}", "less than or equal to 100"),
+    ("{kind: bandwidth, target: 1, at_step: 3, rate: fast}", "expected a tc rate such as 10mbit"),
+    ("{kind: partition, at_step: 3}", "partition needs groups"),
+    ("{kind: partition, at_step: 3, groups: [[0]]}", "expected two non-empty groups"),
+    ("{kind: partition, at_step: 3, groups: [[0, 1], [1]]}", "cannot be on both sides"),
+    ("{kind: partition, target: 1, at_step: 3, groups: [[0], [1]]}", "takes groups, not a target"),
+    ("{kind: partition, at_step: 3, groups: [[0], [7]]}", "node 7 does not exist"),
+    ("{kind: crash, target: 1, at_step: 3, rate: 1mbit}", "rate applies to kind: bandwidth only"),
+    ("{kind: delay, target: 1, at_step: 3, delay: 10ms, one_way: true}", "one_way applies to kind: partition"),
+])
+def test_network_fault_errors(fault: str, message: str) -> None:
+    errs = errors_of(scenario_text(fault))
+    assert any(message in e for e in errs), errs
+    assert all(e.startswith("s.yaml:5: faults[0]") for e in errs), errs
+
+
+def test_network_fault_needs_a_network_per_node() -> None:
+    errs = errors_of(scenario_text("{kind: isolate, target: 1, at_step: 3}", runtime="local"))
+    assert any("needs a network stack per node; set cluster.runtime: netns or docker" in e for e in errs), errs
+
+
+def test_unknown_runtime_is_named() -> None:
+    errs = errors_of(scenario_text("{kind: crash, target: 1, at_step: 3}", runtime="kubernetes"))
+    assert any("expected 'local', 'netns' or 'docker'" in e for e in errs), errs
+
+
+def netns_plan(tmp_path: Path, fault: str, store: str = "node0"):  # type: ignore[no-untyped-def]
+    s = parse_scenario(scenario_text(fault, store=store))
+    runtime = NetnsRuntime("20261130-000000-n-abc123", tmp_path)
+    return build_plan(s, "20261130-000000-n-abc123", tmp_path, runtime.addressing(s))
+
+
+def test_netns_plan_gives_every_node_its_address(tmp_path: Path) -> None:
+    plan = netns_plan(tmp_path, "{kind: crash, target: 1, at_step: 3}")
+    for i, node in enumerate(plan.nodes):
+        assert f"--local-addr={plan.addresses[node.name]}" in node.argv
+        assert f"--rdzv-endpoint={plan.addresses['node0']}:{plan.store_port}" in node.argv
+        assert any(a.startswith("--rdzv-conf=is_host=" + ("true" if i == 0 else "false")) for a in node.argv)
+        assert node.env["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert len(set(plan.addresses.values())) == 3
+
+
+def test_partition_cuts_resolve_the_store(tmp_path: Path) -> None:
+    plan = netns_plan(tmp_path, "{kind: partition, at_step: 3, groups: [[1], [store]]}")
+    ns, match = Partition._cut(plan, "node1", "store")
+    assert ns == "node1" and match == ["-d", plan.addresses["node0"], "-p", "tcp", "--dport", str(plan.store_port)]
+    ns, match = Partition._cut(plan, "store", "node1")
+    assert ns == "node0" and match[-2:] == ["--sport", str(plan.store_port)]
+    with pytest.raises(ValueError, match="share node0's network stack"):
+        Partition._cut(plan, "node0", "store")
+    dedicated = netns_plan(tmp_path, "{kind: partition, at_step: 3, groups: [[0], [store]]}", store="dedicated")
+    assert Partition._cut(dedicated, "node0", "store") == ("node0", ["-d", dedicated.addresses["store"]])
+
+
+def test_local_scenarios_need_nothing_from_the_machine() -> None:
+    s = parse_scenario("name: l\nworkload: {name: ddp-mlp}\nfaults:\n  - {kind: crash, target: 1, at_step: 3}\n")
+    assert unmet(s) == []
+
+
+def test_dry_run_shows_network_addresses_and_creates_nothing(capsys: pytest.CaptureFixture[str],
+                                                            tmp_path: Path) -> None:
+    assert main(["run", "netns/partial-partition", "--dry-run", "--json", "--out", str(tmp_path)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["runtime"] == "netns" and plan["addresses"]["node1"].startswith("10.213.0.")
+    assert plan["faults"][0]["kind"] == "partition"
+    assert not any(tmp_path.iterdir())
