@@ -239,7 +239,8 @@ def dockerfile_text() -> str:
 
 def _build_dockerfile(client: Any, tag: str, log: Callable[[str], None]) -> None:
     stream = client.api.build(fileobj=io.BytesIO(dockerfile_text().encode()), tag=tag, rm=True, forcerm=True,
-                              pull=False, decode=True, labels={INPUTS_LABEL: _inputs_sha()})
+                              pull=False, decode=True,
+                              labels={INPUTS_LABEL: _inputs_sha(), "torch-chaos.method": "dockerfile"})
     for chunk in stream:
         if "error" in chunk:
             raise ImageBuildError(f"docker build failed: {chunk['error'].strip()}")
@@ -349,11 +350,13 @@ def _build_debootstrap(client: Any, tag: str, log: Callable[[str], None], start:
         _chroot(rootfs, ["python3", "-m", "venv", VENV], "creating the venv")
         shutil.move(str(wheels), rootfs / "tmp" / "wheels")
         step("installing wheels into the venv")
-        _chroot(rootfs, [f"{VENV}/bin/pip", "install", "--no-index", "--find-links", "/tmp/wheels", *pins],
-                "pip install in the image")
+        # pip compiles on one core; installing without and compiling with -j0 measured 35 s instead of 64 s on 2 cores.
+        _chroot(rootfs, [f"{VENV}/bin/pip", "install", "--no-compile", "--no-index", "--find-links", "/tmp/wheels",
+                         *pins], "pip install in the image")
         step("compileall")
         # Exit 1 is expected: torch ships Python-3.12-only test modules that cannot compile; everything else does.
-        _chroot(rootfs, [f"{VENV}/bin/python", "-m", "compileall", "-q", f"{VENV}/lib"], "compileall", ok=(0, 1))
+        _chroot(rootfs, [f"{VENV}/bin/python", "-m", "compileall", "-j0", "-q", f"{VENV}/lib"], "compileall",
+                ok=(0, 1))
         step("cleaning up the root filesystem")
 
         for junk in [rootfs / "tmp" / "wheels", rootfs / "usr/share/doc", rootfs / "usr/share/man",
