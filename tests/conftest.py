@@ -18,17 +18,36 @@ def _ours_or_orphaned(proc: psutil.Process) -> bool:
 
 
 def network_objects() -> set[str]:
-    """torch-chaos namespaces, containers and networks on this machine (empty where there is no engine/root)."""
-    from chaos.runtimes.docker import LABEL, DockerUnavailable, client
-    from chaos.runtimes.netns import list_namespaces
+    """torch-chaos namespaces, containers and networks of this process's runs or of dead engines (a leak).
 
-    found = {f"netns {n}" for n in list_namespaces()} if os.geteuid() == 0 else set()
+    Objects of another live engine (a run in a second terminal, another xdist worker) are not ours to judge."""
+    import json
+
+    from chaos.runtimes.docker import ENGINE_LABEL, LABEL, DockerUnavailable, client
+    from chaos.runtimes.netns import OWNERS_DIR, list_namespaces
+
+    def ours_or_dead(pid: str) -> bool:
+        return not pid.isdigit() or int(pid) == os.getpid() or not psutil.pid_exists(int(pid))
+
+    found = set()
+    if os.geteuid() == 0:
+        for ns in list_namespaces():
+            try:
+                owner = json.loads((OWNERS_DIR / f"{'-'.join(ns.split('-')[:2])}.json").read_text())
+            except (OSError, ValueError):
+                owner = {}
+            if ours_or_dead(str(owner.get("engine_pid", ""))):
+                found.add(f"netns {ns}")
     try:
         c = client()
     except DockerUnavailable:
         return found
-    found |= {f"container {ct['Id']}" for ct in c.api.containers(all=True, filters={"label": LABEL})}
-    found |= {f"network {n['Id']}" for n in c.api.networks(filters={"label": LABEL})}
+    for ct in c.api.containers(all=True, filters={"label": LABEL}):
+        if ours_or_dead((ct.get("Labels") or {}).get(ENGINE_LABEL, "")):
+            found.add(f"container {ct['Id']}")
+    for n in c.api.networks(filters={"label": LABEL}):
+        if ours_or_dead((n.get("Labels") or {}).get(ENGINE_LABEL, "")):
+            found.add(f"network {n['Id']}")
     return found
 
 
