@@ -262,7 +262,9 @@ class Expect(Strict):
 class Explore(Strict):
     """Bounds for ``chaos explore``: which fault plans hypothesis may generate (and shrink) for this scenario."""
 
-    kinds: list[FaultKind] = Field(default_factory=lambda: ["crash"], min_length=1)
+    kinds: list[Literal["crash", "kill_worker", "freeze", "corrupt_checkpoint"]] = Field(
+        default_factory=lambda: ["crash"], min_length=1, description="process and storage faults (network faults "
+        "need parameters of their own and are not generated yet)")
     targets: list[int | Literal["rendezvous_host", "event_node"]] = Field(
         default_factory=lambda: [0], min_length=1, description="event_node applies to event-triggered faults")
     max_faults: int = Field(2, ge=1, le=8)

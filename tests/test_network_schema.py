@@ -95,3 +95,18 @@ def test_dry_run_shows_network_addresses_and_creates_nothing(capsys: pytest.Capt
     assert plan["runtime"] == "netns" and plan["addresses"]["node1"].startswith("10.213.0.")
     assert plan["faults"][0]["kind"] == "partition"
     assert not any(tmp_path.iterdir())
+
+
+def test_validate_refuses_a_scenario_this_machine_cannot_run(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Missing pieces are found at validation, with the fix, never halfway through a run."""
+    s = tmp_path / "needs-an-image.yaml"
+    s.write_text("name: img\ncluster: {runtime: docker, nodes: 2, docker: {image: 'torch-chaos:not-built-here'}}\n"
+                 "workload: {name: ddp-mlp}\n")
+    assert main(["validate", str(s)]) == 2
+    message = capsys.readouterr().err.replace("\n", " ")
+    assert "cannot run it yet" in message and "fix:" in message
+    assert "chaos image build" in message or "dockerd" in message
+    assert main(["validate", "--no-machine", str(s)]) == 0
+    assert main(["run", str(s), "--out", str(tmp_path / "runs")]) == 2
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
