@@ -87,3 +87,38 @@ def test_partial_partition_loops_and_is_reported(runtime: str, machine_for: Call
     starts = [e for e in read_history(run_dir / "events.jsonl")
               if e.get("event") == "process_started" and e.get("rank") == 0 and e["t"] > fault["t_injected"]]
     assert len(starts) >= 3, "the workers did not restart repeatedly after the partition"
+
+
+WORKER_AND_STORAGE_FAULTS = """\
+name: {runtime}-worker-and-storage-faults
+cluster: {{runtime: {runtime}, nodes: 2, min_nodes: 2}}
+workload: {{name: ddp-mlp, args: {{steps: 400, checkpoint_every: 50}}}}
+faults:
+  - {{kind: kill_worker, target: 1, at_step: 120}}
+  - {{kind: corrupt_checkpoint, mode: flip, at_step: 260}}
+  - {{kind: kill_worker, target: 0, at_step: 270}}
+expect:
+  checkpoint: {{digests_ok: true, resumed_from_newest_valid: true, exactly_once: true, matches_golden: bitwise}}
+limits: {{deadline_s: 240, stall_timeout_s: 60}}
+"""
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_worker_kill_and_checkpoint_damage_through_the_mount(runtime: str,
+                                                            machine_for: Callable[[Any], None]) -> None:
+    """kill_worker reaches the workers (from the host, into the container) and leaves the agent, which restarts
+    them; corrupt_checkpoint damages the newest checkpoint on the shared mount, and the resume skips it."""
+    from chaos.loading import parse_scenario
+    from tests.runs import run_scenario
+
+    scenario = parse_scenario(WORKER_AND_STORAGE_FAULTS.format(runtime=runtime))
+    machine_for(scenario)
+    result, run_dir = run_scenario(scenario)
+    assert result["verdict"] == "pass", (result["why"], run_dir)
+    kills = [f for f in result["faults"] if f["kind"] == "kill_worker"]
+    assert all(f["restarted"] and "agent stays" in f["mechanism"] for f in kills), kills
+    assert result["node_replacements"] == 0  # the agents restarted their workers; no node was replaced
+    [damage] = [e for e in read_history(run_dir / "events.jsonl")
+                if e.get("event") == "fault_injected" and e["kind"] == "corrupt_checkpoint"]
+    assert damage["details"]["step"] == 250
+    assert kills[1]["resumed_from"] == 200, "the resume must skip the damaged step-250 checkpoint"
