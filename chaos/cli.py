@@ -253,11 +253,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for col in ("check", "ok", "detail", "fix"):
         t.add_column(col, overflow="fold")
     for c in checks:
-        t.add_row(c.name, "[green]yes[/green]" if c.ok else "[red]no[/red]", c.detail, "" if c.ok else c.fix)
-    out.print(t)
+        mark = "[green]yes[/green]" if c.ok else "[red]no[/red]" if c.required else "[yellow]no[/yellow]"
+        t.add_row(c.name, mark, c.detail, "" if c.ok else c.fix)
     if args.json:
         print(json.dumps([c.__dict__ for c in checks], indent=2))
-    return EXIT_PASS if all(c.ok for c in checks) else EXIT_FAIL
+    else:
+        out.print(t)
+    return EXIT_PASS if all(c.ok or not c.required for c in checks) else EXIT_FAIL
 
 
 def cmd_image(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    required: bool = True  # False: a better mechanism that has a working fallback (netem)
 
 
 def _docker_checks(image: str | None = None) -> list[Check]:
@@ -60,7 +61,8 @@ def _net_checks() -> list[Check]:
     checks += [
         Check("tc netem", f["netem"], "kernel has sch_netem" if f["netem"] else
               "no sch_netem in this kernel: delay uses NFQUEUE, loss uses iptables statistic",
-              "" if f["netem"] else "optional: modprobe sch_netem (or a kernel with CONFIG_NET_SCH_NETEM)"),
+              "" if f["netem"] else "optional: modprobe sch_netem (or a kernel with CONFIG_NET_SCH_NETEM)",
+              required=False),
         Check("NFQUEUE + libnetfilter_queue", f["nfqueue"] and f["libnetfilter_queue"],
               f"NFQUEUE target {'works' if f['nfqueue'] else 'missing'}, libnetfilter_queue "
               f"{'found' if f['libnetfilter_queue'] else 'missing'}", f"{apt} libnetfilter-queue1"),

@@ -110,3 +110,12 @@ def test_validate_refuses_a_scenario_this_machine_cannot_run(tmp_path: Path,
     assert main(["validate", "--no-machine", str(s)]) == 0
     assert main(["run", str(s), "--out", str(tmp_path / "runs")]) == 2
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_doctor_names_a_fix_for_every_gap(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["doctor", "--json"])
+    checks = json.loads(capsys.readouterr().out)
+    names = {c["name"] for c in checks}
+    assert {"root", "docker engine", "docker image", "iptables", "debootstrap (offline image build)"} <= names
+    assert all(c["fix"] for c in checks if not c["ok"]), checks
+    assert code == (0 if all(c["ok"] or not c["required"] for c in checks) else 1)

@@ -29,6 +29,7 @@ STORE_PORT = 29400
 SOCKET_IFNAME = {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0"}
 # /24s carved from this block for run networks; one not used by any existing docker network is picked.
 POOL = ipaddress.ip_network("172.30.0.0/16")
+EXIT_POLL_S = 0.2
 
 
 class DockerUnavailable(RuntimeError):
@@ -113,6 +114,7 @@ class DockerRuntime(Runtime):
         self.subnet: ipaddress.IPv4Network | None = None
         self._client: Any = None
         self._ids: dict[str, str] = {}
+        self._states: dict[str, tuple[float, dict[str, Any]]] = {}
 
     @property
     def docker(self) -> Any:
@@ -174,17 +176,23 @@ class DockerRuntime(Runtime):
         api.start(created["Id"])
         self._ids[node.name] = created["Id"]
 
-    def _state(self, name: str) -> dict[str, Any] | None:
+    def _state(self, name: str, max_age_s: float = 0.0) -> dict[str, Any] | None:
         cid = self._ids.get(name)
         if cid is None:
             return None
+        cached = self._states.get(cid)
+        if cached is not None and time.monotonic() - cached[0] <= max_age_s:
+            return cached[1]
         try:
-            return dict(self.docker.api.inspect_container(cid)["State"])
+            state = dict(self.docker.api.inspect_container(cid)["State"])
         except Exception:
-            return {"Status": "removed", "ExitCode": -9, "Pid": 0}
+            state = {"Status": "removed", "ExitCode": -9, "Pid": 0}
+        self._states[cid] = (time.monotonic(), state)
+        return state
 
     def exit_code(self, name: str) -> int | None:
-        state = self._state(name)
+        # The engine asks every tick; an API round trip per node per tick would compete with training for CPU.
+        state = self._state(name, max_age_s=EXIT_POLL_S)
         if state is None or state["Status"] in ("created", "running", "paused", "restarting"):
             return None
         return int(state["ExitCode"])

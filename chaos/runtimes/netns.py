@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -40,6 +41,8 @@ def ip(*args: str) -> None:
 
 
 def list_namespaces() -> list[str]:
+    if shutil.which("ip") is None:
+        return []
     proc = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     return [line.split()[0] for line in proc.stdout.splitlines() if line.startswith(NS_PREFIX)]
 
