@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,3 +27,12 @@ def run_scenario(scenario: Scenario) -> tuple[dict[str, Any], Path]:
     engine = Engine(scenario, out_dir=RUNS_ROOT)
     result = engine.run()
     return result, engine.run_dir
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")

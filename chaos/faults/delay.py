@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from chaos.faults.base import FaultContext
-from chaos.faults.netbase import NetworkFault, impairment
+from chaos.faults.netbase import NetworkFault, impairment, mechanism_or_fail
 from chaos.net.capabilities import delay_mechanism
 from chaos.net.impair import start_delayer
 from chaos.runtimes.local import ENGINE_VAR, TREE_VAR
@@ -24,16 +24,11 @@ QUEUE = 7
 class Delay(NetworkFault):
     kind = "delay"
 
-    def inject(self, ctx: FaultContext) -> str:
+    def impair(self, ctx: FaultContext) -> str:
         assert ctx.node is not None and ctx.spec.delay is not None
         delay_ms, jitter_ms = ctx.spec.delay * 1000, (ctx.spec.jitter or 0.0) * 1000
-        mechanism = delay_mechanism()
-        if mechanism is None:
-            raise RuntimeError("this kernel has neither sch_netem nor NFQUEUE with libnetfilter_queue; "
-                               "run `chaos doctor` for the fix")
-        imp = impairment(ctx, ctx.node)
-        ctx.handles.append(imp)
-        ctx.details.update(delay_ms=delay_ms, jitter_ms=jitter_ms, mechanism=mechanism, interface=imp.interface)
+        mechanism = mechanism_or_fail(delay_mechanism(), "neither sch_netem nor NFQUEUE with libnetfilter_queue")
+        imp = impairment(ctx, ctx.node, delay_ms=delay_ms, jitter_ms=jitter_ms, mechanism=mechanism)
         if mechanism == "netem":
             imp.add_root_qdisc(["netem", "delay", f"{delay_ms:g}ms", f"{jitter_ms:g}ms"])
             return f"tc netem delay {delay_ms:g}ms ±{jitter_ms:g}ms on {ctx.node}'s {imp.interface}"

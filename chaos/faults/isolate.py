@@ -9,11 +9,9 @@ from chaos.faults.netbase import NetworkFault, impairment
 class Isolate(NetworkFault):
     kind = "isolate"
 
-    def inject(self, ctx: FaultContext) -> str:
+    def impair(self, ctx: FaultContext) -> str:
         assert ctx.node is not None
-        imp = impairment(ctx, ctx.node)
-        ctx.handles.append(imp)
-        ctx.details.update(mechanism="iptables DROP", interface=imp.interface)
+        imp = impairment(ctx, ctx.node, mechanism="iptables DROP")
         imp.add_rule("INPUT", ["-i", imp.interface, "-j", "DROP"])
         imp.add_rule("OUTPUT", ["-o", imp.interface, "-j", "DROP"])
         return f"iptables DROP of everything in and out of {ctx.node}'s {imp.interface}"

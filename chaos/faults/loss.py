@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 from chaos.faults.base import FaultContext
-from chaos.faults.netbase import NetworkFault, impairment
+from chaos.faults.netbase import NetworkFault, impairment, mechanism_or_fail
 from chaos.net.capabilities import loss_mechanism
 
 
 class Loss(NetworkFault):
     kind = "loss"
 
-    def inject(self, ctx: FaultContext) -> str:
+    def impair(self, ctx: FaultContext) -> str:
         assert ctx.node is not None and ctx.spec.loss_percent is not None
         percent = ctx.spec.loss_percent
-        mechanism = loss_mechanism()
-        if mechanism is None:
-            raise RuntimeError("this kernel has neither sch_netem nor the iptables statistic match; "
-                               "run `chaos doctor` for the fix")
-        imp = impairment(ctx, ctx.node)
-        ctx.handles.append(imp)
-        ctx.details.update(loss_percent=percent, mechanism=mechanism, interface=imp.interface)
+        mechanism = mechanism_or_fail(loss_mechanism(), "neither sch_netem nor the iptables statistic match")
+        imp = impairment(ctx, ctx.node, loss_percent=percent, mechanism=mechanism)
         if mechanism == "netem":
             imp.add_root_qdisc(["netem", "loss", f"{percent:g}%"])
             return f"tc netem loss {percent:g}% on {ctx.node}'s {imp.interface}"

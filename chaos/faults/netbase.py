@@ -2,25 +2,48 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any, ClassVar
 
 from chaos.faults.base import FaultContext, FaultKind
 from chaos.net.impair import Impairment
 
 
-def impairment(ctx: FaultContext, node: str) -> Impairment:
+def impairment(ctx: FaultContext, node: str, **details: Any) -> Impairment:
+    """Snapshot the node's namespace and register the impairment, so heal can undo whatever follows."""
     plan = ctx.plan
     run_id = plan.run_id if plan is not None else "run"
     imp = Impairment(ctx.runtime.net_enter(node), ctx.runtime.interface(node),
                      f"torch-chaos:{run_id}:{ctx.fault_id}")
     imp.begin()
+    ctx.handles.append(imp)
+    ctx.details.update(interface=imp.interface, **details)
     return imp
+
+
+def mechanism_or_fail(mechanism: str | None, missing: str) -> str:
+    if mechanism is None:
+        raise RuntimeError(f"this kernel has {missing}; run `chaos doctor` for the fix")
+    return mechanism
 
 
 class NetworkFault(FaultKind):
     """Impairments change how the network behaves, not whether processes live: recovery shows as slowdown."""
 
     kind: ClassVar[str] = ""
+
+    def inject(self, ctx: FaultContext) -> str:
+        # A fault that fails halfway (one rule added, the next refused) is recorded as failed and never healed
+        # by the engine: undo the part that landed here.
+        try:
+            return self.impair(ctx)
+        except BaseException:
+            self.heal(ctx)
+            raise
+
+    @abstractmethod
+    def impair(self, ctx: FaultContext) -> str:
+        """Apply the impairment through :func:`impairment`; return the mechanism used."""
 
     def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
         impairments: list[Impairment] = [h for h in ctx.handles if isinstance(h, Impairment)]

@@ -23,7 +23,7 @@ class Partition(NetworkFault):
     kind = "partition"
     targets_node = False
 
-    def inject(self, ctx: FaultContext) -> str:
+    def impair(self, ctx: FaultContext) -> str:
         spec, plan = ctx.spec, ctx.plan
         assert spec.groups is not None and plan is not None
         first, second = ([_name(m) for m in g] for g in spec.groups)
@@ -36,9 +36,9 @@ class Partition(NetworkFault):
             where, match = self._cut(plan, src, dst)
             if where not in namespaces:
                 namespaces[where] = impairment(ctx, where)
-                ctx.handles.append(namespaces[where])
             namespaces[where].add_rule("OUTPUT", [*match, "-j", "DROP"])
             cuts.append(f"{src}->{dst}")
+        ctx.details.pop("interface", None)
         ctx.details.update(mechanism="iptables DROP", cuts=cuts, groups=[first, second], one_way=spec.one_way)
         direction = "one way" if spec.one_way else "both ways"
         return (f"iptables DROP between {'+'.join(first)} and {'+'.join(second)} ({direction}; rules in "

@@ -47,7 +47,7 @@ def test_documented_verdict(case: str, machine_for: Callable[[Any], None]) -> No
     assert len(injected) == 1, "the fault was not injected"
     if EXPECTED_VERDICT[name] == "pass":
         steps = load_scenario(resolve_scenario_path(case)).workload.args["steps"]  # type: ignore[union-attr]
-        assert result["completed"] and result["steps_completed"] == steps, result["why"]
+        assert result["steps_completed"] == steps, result["why"]
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.endswith(("node-crash", "freeze", "isolate"))])
@@ -81,7 +81,7 @@ def test_impairment_slows_without_restart_and_heals_exactly(case: str, machine_f
 def test_partial_partition_loops_and_is_reported(runtime: str, machine_for: Callable[[Any], None]) -> None:
     result, run_dir = run_case(f"{runtime}/partial-partition", machine_for)
     assert result["verdict"] == "restart_loop", result["why"]
-    assert not result["completed"]
+    assert result["steps_completed"] < 800
     [fault] = result["faults"]
     assert fault["target"] == "network"
     starts = [e for e in read_history(run_dir / "events.jsonl")

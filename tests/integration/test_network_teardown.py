@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from chaos.history import read_history
 from chaos.loading import parse_scenario
 from chaos.runtimes.local import marked_processes
 from tests.conftest import network_objects
+from tests.runs import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
@@ -54,15 +54,6 @@ def machine_state() -> dict[str, Any]:
     }
 
 
-def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def start_impaired_run(tmp_path: Path, runtime: str) -> tuple[subprocess.Popen[bytes], Path]:
     scenario = tmp_path / "kill-me.yaml"
     scenario.write_text(NETWORK_FAULTS_FOR_MINUTES.format(runtime=runtime))
@@ -75,7 +66,7 @@ def start_impaired_run(tmp_path: Path, runtime: str) -> tuple[subprocess.Popen[b
         return bool(runs) and len([e for e in read_history(runs[0]) if e.get("event") == "fault_injected"]) == 2
 
     try:
-        _wait_for(both_injected, 180, "both network faults to be injected")
+        wait_for(both_injected, 180, "both network faults to be injected")
     except AssertionError:
         proc.terminate()
         proc.wait(timeout=90)

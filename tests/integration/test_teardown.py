@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -16,6 +15,7 @@ import pytest
 
 from chaos.history import read_history
 from chaos.runtimes.local import marked_processes
+from tests.runs import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
@@ -28,15 +28,6 @@ faults:
 checks: {golden: false}
 limits: {deadline_s: 300, stall_timeout_s: 200}
 """
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def start_frozen_run(tmp_path: Path, output: int | None) -> tuple[subprocess.Popen[str], Path, str]:
@@ -52,7 +43,7 @@ def start_frozen_run(tmp_path: Path, output: int | None) -> tuple[subprocess.Pop
         return bool(runs) and any(e.get("event") == "fault_injected" for e in read_history(runs[0]))
 
     try:
-        _wait_for(frozen, 120, "the freeze to be injected")
+        wait_for(frozen, 120, "the freeze to be injected")
     except AssertionError:
         proc.terminate()  # SIGTERM: the engine still tears its nodes down
         proc.wait(timeout=60)
