@@ -408,6 +408,8 @@ class Engine:
         ctx = FaultContext(self.runtime, f.spec, node, self.plan.checkpoint_dir, self.plan, fault_id=f.index)
         try:
             mechanism = impl.inject(ctx)
+        except Interrupted:
+            raise  # Ctrl-C / SIGTERM while injecting: stop the run (a network fault undid its own half)
         except Exception as exc:  # recorded, never hidden: the fault did not happen
             f.status = "failed"
             self.history.write("fault_failed", **base, why=f"{type(exc).__name__}: {exc}")
@@ -425,6 +427,8 @@ class Engine:
         self.note(f"injected {f.spec.kind} on {where} at step {self.max_step}")
         if f.spec.duration is not None:
             f.status, f.heal_at = "active", f.t_injected + f.spec.duration
+        elif f.spec.kind in NETWORK_FAULTS:
+            f.status, f.heal_at = "active", None  # lasts until the run ends; healed at teardown
         else:
             f.status = "done"
 
@@ -444,6 +448,8 @@ class Engine:
             healed = fault_kind(f.spec.kind).heal(f.ctx) or {}
             self.history.write("fault_healed", fault_id=f.index, kind=f.spec.kind, target=f.node,
                                at_teardown=at_teardown, **healed)
+        except Interrupted:
+            raise  # still active: teardown heals it
         except Exception as exc:
             self.history.write("fault_heal_failed", fault_id=f.index, why=f"{type(exc).__name__}: {exc}")
         f.status = "healed"

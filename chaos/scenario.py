@@ -322,4 +322,8 @@ class Scenario(Strict):
                                      f"(the cluster has nodes 0..{self.cluster.nodes - 1})")
                 if member == "store" and self.cluster.mode == "centralized":
                     raise ValueError(f"faults[{i}].groups: a centralized job has no rendezvous store")
+            if fault.groups and self.cluster.rendezvous.store == "node0" and any(
+                    "store" in side and 0 in other for side, other in (fault.groups, fault.groups[::-1])):
+                raise ValueError(f"faults[{i}].groups: node 0 hosts the rendezvous store (rendezvous.store: node0), "
+                                 "so it cannot be cut from it; use rendezvous.store: dedicated")
         return self

@@ -16,7 +16,7 @@ from chaos.faults.base import FaultContext
 from chaos.faults.netbase import NetworkFault, impairment, mechanism_or_fail
 from chaos.net.capabilities import delay_mechanism
 from chaos.net.impair import start_delayer
-from chaos.runtimes.local import ENGINE_VAR, TREE_VAR
+from chaos.runtimes.local import DELAYERS, ENGINE_VAR, TREE_VAR
 
 QUEUE = 7
 
@@ -33,8 +33,9 @@ class Delay(NetworkFault):
             imp.add_root_qdisc(["netem", "delay", f"{delay_ms:g}ms", f"{jitter_ms:g}ms"])
             return f"tc netem delay {delay_ms:g}ms ±{jitter_ms:g}ms on {ctx.node}'s {imp.interface}"
         run_id = ctx.plan.run_id if ctx.plan is not None else "run"
-        env = {**os.environ, TREE_VAR: f"{run_id}/delayer-{ctx.fault_id}", ENGINE_VAR: str(os.getpid())}
+        env = {**os.environ, TREE_VAR: f"{run_id}/{DELAYERS}/{ctx.fault_id}", ENGINE_VAR: str(os.getpid())}
         imp.delayer = start_delayer(imp.enter, QUEUE, delay_ms, jitter_ms, env)
-        imp.add_rule("INPUT", ["-i", imp.interface, "-j", "NFQUEUE", "--queue-num", str(QUEUE), "--queue-bypass"])
+        imp.add_rule("INPUT", ["-i", imp.interface, "-j", "NFQUEUE", "--queue-num", str(QUEUE), "--queue-bypass"],
+                     last=True)
         return (f"iptables NFQUEUE {QUEUE} + userspace delayer {delay_ms:g}ms ±{jitter_ms:g}ms on {ctx.node}'s "
                 f"ingress ({imp.interface}; no sch_netem in this kernel)")

@@ -1,4 +1,9 @@
-"""Isolate: the node loses its network entirely (a pulled cable, a dead top-of-rack port) but keeps running."""
+"""Isolate: the node loses its network entirely (a pulled cable, a dead top-of-rack port) but keeps running.
+
+Every drop is silent and on ingress: nothing reaches the node, and every other endpoint (nodes, a dedicated
+store) drops what comes from it. A DROP in OUTPUT would instead hand the node's sockets an immediate EPERM, so
+connects would fail fast where a real dead link makes them time out.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,22 @@ class Isolate(NetworkFault):
     kind = "isolate"
 
     def impair(self, ctx: FaultContext) -> str:
-        assert ctx.node is not None
+        assert ctx.node is not None and ctx.plan is not None
         imp = impairment(ctx, ctx.node, mechanism="iptables DROP")
         imp.add_rule("INPUT", ["-i", imp.interface, "-j", "DROP"])
-        imp.add_rule("OUTPUT", ["-o", imp.interface, "-j", "DROP"])
-        return f"iptables DROP of everything in and out of {ctx.node}'s {imp.interface}"
+        address = ctx.plan.addresses[ctx.node]
+        skipped = []
+        for peer in ctx.plan.addresses:
+            if peer == ctx.node:
+                continue
+            try:
+                other = impairment(ctx, peer)
+            except RuntimeError as exc:  # a peer that is down right now (its replacement will not drop)
+                skipped.append(f"{peer}: {exc}")
+                continue
+            other.add_rule("INPUT", ["-s", address, "-j", "DROP"])
+        ctx.details["interface"] = imp.interface
+        if skipped:
+            ctx.details["not_applied_on"] = skipped
+        return (f"iptables DROP of everything {ctx.node} receives ({imp.interface}) and of everything from "
+                f"{address} at its peers")

@@ -1,4 +1,8 @@
-"""Loss: a share of the packets the node sends is dropped (a flaky NIC, a congested switch)."""
+"""Loss: a share of the node's packets is dropped (a flaky NIC, a congested switch).
+
+``tc netem loss`` drops on egress. The iptables fallback drops on *ingress*: a DROP in OUTPUT hands the sending
+socket an error (EPERM) instead of a silent loss, which TCP does not treat like a lost segment.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,6 @@ class Loss(NetworkFault):
         if mechanism == "netem":
             imp.add_root_qdisc(["netem", "loss", f"{percent:g}%"])
             return f"tc netem loss {percent:g}% on {ctx.node}'s {imp.interface}"
-        imp.add_rule("OUTPUT", ["-o", imp.interface, "-m", "statistic", "--mode", "random", "--probability",
-                                f"{percent / 100:.6f}", "-j", "DROP"])
-        return f"iptables statistic match: drop {percent:g}% of {ctx.node}'s egress on {imp.interface}"
+        imp.add_rule("INPUT", ["-i", imp.interface, "-m", "statistic", "--mode", "random", "--probability",
+                               f"{percent / 100:.6f}", "-j", "DROP"])
+        return f"iptables statistic match: drop {percent:g}% of what {ctx.node} receives on {imp.interface}"

@@ -1,10 +1,10 @@
 """Partition: two groups of nodes (or nodes and the rendezvous store) stop reaching each other.
 
-A cut from A to B is a DROP rule in A's namespace for packets to B, so nothing is needed on the path between
-them. ``store`` means the rendezvous store: its own address when it is dedicated, or node 0's address on the
-store port when node 0 hosts it (node 0's other traffic still flows). A partial partition, two nodes cut from
-each other while both still reach the store, is the case torchelastic handles worst: it regroups, hangs in the
-first collective and restarts until its restarts run out.
+A cut from A to B is a DROP rule in B's namespace for packets from A (ingress: silent, like a real cut), so
+nothing is needed on the path between them. ``store`` means the rendezvous store: its own address when it is
+dedicated, or node 0's address on the store port when node 0 hosts it (node 0's other traffic still flows).
+A partial partition, two nodes cut from each other while both still reach the store, is the case torchelastic
+handles worst: it regroups, hangs in the first collective and restarts until its restarts run out.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Partition(NetworkFault):
             where, match = self._cut(plan, src, dst)
             if where not in namespaces:
                 namespaces[where] = impairment(ctx, where)
-            namespaces[where].add_rule("OUTPUT", [*match, "-j", "DROP"])
+            namespaces[where].add_rule("INPUT", [*match, "-j", "DROP"])
             cuts.append(f"{src}->{dst}")
         ctx.details.pop("interface", None)
         ctx.details.update(mechanism="iptables DROP", cuts=cuts, groups=[first, second], one_way=spec.one_way)
@@ -46,7 +46,8 @@ class Partition(NetworkFault):
 
     @staticmethod
     def _cut(plan: Plan, src: str, dst: str) -> tuple[str, list[str]]:
-        """Which namespace drops src->dst traffic, and the iptables match for it."""
+        """Which namespace drops src->dst traffic (the receiver's, on ingress: silent, like a real cut; a DROP in
+        the sender's OUTPUT would fail its connects at once with EPERM), and the iptables match for it."""
         host = plan.store_host
         if host is None and "store" in (src, dst):
             raise ValueError("a centralized job has no rendezvous store to partition from")
@@ -56,9 +57,9 @@ class Partition(NetworkFault):
         if src_node == dst_node:
             raise ValueError(f"{src} and {dst} share node0's network stack (node 0 hosts the store); "
                              "use rendezvous.store: dedicated to partition them")
-        match = ["-d", plan.addresses[dst_node]]
+        match = ["-s", plan.addresses[src_node]]
         if dst == "store" and host == "node0":
             match += ["-p", "tcp", "--dport", port]
         if src == "store" and host == "node0":
             match += ["-p", "tcp", "--sport", port]
-        return src_node, match
+        return dst_node, match

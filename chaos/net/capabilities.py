@@ -31,7 +31,7 @@ def kernel_features() -> dict[str, bool]:
         features[name] = False
     if not (features["root"] and features["iproute2"]):
         return features
-    ns = f"tchaos-probe{os.getpid()}"
+    ns = f"tchaosprobe-{os.getpid()}"  # not a run's prefix (tchaos-): cleanup leaves a live probe alone
     if not _ok(["ip", "netns", "add", ns]):
         return features
     try:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 _COUNTERS = re.compile(r"\[\d+:\d+\]")
+_TAG = re.compile(r"torch-chaos:[^\s\"]+")
 
 
 class NetCommandFailed(RuntimeError):
@@ -60,10 +61,12 @@ class Impairment:
     def begin(self) -> None:
         self.before = snapshot(self.enter, self.interface)
 
-    def add_rule(self, chain: str, spec: list[str]) -> None:
+    def add_rule(self, chain: str, spec: list[str], last: bool = False) -> None:
+        """DROP rules go first; a queue rule goes last, so a packet it releases (NF_ACCEPT ends the chain) has
+        already passed every DROP of an overlapping fault."""
         jump = spec.index("-j")
         full = [*spec[:jump], "-m", "comment", "--comment", self.comment, *spec[jump:]]
-        run_in(self.enter, ["iptables", "-w", "-I", chain, "1", *full])
+        run_in(self.enter, ["iptables", "-w", *(["-A", chain] if last else ["-I", chain, "1"]), *full])
         self.rules.append(Rule(chain, full))
 
     def add_root_qdisc(self, qdisc: list[str]) -> None:
@@ -90,7 +93,8 @@ class Impairment:
             out["delayer"] = stop_delayer(self.delayer)
             self.delayer = None
         try:
-            out["restored"] = snapshot(self.enter, self.interface) == self.before
+            # Rules of other torch-chaos faults still active in this namespace (or added after ours) are theirs.
+            out["restored"] = self._own_view(snapshot(self.enter, self.interface)) == self._own_view(self.before)
         except (NetCommandFailed, subprocess.TimeoutExpired) as exc:
             # The namespace went away with its node (a crashed container): nothing of ours is left in it.
             out["restored"] = None
@@ -98,6 +102,11 @@ class Impairment:
         if problems:
             out["problems"] = problems
         return out
+
+
+    def _own_view(self, state: str) -> str:
+        return "\n".join(line for line in state.splitlines()
+                         if not any(tag != self.comment for tag in _TAG.findall(line)))
 
 
 def start_delayer(enter: list[str], queue: int, delay_ms: float, jitter_ms: float, env: dict[str, str],

@@ -9,6 +9,7 @@ paths inside and out. Every object is labelled ``torch-chaos=<run-id>`` plus the
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import time
@@ -20,7 +21,7 @@ import psutil
 
 from chaos.plan import REPO_ROOT, STORE_NODE, Addressing, NodePlan, Plan, node_names
 from chaos.runtimes.base import Runtime
-from chaos.runtimes.local import ENGINE_VAR, TREE_VAR
+from chaos.runtimes.local import DELAYERS, ENGINE_VAR, TREE_VAR, kill_marked
 from chaos.scenario import Scenario
 
 LABEL = "torch-chaos"
@@ -87,8 +88,11 @@ def remove_objects(run_id: str | None, only_orphans: bool = False) -> list[str]:
     for ct in c.api.containers(all=True, filters={"label": selector}):
         if only_orphans and not _engine_dead(ct.get("Labels") or {}):
             continue
-        c.api.remove_container(ct["Id"], force=True)
-        removed.append(f"container {ct['Names'][0].lstrip('/')}")
+        try:
+            c.api.remove_container(ct["Id"], force=True)
+            removed.append(f"container {ct['Names'][0].lstrip('/')}")
+        except Exception as exc:  # keep going: one stubborn container must not strand the rest
+            removed.append(f"container {ct['Names'][0].lstrip('/')} NOT removed: {exc}")
     for net in c.api.networks(filters={"label": selector}):
         if only_orphans and not _engine_dead(net.get("Labels") or {}):
             continue
@@ -115,6 +119,7 @@ class DockerRuntime(Runtime):
         self._client: Any = None
         self._ids: dict[str, str] = {}
         self._states: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._ns_fds: list[int] = []
 
     @property
     def docker(self) -> Any:
@@ -183,10 +188,15 @@ class DockerRuntime(Runtime):
         cached = self._states.get(cid)
         if cached is not None and time.monotonic() - cached[0] <= max_age_s:
             return cached[1]
+        import docker.errors
+
         try:
             state = dict(self.docker.api.inspect_container(cid)["State"])
-        except Exception:
+        except docker.errors.NotFound:
             state = {"Status": "removed", "ExitCode": -9, "Pid": 0}
+        except Exception:
+            # A slow or restarting engine is not a dead node: keep the last known state (running if none).
+            return cached[1] if cached is not None else {"Status": "running", "ExitCode": 0, "Pid": 0}
         self._states[cid] = (time.monotonic(), state)
         return state
 
@@ -207,7 +217,8 @@ class DockerRuntime(Runtime):
         state = self._state(name) or {}
         self.docker.api.kill(self._ids[name], signal="SIGKILL")
         if state.get("Status") == "paused":
-            self.docker.api.unpause(self._ids[name])
+            with contextlib.suppress(Exception):  # the engine may have unpaused it on the way to the kill
+                self.docker.api.unpause(self._ids[name])
         return "docker kill (SIGKILL to the container's init: every process in it dies)"
 
     def kill_workers(self, name: str) -> str:
@@ -234,19 +245,27 @@ class DockerRuntime(Runtime):
             self.docker.api.unpause(self._ids[name])
 
     def net_enter(self, name: str) -> list[str]:
-        return ["nsenter", "-t", str(self._pid(name)), "-n", "--"]
+        # Pinned by an open descriptor: a fault heals the namespace it was applied to even if the container was
+        # replaced meanwhile (its pid may then belong to anyone, even a process in the host's namespace).
+        fd = os.open(f"/proc/{self._pid(name)}/ns/net", os.O_RDONLY)
+        self._ns_fds.append(fd)
+        return ["nsenter", f"--net=/proc/{os.getpid()}/fd/{fd}", "--"]
 
     def teardown(self) -> list[str]:
+        for fd in self._ns_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._ns_fds.clear()
+        # Helper processes on the host (NFQUEUE delayers) carry the run's mark like node processes do.
+        cleaned = [f"process {p.pid}" for p in kill_marked(f"{self.run_id}/{DELAYERS}")]
         if self._client is None:
-            return []
+            return cleaned
         for name, cid in self._ids.items():  # unpause first: removing a frozen container can hang on cgroup v1
             state = self._state(name) or {}
             if state.get("Status") == "paused":
-                try:
+                with contextlib.suppress(Exception):
                     self.docker.api.unpause(cid)
-                except Exception:
-                    pass
-        return remove_objects(self.run_id)
+        return cleaned + remove_objects(self.run_id)
 
     def describe(self) -> dict[str, Any]:
         return {"runtime": self.name, "image": self.image, "network": f"{self.network_name} (internal, "

@@ -21,6 +21,7 @@ from chaos.plan import NodePlan
 from chaos.runtimes.base import Runtime
 
 TREE_VAR = "CHAOS_TREE"
+DELAYERS = "delayers"  # marks of host-side helper processes: <run>/delayers/<fault>
 ENGINE_VAR = "CHAOS_ENGINE_PID"  # which engine started the tree: tells orphans (engine gone) from live runs
 
 

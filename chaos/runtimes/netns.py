@@ -71,9 +71,13 @@ def delete_namespaces(prefix: str | None, only_orphans: bool = False) -> list[st
             continue
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         removed.append(f"netns {ns}")
+    left = list_namespaces()
     for owner in OWNERS_DIR.glob("*.json") if OWNERS_DIR.is_dir() else []:
-        if (prefix is None or owner.stem == prefix) and not any(n.startswith(owner.stem + "-")
-                                                                 for n in list_namespaces()):
+        if prefix is not None and owner.stem != prefix:
+            continue
+        if only_orphans and owner_alive(owner.stem):
+            continue  # a live run between writing its owner file and creating its namespaces
+        if not any(n.startswith(owner.stem + "-") for n in left):
             owner.unlink(missing_ok=True)
     return removed
 
