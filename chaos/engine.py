@@ -74,8 +74,11 @@ class Snapshot:
     log: list[str] = field(default_factory=list)
 
 
-class Interrupted(Exception):
-    """SIGTERM/SIGINT reached the engine: stop, heal, tear down, and still write the result."""
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT reached the engine: stop, heal, tear down, and still write the result.
+
+    A BaseException, like KeyboardInterrupt: the signal lands wherever the main thread is, and code there that
+    tolerates ordinary errors (a slow Docker API call, a failed fault) must not swallow it."""
 
 
 class RunInterrupted(KeyboardInterrupt):
