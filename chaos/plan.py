@@ -170,6 +170,12 @@ def node_names(scenario: Scenario) -> list[str]:
     return names
 
 
+# Runtimes that give every node a network stack of its own: the store listens on a fixed port at its node's
+# address, and gloo/NCCL are told which interface is theirs.
+OWN_STACK_STORE_PORT = 29400
+OWN_STACK_ENV = {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0"}
+
+
 @dataclass
 class Addressing:
     """Where nodes live on the network: one shared loopback (local) or an address per node (netns, docker)."""

@@ -13,7 +13,6 @@ import select
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import IO
 
 _COUNTERS = re.compile(r"\[\d+:\d+\]")
 _TAG = re.compile(r"torch-chaos:[^\s\"]+")
@@ -56,7 +55,6 @@ class Impairment:
     rules: list[Rule] = field(default_factory=list)
     root_qdisc: bool = False
     delayer: subprocess.Popen[str] | None = None
-    delayer_log: IO[str] | None = None
 
     def begin(self) -> None:
         self.before = snapshot(self.enter, self.interface)
@@ -102,7 +100,6 @@ class Impairment:
         if problems:
             out["problems"] = problems
         return out
-
 
     def _own_view(self, state: str) -> str:
         return "\n".join(line for line in state.splitlines()

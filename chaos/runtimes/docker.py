@@ -19,15 +19,22 @@ from typing import Any
 
 import psutil
 
-from chaos.plan import REPO_ROOT, STORE_NODE, Addressing, NodePlan, Plan, node_names
+from chaos.plan import (
+    OWN_STACK_ENV,
+    OWN_STACK_STORE_PORT,
+    REPO_ROOT,
+    STORE_NODE,
+    Addressing,
+    NodePlan,
+    Plan,
+    node_names,
+)
 from chaos.runtimes.base import Runtime
 from chaos.runtimes.local import DELAYERS, ENGINE_VAR, TREE_VAR, kill_marked
 from chaos.scenario import Scenario
 
 LABEL = "torch-chaos"
 ENGINE_LABEL = "torch-chaos.engine-pid"
-STORE_PORT = 29400
-SOCKET_IFNAME = {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0"}
 # /24s carved from this block for run networks; one not used by any existing docker network is picked.
 POOL = ipaddress.ip_network("172.30.0.0/16")
 EXIT_POLL_S = 0.2
@@ -144,7 +151,8 @@ class DockerRuntime(Runtime):
         hosts = list(self.subnet.hosts())
         self.addresses = {n: str(hosts[249] if n == STORE_NODE else hosts[9 + i])
                           for i, n in enumerate(node_names(scenario))}
-        return Addressing(dict(self.addresses), STORE_PORT, python=f"{VENV}/bin/python", env=dict(SOCKET_IFNAME))
+        return Addressing(dict(self.addresses), OWN_STACK_STORE_PORT, python=f"{VENV}/bin/python",
+                          env=dict(OWN_STACK_ENV))
 
     def prepare(self, plan: Plan) -> None:
         import docker.types

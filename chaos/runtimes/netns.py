@@ -19,15 +19,13 @@ from typing import Any
 
 import psutil
 
-from chaos.plan import STORE_NODE, Addressing, NodePlan, Plan, node_names
+from chaos.plan import OWN_STACK_ENV, OWN_STACK_STORE_PORT, STORE_NODE, Addressing, NodePlan, Plan, node_names
 from chaos.runtimes.local import LocalRuntime
 from chaos.scenario import Scenario
 
 NS_PREFIX = "tchaos-"
 OWNERS_DIR = Path("/run/torch-chaos/netns")
 SUBNET = "10.213.0"
-STORE_PORT = 29400
-SOCKET_IFNAME = {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0"}
 
 
 def node_address(name: str, index: int) -> str:
@@ -96,7 +94,7 @@ class NetnsRuntime(LocalRuntime):
 
     def addressing(self, scenario: Scenario) -> Addressing:
         self.addresses = {n: node_address(n, i) for i, n in enumerate(node_names(scenario))}
-        return Addressing(dict(self.addresses), STORE_PORT, env=SOCKET_IFNAME)
+        return Addressing(dict(self.addresses), OWN_STACK_STORE_PORT, env=dict(OWN_STACK_ENV))
 
     def prepare(self, plan: Plan) -> None:
         if os.geteuid() != 0:
