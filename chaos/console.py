@@ -90,6 +90,10 @@ def summary(result: dict[str, Any], console: Console) -> None:
                   f"worker restarts {result['restarts']}  ·  node replacements {result['node_replacements']}  ·  "
                   f"goodput {_fmt(gp)}  ·  median step {_ms(result['median_step_s'])}  ·  "
                   f"run {_fmt(result['duration_s'], 's')}")
+    late = result.get("restarts_after_completion", 0)
+    if late:
+        console.print(f"[yellow]note:[/] {late} worker restart(s) began after the job had reported its final state "
+                      "(a worker failed while shutting down, see logs/); not counted as restarts above")
     checks = Table(title="checkpoint correctness")
     for col in ("verdict", "result", "why"):
         checks.add_column(col, overflow="fold")

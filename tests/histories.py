@@ -55,6 +55,13 @@ class H:
                                 "fault_id": fid, "kind": kind})
         return self
 
+    def finish(self, step: int) -> H:
+        """Rank 0 reports the final state (``run_finished``), as the reference workload does after its last step."""
+        self.t += 0.01
+        self.events.append({"t": self.t, "source": "workload", "event": "run_finished", "node": "node0",
+                            "pid": self.pid, "rank": 0, "step": step, "state_sha256": "s"})
+        return self
+
     def end(self, reason: str = "completed") -> list[Event]:
         self.events.append({"t": self.t + 0.5, "source": "engine", "event": "run_ended", "reason": reason,
                             "why": reason})

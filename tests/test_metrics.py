@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.analysis.metrics import fault_metrics, goodput, median_step_time, worker_restarts
+from chaos.analysis.metrics import (
+    fault_metrics,
+    goodput,
+    median_step_time,
+    restarts_after_completion,
+    worker_restarts,
+)
 from tests.histories import H
 
 
@@ -114,3 +120,28 @@ def test_goodput_without_steps_is_none() -> None:
 def test_worker_restarts_counts_rank0_incarnations() -> None:
     h = H().start(ranks=3).steps(1, 5).fault(0).start(ranks=2).steps(6, 8).start(ranks=3).steps(9, 10)
     assert worker_restarts(h.end()) == 2
+
+
+def test_slowdown_counts_the_step_in_flight_when_no_step_completes_during_the_fault() -> None:
+    # a 1 mbit cap that stalls every all-reduce: nothing completes while it lasts (seen in CI on docker)
+    h = H(dt=0.1).start(ranks=3).steps(1, 50).fault(0, kind="bandwidth", duration=10.0)
+    h.wait(10.0).steps(51, 60)
+    [m] = fault_metrics(h.end())
+    assert not m.restarted
+    # step 51 ran from t(50) to t_f + 10 + 0.1: it is the only step in flight during the fault
+    assert m.slowdown == pytest.approx(10.101 / 0.1, rel=1e-3)
+
+
+def test_a_restart_after_the_job_finished_is_counted_apart_and_not_blamed_on_the_fault() -> None:
+    # seen in CI: a worker aborted while shutting down after step 600; the agents restarted, loaded the final
+    # checkpoint and stopped at once. The bandwidth fault 20 s earlier did not cause that restart.
+    h = H(dt=0.1).start(ranks=3).steps(1, 50).fault(0, kind="bandwidth", duration=2.0)
+    h.steps(51, 60, dt=0.5).steps(61, 100).finish(100)
+    h.start(ranks=2, at=h.t + 8.0, load=100).finish(100)
+    events = h.end()
+    [m] = fault_metrics(events)
+    assert not m.restarted
+    assert m.recovery_s == pytest.approx(0.5, abs=2e-3)
+    assert m.slowdown == pytest.approx(5.0, rel=0.05)
+    assert worker_restarts(events) == 0
+    assert restarts_after_completion(events) == 1

@@ -67,6 +67,33 @@ def step_intervals(events: list[Event], t_from: float = float("-inf"), t_to: flo
     return out
 
 
+def step_intervals_overlapping(events: list[Event], t_from: float, t_to: float) -> list[float]:
+    """Wall time of the steps (s-1 → s, same process) whose execution overlapped [t_from, t_to].
+
+    Unlike ``step_intervals`` this keeps the step that was in flight across the whole window: when an
+    impairment stalls the job so that no step completes while it lasts, that step's duration is the slowdown.
+    """
+    by_process: dict[tuple[Any, Any], dict[int, float]] = {}
+    for e in steps(events):
+        by_process.setdefault((e.get("node"), e.get("pid")), {})[e["step"]] = e["t"]
+    out = []
+    for times in by_process.values():
+        for s, t in times.items():
+            start = times.get(s - 1)
+            if start is not None and t > t_from and start < t_to:
+                out.append(t - start)
+    return out
+
+
+def completion_time(events: list[Event]) -> float:
+    """When the job first reported its final state (``run_finished``); infinity if it never did.
+
+    Worker restarts after this (a worker that crashes while shutting down, then a new round that finds the
+    final checkpoint and stops) happened to a finished job: they are counted apart and not blamed on a fault.
+    """
+    return min((e["t"] for e in events if e.get("event") == "run_finished"), default=float("inf"))
+
+
 def faults_injected(events: list[Event]) -> list[Event]:
     return [e for e in events if e.get("event") == "fault_injected"]
 
@@ -89,9 +116,16 @@ def _worker_starts(events: list[Event]) -> list[Event]:
 
 
 def worker_restarts(events: list[Event]) -> int:
-    """Worker incarnations after the first: every restart round starts a new rank-0 process."""
-    rank0 = [e for e in _worker_starts(events) if e.get("rank", 0) == 0]
+    """Worker incarnations after the first, before the job finished: every restart round starts a new rank 0."""
+    done = completion_time(events)
+    rank0 = [e for e in _worker_starts(events) if e.get("rank", 0) == 0 and e["t"] < done]
     return max(0, len(rank0) - 1)
+
+
+def restarts_after_completion(events: list[Event]) -> int:
+    """Restart rounds that began after the job had finished (see ``completion_time``)."""
+    done = completion_time(events)
+    return sum(1 for e in _worker_starts(events) if e.get("rank", 0) == 0 and e["t"] > done)
 
 
 def _start_of(e: Event, fallback: float | None) -> float:
@@ -106,12 +140,13 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
     starts = sorted(_worker_starts(events), key=lambda e: e["t"])
     loads = [e for e in events if e.get("event") == "checkpoint_loaded"]
     median, _ = median_step_time(events)
+    done = completion_time(events)
     out = []
     for i, f in enumerate(injected):
         t_f = f["t"]
         disruptive = f.get("disruptive", True)
         later = [g["t"] for g in injected[i + 1:] if g.get("disruptive", True) and g["t"] > t_f]
-        window_end = later[0] if later else float("inf")
+        window_end = min(later[0] if later else float("inf"), done)
         before = [e["step"] for e in all_steps if e["t"] < t_f]
         highest = max(before) if before else None
         m = FaultMetrics(
@@ -161,7 +196,7 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
             m.lost_work_s = 0.0
         t_heal = m.t_healed
         if t_heal is not None and median:
-            during = step_intervals(events, t_from=t_f, t_to=t_heal)
+            during = step_intervals_overlapping(events, t_from=t_f, t_to=t_heal)
             if during:
                 m.slowdown = statistics.median(during) / median
     return out

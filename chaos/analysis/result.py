@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from chaos.analysis.checkpoints import checkpoint_verdicts
-from chaos.analysis.metrics import fault_metrics, goodput, worker_restarts
+from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
 from chaos.history import Event, read_history
 from chaos.loading import load_scenario
 from chaos.scenario import Bound, Scenario
 
-RESULT_SCHEMA_VERSION = 2
+RESULT_SCHEMA_VERSION = 3
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {"hung": "hung", "restart_loop": "restart_loop", "error": "error", "interrupted": "error"}
@@ -131,6 +131,7 @@ def analyze(run_dir: str | Path) -> dict[str, Any]:
         "steps_completed": gp["steps_completed"],
         "step_executions": gp["step_executions"],
         "restarts": summary["restarts"],
+        "restarts_after_completion": restarts_after_completion(events),
         "node_replacements": sum(1 for e in events if e.get("event") == "node_started" and e.get("replacement")),
         "checkpoint": checkpoint,
         "golden_run": golden.get("run_dir") if golden else None,

@@ -38,7 +38,9 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
     r = report.result
     return [("steps completed", fmt(r["steps_completed"])), ("step executions", fmt(r["step_executions"])),
             ("goodput", fmt(r["goodput"])), ("median step", fmt(r["median_step_s"], " s", 4)),
-            ("worker restarts", fmt(r["restarts"])), ("node replacements", fmt(r["node_replacements"])),
+            ("worker restarts", fmt(r["restarts"])),
+            ("restarts after the job finished", fmt(r.get("restarts_after_completion", 0))),
+            ("node replacements", fmt(r["node_replacements"])),
             ("run duration", fmt(r["duration_s"], " s", 1)), ("end", r["end_reason"])]
 
 
