@@ -114,3 +114,11 @@ def test_an_interrupted_run_is_torn_down_then_stops_its_caller(tmp_path: Path) -
     assert result["end_reason"] == "interrupted" and result["verdict"] == "error"
     assert "SIGTERM" in result["why"]
     assert (result.run_dir / "result.json").exists()
+
+
+def test_a_crash_after_the_job_finished_is_reported_apart_from_restarts(tmp_path: Path) -> None:
+    result = run(tmp_path, "abort_at_exit.py", "expect: {restarts: {max: 0}}", args=f"{tmp_path / 'done'}, 30")
+    assert result["verdict"] == "pass", result["why"]
+    assert result["restarts"] == 0
+    assert result["restarts_after_completion"] == 1
+    assert result["steps_completed"] == 30

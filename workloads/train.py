@@ -309,9 +309,24 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         probe.run_finished(args.steps, state_sha256=state_digest(model, optimizer))
     if distributed:
+        del train_model
         dist.destroy_process_group()
     return 0
 
 
+def exit_without_finalization(code: int) -> None:
+    """Leave without running the interpreter's finalization and C++ static destructors.
+
+    Measured here (torch 2.13, gloo, 3 ranks): about one run in 25-80 had a worker abort with "terminate called
+    without an active exception" (SIGABRT) after ``destroy_process_group`` had returned, while the interpreter was
+    finalizing (no Python frame left). torchrun then restarts a job that had already finished. Everything this
+    script must leave behind (checkpoints fsynced, history lines written with single ``write`` calls) is on disk
+    by now, so skipping finalization loses nothing.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_finalization(main())
