@@ -93,7 +93,7 @@ def summary(result: dict[str, Any], console: Console) -> None:
     late = result.get("restarts_after_completion", 0)
     if late:
         console.print(f"[yellow]note:[/] {late} worker restart(s) began after the job had reported its final state "
-                      "(a worker failed while shutting down, see logs/); not counted as restarts above")
+                      "(e.g. a worker crashed while shutting down; see logs/); not counted as restarts above")
     checks = Table(title="checkpoint correctness")
     for col in ("verdict", "result", "why"):
         checks.add_column(col, overflow="fold")

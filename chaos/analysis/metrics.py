@@ -56,15 +56,7 @@ def step_intervals(events: list[Event], t_from: float = float("-inf"), t_to: flo
     Measured between completions, so it includes data loading, communication and checkpointing: what a step
     really costs in wall time, not just the compute the workload timed.
     """
-    by_process: dict[tuple[Any, Any], dict[int, float]] = {}
-    for e in steps(events):
-        by_process.setdefault((e.get("node"), e.get("pid")), {})[e["step"]] = e["t"]
-    out = []
-    for times in by_process.values():
-        for s, t in times.items():
-            if t_from <= t <= t_to and (s - 1) in times:
-                out.append(t - times[s - 1])
-    return out
+    return [t - start for start, t in _step_spans(events) if t_from <= t <= t_to]
 
 
 def step_intervals_overlapping(events: list[Event], t_from: float, t_to: float) -> list[float]:
@@ -73,16 +65,15 @@ def step_intervals_overlapping(events: list[Event], t_from: float, t_to: float) 
     Unlike ``step_intervals`` this keeps the step that was in flight across the whole window: when an
     impairment stalls the job so that no step completes while it lasts, that step's duration is the slowdown.
     """
+    return [t - start for start, t in _step_spans(events) if t > t_from and start < t_to]
+
+
+def _step_spans(events: list[Event]) -> list[tuple[float, float]]:
+    """(completion of step s-1, completion of step s) for every step of every process that also did s-1."""
     by_process: dict[tuple[Any, Any], dict[int, float]] = {}
     for e in steps(events):
         by_process.setdefault((e.get("node"), e.get("pid")), {})[e["step"]] = e["t"]
-    out = []
-    for times in by_process.values():
-        for s, t in times.items():
-            start = times.get(s - 1)
-            if start is not None and t > t_from and start < t_to:
-                out.append(t - start)
-    return out
+    return [(times[s - 1], t) for times in by_process.values() for s, t in times.items() if (s - 1) in times]
 
 
 def completion_time(events: list[Event]) -> float:
