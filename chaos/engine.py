@@ -31,7 +31,7 @@ from chaos.plan import STORE_NODE, Plan, build_plan
 from chaos.result import Result
 from chaos.runtimes import create_runtime
 from chaos.runtimes.base import Runtime
-from chaos.scenario import NETWORK_FAULTS, CommandWorkload, Fault, Scenario
+from chaos.scenario import CommandWorkload, Fault, Scenario
 
 POLL_S = 0.02
 FINISH_GRACE_S = 30.0
@@ -400,7 +400,7 @@ class Engine:
         impl = fault_kind(f.spec.kind)
         node = self._resolve_target(f, trigger_event)
         f.node = node
-        where = node or ("network" if f.spec.kind in NETWORK_FAULTS else "storage")
+        where = node or ("network" if impl.lasts_until_healed else "storage")
         base = {"fault_id": f.index, "kind": f.spec.kind, "target": where,
                 "disruptive": impl.disruptive}
         if node is not None and node != STORE_NODE and self.nodes[node].status not in ("running",):
@@ -425,12 +425,12 @@ class Engine:
         self.history.write("fault_injected", **base, mechanism=mechanism, details=ctx.details,
                            trigger_event=trigger_event.get("event") if trigger_event else None,
                            max_step=self.max_step)
-        if node is not None and node in self.nodes and f.spec.kind == "freeze":
+        if node is not None and node in self.nodes and impl.stops_node:
             self.nodes[node].status = "frozen"
         self.note(f"injected {f.spec.kind} on {where} at step {self.max_step}")
         if f.spec.duration is not None:
             f.status, f.heal_at = "active", f.t_injected + f.spec.duration
-        elif f.spec.kind in NETWORK_FAULTS:
+        elif impl.lasts_until_healed:
             f.status, f.heal_at = "active", None  # lasts until the run ends; healed at teardown
         else:
             f.status = "done"

@@ -32,6 +32,10 @@ class FaultKind(ABC):
     # recovery metrics are not computed for them.
     disruptive: ClassVar[bool] = True
     targets_node: ClassVar[bool] = True
+    # True for impairments that stay in place until healed: without a duration they last until teardown.
+    lasts_until_healed: ClassVar[bool] = False
+    # True when the target node stops responding while the fault is active (the engine shows it as frozen).
+    stops_node: ClassVar[bool] = False
 
     @abstractmethod
     def inject(self, ctx: FaultContext) -> str:

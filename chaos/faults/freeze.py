@@ -7,6 +7,7 @@ from chaos.faults.base import FaultContext, FaultKind
 
 class Freeze(FaultKind):
     kind = "freeze"
+    stops_node = True
 
     def inject(self, ctx: FaultContext) -> str:
         assert ctx.node is not None

@@ -31,6 +31,7 @@ class NetworkFault(FaultKind):
     """Impairments change how the network behaves, not whether processes live: recovery shows as slowdown."""
 
     kind: ClassVar[str] = ""
+    lasts_until_healed: ClassVar[bool] = True
 
     def inject(self, ctx: FaultContext) -> str:
         # A fault that fails halfway (one rule added, the next refused) is recorded as failed and never healed
