@@ -74,9 +74,14 @@ class FileTail:
 
 
 
-# Lines parsed per json.loads call. Decoding a chunk as one JSON array is ~2x faster than line by line, and the
-# decoder shares key strings within a call, so thousands of events hold one copy of "step_completed"'s keys.
-_CHUNK_LINES = 4096
+# Bytes of lines parsed per json.loads call. Decoding a chunk as one JSON array is faster than line by line, and
+# the decoder shares key strings within a call, so thousands of events hold one copy of each key.
+_CHUNK_BYTES = 1 << 20
+
+try:  # optional: 2-3x faster than json, and it shares key strings too; used when installed
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
 
 
 def iter_history(path: Path | str) -> Iterator[Event]:
@@ -86,19 +91,27 @@ def iter_history(path: Path | str) -> Iterator[Event]:
     """
     with open(path, "rb") as f:
         while True:
-            lines = [line for line in f.readlines(_CHUNK_LINES * 400) if line.strip()]
+            lines = [line for line in f.readlines(_CHUNK_BYTES) if line.strip()]
             if not lines:
                 return
-            try:
-                chunk = json.loads(b"[" + b",".join(lines) + b"]")
-            except json.JSONDecodeError:
-                chunk = [e for e in map(_parse_line, lines) if e is not None]
+            if _orjson is not None:
+                chunk: list[Any] = [e for e in map(_parse_line, lines) if e is not None]
+            else:
+                try:
+                    chunk = json.loads(b"[" + b",".join(lines) + b"]")
+                except json.JSONDecodeError:
+                    chunk = [e for e in map(_parse_line, lines) if e is not None]
             yield from (e for e in chunk if isinstance(e, dict))
 
 
-def _parse_line(line: bytes) -> Event | None:
+def _parse_line(line: bytes) -> Any:
+    if _orjson is not None:
+        try:
+            return _orjson.loads(line)
+        except _orjson.JSONDecodeError:
+            pass  # not JSON, or JSON that only the standard library accepts (NaN written by json.dumps)
     try:
-        return json.loads(line)  # type: ignore[no-any-return]
+        return json.loads(line)
     except json.JSONDecodeError:
         return None
 

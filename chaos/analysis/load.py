@@ -11,11 +11,14 @@ packed in an ``array``: ~0.8 KB per step. Steps stay plain dicts, because every 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from chaos.events import Ev
 from chaos.history import Event, iter_history
+
+T = TypeVar("T")
 
 # Fields of a step whose values repeat across lines (node names, sources, incarnation ids, pids).
 _SHARED = ("source", "event", "node", "pid", "incarnation")
@@ -49,11 +52,25 @@ class History(list[Event]):
     def __init__(self, events: list[Event]):
         super().__init__(events)
         self._by_kind: dict[Any, list[Event]] = {}
+        self._memo: dict[str, Any] = {}
         for e in self:
             self._by_kind.setdefault(e.get("event"), []).append(e)
 
     def of(self, kind: Ev) -> list[Event]:
         return self._by_kind.get(kind, [])
+
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """A derived structure several analyses need (the lineage ...), computed on first use."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]  # type: ignore[no-any-return]
+
+
+def memo(events: list[Event], key: str, compute: Callable[[], T]) -> T:
+    """``compute()``, once per :class:`History` (plain event lists, as tests build them, compute every time)."""
+    if isinstance(events, History):
+        return events.memo(key, compute)
+    return compute()
 
 
 def of_kind(events: list[Event], kind: Ev) -> list[Event]:

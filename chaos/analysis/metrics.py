@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from chaos.analysis.load import of_kind
+from chaos.analysis.load import History, memo, of_kind
 from chaos.events import Ev, Source
 from chaos.history import Event
 
@@ -46,7 +46,9 @@ _WORKER_SOURCES = (Source.WORKLOAD, Source.PROGRESS)
 
 
 def steps(events: list[Event]) -> list[Event]:
-    return [e for e in of_kind(events, Ev.STEP_COMPLETED) if isinstance(e.get("step"), int)]
+    """Step completions with an integer global step, in time order."""
+    return memo(events, "steps", lambda: [e for e in of_kind(events, Ev.STEP_COMPLETED)
+                                          if isinstance(e.get("step"), int)])
 
 
 def step_completion_times(events: list[Event]) -> dict[int, float]:
@@ -79,6 +81,10 @@ def step_intervals_overlapping(events: list[Event], t_from: float, t_to: float) 
 
 def _step_spans(events: list[Event]) -> list[tuple[float, float]]:
     """(completion of step s-1, completion of step s) for every step of every process that also did s-1."""
+    return memo(events, "step_spans", lambda: _compute_step_spans(events))
+
+
+def _compute_step_spans(events: list[Event]) -> list[tuple[float, float]]:
     by_process: dict[tuple[Any, Any], dict[int, float]] = {}
     for e in steps(events):
         by_process.setdefault((e.get("node"), e.get("pid")), {})[e["step"]] = e["t"]
@@ -115,6 +121,10 @@ def first_disruptive_fault_t(events: list[Event]) -> float:
 
 def median_step_time(events: list[Event]) -> tuple[float | None, str]:
     """Fault-free median step time: from before the first disruptive fault, else from the whole run (said so)."""
+    return memo(events, "median_step_time", lambda: _median_step_time(events))
+
+
+def _median_step_time(events: list[Event]) -> tuple[float | None, str]:
     first_fault = first_disruptive_fault_t(events)
     before = step_intervals(events, t_to=first_fault)
     if len(before) >= 3:
@@ -241,7 +251,7 @@ def goodput(events: list[Event]) -> dict[str, Any]:
         return {"goodput": None, "median_step_s": median, "median_basis": basis, "steps_completed": 0,
                 "step_executions": 0, "training_time_s": None}
     all_steps = steps(events)
-    first = min(all_steps, key=lambda e: e["t"])
+    first = min(all_steps, key=lambda e: e["t"]) if not isinstance(events, History) else all_steps[0]  # sorted
     actual = max(times.values()) - _start_of(first, median)
     useful = max(times)
     return {
