@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path, shipped_scenarios_dir
@@ -73,6 +74,35 @@ def cmd_list(args: argparse.Namespace) -> int:
         t.add_row(str(path.relative_to(root).with_suffix("")), desc)
     out.print(t)
     return EXIT_PASS
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """Every installed plug-in, where it comes from and what it needs: what a scenario may name."""
+    from chaos.registry import fault_plugins, load_errors, rendezvous_plugins, runtime_plugins
+
+    rows: list[dict[str, Any]] = []
+    for name, f in fault_plugins().items():
+        rows.append({"group": "fault", "name": name, "summary": f.summary, "module": f.__module__,
+                     "needs": sorted(f.needs), "disruptive": f.disruptive, "explore": f.can_generate()})
+    for name, r in runtime_plugins().items():
+        rows.append({"group": "runtime", "name": name, "summary": r.summary, "module": r.__module__,
+                     "capabilities": sorted(r.capabilities)})
+    for name, b in rendezvous_plugins().items():
+        rows.append({"group": "rendezvous", "name": name, "summary": b.summary, "module": b.__module__})
+    broken = [str(e) for e in load_errors()]
+    if args.json:
+        print(json.dumps({"plugins": rows, "failed_to_load": broken}, indent=2))
+        return EXIT_PASS if not broken else EXIT_FAIL
+    t = Table(title="installed plug-ins (entry points torch_chaos.faults / .runtimes / .rendezvous)")
+    for col in ("group", "name", "what it does", "needs / gives", "module"):
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(row["group"], row["name"], row["summary"],
+                  ", ".join(row.get("needs", row.get("capabilities", []))), row["module"])
+    out.print(t)
+    for line in broken:
+        err.print(f"[red]failed to load[/red] {escape(line)}", highlight=False)
+    return EXIT_PASS if not broken else EXIT_FAIL
 
 
 def _exit_for(result: dict[str, Any]) -> int:
@@ -296,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_schema)
     ls = sub.add_parser("list", help="list the shipped scenarios")
     ls.set_defaults(func=cmd_list)
+    pl = sub.add_parser("plugins", help="list the installed fault kinds, runtimes and rendezvous backends")
+    pl.add_argument("--json", action="store_true")
+    pl.set_defaults(func=cmd_plugins)
     rep = sub.add_parser("report", help="recompute a run's result from its directory; write a report")
     rep.add_argument("run_dir")
     rep.add_argument("--format", choices=["text", "html", "md", "json", "junit"], default="text")

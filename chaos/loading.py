@@ -79,6 +79,9 @@ def _explain(err: dict[str, Any]) -> str:
         return "unknown field (check the spelling; `chaos schema` lists every field)"
     if kind == "missing":
         return "required field is missing"
+    if kind == "fault_kind":  # an unknown or missing fault kind (the union in chaos/scenario.py)
+        got = err.get("input", {}).get("kind") if isinstance(err.get("input"), dict) else None
+        return msg.removeprefix("kind: ") + (f", got {got!r}" if got is not None else ", got none")
     if kind == "literal_error":
         return msg.replace("Input should be", "expected") + f", got {err.get('input')!r}"
     msg = msg.removeprefix("Value error, ")
@@ -120,21 +123,23 @@ def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
         errors = []
         seen = set()
         for err in exc.errors():
-            field, clean = _field_path(tuple(err["loc"]))
-            explained = _explain(err)
-            if not clean:  # a whole-scenario check names its field in the message ("faults[0].target: ...")
-                field, clean, explained = _field_from_message(explained)
-            # A union (shipped vs command workload) reports each member; keep the first error per field.
-            key = (field, explained)
-            if key in seen:
-                continue
-            seen.add(key)
-            line = None
-            for n in range(len(clean), -1, -1):
-                if clean[:n] in lines:
-                    line = lines[clean[:n]]
-                    break
-            errors.append(ScenarioError(file, line, field, explained))
+            loc = tuple(err["loc"]) + (("kind",) if err["type"] == "fault_kind" else ())
+            field, clean = _field_path(loc)
+            found = [(field, clean, _explain(err))]
+            if not clean:  # whole-scenario checks name their fields in the message, one per line
+                found = [_field_from_message(part) for part in _explain(err).split("\n")]
+            for field, clean, explained in found:
+                # A union (shipped vs command workload) reports each member; keep the first error per field.
+                key = (field, explained)
+                if key in seen:
+                    continue
+                seen.add(key)
+                line = None
+                for n in range(len(clean), -1, -1):
+                    if clean[:n] in lines:
+                        line = lines[clean[:n]]
+                        break
+                errors.append(ScenarioError(file, line, field, explained))
         errors.sort(key=lambda e: e.line or 0)
         raise ScenarioInvalid(errors) from None
 

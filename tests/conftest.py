@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from chaos.runtimes.local import engine_pid, marked_processes, orphaned
+from chaos.marks import engine_pid, marked_processes, orphaned
 
 pytest_plugins = ["pytester"]
 
