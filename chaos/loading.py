@@ -80,7 +80,12 @@ def _explain(err: dict[str, Any]) -> str:
     if kind == "missing":
         return "required field is missing"
     if kind == "fault_kind":  # an unknown or missing fault kind (the union in chaos/scenario.py)
+        from chaos.registry import load_errors
+
         got = err.get("input", {}).get("kind") if isinstance(err.get("input"), dict) else None
+        broken = [e for e in load_errors() if e.group == "torch_chaos.faults" and e.name == got]
+        if broken:
+            return f"the plug-in for {got!r} is installed but failed to load ({broken[0].target}: {broken[0].error})"
         return msg.removeprefix("kind: ") + (f", got {got!r}" if got is not None else ", got none")
     if kind == "literal_error":
         return msg.replace("Input should be", "expected") + f", got {err.get('input')!r}"
