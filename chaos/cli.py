@@ -184,7 +184,8 @@ def engine_run_plain(engine: Any, quiet: bool) -> dict[str, Any]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from chaos.analysis.result import write_result
+    from chaos.analysis.result_json import write_result
+    from chaos.analysis.run import analyze_run
     from chaos.console import summary
     from chaos.scenario import parse_duration
 
@@ -198,13 +199,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         err.print(f"[red]error[/red] --mtbf: {exc}", highlight=False)
         return EXIT_USAGE
-    result = write_result(run_dir)
+    analysis = analyze_run(run_dir)  # once: result.json and the report present the same analysis
+    result = write_result(analysis)
     if args.format == "text":
         summary(result, out)
     else:
         from chaos.reports import write_report
 
-        path = write_report(run_dir, args.format, args.output, mtbf_s=mtbf)
+        path = write_report(analysis, args.format, args.output, mtbf_s=mtbf)
         out.print(f"{args.format} report: {path}", highlight=False)
     return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
 
