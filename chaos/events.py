@@ -1,0 +1,285 @@
+"""Every event of the history (``events.jsonl``): its name, who writes it, and what each field means.
+
+This is the one place that names events. The probe (inside users' training scripts), the engine and analysis
+all use these names; nothing else spells them as string literals. The module is standard-library only and
+imports nothing from ``chaos``, so :mod:`chaos.probe` can use it inside any training process or container
+without pulling in the rest of the package.
+
+Each line of the history is one JSON object with at least ``t`` (host wall clock, seconds), ``source``
+(:class:`Source`) and ``event`` (:class:`Ev`), plus the fields of its event declared below as ``TypedDict``s.
+The declarations document the format and let a type checker follow a field through the code; nothing
+validates a line at run time (a history from an older version, or from a user's script calling
+``probe.emit`` with extra fields, must still be readable). A field marked ``NotRequired`` may be absent; readers
+treat absence the way its comment says.
+
+``Ev`` and ``Source`` are ``StrEnum``s: each member *is* its string (equal to it, same hash, serialised by
+``json`` as the plain string), so ``e["event"] == Ev.STEP_COMPLETED`` works on parsed lines and writers can
+pass members where strings are expected.
+"""
+
+from enum import StrEnum
+from typing import Any, Literal, NotRequired, TypedDict
+
+
+class Source(StrEnum):
+    """Who wrote a line."""
+
+    ENGINE = "engine"  # the chaos engine (orchestration, faults, the run's start and end)
+    WORKLOAD = "workload"  # a training process, through chaos.probe
+    PROGRESS = "progress"  # the engine on behalf of a workload without the probe (its printed progress, its files)
+
+
+class Ev(StrEnum):
+    """Every event name. Grouped by writer; the field declarations below say what each carries."""
+
+    # -- engine (source "engine")
+    RUN_STARTED = "run_started"
+    RUN_ENDED = "run_ended"
+    TEARDOWN = "teardown"
+    NODE_STARTED = "node_started"
+    NODE_EXITED = "node_exited"
+    FAULT_INJECTED = "fault_injected"
+    FAULT_SKIPPED = "fault_skipped"
+    FAULT_FAILED = "fault_failed"
+    FAULT_HEALED = "fault_healed"
+    FAULT_HEAL_FAILED = "fault_heal_failed"
+    # -- workload (source "workload" through chaos.probe; PROCESS_STARTED and STEP_COMPLETED also "progress")
+    PROCESS_STARTED = "process_started"
+    STEP_COMPLETED = "step_completed"
+    CHECKPOINT_SAVE_STARTED = "checkpoint_save_started"
+    CHECKPOINT_WRITE_PROGRESS = "checkpoint_write_progress"
+    CHECKPOINT_SAVE_FINISHED = "checkpoint_save_finished"
+    CHECKPOINT_LOAD_STARTED = "checkpoint_load_started"
+    CHECKPOINT_LOADED = "checkpoint_loaded"
+    CHECKPOINT_DELETED = "checkpoint_deleted"
+    CHECKPOINT_REJECTED = "checkpoint_rejected"
+    RUN_FINISHED = "run_finished"
+    # -- progress (source "progress": the engine watching a workload's checkpoint directory)
+    CHECKPOINT_SEEN = "checkpoint_seen"
+
+
+class EndReason(StrEnum):
+    """``run_ended.reason``: why the engine stopped the run (analysis maps it to a verdict)."""
+
+    COMPLETED = "completed"  # every node finished, or one did and the others were stopped after a grace period
+    FAILED = "failed"  # every node exited without finishing
+    DEADLINE = "deadline"  # limits.deadline_s passed
+    RESTART_LOOP = "restart_loop"  # too many unprovoked worker restarts without progress
+    HUNG = "hung"  # no step within startup_timeout_s, or none for stall_timeout_s
+    ERROR = "error"  # an engine error (the run still ends in teardown and a result)
+    INTERRUPTED = "interrupted"  # SIGINT / SIGTERM
+
+
+# Workload events a fault may be triggered on (``on: {event: ...}`` in a scenario) and a probe may pause after.
+TriggerEvent = Literal["checkpoint_save_started", "checkpoint_write_progress", "checkpoint_save_finished",
+                       "checkpoint_loaded", "process_started"]
+# The subset ``chaos explore`` generates triggers from: the moments around a checkpoint write.
+ExploreTriggerEvent = Literal["checkpoint_save_started", "checkpoint_write_progress", "checkpoint_save_finished"]
+
+
+# ------------------------------------------------------------------------------------------ common fields
+
+class Line(TypedDict):
+    """Fields of every line."""
+
+    t: float  # host wall clock (time.time()) when written; the history is ordered by it
+    source: str  # a Source
+    event: str  # an Ev
+
+
+class WorkloadLine(Line):
+    """Fields the probe adds to every workload event (from the process's environment and set_context)."""
+
+    node: str  # CHAOS_NODE: the node the process runs on ("local" outside chaos)
+    pid: int | str  # OS pid; "<node>:<n>" for the engine's inferred process of a print-only job
+    rank: NotRequired[int]  # RANK (absent: a single process, treated as rank 0)
+    local_rank: NotRequired[int]  # LOCAL_RANK
+    world_size: NotRequired[int]  # WORLD_SIZE (absent: 1)
+    restart: NotRequired[int]  # TORCHELASTIC_RESTART_COUNT of the node's agent
+    incarnation: NotRequired[str]  # id the ranks of one worker round agreed on (probe.set_context); lineage uses it
+    id: NotRequired[str]  # present when the probe holds the job after this event until the engine acknowledges it
+
+
+# ------------------------------------------------------------------------------------------ engine events
+
+class RunStarted(Line):
+    """The faulted run begins (after any golden run)."""
+
+    run_id: str
+    scenario: str  # the scenario's name
+    environment: dict[str, Any]  # host, versions, runtime and elastic settings (copied to result.json)
+    plan: dict[str, Any]  # the resolved plan: nodes, commands, fault timeline
+    golden: dict[str, Any] | None  # {key, run_dir, cached} of the fault-free reference, or None without one
+
+
+class RunEnded(Line):
+    """The engine stopped watching the run (written before teardown)."""
+
+    reason: str  # an EndReason
+    why: str  # one sentence for people
+    max_step: int  # highest global step seen
+
+
+class Teardown(Line):
+    killed: int  # processes / containers the runtime removed
+
+
+class NodeStarted(Line):
+    node: str  # "node<i>", or the rendezvous store's name
+    argv: list[str]
+    replacement: NotRequired[bool]  # started by the node-restart policy after the node died (absent for the store)
+    role: NotRequired[str]  # "store" for the dedicated rendezvous store
+
+
+class NodeExited(Line):
+    node: str
+    code: int  # exit code (negative: killed by that signal)
+    will_replace: NotRequired[bool]  # the node-restart policy will start it again (absent when code is 0)
+    role: NotRequired[str]  # "store" for the rendezvous store
+
+
+class FaultBase(Line):
+    """Fields of every fault event but fault_heal_failed."""
+
+    fault_id: int  # index of the fault in the scenario
+    kind: str  # the fault kind's name (only chaos.faults gives kinds a meaning)
+    target: str | None  # node name, or "network" / "storage" for faults on no single node
+    disruptive: NotRequired[bool]  # interrupts training by itself; absent in old histories: treat as True
+
+
+class FaultInjected(FaultBase):
+    """The fault took effect: ``t`` is when the runtime call returned (t_f of the metric definitions)."""
+
+    mechanism: str  # how it was done (e.g. "SIGKILL to the process tree", "tc tbf ..."), for the report
+    details: dict[str, Any]  # kind-specific; ``path``: a checkpoint file it damaged (no longer valid after t)
+    trigger_event: str | None  # the workload event that fired it (``on:`` triggers), else None
+    max_step: int  # highest global step seen when it was injected
+
+
+class FaultSkipped(FaultBase):
+    why: str  # e.g. the target node was not running
+
+
+class FaultFailed(FaultBase):
+    why: str  # the exception: the fault did not happen
+
+
+class FaultHealed(FaultBase):
+    """The fault was undone; further fields come from the kind's heal (e.g. ``restored``)."""
+
+    at_teardown: bool  # healed because the run ended, not at the end of its duration
+
+
+class FaultHealFailed(Line):
+    fault_id: int
+    why: str
+
+
+# ------------------------------------------------------------------------------------------ workload events
+
+class ProcessStarted(WorkloadLine):
+    """A worker process started (a new incarnation when rank 0 starts again: a restart)."""
+
+    distributed: NotRequired[bool]  # the reference workload: whether it runs under torch.distributed
+
+
+class StepCompleted(WorkloadLine):
+    """One optimizer step finished on this rank."""
+
+    step: int  # global step, 1-based, the same on every rank
+    loss: NotRequired[float | None]  # null: not reported, or not finite (NaN / inf)
+    samples: NotRequired[int | None]  # samples this rank consumed in the step
+    duration_s: NotRequired[float | None]  # the workload's own timing of the step
+    comm_s: NotRequired[float]  # cumulative seconds in communication so far (the reference workload)
+    sample_ids: NotRequired[list[int]]  # dataset indices this rank consumed: enables the exactly-once check
+    epoch: NotRequired[int]
+    dataset_size: NotRequired[int]
+
+
+class CheckpointSaveStarted(WorkloadLine):
+    step: int
+    path: str  # the final path (the file there is not complete until the matching save_finished)
+
+
+class CheckpointWriteProgress(WorkloadLine):
+    step: int
+    path: str
+    written: int  # bytes on disk so far
+    total: int
+
+
+class CheckpointSaveFinished(WorkloadLine):
+    step: int
+    path: str
+    sha256: str  # digest of the bytes written: what a later load must match
+    bytes: NotRequired[int]
+
+
+class CheckpointLoadStarted(WorkloadLine):
+    step: int
+    path: str
+
+
+class CheckpointLoaded(WorkloadLine):
+    step: int  # the step the job resumes from
+    path: str
+    sha256: str  # digest of the bytes read
+
+
+class CheckpointDeleted(WorkloadLine):
+    step: int
+    path: str
+
+
+class CheckpointRejected(WorkloadLine):
+    """The workload refused a checkpoint at load (e.g. its digest did not match) and looked for an older one."""
+
+    step: int
+    path: str
+    why: str
+
+
+class RunFinished(WorkloadLine):
+    """The job reached its final state (rank 0)."""
+
+    step: int  # the last global step
+    state_sha256: NotRequired[str]  # digest of the final model + optimizer state (compared with the golden run)
+
+
+class CheckpointSeen(Line):
+    """A file appeared or changed in a print-only job's checkpoint directory."""
+
+    path: str
+    bytes: int
+    mtime: float
+
+
+# Each event's field declaration (for documentation, ``chaos`` tooling and tests that check the writers).
+FIELDS: dict[Ev, type] = {
+    Ev.RUN_STARTED: RunStarted,
+    Ev.RUN_ENDED: RunEnded,
+    Ev.TEARDOWN: Teardown,
+    Ev.NODE_STARTED: NodeStarted,
+    Ev.NODE_EXITED: NodeExited,
+    Ev.FAULT_INJECTED: FaultInjected,
+    Ev.FAULT_SKIPPED: FaultSkipped,
+    Ev.FAULT_FAILED: FaultFailed,
+    Ev.FAULT_HEALED: FaultHealed,
+    Ev.FAULT_HEAL_FAILED: FaultHealFailed,
+    Ev.PROCESS_STARTED: ProcessStarted,
+    Ev.STEP_COMPLETED: StepCompleted,
+    Ev.CHECKPOINT_SAVE_STARTED: CheckpointSaveStarted,
+    Ev.CHECKPOINT_WRITE_PROGRESS: CheckpointWriteProgress,
+    Ev.CHECKPOINT_SAVE_FINISHED: CheckpointSaveFinished,
+    Ev.CHECKPOINT_LOAD_STARTED: CheckpointLoadStarted,
+    Ev.CHECKPOINT_LOADED: CheckpointLoaded,
+    Ev.CHECKPOINT_DELETED: CheckpointDeleted,
+    Ev.CHECKPOINT_REJECTED: CheckpointRejected,
+    Ev.RUN_FINISHED: RunFinished,
+    Ev.CHECKPOINT_SEEN: CheckpointSeen,
+}
+
+
+def required_fields(event: Ev) -> frozenset[str]:
+    """Fields a line of this event always has (inherited common fields included)."""
+    return FIELDS[event].__required_keys__  # type: ignore[attr-defined, no-any-return]
