@@ -29,6 +29,7 @@ from chaos.engine.progress import CheckpointWatcher, LogProgress, ProgressObserv
 from chaos.engine.scheduler import FaultScheduler, FaultState
 from chaos.engine.signals import Interrupted, RunInterrupted, signals_ignored, signals_interrupt
 from chaos.engine.states import PHASE_TRANSITIONS, EndReason, Phase, move
+from chaos.events import Ev
 from chaos.golden import GoldenCache, GoldenRunner, torch_version, wants_golden
 from chaos.history import HistoryWriter
 from chaos.plan import Plan, build_plan
@@ -144,7 +145,7 @@ class Engine:
                 golden = self._golden(parts)
                 self.started = time.time()  # the deadline counts from the faulted run, not the golden one
                 parts.progress.begin(self.started)
-                parts.history.write("run_started", run_id=self.run_id, scenario=self.scenario.name,
+                parts.history.write(Ev.RUN_STARTED, run_id=self.run_id, scenario=self.scenario.name,
                                     environment=environment(parts.runtime, parts.plan), plan=parts.plan.to_dict(),
                                     golden=golden)
                 parts.runtime.prepare(parts.plan)
@@ -197,10 +198,10 @@ class Engine:
         with signals_ignored():
             with contextlib.suppress(Exception):
                 parts.progress.drain()
-            parts.history.write("run_ended", reason=end.reason.value, why=end.why, max_step=parts.progress.max_step)
+            parts.history.write(Ev.RUN_ENDED, reason=end.reason.value, why=end.why, max_step=parts.progress.max_step)
             parts.faults.heal_all()
             cleaned = parts.runtime.teardown()
-            parts.history.write("teardown", killed=len(cleaned))
+            parts.history.write(Ev.TEARDOWN, killed=len(cleaned))
             parts.history.close()
             self._enter(Phase.FINISHED)
             self._update(parts)

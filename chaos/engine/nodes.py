@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chaos.engine.states import NODE_TRANSITIONS, NodeStatus, move
+from chaos.events import Ev
 from chaos.history import HistoryWriter
 from chaos.plan import STORE_NODE, Plan
 from chaos.runtimes.base import Runtime
@@ -49,7 +50,7 @@ class NodeOrchestrator:
     def start_cluster(self) -> None:
         if self._plan.store is not None:
             self._runtime.start_node(self._plan.store)
-            self._history.write("node_started", node=STORE_NODE, role="store", argv=self._plan.store.argv)
+            self._history.write(Ev.NODE_STARTED, node=STORE_NODE, role="store", argv=self._plan.store.argv)
         for node in self._plan.nodes:
             self._start_node(node.name, replacement=False)
 
@@ -59,7 +60,7 @@ class NodeOrchestrator:
         state = self.nodes[name]
         state.move_to(NodeStatus.RUNNING)
         state.exit_code, state.restart_at = None, None
-        self._history.write("node_started", node=name, replacement=replacement, argv=node.argv)
+        self._history.write(Ev.NODE_STARTED, node=name, replacement=replacement, argv=node.argv)
         self._note(f"{'replaced' if replacement else 'started'} {name}")
 
     def stopped(self, name: str) -> None:
@@ -90,14 +91,14 @@ class NodeOrchestrator:
             if code == 0:
                 state.move_to(NodeStatus.FINISHED)
                 self.finishing_since = self.finishing_since or now
-                self._history.write("node_exited", node=name, code=code)
+                self._history.write(Ev.NODE_EXITED, node=name, code=code)
                 self._note(f"{name} finished")
                 continue
             replace = (policy.policy == "on-failure" and state.replacements < policy.max_restarts
                        and self.finishing_since is None)
             state.move_to(NodeStatus.REPLACING if replace else NodeStatus.DEAD)
             state.restart_at = now + policy.delay_s if replace else None
-            self._history.write("node_exited", node=name, code=code, will_replace=replace)
+            self._history.write(Ev.NODE_EXITED, node=name, code=code, will_replace=replace)
             self._note(f"{name} exited with code {code}" + (f", replacing in {policy.delay_s:g}s" if replace else ""))
         self._watch_store()
 
@@ -107,5 +108,5 @@ class NodeOrchestrator:
         code = self._runtime.exit_code(STORE_NODE)
         if code is not None:
             self._store_exit_logged = True
-            self._history.write("node_exited", node=STORE_NODE, code=code, role="store")
+            self._history.write(Ev.NODE_EXITED, node=STORE_NODE, code=code, role="store")
             self._note(f"rendezvous store exited with code {code}")

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from chaos.events import Ev, Source
 from chaos.history import Event, FileTail, HistoryWriter
 
 CHECKPOINT_SCAN_S = 0.25
@@ -46,10 +47,10 @@ class LogProgress:
                 if step <= self._last_step[name] or inc == 0:
                     inc += 1
                     self._incarnation[name] = inc
-                    self._history.write("process_started", source="progress", node=name, pid=f"{name}:{inc}")
+                    self._history.write(Ev.PROCESS_STARTED, source=Source.PROGRESS, node=name, pid=f"{name}:{inc}")
                 self._last_step[name] = step
                 loss = m.groupdict().get("loss")
-                self._history.write("step_completed", source="progress", node=name, pid=f"{name}:{inc}",
+                self._history.write(Ev.STEP_COMPLETED, source=Source.PROGRESS, node=name, pid=f"{name}:{inc}",
                                     step=step, loss=float(loss) if loss else None)
 
 
@@ -78,7 +79,7 @@ class CheckpointWatcher:
             sig = (st.st_size, st.st_mtime)
             if self._seen.get(str(path)) != sig:
                 self._seen[str(path)] = sig
-                self._history.write("checkpoint_seen", source="progress", path=str(path), bytes=st.st_size,
+                self._history.write(Ev.CHECKPOINT_SEEN, source=Source.PROGRESS, path=str(path), bytes=st.st_size,
                                     mtime=st.st_mtime)
 
 
@@ -129,17 +130,17 @@ class ProgressObserver:
 
     def _observe(self, e: Event) -> None:
         kind = e.get("event")
-        if e.get("source") == "engine":
+        if e.get("source") == Source.ENGINE:
             return
         self.event_counts[kind] = self.event_counts.get(kind, 0) + 1
-        if kind == "step_completed":
+        if kind == Ev.STEP_COMPLETED:
             if self.first_step_t is None:
                 self.first_step_t = e["t"]
             self.last_progress_t = max(self.last_progress_t, e["t"])
             if e["step"] > self.max_step:
                 self.max_step = e["step"]
                 self.starts_since_progress = 0
-        elif kind == "process_started" and e.get("rank", 0) == 0:
+        elif kind == Ev.PROCESS_STARTED and e.get("rank", 0) == 0:
             self.rank0_starts += 1
             if self.rank0_starts > 1:
                 # A restart that answers one of our faults is recovery; only unprovoked ones make a loop.

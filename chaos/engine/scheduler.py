@@ -17,6 +17,7 @@ from chaos.engine.nodes import NodeOrchestrator
 from chaos.engine.progress import ProgressObserver
 from chaos.engine.signals import Interrupted
 from chaos.engine.states import FAULT_TRANSITIONS, FaultStatus, NodeStatus, move
+from chaos.events import Ev, Source
 from chaos.faults import FaultContext, fault_kind
 from chaos.history import Event, HistoryWriter
 from chaos.plan import STORE_NODE, Plan
@@ -73,7 +74,8 @@ class FaultScheduler:
                 fire = progress.max_step >= spec.at_step
             else:
                 assert spec.on is not None
-                matching = [e for e in new_events if e.get("event") == spec.on.event and e.get("source") != "engine"]
+                matching = [e for e in new_events
+                            if e.get("event") == spec.on.event and e.get("source") != Source.ENGINE]
                 seen_before = progress.event_counts.get(spec.on.event, 0) - len(matching)
                 idx = spec.on.occurrence - seen_before - 1
                 fire = 0 <= idx < len(matching)
@@ -84,7 +86,7 @@ class FaultScheduler:
     def release(self, events: list[Event]) -> None:
         """Acknowledge the job's held events (the probe waits after them) once this tick's faults have landed."""
         for e in events:
-            if "id" in e and e.get("source") == "workload":
+            if "id" in e and e.get("source") == Source.WORKLOAD:
                 (self._acks_dir / str(e["id"])).touch()
 
     # ------------------------------------------------------------------ inject
@@ -110,7 +112,7 @@ class FaultScheduler:
         if node is not None and node != STORE_NODE and self._nodes.status(node) is not NodeStatus.RUNNING:
             status = self._nodes.status(node)
             f.move_to(FaultStatus.SKIPPED)
-            self._history.write("fault_skipped", **base, why=f"{node} is {status}")
+            self._history.write(Ev.FAULT_SKIPPED, **base, why=f"{node} is {status}")
             self._note(f"skipped {f.spec.kind} on {node}: it is {status}")
             return
         ctx = FaultContext(self._runtime, f.spec, node, self._plan.checkpoint_dir, self._plan, fault_id=f.index)
@@ -120,14 +122,14 @@ class FaultScheduler:
             raise  # Ctrl-C / SIGTERM while injecting: stop the run (a network fault undid its own half)
         except Exception as exc:  # recorded, never hidden: the fault did not happen
             f.move_to(FaultStatus.FAILED)
-            self._history.write("fault_failed", **base, why=f"{type(exc).__name__}: {exc}")
+            self._history.write(Ev.FAULT_FAILED, **base, why=f"{type(exc).__name__}: {exc}")
             self._note(f"{f.spec.kind} failed: {exc}")
             return
         f.t_injected = time.time()
         f.mechanism, f.ctx = mechanism, ctx
         if impl.disruptive:
             self._progress.fault_injected()
-        self._history.write("fault_injected", **base, mechanism=mechanism, details=ctx.details,
+        self._history.write(Ev.FAULT_INJECTED, **base, mechanism=mechanism, details=ctx.details,
                             trigger_event=trigger_event.get("event") if trigger_event else None,
                             max_step=self._progress.max_step)
         if node is not None and impl.stops_node:
@@ -157,12 +159,12 @@ class FaultScheduler:
         assert f.ctx is not None
         try:
             healed = fault_kind(f.spec.kind).heal(f.ctx) or {}
-            self._history.write("fault_healed", fault_id=f.index, kind=f.spec.kind, target=f.node,
+            self._history.write(Ev.FAULT_HEALED, fault_id=f.index, kind=f.spec.kind, target=f.node,
                                 at_teardown=at_teardown, **healed)
         except Interrupted:
             raise  # still active: teardown heals it
         except Exception as exc:
-            self._history.write("fault_heal_failed", fault_id=f.index, why=f"{type(exc).__name__}: {exc}")
+            self._history.write(Ev.FAULT_HEAL_FAILED, fault_id=f.index, why=f"{type(exc).__name__}: {exc}")
         f.move_to(FaultStatus.HEALED)
         self._nodes.resumed(f.node)
         self._note(f"healed {f.spec.kind} on {f.node}")

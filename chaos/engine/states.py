@@ -2,7 +2,8 @@
 
 Each enum's value is the string the live view shows (and that older code compared with), so a state prints and
 compares as its name. ``move`` asserts the transition: one of these firing means an engine bug, which the engine
-turns into an ``error`` result after tearing down like any other exception.
+turns into an ``error`` result after tearing down like any other exception. Why a run ended is
+:class:`chaos.events.EndReason` (re-exported here), since it is written to the history.
 """
 
 from __future__ import annotations
@@ -10,6 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import Enum
 from typing import TypeVar
+
+from chaos.events import EndReason
+
+__all__ = ["FAULT_TRANSITIONS", "NODE_TRANSITIONS", "PHASE_TRANSITIONS", "EndReason", "FaultStatus", "NodeStatus",
+           "Phase", "State", "move"]
 
 
 class State(str, Enum):
@@ -61,18 +67,6 @@ class Phase(State):
     GOLDEN = "golden"
     RUNNING = "running"
     FINISHED = "finished"
-
-
-class EndReason(State):
-    """Why a run ended, as written to ``run_ended.reason`` (analysis maps it to a verdict)."""
-
-    COMPLETED = "completed"
-    FAILED = "failed"
-    DEADLINE = "deadline"
-    RESTART_LOOP = "restart_loop"
-    HUNG = "hung"
-    INTERRUPTED = "interrupted"
-    ERROR = "error"
 
 
 N, F, P = NodeStatus, FaultStatus, Phase
