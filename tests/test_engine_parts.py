@@ -320,3 +320,22 @@ def test_no_import_cycle_through_the_engine_golden_console_or_result() -> None:
     cycles = [m for m in watched if reaches(m, m)]
     assert not cycles, f"import cycles through {cycles}"
     assert not reaches("chaos.golden", "chaos.engine") and not reaches("chaos.console", "chaos.engine")
+
+
+def test_the_live_view_shows_states_by_name(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from chaos.console import live_view
+    from chaos.engine import Snapshot
+
+    run = Run(tmp_path, [Fault(kind="crash", target=1, at_step=5)])
+    run.nodes.start_cluster()
+    snap = Snapshot(run_id="r", run_dir=tmp_path, elapsed_s=1.0, step=2, target_steps=10, restarts=0,
+                    nodes=list(run.nodes.nodes.values()), faults=run.faults.faults, phase=Phase.GOLDEN)
+    console = Console(file=io.StringIO(), width=120, color_system=None)
+    console.print(live_view(snap))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "node0: running" in text and "pending" in text and "golden run first" in text
+    assert "NodeStatus" not in text and "FaultStatus" not in text
