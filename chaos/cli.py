@@ -7,9 +7,12 @@ Exit codes: 0 pass, 1 a failed expectation / hung / restart loop / engine error,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -310,6 +313,30 @@ def cmd_image(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+GOLDEN_CACHE_HELP = ("where golden runs are cached by content (default: $TORCH_CHAOS_GOLDEN_CACHE, else "
+                     "$XDG_CACHE_HOME/torch-chaos/golden or ~/.cache/torch-chaos/golden)")
+
+
+@contextlib.contextmanager
+def _golden_cache(directory: str | None) -> Iterator[None]:
+    """``--golden-cache DIR`` is ``TORCH_CHAOS_GOLDEN_CACHE=DIR`` for this command (explore and compare create their
+    engines themselves; the golden cache reads the variable)."""
+    from chaos.golden import CACHE_ENV
+
+    if directory is None:
+        yield
+        return
+    old = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(Path(directory).resolve())
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = old
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="torch-chaos", description="Chaos testing for PyTorch training jobs.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -318,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="runs", help="directory for run directories (default: runs)")
     r.add_argument("--dry-run", action="store_true", help="print the resolved plan and run nothing")
     r.add_argument("--json", action="store_true", help="print result.json (or the plan) as JSON")
+    r.add_argument("--golden-cache", default=None, metavar="DIR", help=GOLDEN_CACHE_HELP)
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("validate", help="check scenario files and report every error")
     v.add_argument("files", nargs="+")
@@ -345,12 +373,14 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--out", default="runs")
     x.add_argument("--json", action="store_true")
     x.add_argument("--no-confirm", action="store_true", help="do not replay the reproducer")
+    x.add_argument("--golden-cache", default=None, metavar="DIR", help=GOLDEN_CACHE_HELP)
     x.set_defaults(func=cmd_explore)
     cmp = sub.add_parser("compare", help="run scenarios side by side and write the comparison table")
     cmp.add_argument("items", nargs="+", help="scenario files (or run directories with --from-runs)")
     cmp.add_argument("--from-runs", action="store_true", help="compare existing run directories, run nothing")
     cmp.add_argument("--out", default="runs", help="directory for run directories")
     cmp.add_argument("-o", "--output", default="reports/generated/compare", help="where the report is written")
+    cmp.add_argument("--golden-cache", default=None, metavar="DIR", help=GOLDEN_CACHE_HELP)
     cmp.set_defaults(func=cmd_compare)
     c = sub.add_parser("cleanup", help="remove what runs whose engine died left behind (processes, containers, "
                        "networks, namespaces, delayers)")
@@ -374,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        with _golden_cache(getattr(args, "golden_cache", None)):
+            return int(args.func(args))
     except ScenarioInvalid as exc:
         for e in exc.errors:
             err.print(f"[red]error[/red] {e}", highlight=False)
