@@ -15,13 +15,13 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag, create_model, model_validator
+from pydantic import BeforeValidator, Discriminator, Field, Tag, TypeAdapter, create_model, model_validator
 
 from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
 from chaos.runtimes.base import CAPABILITIES
 from chaos.spec import EventTrigger, FaultSpec, Seconds, Strict, parse_duration
 
-__all__ = ["EventTrigger", "Fault", "FaultSpec", "Scenario", "Seconds", "parse_duration"]
+__all__ = ["EventTrigger", "Fault", "FaultSpec", "Scenario", "Seconds", "make_fault", "parse_duration"]
 
 # YAML reads `[python, train.py, --epochs, 10]` with an int in it; a command line is strings.
 Arg = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -136,6 +136,11 @@ Fault = Annotated[
     Discriminator(_fault_tag, custom_error_type="fault_kind",
                   custom_error_message=f"kind: expected one of {_KINDS} (`chaos plugins` describes each)"),
 ]
+
+
+def make_fault(**fields: Any) -> Any:
+    """A validated fault spec of whichever kind ``fields["kind"]`` names (``Fault`` is a union, not a class)."""
+    return TypeAdapter(Fault).validate_python(fields)
 
 
 class Bound(Strict):
