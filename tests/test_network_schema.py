@@ -97,7 +97,7 @@ def test_local_scenarios_need_nothing_from_the_machine() -> None:
 
 def test_dry_run_shows_network_addresses_and_creates_nothing(capsys: pytest.CaptureFixture[str],
                                                             tmp_path: Path) -> None:
-    assert main(["run", "netns/partial-partition", "--dry-run", "--json", "--out", str(tmp_path)]) == 0
+    assert main(["run", "network/partial-partition", "--dry-run", "--json", "--out", str(tmp_path)]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["runtime"] == "netns" and plan["addresses"]["node1"].startswith("10.213.0.")
     assert plan["faults"][0]["kind"] == "partition"
