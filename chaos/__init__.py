@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 def run(scenario: Any, out_dir: str = "runs", on_update: Any = None) -> Any:
     """Run a scenario (a path, a shipped name or a :class:`chaos.scenario.Scenario`); returns a
-    :class:`chaos.result.Result` (result.json's content, ``result.verdict`` etc., ``result.run_dir``)."""
+    :class:`chaos.run_result.RunResult` (result.json's content, ``result.verdict`` etc., ``result.run_dir``)."""
     from chaos.engine import run as _run
 
     return _run(scenario, out_dir=out_dir, on_update=on_update)

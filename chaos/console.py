@@ -1,8 +1,12 @@
-"""Terminal output: the live view during a run and the summary after it (rich)."""
+"""Terminal output: the live view during a run and the summary after it (rich).
+
+Imports nothing of the engine at run time (the engine's result handle renders its table with :func:`summary`):
+a snapshot is read through its attributes, and states are shown by their string values.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -10,8 +14,10 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from chaos.engine import Snapshot
 from chaos.plan import fault_summary
+
+if TYPE_CHECKING:
+    from chaos.engine import Snapshot
 
 VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "hung": "bold red", "restart_loop": "bold red",
                  "error": "bold magenta"}
@@ -46,13 +52,13 @@ def live_view(s: Snapshot) -> Group:
     bar.add_row(ProgressBar(total=float(s.target_steps or max(s.step, 1)), completed=float(s.step), width=60))
     nodes = Table.grid(padding=(0, 2))
     nodes.add_row(*[Text(f"{n.name}: {n.status}" + (f" (replaced {n.replacements}x)" if n.replacements else ""),
-                         style=NODE_STYLE.get(n.status, "")) for n in s.nodes])
+                         style=NODE_STYLE.get(str(n.status), "")) for n in s.nodes])
     faults = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     for col in ("fault", "target", "trigger", "status"):
         faults.add_column(col)
     for f in s.faults:
         summary = fault_summary(f.index, f.spec)
-        faults.add_row(f.spec.kind, str(f.node or f.spec.target), summary["trigger"], f.status)
+        faults.add_row(f.spec.kind, str(f.node or f.spec.target), summary["trigger"], str(f.status))
     log = Text("\n".join(s.log), style="dim")
     return Group(head, bar, nodes, faults, log)
 

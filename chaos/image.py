@@ -133,16 +133,6 @@ def _client(timeout: int = 60) -> Any:
     return client
 
 
-def image_present(tag: str | None = None) -> bool:
-    """Whether the image exists locally; False (not an error) when docker cannot be reached, so callers can ask
-    before deciding to build."""
-    try:
-        client = _client()
-    except ImageBuildError:
-        return False
-    return _has_image(client, tag or image_tag())
-
-
 def _has_image(client: Any, ref: str) -> bool:
     from docker.errors import ImageNotFound
 
@@ -203,25 +193,6 @@ def build_image(method: str = "auto", force: bool = False, log: Callable[[str], 
         result = BuildResult(tag, method, time.monotonic() - start, _image_size(client, tag))
         log(f"built {tag} in {result.seconds:.0f} s ({result.size_bytes / 1e9:.2f} GB)")
         return result
-
-
-def remove_stale_images() -> list[str]:
-    """Remove torch-chaos images built for other inputs (an older torch, an older recipe): each is ~1 GB.
-    Images still used by a container are kept. Returns the tags removed."""
-    from docker.errors import APIError
-
-    client = _client()
-    current = image_tag()
-    removed = []
-    for image in client.images.list(name=IMAGE_REPO):
-        for tag in image.tags:
-            if tag.startswith(f"{IMAGE_REPO}:") and tag != current:
-                try:
-                    client.images.remove(tag)
-                except APIError:
-                    continue
-                removed.append(tag)
-    return removed
 
 
 # --- dockerfile -------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from chaos.result import Result
+from chaos.run_result import RunResult
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,9 +43,9 @@ class ChaosRunner:
     def __init__(self, out_dir: Path, node: pytest.Item):
         self.out_dir = out_dir
         self._node = node
-        self.results: list[Result] = []
+        self.results: list[RunResult] = []
 
-    def run(self, scenario: Any) -> Result:
+    def run(self, scenario: Any) -> RunResult:
         from chaos.engine import run
 
         result = run(scenario, out_dir=self.out_dir)
@@ -55,7 +55,7 @@ class ChaosRunner:
         return result
 
 
-def _attach_report(node: pytest.Item, result: Result) -> None:
+def _attach_report(node: pytest.Item, result: RunResult) -> None:
     try:
         from chaos.reports import write_report
     except ImportError:
@@ -74,7 +74,7 @@ def chaos(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 
 class ChaosVerdict(Exception):
-    def __init__(self, result: Result):
+    def __init__(self, result: RunResult):
         self.result = result
         super().__init__(result["why"])
 

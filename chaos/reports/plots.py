@@ -17,9 +17,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from chaos.analysis.series import downsample
+from chaos.registry import fault_colour
 from chaos.reports.model import Report
-
-FAULT_COLOURS = {"crash": "#d62728", "kill_worker": "#ff7f0e", "freeze": "#1f77b4", "corrupt_checkpoint": "#9467bd"}
 
 
 def timeline(report: Report) -> Figure:
@@ -29,7 +28,7 @@ def timeline(report: Report) -> Figure:
         ax.plot([x for x, _ in points], [y for _, y in points], ".", markersize=2, label=node)
     for f in report.result["faults"]:
         start = f["t_injected"] - t0
-        colour = FAULT_COLOURS.get(f["kind"], "#7f7f7f")
+        colour = fault_colour(f["kind"])
         if f.get("t_healed"):
             ax.axvspan(start, f["t_healed"] - t0, color=colour, alpha=0.18)
         ax.axvline(start, color=colour, linewidth=1.5, label=f"{f['kind']} {f['target']}")

@@ -1,4 +1,8 @@
-"""What ``chaos.run`` returns: result.json's content, with attribute access for the obvious fields."""
+"""What ``chaos.run`` (and :meth:`chaos.engine.Engine.run`) returns: the run's result.json, with its run directory.
+
+Not to be confused with the analysis that computes result.json from a history (``write_result``); this is only
+the handle a caller gets back.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 
-class Result(dict[str, Any]):
+class RunResult(dict[str, Any]):
     """``result.verdict``, ``result.checkpoint``, ``result.faults`` … read like result.json (it *is* result.json)."""
 
     def __init__(self, data: dict[str, Any], run_dir: Path):

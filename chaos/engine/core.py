@@ -1,0 +1,229 @@
+"""The engine: prepares a run, wires its parts together, ticks them until the run is over, and always tears down.
+
+The parts each have one job: :class:`~chaos.engine.progress.ProgressObserver` follows the job,
+:class:`~chaos.engine.scheduler.FaultScheduler` fires and heals faults, :class:`~chaos.engine.nodes.NodeOrchestrator`
+starts and replaces nodes, :class:`~chaos.engine.end.EndDetector` says when it is over. The engine decides only what
+must be decided live; every figure in the result is computed afterwards from the history by :mod:`chaos.analysis`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from chaos import __version__
+from chaos.analysis.result import write_result
+from chaos.engine.end import End, EndDetector
+from chaos.engine.nodes import NodeOrchestrator, NodeState
+from chaos.engine.progress import CheckpointWatcher, LogProgress, ProgressObserver
+from chaos.engine.scheduler import FaultScheduler, FaultState
+from chaos.engine.signals import Interrupted, RunInterrupted, signals_ignored, signals_interrupt
+from chaos.engine.states import PHASE_TRANSITIONS, EndReason, Phase, move
+from chaos.events import Ev
+from chaos.golden import GoldenCache, GoldenRunner, torch_version, wants_golden
+from chaos.history import HistoryWriter
+from chaos.plan import Plan, build_plan
+from chaos.run_result import RunResult
+from chaos.runtimes import create_runtime
+from chaos.runtimes.base import Runtime
+from chaos.scenario import CommandWorkload, Scenario
+
+POLL_S = 0.02
+DEFAULT_STEPS = 400  # the shipped workloads' default ``steps`` (for the live view's progress bar)
+
+
+@dataclass
+class Snapshot:
+    """What a live view shows; rebuilt by the engine at every tick."""
+
+    run_id: str
+    run_dir: Path
+    elapsed_s: float
+    step: int
+    target_steps: int | None
+    restarts: int
+    nodes: list[NodeState]
+    faults: list[FaultState]
+    phase: Phase
+    log: list[str] = field(default_factory=list)
+
+
+def new_run_id(scenario: Scenario) -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{scenario.name}-{uuid.uuid4().hex[:6]}"
+
+
+def environment(runtime: Runtime, plan: Plan) -> dict[str, Any]:
+    return {
+        "torch_chaos": __version__, "torch": torch_version(), "python": platform.python_version(),
+        "platform": platform.platform(), "cpus": os.cpu_count(), **runtime.describe(),
+        "mode": plan.scenario.cluster.mode, "elastic_settings": plan.elastic,
+    }
+
+
+class RunParts:
+    """Everything one run creates, made in one go: the run directory, the runtime and plan, the history, and the
+    parts the engine ticks. Creating it is the run's preparation (nothing is started yet)."""
+
+    def __init__(self, scenario: Scenario, run_id: str, run_dir: Path, note: Callable[[str], None]):
+        run_dir.mkdir(parents=True, exist_ok=False)
+        (run_dir / "logs").mkdir()
+        events_path = run_dir / "events.jsonl"
+        events_path.touch()
+        acks_dir = Path(str(events_path) + ".acks")  # the probe waits for its held events to be acknowledged here
+        acks_dir.mkdir()
+        self.runtime = create_runtime(scenario, run_id, str(run_dir))
+        self.plan = build_plan(scenario, run_id, run_dir, self.runtime.addressing(scenario))
+        if self.plan.checkpoint_dir is not None:
+            self.plan.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "scenario.yaml").write_text(
+            yaml.safe_dump(scenario.model_dump(mode="json", exclude_none=True), sort_keys=False))
+        (run_dir / "plan.yaml").write_text(yaml.safe_dump(self.plan.to_dict(), sort_keys=False))
+        self.history = HistoryWriter(events_path)
+        w = scenario.workload
+        scraped = isinstance(w, CommandWorkload)  # a command may not use the probe: follow its output and files
+        self.progress = ProgressObserver(
+            events_path,
+            LogProgress(w.progress_regex, {n.name: self.runtime.log_path(n.name) for n in self.plan.nodes},
+                        self.history) if scraped else None,
+            CheckpointWatcher(self.plan.checkpoint_dir, self.history) if scraped else None,
+            note, now=time.time())
+        self.nodes = NodeOrchestrator(self.runtime, self.plan, scenario.cluster.node_restart, self.history, note)
+        self.faults = FaultScheduler(scenario.faults, self.runtime, self.plan, self.history, acks_dir, self.nodes,
+                                     self.progress, note)
+        self.end = EndDetector(scenario.limits, self.nodes, self.progress)
+        self.target_steps = None if scraped else int(w.args.get("steps", DEFAULT_STEPS))
+
+
+def run_in_engine(scenario: Scenario, out_dir: Path) -> Path:
+    """How golden runs are run by default: a plain engine run; returns its run directory."""
+    engine = Engine(scenario, out_dir=out_dir)
+    engine.run()
+    return engine.run_dir
+
+
+class Engine:
+    """Runs one scenario: ``Engine(scenario).run()`` returns its result once the run is torn down.
+
+    ``golden`` computes the fault-free reference summary for a scenario (default: the shared
+    :class:`~chaos.golden.GoldenCache`, which runs golden runs with a plain engine); ``on_update`` receives a
+    :class:`Snapshot` at every tick (the live view).
+    """
+
+    def __init__(self, scenario: Scenario, out_dir: str | Path = "runs", run_id: str | None = None,
+                 on_update: Callable[[Snapshot], None] | None = None, golden: GoldenRunner | None = None):
+        self.scenario = scenario
+        self.run_id = run_id or new_run_id(scenario)
+        self.run_dir = Path(out_dir).resolve() / self.run_id
+        self.on_update = on_update
+        self.golden: GoldenRunner = golden if golden is not None else GoldenCache(run_in_engine)
+        self.log: list[str] = []
+        self.phase = Phase.PREPARING
+        self.started = time.time()  # reset when the faulted run starts: limits count from there
+
+    def note(self, text: str) -> None:
+        self.log.append(f"{time.strftime('%H:%M:%S')} {text}")
+
+    def run(self) -> RunResult:
+        from chaos.doctor import require
+
+        require(self.scenario)  # before anything is created: a missing piece is advice, not a half-run
+        parts = RunParts(self.scenario, self.run_id, self.run_dir, self.note)
+        self.started = time.time()
+        end = End(EndReason.ERROR, "engine failed")
+        with signals_interrupt():
+            try:
+                golden = self._golden(parts)
+                self.started = time.time()  # the deadline counts from the faulted run, not the golden one
+                parts.progress.begin(self.started)
+                parts.history.write(Ev.RUN_STARTED, run_id=self.run_id, scenario=self.scenario.name,
+                                    environment=environment(parts.runtime, parts.plan), plan=parts.plan.to_dict(),
+                                    golden=golden)
+                parts.runtime.prepare(parts.plan)
+                self._enter(Phase.RUNNING)
+                parts.nodes.start_cluster()
+                while (outcome := self._tick(parts)) is None:
+                    time.sleep(POLL_S)
+                end = outcome
+            except (Interrupted, KeyboardInterrupt) as exc:
+                end = End(EndReason.INTERRUPTED, f"interrupted by {exc or 'SIGINT'}")
+                self.note(end.why)
+            except Exception as exc:  # an engine bug must still end in teardown and a result
+                end = End(EndReason.ERROR, f"engine error: {type(exc).__name__}: {exc}")
+                self.note(end.why)
+            finally:
+                self._finish(parts, end)
+        result = RunResult(write_result(self.run_dir), self.run_dir)
+        if end.reason is EndReason.INTERRUPTED:
+            raise RunInterrupted(result)
+        return result
+
+    def _golden(self, parts: RunParts) -> dict[str, Any] | None:
+        """Run (or reuse) the fault-free reference and keep its summary in this run's directory, so that the run
+        directory alone is enough to recompute the result."""
+        if not wants_golden(self.scenario):
+            return None
+        self.note("golden run: the same job without faults (cached after the first time)")
+        self._enter(Phase.GOLDEN)
+        self._update(parts)
+        summary = self.golden(self.scenario)
+        (self.run_dir / "golden.json").write_text(json.dumps(summary, indent=1))
+        self.note(f"golden run {'reused' if summary.get('cached') else 'done'}: {summary.get('run_dir')}")
+        if summary.get("trusted") is False:
+            self.note(f"golden run not trusted: {summary.get('untrusted_why')}")
+        return {"key": summary.get("key"), "run_dir": summary.get("run_dir"), "cached": summary.get("cached")}
+
+    def _tick(self, parts: RunParts) -> End | None:
+        now = time.time()
+        new_events = parts.progress.drain()
+        parts.faults.fire_due(now, new_events)
+        parts.faults.release(new_events)  # after firing: a held job resumes with its fault in place
+        parts.faults.heal_due(now)
+        parts.nodes.watch(now)
+        end = parts.end.check(now, self.started)
+        self._update(parts)
+        return end
+
+    def _finish(self, parts: RunParts, end: End) -> None:
+        # Further interrupts are ignored while cleaning: a second Ctrl-C must not leave faults or processes behind.
+        with signals_ignored():
+            with contextlib.suppress(Exception):
+                parts.progress.drain()
+            parts.history.write(Ev.RUN_ENDED, reason=end.reason.value, why=end.why, max_step=parts.progress.max_step)
+            parts.faults.heal_all()
+            cleaned = parts.runtime.teardown()
+            parts.history.write(Ev.TEARDOWN, killed=len(cleaned))
+            parts.history.close()
+            self._enter(Phase.FINISHED)
+            self._update(parts)
+
+    def _enter(self, phase: Phase) -> None:
+        self.phase = move(self.phase, phase, PHASE_TRANSITIONS)
+
+    def _update(self, parts: RunParts) -> None:
+        if self.on_update is None:
+            return
+        self.on_update(Snapshot(
+            run_id=self.run_id, run_dir=self.run_dir, elapsed_s=time.time() - self.started,
+            step=parts.progress.max_step, target_steps=parts.target_steps, restarts=parts.progress.restarts,
+            nodes=list(parts.nodes.nodes.values()), faults=parts.faults.faults, phase=self.phase,
+            log=self.log[-8:]))
+
+
+def run(scenario: Scenario | str | Path, out_dir: str | Path = "runs",
+        on_update: Callable[[Snapshot], None] | None = None) -> RunResult:
+    """Run a scenario (a model, or a path to its YAML) and return its result (as written to result.json)."""
+    if not isinstance(scenario, Scenario):
+        from chaos.loading import load_scenario, resolve_scenario_path
+
+        scenario = load_scenario(resolve_scenario_path(str(scenario)))
+    return Engine(scenario, out_dir=out_dir, on_update=on_update).run()

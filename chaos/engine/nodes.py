@@ -1,0 +1,112 @@
+"""The engine playing the orchestrator: start the nodes, watch their exit codes, replace failed ones as the
+scenario's ``node_restart`` policy says (like Kubernetes or Slurm would), and stop replacing once the job is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from chaos.engine.states import NODE_TRANSITIONS, NodeStatus, move
+from chaos.events import Ev
+from chaos.history import HistoryWriter
+from chaos.plan import STORE_NODE, Plan
+from chaos.runtimes.base import Runtime
+from chaos.scenario import NodeRestart
+
+
+@dataclass
+class NodeState:
+    """One training node as the live view shows it; ``status`` changes only through :meth:`move_to`."""
+
+    name: str
+    status: NodeStatus = NodeStatus.PENDING
+    exit_code: int | None = None
+    replacements: int = 0
+    restart_at: float | None = None
+
+    def move_to(self, status: NodeStatus) -> None:
+        self.status = move(self.status, status, NODE_TRANSITIONS)
+
+
+class NodeOrchestrator:
+    """Owns the nodes' states; the rendezvous store (when the plan has one) is started but never replaced."""
+
+    def __init__(self, runtime: Runtime, plan: Plan, policy: NodeRestart, history: HistoryWriter,
+                 note: Callable[[str], None]):
+        self._runtime = runtime
+        self._plan = plan
+        self._policy = policy
+        self._history = history
+        self._note = note
+        self._store_exit_logged = False
+        self.nodes = {n.name: NodeState(n.name) for n in plan.nodes}
+        # When the first node exited with 0: the job is finishing, failed nodes are no longer replaced.
+        self.finishing_since: float | None = None
+
+    def status(self, name: str) -> NodeStatus:
+        return self.nodes[name].status
+
+    def start_cluster(self) -> None:
+        if self._plan.store is not None:
+            self._runtime.start_node(self._plan.store)
+            self._history.write(Ev.NODE_STARTED, node=STORE_NODE, role="store", argv=self._plan.store.argv)
+        for node in self._plan.nodes:
+            self._start_node(node.name, replacement=False)
+
+    def _start_node(self, name: str, replacement: bool) -> None:
+        node = self._plan.node(name)
+        self._runtime.start_node(node)
+        state = self.nodes[name]
+        state.move_to(NodeStatus.RUNNING)
+        state.exit_code, state.restart_at = None, None
+        self._history.write(Ev.NODE_STARTED, node=name, replacement=replacement, argv=node.argv)
+        self._note(f"{'replaced' if replacement else 'started'} {name}")
+
+    def stopped(self, name: str) -> None:
+        """A fault that stops the node (``stops_node``) took effect on it."""
+        if name in self.nodes:
+            self.nodes[name].move_to(NodeStatus.FROZEN)
+
+    def resumed(self, name: str | None) -> None:
+        """A fault on the node was healed: a node still frozen by it runs again (one that exited stays as it is)."""
+        if name in self.nodes and self.nodes[name].status is NodeStatus.FROZEN:
+            self.nodes[name].move_to(NodeStatus.RUNNING)
+
+    def watch(self, now: float) -> None:
+        """Start due replacements, then record every node that exited since the last tick."""
+        policy = self._policy
+        for name, state in self.nodes.items():
+            if state.status is NodeStatus.REPLACING and state.restart_at is not None and now >= state.restart_at:
+                if self.finishing_since is None:
+                    state.replacements += 1
+                    self._start_node(name, replacement=True)
+                continue
+            if state.status not in (NodeStatus.RUNNING, NodeStatus.FROZEN):
+                continue
+            code = self._runtime.exit_code(name)
+            if code is None:
+                continue
+            state.exit_code = code
+            if code == 0:
+                state.move_to(NodeStatus.FINISHED)
+                self.finishing_since = self.finishing_since or now
+                self._history.write(Ev.NODE_EXITED, node=name, code=code)
+                self._note(f"{name} finished")
+                continue
+            replace = (policy.policy == "on-failure" and state.replacements < policy.max_restarts
+                       and self.finishing_since is None)
+            state.move_to(NodeStatus.REPLACING if replace else NodeStatus.DEAD)
+            state.restart_at = now + policy.delay_s if replace else None
+            self._history.write(Ev.NODE_EXITED, node=name, code=code, will_replace=replace)
+            self._note(f"{name} exited with code {code}" + (f", replacing in {policy.delay_s:g}s" if replace else ""))
+        self._watch_store()
+
+    def _watch_store(self) -> None:
+        if self._plan.store is None or self._store_exit_logged:
+            return
+        code = self._runtime.exit_code(STORE_NODE)
+        if code is not None:
+            self._store_exit_logged = True
+            self._history.write(Ev.NODE_EXITED, node=STORE_NODE, code=code, role="store")
+            self._note(f"rendezvous store exited with code {code}")

@@ -1,0 +1,170 @@
+"""Faults over a run's life: fire each trigger (``at`` seconds after the first step, ``at_step``, ``on`` an event),
+inject through the fault kind's plug-in, heal at the end of ``duration`` or at teardown, and release the job's holds.
+
+Only the plug-in interface is used (``inject``/``heal`` and the class facts ``disruptive``, ``targets_node``,
+``lasts_until_healed``, ``stops_node``): no fault kind is named here.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from chaos.engine.nodes import NodeOrchestrator
+from chaos.engine.progress import ProgressObserver
+from chaos.engine.signals import Interrupted
+from chaos.engine.states import FAULT_TRANSITIONS, FaultStatus, NodeStatus, move
+from chaos.events import Ev, Source
+from chaos.faults import FaultContext, fault_kind
+from chaos.history import Event, HistoryWriter
+from chaos.plan import STORE_NODE, Plan
+from chaos.runtimes.base import Runtime
+from chaos.scenario import Fault
+
+
+@dataclass
+class FaultState:
+    """One fault of the scenario as the live view shows it; ``status`` changes only through :meth:`move_to`."""
+
+    index: int
+    spec: Fault
+    status: FaultStatus = FaultStatus.PENDING
+    node: str | None = None
+    t_injected: float | None = None
+    heal_at: float | None = None
+    mechanism: str | None = None
+    ctx: FaultContext | None = None
+
+    def move_to(self, status: FaultStatus) -> None:
+        self.status = move(self.status, status, FAULT_TRANSITIONS)
+
+
+def random_node(seed: int | None, nodes: int) -> int:
+    """The node a ``target: random`` fault hits: a function of the seed alone, so a run can be replayed."""
+    return random.Random(0 if seed is None else seed).randrange(nodes)
+
+
+class FaultScheduler:
+    def __init__(self, specs: list[Fault], runtime: Runtime, plan: Plan, history: HistoryWriter, acks_dir: Path,
+                 nodes: NodeOrchestrator, progress: ProgressObserver, note: Callable[[str], None]):
+        self._runtime = runtime
+        self._plan = plan
+        self._history = history
+        self._acks_dir = acks_dir
+        self._nodes = nodes
+        self._progress = progress
+        self._note = note
+        self.faults = [FaultState(i, f) for i, f in enumerate(specs)]
+
+    # ------------------------------------------------------------------ triggers
+    def fire_due(self, now: float, new_events: list[Event]) -> None:
+        """Inject every pending fault whose trigger is met by now or by one of this tick's new events."""
+        progress = self._progress
+        for f in self.faults:
+            if f.status is not FaultStatus.PENDING:
+                continue
+            spec = f.spec
+            trigger_event: Event | None = None
+            if spec.at is not None:
+                fire = progress.first_step_t is not None and now >= progress.first_step_t + spec.at
+            elif spec.at_step is not None:
+                fire = progress.max_step >= spec.at_step
+            else:
+                assert spec.on is not None
+                matching = [e for e in new_events
+                            if e.get("event") == spec.on.event and e.get("source") != Source.ENGINE]
+                seen_before = progress.event_counts.get(spec.on.event, 0) - len(matching)
+                idx = spec.on.occurrence - seen_before - 1
+                fire = 0 <= idx < len(matching)
+                trigger_event = matching[idx] if fire else None
+            if fire:
+                self._inject(f, trigger_event)
+
+    def release(self, events: list[Event]) -> None:
+        """Acknowledge the job's held events (the probe waits after them) once this tick's faults have landed."""
+        for e in events:
+            if "id" in e and e.get("source") == Source.WORKLOAD:
+                (self._acks_dir / str(e["id"])).touch()
+
+    # ------------------------------------------------------------------ inject
+    def _resolve_target(self, f: FaultState, trigger_event: Event | None) -> str | None:
+        target = f.spec.target
+        if not fault_kind(f.spec.kind).targets_node:
+            return None
+        if isinstance(target, int):
+            return f"node{target}"
+        if target == "rendezvous_host":
+            return STORE_NODE if self._plan.store is not None else "node0"
+        if target == "random":
+            return f"node{random_node(f.spec.seed, len(self._plan.nodes))}"
+        assert trigger_event is not None
+        return str(trigger_event.get("node"))
+
+    def _inject(self, f: FaultState, trigger_event: Event | None) -> None:
+        impl = fault_kind(f.spec.kind)
+        node = self._resolve_target(f, trigger_event)
+        f.node = node
+        where = node or ("network" if impl.lasts_until_healed else "storage")
+        base = {"fault_id": f.index, "kind": f.spec.kind, "target": where, "disruptive": impl.disruptive}
+        if node is not None and node != STORE_NODE and self._nodes.status(node) is not NodeStatus.RUNNING:
+            status = self._nodes.status(node)
+            f.move_to(FaultStatus.SKIPPED)
+            self._history.write(Ev.FAULT_SKIPPED, **base, why=f"{node} is {status}")
+            self._note(f"skipped {f.spec.kind} on {node}: it is {status}")
+            return
+        ctx = FaultContext(self._runtime, f.spec, node, self._plan.checkpoint_dir, self._plan, fault_id=f.index)
+        try:
+            mechanism = impl.inject(ctx)
+        except Interrupted:
+            raise  # Ctrl-C / SIGTERM while injecting: stop the run (a network fault undid its own half)
+        except Exception as exc:  # recorded, never hidden: the fault did not happen
+            f.move_to(FaultStatus.FAILED)
+            self._history.write(Ev.FAULT_FAILED, **base, why=f"{type(exc).__name__}: {exc}")
+            self._note(f"{f.spec.kind} failed: {exc}")
+            return
+        f.t_injected = time.time()
+        f.mechanism, f.ctx = mechanism, ctx
+        if impl.disruptive:
+            self._progress.fault_injected()
+        self._history.write(Ev.FAULT_INJECTED, **base, mechanism=mechanism, details=ctx.details,
+                            trigger_event=trigger_event.get("event") if trigger_event else None,
+                            max_step=self._progress.max_step)
+        if node is not None and impl.stops_node:
+            self._nodes.stopped(node)
+        self._note(f"injected {f.spec.kind} on {where} at step {self._progress.max_step}")
+        if f.spec.duration is not None:
+            f.move_to(FaultStatus.ACTIVE)
+            f.heal_at = f.t_injected + f.spec.duration
+        elif impl.lasts_until_healed:
+            f.move_to(FaultStatus.ACTIVE)  # lasts until the run ends; healed at teardown
+        else:
+            f.move_to(FaultStatus.DONE)
+
+    # ------------------------------------------------------------------ heal
+    def heal_due(self, now: float) -> None:
+        for f in self.faults:
+            if f.status is FaultStatus.ACTIVE and f.heal_at is not None and now >= f.heal_at:
+                self._heal(f)
+
+    def heal_all(self) -> None:
+        """Teardown: heal every fault still active, whatever ended the run."""
+        for f in self.faults:
+            if f.status is FaultStatus.ACTIVE:
+                self._heal(f, at_teardown=True)
+
+    def _heal(self, f: FaultState, at_teardown: bool = False) -> None:
+        assert f.ctx is not None
+        try:
+            healed = fault_kind(f.spec.kind).heal(f.ctx) or {}
+            self._history.write(Ev.FAULT_HEALED, fault_id=f.index, kind=f.spec.kind, target=f.node,
+                                at_teardown=at_teardown, **healed)
+        except Interrupted:
+            raise  # still active: teardown heals it
+        except Exception as exc:
+            self._history.write(Ev.FAULT_HEAL_FAILED, fault_id=f.index, why=f"{type(exc).__name__}: {exc}")
+        f.move_to(FaultStatus.HEALED)
+        self._nodes.resumed(f.node)
+        self._note(f"healed {f.spec.kind} on {f.node}")

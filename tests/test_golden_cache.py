@@ -1,0 +1,182 @@
+"""The golden cache: by content across runs and processes, computed once under a lock, never caching a golden run
+that restarted; and the engine takes its golden runner from the caller.
+
+The runner here is a stand-in that writes a small history and result.json (what a real golden run leaves in its
+run directory), so the cache's own logic is exercised in milliseconds; the real golden run is exercised by
+tests/test_engine_verdicts.py and the integration tier.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.golden import CACHE_ENV, GoldenCache, default_cache_dir, golden_key
+from chaos.loading import parse_scenario
+from chaos.scenario import Scenario
+
+BROKEN = Path(__file__).resolve().parent / "broken"
+
+SCENARIO = f"""\
+name: cached
+cluster: {{mode: centralized, nodes: 1}}
+workload:
+  command: [python, {BROKEN / 'print_steps.py'}, '5']
+  progress_regex: 'step (?P<step>\\d+) \\|? ?loss (?P<loss>[0-9.]+)'
+"""
+
+
+def scenario() -> Scenario:
+    return parse_scenario(SCENARIO)
+
+
+class FakeGoldenRun:
+    """Leaves what a golden run leaves (events.jsonl, result.json) and counts its calls in a file (across
+    processes). ``restarts``: the restart count of each successive call (the last one repeats)."""
+
+    def __init__(self, calls: Path, restarts: tuple[int, ...] = (0,), completed: bool = True, seconds: float = 0.0):
+        self.calls, self.restarts, self.completed, self.seconds = calls, restarts, completed, seconds
+
+    def __call__(self, scenario: Scenario, out_dir: Path) -> Path:
+        n = len(self.calls.read_text().splitlines()) if self.calls.exists() else 0
+        with open(self.calls, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(self.seconds)  # long enough for a concurrent caller to reach the lock
+        run_dir = out_dir / f"golden-{os.getpid()}-{n}"
+        run_dir.mkdir(parents=True)
+        events = [{"t": 1.0 + s, "source": "workload", "event": "step_completed", "step": s, "loss": 1.0 / s}
+                  for s in range(1, 6)]
+        events.append({"t": 9.0, "source": "engine", "event": "run_ended",
+                       "reason": "completed" if self.completed else "hung"})
+        (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+        restarts = self.restarts[min(n, len(self.restarts) - 1)]
+        (run_dir / "result.json").write_text(json.dumps({"restarts": 0, "restarts_after_completion": restarts}))
+        return run_dir
+
+    @property
+    def count(self) -> int:
+        return len(self.calls.read_text().splitlines()) if self.calls.exists() else 0
+
+
+def _summary_in_process(cache_dir: str, calls: str, barrier: Any, out: Any) -> None:
+    runner = FakeGoldenRun(Path(calls), seconds=1.0)
+    barrier.wait()
+    out.put(GoldenCache(runner, Path(cache_dir))(scenario()))
+
+
+def test_two_processes_compute_the_same_golden_run_once(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_summary_in_process, args=(str(tmp_path / "cache"), str(tmp_path / "calls"),
+                                                           barrier, out)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    summaries = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert FakeGoldenRun(tmp_path / "calls").count == 1  # the second waited on the lock, then reused
+    assert sorted(s["cached"] for s in summaries) == [False, True]
+    first, second = summaries
+    assert first["losses"] == second["losses"] and first["run_dir"] == second["run_dir"]
+    assert first["key"] == golden_key(scenario())
+    assert (tmp_path / "cache" / first["key"] / "golden.json").exists()
+
+
+def test_the_cache_is_shared_by_content_across_output_directories(tmp_path: Path) -> None:
+    runner = FakeGoldenRun(tmp_path / "calls")
+    cache = tmp_path / "cache"
+    first = GoldenCache(runner, cache)(scenario())
+    again = GoldenCache(runner, cache)(scenario())  # e.g. the next pytest session, another --out
+    assert runner.count == 1 and not first["cached"] and again["cached"]
+    other = parse_scenario(SCENARIO.replace("'5'", "'6'"))  # another command: another key, another golden run
+    assert not GoldenCache(runner, cache)(other)["cached"] and runner.count == 2
+
+
+def test_a_golden_run_that_restarted_is_run_again_and_cached_only_when_clean(tmp_path: Path) -> None:
+    runner = FakeGoldenRun(tmp_path / "calls", restarts=(1, 0))
+    summary = GoldenCache(runner, tmp_path / "cache")(scenario())
+    assert runner.count == 2
+    assert summary["trusted"] and summary["completed"] and not summary["cached"]
+    assert "restarted 1 time(s)" in summary["retried_after"][0]
+    assert (tmp_path / "cache" / summary["key"] / "golden.json").exists()
+
+
+def test_a_golden_run_that_keeps_restarting_is_not_trusted_nor_cached(tmp_path: Path) -> None:
+    runner = FakeGoldenRun(tmp_path / "calls", restarts=(1,))
+    summary = GoldenCache(runner, tmp_path / "cache")(scenario())
+    assert runner.count == 2  # once more, not until it happens to be clean
+    assert summary["trusted"] is False and "restarted" in summary["untrusted_why"]
+    assert not (tmp_path / "cache" / summary["key"] / "golden.json").exists()
+    GoldenCache(runner, tmp_path / "cache")(scenario())
+    assert runner.count == 4  # nothing was cached: the next run tries again
+
+
+def test_a_failed_golden_run_is_reported_not_cached_nor_repeated(tmp_path: Path) -> None:
+    runner = FakeGoldenRun(tmp_path / "calls", completed=False)
+    summary = GoldenCache(runner, tmp_path / "cache")(scenario())
+    assert runner.count == 1 and summary["completed"] is False
+    assert not (tmp_path / "cache" / summary["key"] / "golden.json").exists()
+
+
+def test_cache_directory_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "torch-chaos" / "golden"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "torch-chaos" / "golden"
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "explicit"))
+    assert default_cache_dir() == tmp_path / "explicit"
+    assert GoldenCache(FakeGoldenRun(tmp_path / "calls")).directory == tmp_path / "explicit"
+
+
+def test_cli_golden_cache_option_sets_the_cache_for_the_command(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    from chaos import cli
+
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    seen = []
+    monkeypatch.setattr(cli, "cmd_run", lambda args: seen.append(str(default_cache_dir())) or 0)
+    assert cli.main(["run", "quickstart", "--golden-cache", str(tmp_path / "g")]) == 0
+    assert seen == [str(tmp_path / "g")]
+    assert CACHE_ENV not in os.environ  # only for that command
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_the_engine_runs_the_golden_runner_it_is_given(tmp_path: Path) -> None:
+    from chaos.engine import Engine
+
+    asked = []
+
+    def golden(s: Scenario) -> dict[str, Any]:
+        asked.append(s.name)
+        return {"key": "fake", "run_dir": "nowhere", "cached": True, "completed": True, "losses": {"1": 1.0},
+                "world_sizes": [1], "steps": 1, "state_sha256": None, "trusted": True}
+
+    engine = Engine(scenario(), out_dir=tmp_path, golden=golden)
+    result = engine.run()
+    assert asked == ["cached"]
+    assert json.loads((engine.run_dir / "golden.json").read_text())["key"] == "fake"
+    started = next(json.loads(line) for line in (engine.run_dir / "events.jsonl").read_text().splitlines()
+                   if '"run_started"' in line)
+    assert started["golden"] == {"key": "fake", "run_dir": "nowhere", "cached": True}
+    assert result["golden_run"] == "nowhere"
+
+
+def test_neither_the_engine_nor_the_golden_key_imports_torch() -> None:
+    code = ("import sys\n"
+            "from chaos.engine import Engine\n"
+            "from chaos.golden import golden_key\n"
+            "from chaos.loading import parse_scenario\n"
+            f"golden_key(parse_scenario({SCENARIO!r}))\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
