@@ -90,10 +90,14 @@ def of_kinds(events: list[Event], *kinds: Ev) -> list[Event]:
 
 
 def _pack(ids: list[Any]) -> Any:
-    try:
-        return array("q", ids)
-    except (TypeError, OverflowError):
-        return tuple(ids)  # ids that are not machine integers: kept as they are
+    for typecode in ("i", "q"):  # 4 bytes an id when they fit, else 8
+        try:
+            return array(typecode, ids)
+        except OverflowError:
+            continue
+        except TypeError:
+            break
+    return tuple(ids)  # ids that are not machine integers: kept as they are
 
 
 def load_events(path: Path | str) -> History:
