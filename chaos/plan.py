@@ -33,7 +33,6 @@ TORCHRUN_DEFAULTS = {
 RDZV_CONF = {"join_timeout_s": "join_timeout", "last_call_timeout_s": "last_call_timeout",
               "close_timeout_s": "close_timeout", "keep_alive_interval_s": "keep_alive_interval",
               "keep_alive_max_attempt": "keep_alive_max_attempt", "read_timeout_s": "read_timeout"}
-# Workload events that a fault trigger waits on: the probe pauses after them until the engine acknowledges.
 STORE_NODE = "store"
 
 
