@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # run-time imports are local: runtime plug-ins import this mo
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_WORKLOADS = {"ddp-mlp": REPO_ROOT / "workloads" / "train.py"}
 
-# Measured here to recover from a node crash in ~8 s (torchrun's defaults: ~46 s). See shared/DESIGN.md.
+# Measured here to recover from a node crash in ~8 s (torchrun's defaults: ~46 s).
+# See docs/design.md, "Runtimes and fault mechanisms".
 TUNED = {
     "join_timeout_s": 60, "last_call_timeout_s": 2, "close_timeout_s": 5, "keep_alive_interval_s": 1,
     "keep_alive_max_attempt": 3, "read_timeout_s": 10, "max_restarts": 100, "process_group_timeout_s": 10,
