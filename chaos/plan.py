@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # run-time imports are local: runtime plug-ins import this mo
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_WORKLOADS = {"ddp-mlp": REPO_ROOT / "workloads" / "train.py"}
 
-# Measured here to recover from a node crash in ~8 s (torchrun's defaults: ~46 s). See shared/DESIGN.md.
+# Measured here to recover from a node crash in ~8 s (torchrun's defaults: ~46 s).
+# See docs/design.md, "Runtimes and fault mechanisms".
 TUNED = {
     "join_timeout_s": 60, "last_call_timeout_s": 2, "close_timeout_s": 5, "keep_alive_interval_s": 1,
     "keep_alive_max_attempt": 3, "read_timeout_s": 10, "max_restarts": 100, "process_group_timeout_s": 10,
@@ -33,7 +34,6 @@ TORCHRUN_DEFAULTS = {
 RDZV_CONF = {"join_timeout_s": "join_timeout", "last_call_timeout_s": "last_call_timeout",
               "close_timeout_s": "close_timeout", "keep_alive_interval_s": "keep_alive_interval",
               "keep_alive_max_attempt": "keep_alive_max_attempt", "read_timeout_s": "read_timeout"}
-# Workload events that a fault trigger waits on: the probe pauses after them until the engine acknowledges.
 STORE_NODE = "store"
 
 

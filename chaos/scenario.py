@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag, TypeAdapter, create_model, model_validator
 
+from chaos.events import ExploreTriggerEvent
 from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
 from chaos.runtimes.base import CAPABILITIES
 from chaos.spec import EventTrigger, FaultSpec, Seconds, Strict, parse_duration
@@ -196,7 +197,7 @@ class Explore(Strict):
         default_factory=lambda: [0], min_length=1, description="event_node applies to event-triggered faults")
     max_faults: int = Field(2, ge=1, le=8)
     step_window: tuple[int, int] = Field((1, 100), description="at_step triggers are drawn from this range")
-    events: list[Literal["checkpoint_save_started", "checkpoint_write_progress", "checkpoint_save_finished"]] = Field(
+    events: list[ExploreTriggerEvent] = Field(
         default_factory=list, description="workload events faults may be triggered on")
     occurrences: tuple[int, int] = Field((1, 5), description="which occurrence of the event")
     durations: tuple[Seconds, Seconds] = Field((1.0, 5.0), description="freeze durations (seconds)")

@@ -13,6 +13,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from chaos.events import TriggerEvent
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -38,12 +40,6 @@ class Strict(BaseModel):
     """Every scenario section: unknown fields are errors (a misspelt key must never be silently ignored)."""
 
     model_config = ConfigDict(extra="forbid")
-
-
-# Workload events a fault may be triggered on. The probe emits them for instrumented scripts; the engine derives
-# some for scripts without it. Names are defined once in chaos/events.py; this list is the user-facing subset.
-TriggerEvent = Literal["checkpoint_save_started", "checkpoint_write_progress", "checkpoint_save_finished",
-                       "checkpoint_loaded", "process_started"]
 
 
 class EventTrigger(Strict):

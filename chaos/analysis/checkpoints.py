@@ -49,8 +49,12 @@ def _available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
             available.pop(e["path"], None)  # being overwritten: not complete until it finishes again
         elif kind == Ev.CHECKPOINT_DELETED:
             available.pop(e["path"], None)
-        elif kind == Ev.FAULT_INJECTED and isinstance(e.get("details"), dict) and e["details"].get("path"):
-            available.pop(e["details"]["path"], None)
+        elif kind == Ev.FAULT_INJECTED and isinstance(e.get("details"), dict):
+            # Any fault kind (a plug-in too) names the checkpoint files it damaged or removed: `path` or `paths`.
+            damaged = e["details"].get("paths")
+            for path in ([e["details"]["path"]] if e["details"].get("path") else []) + (
+                    damaged if isinstance(damaged, list) else []):
+                available.pop(str(path), None)
     return available
 
 

@@ -1,4 +1,4 @@
-"""Metrics computed from a history alone (definitions: shared/DESIGN.md, "Metric definitions").
+"""Metrics computed from a history alone (definitions: docs/design.md, "Metric definitions").
 
 Everything here is a pure function of the event list, so each metric can be tested on hand-built histories
 and recomputed by ``chaos report`` long after the run. Times are host-clock seconds (``t`` of the events).

@@ -1,7 +1,8 @@
 """Checkpoint damage on the storage: truncate, flip bytes in, or delete the newest checkpoint.
 
 A truncated file is rejected by ``torch.load``, but flipped bytes in the middle load silently (measured, see
-DESIGN.md): only a digest recorded at save time catches them, which is exactly what this fault tests.
+docs/design.md, "Runtimes and fault mechanisms"): only a digest recorded at save time catches them, which is
+exactly what this fault tests.
 """
 
 from __future__ import annotations
