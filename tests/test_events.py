@@ -14,9 +14,6 @@ from chaos.events import FIELDS, EndReason, Ev, Source, required_fields
 
 CHAOS = Path(chaos.__file__).parent
 
-# Modules of other branches still spelling event names (issue 12): remove each once it uses chaos.events.
-PENDING = {"scenario.py", "spec.py"}
-
 
 def test_every_event_has_a_field_declaration_and_members_are_their_strings() -> None:
     assert set(FIELDS) == set(Ev)
@@ -40,9 +37,7 @@ def test_no_module_but_chaos_events_spells_an_event_name() -> None:
         if rel == "events.py":
             continue
         found = _string_constants(path) & names
-        if rel in PENDING:
-            assert found, f"{rel} no longer names events: remove it from PENDING"
-        elif found:
+        if found:
             offenders[rel] = sorted(found)
     assert not offenders, f"use chaos.events.Ev instead of these literals: {offenders}"
 
