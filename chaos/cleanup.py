@@ -1,19 +1,20 @@
-"""Remove what torch-chaos created and nothing else: marked processes (nodes, delayers), containers and networks
-labelled ``torch-chaos``, and ``tchaos-`` namespaces (their iptables rules and qdiscs go with them).
+"""Remove what torch-chaos created and nothing else, by asking every plug-in what it leaves behind.
 
+Runtimes remove their own objects (docker: labelled containers and networks; local: marked processes, helpers
+included; netns: ``tchaos-`` namespaces, their iptables rules and qdiscs going with them), in their
+``cleanup_order``; fault kinds add whatever an interrupted injection could leave outside those.
 Idempotent: a second call finds nothing. By default only the leftovers of runs whose engine is gone.
 """
 
 from __future__ import annotations
 
+from chaos.registry import fault_plugins, runtime_plugins
+
 
 def cleanup(run_id: str | None = None, only_orphans: bool = True) -> list[str]:
-    from chaos.runtimes.docker import remove_objects
-    from chaos.runtimes.local import kill_marked
-    from chaos.runtimes.netns import delete_namespaces, run_prefix
-
-    # Containers first: their processes carry marks too, and a paused (frozen) one dies only with its container.
-    removed = remove_objects(run_id, only_orphans=only_orphans)
-    removed += [f"process {p.pid}" for p in kill_marked(run_id, only_orphans=only_orphans)]
-    removed += delete_namespaces(run_prefix(run_id) if run_id else None, only_orphans=only_orphans)
+    removed: list[str] = []
+    for runtime in sorted(runtime_plugins().values(), key=lambda r: r.cleanup_order):
+        removed += runtime.cleanup(run_id, only_orphans)
+    for kind in fault_plugins().values():
+        removed += kind.cleanup(run_id, only_orphans)
     return removed

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path, shipped_scenarios_dir
@@ -29,15 +30,15 @@ out = Console(width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True)
 
 
-def _load(path: str) -> Any:
-    return load_scenario(resolve_scenario_path(path))
+def _load(path: str, runtime: str | None = None) -> Any:
+    return load_scenario(resolve_scenario_path(path), runtime=runtime)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     bad = 0
     for name in args.files:
         try:
-            scenario = _load(name)
+            scenario = _load(name, args.runtime)
         except ScenarioInvalid as exc:
             bad += 1
             for e in exc.errors:
@@ -63,19 +64,53 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    t = Table(title="shipped scenarios")
+    # One file per scenario, not per runtime: the runtime column is the file's default; `--runtime` runs it on
+    # another (a fault the runtime cannot inject is refused then, file:line named, as if the file said so).
+    t = Table(title="shipped scenarios",
+              caption="run one on another runtime: chaos run NAME --runtime netns (or docker); "
+                      "network faults need netns or docker")
     t.add_column("name")
+    t.add_column("runtime")
     t.add_column("description", overflow="fold")
     root = shipped_scenarios_dir()
     for path in sorted(root.rglob("*.yaml")):
         try:
             scenario = load_scenario(path)
-            desc = " ".join(scenario.description.split())
+            desc, runtime = " ".join(scenario.description.split()), str(scenario.cluster.runtime)
         except ScenarioInvalid as exc:
-            desc = f"[red]invalid: {exc.errors[0]}[/red]"
-        t.add_row(str(path.relative_to(root).with_suffix("")), desc)
+            desc, runtime = f"[red]invalid: {exc.errors[0]}[/red]", "?"
+        t.add_row(str(path.relative_to(root).with_suffix("")), runtime, desc)
     out.print(t)
     return EXIT_PASS
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """Every installed plug-in, where it comes from and what it needs: what a scenario may name."""
+    from chaos.registry import fault_plugins, load_errors, rendezvous_plugins, runtime_plugins
+
+    rows: list[dict[str, Any]] = []
+    for name, f in fault_plugins().items():
+        rows.append({"group": "fault", "name": name, "summary": f.summary, "module": f.__module__,
+                     "needs": sorted(f.needs), "disruptive": f.disruptive, "explore": f.can_generate()})
+    for name, r in runtime_plugins().items():
+        rows.append({"group": "runtime", "name": name, "summary": r.summary, "module": r.__module__,
+                     "capabilities": sorted(r.capabilities)})
+    for name, b in rendezvous_plugins().items():
+        rows.append({"group": "rendezvous", "name": name, "summary": b.summary, "module": b.__module__})
+    broken = [str(e) for e in load_errors()]
+    if args.json:
+        print(json.dumps({"plugins": rows, "failed_to_load": broken}, indent=2))
+        return EXIT_PASS if not broken else EXIT_FAIL
+    t = Table(title="installed plug-ins (entry points torch_chaos.faults / .runtimes / .rendezvous)")
+    for col in ("group", "name", "what it does", "needs / gives", "module"):
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(row["group"], row["name"], row["summary"],
+                  ", ".join(row.get("needs", row.get("capabilities", []))), row["module"])
+    out.print(t)
+    for line in broken:
+        err.print(f"[red]failed to load[/red] {escape(line)}", highlight=False)
+    return EXIT_PASS if not broken else EXIT_FAIL
 
 
 def _exit_for(result: dict[str, Any]) -> int:
@@ -89,7 +124,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from chaos.plan import PlanError, build_plan
     from chaos.runtimes import create_runtime
 
-    scenario = _load(args.scenario)
+    scenario = _load(args.scenario, args.runtime)
     if args.dry_run:
         run_id = new_run_id(scenario)
         try:
@@ -157,7 +192,8 @@ def engine_run_plain(engine: Any, quiet: bool) -> dict[str, Any]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from chaos.analysis.result import write_result
+    from chaos.analysis.result_json import write_result
+    from chaos.analysis.run import analyze_run
     from chaos.console import summary
     from chaos.scenario import parse_duration
 
@@ -171,13 +207,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         err.print(f"[red]error[/red] --mtbf: {exc}", highlight=False)
         return EXIT_USAGE
-    result = write_result(run_dir)
+    analysis = analyze_run(run_dir)  # once: result.json and the report present the same analysis
+    result = write_result(analysis)
     if args.format == "text":
         summary(result, out)
     else:
         from chaos.reports import write_report
 
-        path = write_report(run_dir, args.format, args.output, mtbf_s=mtbf)
+        path = write_report(analysis, args.format, args.output, mtbf_s=mtbf)
         out.print(f"{args.format} report: {path}", highlight=False)
     return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
 
@@ -185,7 +222,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_explore(args: argparse.Namespace) -> int:
     from chaos.explore import explore
 
-    scenario = _load(args.scenario)
+    scenario = _load(args.scenario, args.runtime)
     if scenario.explore is None:
         err.print(f"[red]error[/red] {args.scenario}: explore: the scenario has no 'explore' section with the "
                   "bounds to draw fault plans from (kinds, targets, max_faults, step_window, events ...)",
@@ -224,7 +261,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         from chaos.engine import Engine
 
-        scenarios = [_load(p) for p in args.items]  # every file validated before anything runs
+        scenarios = [_load(p, args.runtime) for p in args.items]  # every file validated before anything runs
         run_dirs = []
         for scenario in scenarios:
             err.print(f"running {scenario.name} ...", highlight=False)
@@ -281,6 +318,10 @@ def cmd_image(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+RUNTIME_HELP = ("run on this runtime instead of the scenario's cluster.runtime (local, netns, docker or a plug-in), "
+                "e.g. `chaos run quickstart --runtime docker`")
+
+
 GOLDEN_CACHE_HELP = ("where golden runs are cached by content (default: $TORCH_CHAOS_GOLDEN_CACHE, else "
                      "$XDG_CACHE_HOME/torch-chaos/golden or ~/.cache/torch-chaos/golden)")
 
@@ -314,16 +355,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true", help="print the resolved plan and run nothing")
     r.add_argument("--json", action="store_true", help="print result.json (or the plan) as JSON")
     r.add_argument("--golden-cache", default=None, metavar="DIR", help=GOLDEN_CACHE_HELP)
+    r.add_argument("--runtime", default=None, help=RUNTIME_HELP)
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("validate", help="check scenario files and report every error")
     v.add_argument("files", nargs="+")
     v.add_argument("--no-machine", dest="machine", action="store_false",
                    help="check the files only, not whether this machine can run them")
+    v.add_argument("--runtime", default=None, help=RUNTIME_HELP)
     v.set_defaults(func=cmd_validate)
     s = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     s.set_defaults(func=cmd_schema)
     ls = sub.add_parser("list", help="list the shipped scenarios")
     ls.set_defaults(func=cmd_list)
+    pl = sub.add_parser("plugins", help="list the installed fault kinds, runtimes and rendezvous backends")
+    pl.add_argument("--json", action="store_true")
+    pl.set_defaults(func=cmd_plugins)
     rep = sub.add_parser("report", help="recompute a run's result from its directory; write a report")
     rep.add_argument("run_dir")
     rep.add_argument("--format", choices=["text", "html", "md", "json", "junit"], default="text")
@@ -339,11 +385,13 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--json", action="store_true")
     x.add_argument("--no-confirm", action="store_true", help="do not replay the reproducer")
     x.add_argument("--golden-cache", default=None, metavar="DIR", help=GOLDEN_CACHE_HELP)
+    x.add_argument("--runtime", default=None, help=RUNTIME_HELP)
     x.set_defaults(func=cmd_explore)
     cmp = sub.add_parser("compare", help="run scenarios side by side and write the comparison table")
     cmp.add_argument("items", nargs="+", help="scenario files (or run directories with --from-runs)")
     cmp.add_argument("--from-runs", action="store_true", help="compare existing run directories, run nothing")
     cmp.add_argument("--out", default="runs", help="directory for run directories")
+    cmp.add_argument("--runtime", default=None, help=RUNTIME_HELP + "; every scenario of the comparison")
     cmp.add_argument("-o", "--output", default="reports/generated/compare", help="where the report is written")
     cmp.add_argument("--golden-cache", default=None, metavar="DIR", help=GOLDEN_CACHE_HELP)
     cmp.set_defaults(func=cmd_compare)

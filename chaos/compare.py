@@ -1,22 +1,20 @@
 """``chaos compare``: the distributed-vs-centralized table, with measured figures instead of adjectives.
 
 Each column is one run of the same workload under the same fault plan in another cluster shape (centralized,
-elastic with tuned settings, elastic with torchrun's defaults ...). Every figure comes from that run's history;
-the conclusions under the table are sentences computed from those figures, nothing else.
+elastic with tuned settings, elastic with torchrun's defaults ...). Every figure is computed by ``chaos.analysis``
+from that run's history (this module only lays them out); the conclusions under the table are sentences
+computed from those figures, nothing else.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import asdict, dataclass
 from html import escape
 from pathlib import Path
 from typing import Any
 
-from chaos.analysis.result import analyze
-from chaos.history import Event, read_history
-from chaos.loading import load_scenario
+from chaos.analysis.run import RunAnalysis, analyze_run
 
 
 @dataclass
@@ -41,46 +39,21 @@ class Column:
     machine: str = ""
 
 
-def _first_fault_t(events: list[Event]) -> float:
-    faults = [e["t"] for e in events if e.get("event") == "fault_injected" and e.get("disruptive", True)]
-    return min(faults) if faults else float("inf")
-
-
-def measure(run_dir: Path) -> Column:
-    scenario = load_scenario(run_dir / "scenario.yaml")
-    result = analyze(run_dir)
-    events = read_history(run_dir / "events.jsonl")
-    before = _first_fault_t(events)
-    steps = [e for e in events if e.get("event") == "step_completed" and e["t"] < before]
-    rank0 = [e for e in steps if e.get("rank", 0) == 0]
-    samples_per_step: dict[tuple[Any, int], int] = {}
-    for e in steps:
-        key = (e.get("incarnation"), e["step"])
-        samples_per_step[key] = samples_per_step.get(key, 0) + int(e.get("samples") or 0)
-    median = result["median_step_s"]
-    shares = [e["comm_s"] / e["duration_s"] for e in rank0 if e.get("comm_s") is not None and e.get("duration_s")]
-    started = next((e["t"] for e in events if e.get("event") == "run_started"), None)
-    first_step = min((e["t"] for e in events if e.get("event") == "step_completed"), default=None)
-    faults = [f for f in result["faults"] if f["kind"] != "corrupt_checkpoint"]
-    first = faults[0] if faults else {}
+def measure(run: Path | RunAnalysis) -> Column:
+    """One column: the run's figures as ``chaos.analysis`` computed them (see ``chaos.analysis.throughput``)."""
+    analysis = run if isinstance(run, RunAnalysis) else analyze_run(run)
+    scenario, result, figures = analysis.scenario, analysis.result, analysis.throughput
     c = scenario.cluster
-    duration = result["duration_s"]
-    useful = result["steps_completed"]
     return Column(
         label=f"{scenario.name} ({c.mode}, {c.nodes}×{c.procs_per_node}"
               + (f", {c.preset}" if c.mode == "elastic" else "") + ")",
-        scenario=scenario.name, run_dir=str(run_dir), verdict=result["verdict"], mode=c.mode, nodes=c.nodes,
-        world_size=c.nodes * c.procs_per_node,
-        steps_per_s=(1 / median) if median else None,
-        samples_per_s=(statistics.median(samples_per_step.values()) / median)
-        if median and samples_per_step else None,
-        comm_share=statistics.median(shares) if shares else None,
-        time_to_first_step_s=(first_step - started) if first_step and started else None,
-        recovery_s=first.get("recovery_s"), lost_work_s=first.get("lost_work_s"), lost_steps=first.get("lost_steps"),
-        goodput=result["goodput"],
-        node_seconds_per_step=(c.nodes * duration / useful) if duration and useful else None,
-        duration_s=duration,
-        machine=_machine(result.get("environment", {})),
+        scenario=scenario.name, run_dir=str(analysis.run_dir), verdict=result["verdict"], mode=c.mode,
+        nodes=c.nodes, world_size=c.nodes * c.procs_per_node,
+        steps_per_s=figures["steps_per_s"], samples_per_s=figures["samples_per_s"],
+        comm_share=figures["comm_share"], time_to_first_step_s=figures["time_to_first_step_s"],
+        recovery_s=figures["recovery_s"], lost_work_s=figures["lost_work_s"], lost_steps=figures["lost_steps"],
+        goodput=result["goodput"], node_seconds_per_step=figures["node_seconds_per_step"],
+        duration_s=result["duration_s"], machine=_machine(result.get("environment", {})),
     )
 
 
@@ -188,10 +161,12 @@ def write_comparison(run_dirs: list[Path], output: Path) -> dict[str, Path]:
     """The comparison (HTML, Markdown, JSON) plus each run's own HTML report beside it, linked from the table."""
     from chaos.reports import write_report
 
-    columns = [measure(d) for d in run_dirs]
     output.mkdir(parents=True, exist_ok=True)
-    for col in columns:
-        write_report(col.run_dir, "html", output / f"{col.scenario}.html")
+    columns = []
+    for d in run_dirs:  # one analysis per run, for its column and its report
+        analysis = analyze_run(d)
+        columns.append(measure(analysis))
+        write_report(analysis, "html", output / f"{analysis.scenario.name}.html")
     paths = {"md": output / "compare.md", "html": output / "compare.html", "json": output / "compare.json"}
     paths["md"].write_text(render_markdown(columns))
     paths["html"].write_text(render_html(columns))

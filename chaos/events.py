@@ -151,7 +151,8 @@ class FaultInjected(FaultBase):
     """The fault took effect: ``t`` is when the runtime call returned (t_f of the metric definitions)."""
 
     mechanism: str  # how it was done (e.g. "SIGKILL to the process tree", "tc tbf ..."), for the report
-    details: dict[str, Any]  # kind-specific; ``path``: a checkpoint file it damaged (no longer valid after t)
+    # kind-specific; ``path`` / ``paths``: checkpoint file(s) it damaged or removed (no longer valid after t)
+    details: dict[str, Any]
     trigger_event: str | None  # the workload event that fired it (``on:`` triggers), else None
     max_step: int  # highest global step seen when it was injected
 

@@ -23,15 +23,19 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import NoSuchExample
 
-from chaos.scenario import EventTrigger, Explore, Fault, Scenario
+from chaos.registry import fault_plugins
+from chaos.scenario import EventTrigger, Explore, Scenario
 
 
-def fault_strategy(bounds: Explore, nodes: int) -> st.SearchStrategy[Fault]:
+def fault_strategy(bounds: Explore, nodes: int) -> st.SearchStrategy[list[Any]]:
+    """Plans of 1..max_faults faults; each kind's own options come from its plug-in's ``generate``."""
     node_targets = [t for t in bounds.targets if t != "event_node" and (not isinstance(t, int) or t < nodes)]
+    plugins = fault_plugins()
 
     @st.composite
-    def one(draw: st.DrawFn) -> Fault:
+    def one(draw: st.DrawFn) -> Any:
         kind = draw(st.sampled_from(bounds.kinds))
+        plugin = plugins[kind]
         triggers = ["at_step"] + (["on"] if bounds.events else [])
         trigger = draw(st.sampled_from(triggers))
         spec: dict[str, Any] = {"kind": kind}
@@ -40,30 +44,26 @@ def fault_strategy(bounds: Explore, nodes: int) -> st.SearchStrategy[Fault]:
         else:
             spec["on"] = EventTrigger(event=draw(st.sampled_from(bounds.events)),
                                       occurrence=draw(st.integers(*bounds.occurrences)))
-        if kind != "corrupt_checkpoint":
+        if plugin.options.TARGET == "node":
             choices = list(node_targets) + (["event_node"] if trigger == "on" and "event_node" in bounds.targets
                                             else [])
             spec["target"] = draw(st.sampled_from(choices or [0]))
-        if kind == "freeze":
-            low, high = bounds.durations
-            spec["duration"] = draw(st.integers(int(low * 10), int(high * 10))) / 10
-        if kind == "corrupt_checkpoint":
-            spec["mode"] = draw(st.sampled_from(["flip", "truncate", "delete"]))
-        return Fault(**spec)
+        spec.update(plugin.generate(draw, bounds) or {})
+        return plugin.options(**spec)
 
     return st.lists(one(), min_size=1, max_size=bounds.max_faults)
 
 
-def plan_text(faults: list[Fault]) -> str:
+def plan_text(faults: list[Any]) -> str:
     return "; ".join(_describe(f) for f in faults)
 
 
-def _describe(f: Fault) -> str:
+def _describe(f: Any) -> str:
     when = f"at step {f.at_step}" if f.at_step is not None else (
         f"on {f.on.event} #{f.on.occurrence}" if f.on else f"at {f.at}s")
-    extra = f" for {f.duration:g}s" if f.duration else (f" ({f.mode})" if f.mode else "")
+    options = fault_plugins()[f.kind].describe(f)
     target = f" on {f.target}" if f.target is not None else ""
-    return f"{f.kind}{target} {when}{extra}"
+    return f"{f.kind}{target} {when}" + (f" ({options})" if options else "")
 
 
 @dataclass
@@ -82,7 +82,7 @@ class Exploration:
     def failures(self) -> int:
         return sum(1 for t in self.tried if t["failed"])
 
-    def _run_plan(self, faults: list[Fault]) -> bool:
+    def _run_plan(self, faults: list[Any]) -> bool:
         """True when the plan breaks the scenario (any verdict but pass, or any failed checkpoint verdict)."""
         from chaos.engine import Engine
 
@@ -106,7 +106,7 @@ class Exploration:
             self.on_progress(self, f"plan {len(self.tried)}: {plan_text(faults)} -> {result['verdict']}")
         return failed
 
-    def _drop_faults(self, plan: list[Fault]) -> list[Fault]:
+    def _drop_faults(self, plan: list[Any]) -> list[Any]:
         """Finish the shrinking deterministically: drop one fault at a time while the plan still fails.
 
         hypothesis stops shrinking after a few minutes of wall time, which is only a handful of real runs; this
@@ -131,7 +131,7 @@ class Exploration:
         config = settings(max_examples=self.budget, deadline=None, database=DirectoryBasedExampleDatabase(
             str(self.out_dir / "hypothesis-db")), phases=[Phase.reuse, Phase.generate, Phase.shrink],
             suppress_health_check=list(HealthCheck), derandomize=False)
-        minimal: list[Fault] | None = None
+        minimal: list[Any] | None = None
         try:
             minimal = find(strategy, self._run_plan, settings=config, random=random.Random(self.seed),
                            database_key=self.scenario.name.encode())
@@ -153,7 +153,7 @@ class Exploration:
         return summary
 
 
-def reproducer_yaml(scenario: Scenario, faults: list[Fault], seed: int) -> str:
+def reproducer_yaml(scenario: Scenario, faults: list[Any], seed: int) -> str:
     repro = scenario.model_copy(deep=True, update={
         "name": f"{scenario.name}-reproducer", "faults": faults, "explore": None,
         "description": f"Minimal failing fault plan found by `chaos explore` (seed {seed}): {plan_text(faults)}.\n"

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.events import Source
+
 Event = dict[str, Any]
 
 
@@ -27,7 +29,8 @@ class HistoryWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
 
-    def write(self, event: str, source: str = "engine", **fields: Any) -> Event:
+    def write(self, event: str, source: str = Source.ENGINE, **fields: Any) -> Event:
+        """Append one event (a :class:`chaos.events.Ev`; its fields are declared there)."""
         record: Event = {"t": time.time(), "source": source, "event": event, **fields}
         line = json.dumps(record, default=str) + "\n"
         with self._lock:
@@ -71,14 +74,37 @@ class FileTail:
 
 
 
-def read_history(path: Path) -> list[Event]:
-    """All events sorted by time; a torn last line (writer killed mid-write) is skipped, not fatal."""
-    events = []
+# Lines parsed per json.loads call. Decoding a chunk as one JSON array is ~2x faster than line by line, and the
+# decoder shares key strings within a call, so thousands of events hold one copy of "step_completed"'s keys.
+_CHUNK_LINES = 4096
+
+
+def iter_history(path: Path | str) -> Iterator[Event]:
+    """Every event in file order, parsed in chunks; memory stays bounded by a chunk, not the file.
+
+    A line that is not valid JSON (a torn last line: its writer was killed mid-write) is skipped, not fatal.
+    """
     with open(path, "rb") as f:
-        for line in f:
+        while True:
+            lines = [line for line in f.readlines(_CHUNK_LINES * 400) if line.strip()]
+            if not lines:
+                return
             try:
-                events.append(json.loads(line))
+                chunk = json.loads(b"[" + b",".join(lines) + b"]")
             except json.JSONDecodeError:
-                continue
+                chunk = [e for e in map(_parse_line, lines) if e is not None]
+            yield from (e for e in chunk if isinstance(e, dict))
+
+
+def _parse_line(line: bytes) -> Event | None:
+    try:
+        return json.loads(line)  # type: ignore[no-any-return]
+    except json.JSONDecodeError:
+        return None
+
+
+def read_history(path: Path | str) -> list[Event]:
+    """All events sorted by time (the file is in write order; writers on several processes race by microseconds)."""
+    events = list(iter_history(path))
     events.sort(key=lambda e: e.get("t", 0.0))
     return events

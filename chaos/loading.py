@@ -79,6 +79,14 @@ def _explain(err: dict[str, Any]) -> str:
         return "unknown field (check the spelling; `chaos schema` lists every field)"
     if kind == "missing":
         return "required field is missing"
+    if kind == "fault_kind":  # an unknown or missing fault kind (the union in chaos/scenario.py)
+        from chaos.registry import load_errors
+
+        got = err.get("input", {}).get("kind") if isinstance(err.get("input"), dict) else None
+        broken = [e for e in load_errors() if e.group == "torch_chaos.faults" and e.name == got]
+        if broken:
+            return f"the plug-in for {got!r} is installed but failed to load ({broken[0].target}: {broken[0].error})"
+        return msg.removeprefix("kind: ") + (f", got {got!r}" if got is not None else ", got none")
     if kind == "literal_error":
         return msg.replace("Input should be", "expected") + f", got {err.get('input')!r}"
     msg = msg.removeprefix("Value error, ")
@@ -103,7 +111,19 @@ def _field_from_message(message: str) -> tuple[str, tuple[Any, ...], str]:
     return m.group(1), tuple(path), m.group(2)
 
 
-def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
+def _override_runtime(data: dict[str, Any], runtime: str) -> None:
+    """Run the same scenario on another runtime (``chaos run quickstart --runtime docker``).
+
+    Applied to the raw mapping before validation, so the scenario is judged as it will run (a network fault on the
+    local runtime is refused as if the file said so) and the resolved ``scenario.yaml`` of the run shows the
+    runtime it ran on. A ``cluster`` that is not a mapping is left for validation to report."""
+    cluster = data.setdefault("cluster", {})
+    if isinstance(cluster, dict):
+        cluster["runtime"] = runtime
+
+
+def parse_scenario(text: str, file: str = "<scenario>", runtime: str | None = None) -> Scenario:
+    """The validated scenario of a YAML text; ``runtime`` overrides ``cluster.runtime`` (see _override_runtime)."""
     try:
         root = yaml.compose(text, Loader=_Loader)
         data = yaml.load(text, Loader=_Loader)
@@ -113,6 +133,8 @@ def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
                                              f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
     if not isinstance(data, dict):
         raise ScenarioInvalid([ScenarioError(file, 1, "", "expected a mapping with name, cluster, workload, faults")])
+    if runtime is not None:
+        _override_runtime(data, runtime)
     lines = _line_index(root) if root is not None else {}
     try:
         return Scenario.model_validate(data)
@@ -120,32 +142,37 @@ def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
         errors = []
         seen = set()
         for err in exc.errors():
-            field, clean = _field_path(tuple(err["loc"]))
-            explained = _explain(err)
-            if not clean:  # a whole-scenario check names its field in the message ("faults[0].target: ...")
-                field, clean, explained = _field_from_message(explained)
-            # A union (shipped vs command workload) reports each member; keep the first error per field.
-            key = (field, explained)
-            if key in seen:
-                continue
-            seen.add(key)
-            line = None
-            for n in range(len(clean), -1, -1):
-                if clean[:n] in lines:
-                    line = lines[clean[:n]]
-                    break
-            errors.append(ScenarioError(file, line, field, explained))
+            loc = tuple(err["loc"]) + (("kind",) if err["type"] == "fault_kind" else ())
+            field, clean = _field_path(loc)
+            found = [(field, clean, _explain(err))]
+            if not clean:  # whole-scenario checks name their fields in the message, one per line
+                found = [_field_from_message(part) for part in _explain(err).split("\n")]
+            for field, clean, explained in found:
+                # A union (shipped vs command workload) reports each member; keep the first error per field.
+                key = (field, explained)
+                if key in seen:
+                    continue
+                seen.add(key)
+                line = None
+                for n in range(len(clean), -1, -1):
+                    if clean[:n] in lines:
+                        line = lines[clean[:n]]
+                        break
+                if runtime is not None and field == "cluster.runtime":
+                    explained += f" (from --runtime {runtime})"
+                errors.append(ScenarioError(file, line, field, explained))
         errors.sort(key=lambda e: e.line or 0)
         raise ScenarioInvalid(errors) from None
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_scenario(path: str | Path, runtime: str | None = None) -> Scenario:
+    """Read and validate a scenario file; ``runtime`` runs it on another runtime than the file names."""
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as exc:
         raise ScenarioInvalid([ScenarioError(str(p), None, "", f"cannot read file: {exc.strerror}")]) from None
-    return parse_scenario(text, str(p))
+    return parse_scenario(text, str(p), runtime=runtime)
 
 
 def shipped_scenarios_dir() -> Path:

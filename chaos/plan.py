@@ -9,14 +9,17 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from chaos.scenario import CommandWorkload, Fault, Scenario, ShippedWorkload
+if TYPE_CHECKING:  # run-time imports are local: runtime plug-ins import this module while the schema is built
+    from chaos.scenario import Scenario
+    from chaos.spec import FaultSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_WORKLOADS = {"ddp-mlp": REPO_ROOT / "workloads" / "train.py"}
 
-# Measured here to recover from a node crash in ~8 s (torchrun's defaults: ~46 s). See shared/DESIGN.md.
+# Measured here to recover from a node crash in ~8 s (torchrun's defaults: ~46 s).
+# See docs/design.md, "Runtimes and fault mechanisms".
 TUNED = {
     "join_timeout_s": 60, "last_call_timeout_s": 2, "close_timeout_s": 5, "keep_alive_interval_s": 1,
     "keep_alive_max_attempt": 3, "read_timeout_s": 10, "max_restarts": 100, "process_group_timeout_s": 10,
@@ -28,10 +31,9 @@ TORCHRUN_DEFAULTS = {
     "keep_alive_max_attempt": 3, "read_timeout_s": 60, "max_restarts": 0, "process_group_timeout_s": 1800,
     "share_rendezvous_store": True,
 }
-_RDZV_CONF = {"join_timeout_s": "join_timeout", "last_call_timeout_s": "last_call_timeout",
+RDZV_CONF = {"join_timeout_s": "join_timeout", "last_call_timeout_s": "last_call_timeout",
               "close_timeout_s": "close_timeout", "keep_alive_interval_s": "keep_alive_interval",
               "keep_alive_max_attempt": "keep_alive_max_attempt", "read_timeout_s": "read_timeout"}
-# Workload events that a fault trigger waits on: the probe pauses after them until the engine acknowledges.
 STORE_NODE = "store"
 
 
@@ -88,7 +90,7 @@ class Plan:
         }
 
 
-def fault_summary(index: int, fault: Fault) -> dict[str, Any]:
+def fault_summary(index: int, fault: FaultSpec) -> dict[str, Any]:
     if fault.at is not None:
         trigger = f"{fault.at:g}s after the first step"
     elif fault.at_step is not None:
@@ -101,8 +103,7 @@ def fault_summary(index: int, fault: Fault) -> dict[str, Any]:
         out["seed"] = fault.seed
     if fault.duration is not None:
         out["duration_s"] = fault.duration
-    if fault.mode is not None:
-        out["mode"] = fault.mode
+    out.update(fault.options())
     return out
 
 
@@ -116,7 +117,7 @@ def elastic_settings(scenario: Scenario) -> dict[str, Any]:
     """Preset values with every explicit scenario override applied on top."""
     c = scenario.cluster
     settings = dict(TUNED if c.preset == "tuned" else TORCHRUN_DEFAULTS)
-    for key in _RDZV_CONF:
+    for key in RDZV_CONF:
         value = getattr(c.rendezvous, key)
         if value is not None:
             settings[key] = value
@@ -127,11 +128,13 @@ def elastic_settings(scenario: Scenario) -> dict[str, Any]:
     return settings
 
 
-def _fmt(v: Any) -> str:
+def fmt_arg(v: Any) -> str:
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
 def workload_argv(scenario: Scenario, checkpoint_dir: Path | None, settings: dict[str, Any]) -> list[str]:
+    from chaos.scenario import CommandWorkload, ShippedWorkload
+
     w = scenario.workload
     if isinstance(w, CommandWorkload):
         return list(w.command)
@@ -139,7 +142,7 @@ def workload_argv(scenario: Scenario, checkpoint_dir: Path | None, settings: dic
     args = {"checkpoint_dir": str(checkpoint_dir), "pg_timeout_s": settings["process_group_timeout_s"], **w.args}
     argv = [str(SHIPPED_WORKLOADS[w.name])]
     for key, value in args.items():
-        argv += [f"--{key.replace('_', '-')}", _fmt(value)]
+        argv += [f"--{key.replace('_', '-')}", fmt_arg(value)]
     return argv
 
 
@@ -193,6 +196,9 @@ class Addressing:
 
 
 def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing | None = None) -> Plan:
+    from chaos.registry import rendezvous_backend
+    from chaos.scenario import ShippedWorkload
+
     c = scenario.cluster
     net = net or Addressing.loopback(scenario)
     python = net.python
@@ -239,14 +245,13 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
     if not settings["share_rendezvous_store"]:
         base_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     script_argv = _python_script(script)
+    backend = rendezvous_backend(c.rendezvous.backend)
     for i in range(c.nodes):
         is_host = c.rendezvous.store == "node0" and i == 0
-        conf = [f"is_host={'true' if is_host else 'false'}"]
-        conf += [f"{name}={_fmt(settings[key])}" for key, name in _RDZV_CONF.items()]
         argv = [python, "-m", "torch.distributed.run",
                 f"--nnodes={min_nodes}:{c.nodes}", f"--nproc-per-node={c.procs_per_node}",
-                f"--rdzv-backend={c.rendezvous.backend}", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
-                f"--rdzv-conf={','.join(conf)}", f"--max-restarts={settings['max_restarts']}",
+                *backend.torchrun_args(endpoint=endpoint, run_id=run_id, is_host=is_host, settings=settings),
+                f"--max-restarts={settings['max_restarts']}",
                 f"--local-addr={net.addresses[f'node{i}']}", *script_argv]
         nodes.append(NodePlan(f"node{i}", i, argv, {**base_env, "CHAOS_NODE": f"node{i}"}))
     return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, store, settings, pause_on, net.addresses, port)

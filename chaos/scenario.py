@@ -3,45 +3,40 @@
 Defaults live here and nowhere else, so ``chaos run --dry-run`` and ``chaos schema`` show exactly what a run
 will do. The elastic settings default to the ones measured to recover fast; ``elastic.preset:
 torchrun-defaults`` drops every override so torchrun's own defaults can be measured side by side.
+
+The parts that plug-ins add are generated from the registry when this module is imported: ``faults`` is a
+discriminated union (on ``kind``) of every fault kind's options model, ``cluster.runtime`` and
+``rendezvous.backend`` accept the registered names, and each runtime with options gets ``cluster.<name>``.
+See docs/design.md, "Extension points".
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BeforeValidator, Discriminator, Field, Tag, TypeAdapter, create_model, model_validator
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+from chaos.events import ExploreTriggerEvent
+from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
+from chaos.runtimes.base import CAPABILITIES
+from chaos.spec import EventTrigger, FaultSpec, Seconds, Strict, parse_duration
 
+__all__ = ["EventTrigger", "Fault", "FaultSpec", "Scenario", "Seconds", "make_fault", "parse_duration"]
 
-def parse_duration(value: Any) -> Any:
-    """Accept ``10``, ``2.5``, ``"10s"``, ``"500ms"``, ``"2m"``; anything else is left for pydantic to reject."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m:
-            return float(m.group(1)) * _UNIT_S[m.group(2)]
-        raise ValueError(f"expected a duration such as 10s, 500ms or 2m, got {value!r}")
-    return value
-
-
-Seconds = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
 # YAML reads `[python, train.py, --epochs, 10]` with an int in it; a command line is strings.
 Arg = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
                                      else v)]
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _names(plugins: dict[str, Any]) -> Any:
+    """A Literal of the registered names, so a wrong one is answered with the list of right ones."""
+    return Literal[tuple(plugins)]  # type: ignore[valid-type]
 
 
 class Rendezvous(Strict):
-    backend: Literal["c10d"] = "c10d"
+    backend: _names(rendezvous_plugins()) = Field(  # type: ignore[valid-type]
+        "c10d", description="; ".join(f"{n}: {p.summary}" for n, p in rendezvous_plugins().items()))
     store: Literal["node0", "dedicated"] = Field(
         "node0", description="node0: the store lives in node 0's agent (torchrun's layout, a single point of "
         "failure); dedicated: a separate store process that faults leave alone unless they target it")
@@ -61,19 +56,9 @@ class NodeRestart(Strict):
     max_restarts: int = Field(10, ge=0, description="replacements per node before the orchestrator gives up")
 
 
-class DockerOptions(Strict):
-    image: str | None = Field(None, description="image to run nodes in (default: the one `chaos image build` makes "
-                              "for this torch version)")
-
-
-RuntimeName = Literal["local", "netns", "docker"]
-
-
-class Cluster(Strict):
-    runtime: RuntimeName = Field(
-        "local", description="local: process trees on this machine; netns: local processes, each node in its own "
-        "network namespace (root); docker: one container per node on an internal network")
-    docker: DockerOptions = Field(default_factory=DockerOptions)
+class ClusterBase(Strict):
+    runtime: _names(runtime_plugins()) = Field(  # type: ignore[valid-type]
+        "local", description="; ".join(f"{n}: {p.summary}" for n, p in runtime_plugins().items()))
     mode: Literal["elastic", "centralized"] = "elastic"
     nodes: int = Field(3, ge=1, le=64)
     min_nodes: int | None = Field(None, ge=1, description="defaults to nodes")
@@ -89,12 +74,19 @@ class Cluster(Strict):
     threads_per_proc: int = Field(1, ge=1, description="OMP_NUM_THREADS for each worker")
 
     @model_validator(mode="after")
-    def _check(self) -> Cluster:
+    def _check(self) -> ClusterBase:
         if self.min_nodes is not None and self.min_nodes > self.nodes:
             raise ValueError(f"min_nodes ({self.min_nodes}) must not exceed nodes ({self.nodes})")
         if self.mode == "centralized" and self.nodes != 1:
             raise ValueError("a centralized job runs on exactly 1 node (set nodes: 1)")
         return self
+
+
+# Each runtime with options of its own gets `cluster.<name>: {...}` (e.g. cluster.docker.image).
+Cluster = create_model(  # type: ignore[call-overload]
+    "Cluster", __base__=ClusterBase,
+    **{name: (p.options, Field(default_factory=p.options, description=f"options of the {name} runtime"))
+       for name, p in runtime_plugins().items() if p.options is not None})
 
 
 class ShippedWorkload(Strict):
@@ -132,91 +124,24 @@ Workload = Annotated[
 ]
 
 
-class EventTrigger(Strict):
-    event: Literal["checkpoint_save_started", "checkpoint_write_progress", "checkpoint_save_finished",
-                   "checkpoint_loaded", "process_started"]
-    occurrence: int = Field(1, ge=1, description="fire on the N-th such event")
+def _fault_tag(value: Any) -> str | None:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return f"Fault[{kind}]" if isinstance(kind, str) else None
 
 
-FaultKind = Literal["crash", "kill_worker", "freeze", "corrupt_checkpoint", "delay", "loss", "bandwidth",
-                    "partition", "isolate"]
-NETWORK_FAULTS = ("delay", "loss", "bandwidth", "partition", "isolate")
-_RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)$")
-PartitionMember = int | Literal["store"]
+# One options model per registered fault kind, chosen by `kind`; the tag is capitalised so error paths drop it
+# (chaos/loading.py). An unknown or missing kind is answered with the list of installed ones.
+_KINDS = ", ".join(repr(k) for k in fault_plugins())
+Fault = Annotated[
+    Union[tuple(Annotated[p.options, Tag(f"Fault[{name}]")] for name, p in fault_plugins().items())],  # noqa: UP007
+    Discriminator(_fault_tag, custom_error_type="fault_kind",
+                  custom_error_message=f"kind: expected one of {_KINDS} (`chaos plugins` describes each)"),
+]
 
 
-class Fault(Strict):
-    kind: FaultKind
-    target: int | Literal["rendezvous_host", "random", "event_node"] | None = Field(
-        None, description="required for node faults: a node index, rendezvous_host (node 0 or the dedicated "
-        "store), random (with seed), or event_node (the node that emitted the triggering event)")
-    seed: int | None = Field(None, description="seed for target: random")
-    at: Seconds | None = Field(None, description="seconds after the first training step")
-    at_step: int | None = Field(None, ge=1, description="right after the job first completes this global step "
-                                "(instrumented jobs are held there until the fault has landed)")
-    on: EventTrigger | None = Field(None, description="on a workload event")
-    duration: Seconds | None = Field(None, description="how long the fault lasts (freeze; network faults, which "
-                                     "otherwise last until the run ends)")
-    mode: Literal["truncate", "flip", "delete"] | None = Field(
-        None, description="corrupt_checkpoint only: how the newest checkpoint is damaged")
-    delay: Seconds | None = Field(None, description="delay only: added to every packet the node sends, e.g. 100ms")
-    jitter: Seconds | None = Field(None, description="delay only: uniform +- spread, e.g. 10ms")
-    loss_percent: float | None = Field(None, gt=0, le=100, description="loss only: share of sent packets dropped")
-    rate: str | None = Field(None, description="bandwidth only: egress cap in tc units, e.g. 10mbit, 500kbit")
-    groups: list[list[PartitionMember]] | None = Field(
-        None, description="partition only: two groups of node indices (or 'store') that stop reaching each other, "
-        "e.g. [[0], [1, 2]] or [[1], [store]]")
-    one_way: bool = Field(False, description="partition only: cut traffic from the first group to the second only")
-
-    @model_validator(mode="after")
-    def _check(self) -> Fault:
-        triggers = [n for n in ("at", "at_step", "on") if getattr(self, n) is not None]
-        if len(triggers) != 1:
-            raise ValueError(f"give exactly one trigger (at, at_step or on), got {triggers or 'none'}")
-        if self.kind == "freeze" and self.duration is None:
-            raise ValueError("freeze needs a duration, e.g. duration: 5s")
-        if self.kind not in ("freeze", *NETWORK_FAULTS) and self.duration is not None:
-            raise ValueError(f"{self.kind} takes no duration")
-        self._check_network_fields()
-        if self.kind == "corrupt_checkpoint":
-            if self.mode is None:
-                self.mode = "flip"
-        elif self.mode is not None:
-            raise ValueError("mode applies to corrupt_checkpoint only")
-        if self.target is None and self.kind not in ("corrupt_checkpoint", "partition"):
-            raise ValueError(f"{self.kind} needs a target: a node index, rendezvous_host, random or event_node")
-        if self.target is not None and self.kind == "corrupt_checkpoint":
-            raise ValueError("corrupt_checkpoint acts on the checkpoint storage and takes no target")
-        if self.target is not None and self.kind == "partition":
-            raise ValueError("partition takes groups, not a target (isolate cuts one node off everything)")
-        if self.target == "event_node" and self.on is None:
-            raise ValueError("target: event_node needs an 'on' trigger")
-        if self.seed is not None and self.target != "random":
-            raise ValueError("seed applies to target: random only")
-        return self
-
-
-    def _check_network_fields(self) -> None:
-        needs = {"delay": "delay", "loss": "loss_percent", "bandwidth": "rate", "partition": "groups"}
-        owners = {"delay": "delay", "jitter": "delay", "loss_percent": "loss", "rate": "bandwidth",
-                  "groups": "partition"}
-        for name, owner in owners.items():
-            if getattr(self, name) is not None and self.kind != owner:
-                raise ValueError(f"{name} applies to kind: {owner} only")
-        if self.one_way and self.kind != "partition":
-            raise ValueError("one_way applies to kind: partition only")
-        if self.kind in needs and getattr(self, needs[self.kind]) is None:
-            example = {"delay": "delay: 100ms", "loss": "loss_percent: 10", "bandwidth": "rate: 10mbit",
-                       "partition": "groups: [[0], [1, 2]]"}[self.kind]
-            raise ValueError(f"{self.kind} needs {needs[self.kind]}, e.g. {example}")
-        if self.rate is not None and not _RATE.match(self.rate):
-            raise ValueError(f"rate: expected a tc rate such as 10mbit, 500kbit or 1gbit, got {self.rate!r}")
-        if self.groups is not None:
-            if len(self.groups) != 2 or not all(self.groups):
-                raise ValueError("groups: expected two non-empty groups, e.g. [[0], [1, 2]]")
-            overlap = set(map(str, self.groups[0])) & set(map(str, self.groups[1]))
-            if overlap:
-                raise ValueError(f"groups: {sorted(overlap)} cannot be on both sides of a partition")
+def make_fault(**fields: Any) -> Any:
+    """A validated fault spec of whichever kind ``fields["kind"]`` names (``Fault`` is a union, not a class)."""
+    return TypeAdapter(Fault).validate_python(fields)
 
 
 class Bound(Strict):
@@ -259,17 +184,20 @@ class Expect(Strict):
     checkpoint: CheckpointExpect | None = Field(None, description="checkpoint-correctness verdicts to require")
 
 
+_EXPLORABLE = {name: p for name, p in fault_plugins().items() if p.can_generate()}
+
+
 class Explore(Strict):
     """Bounds for ``chaos explore``: which fault plans hypothesis may generate (and shrink) for this scenario."""
 
-    kinds: list[Literal["crash", "kill_worker", "freeze", "corrupt_checkpoint"]] = Field(
-        default_factory=lambda: ["crash"], min_length=1, description="process and storage faults (network faults "
-        "need parameters of their own and are not generated yet)")
+    kinds: list[_names(_EXPLORABLE)] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: ["crash"], min_length=1, description="fault kinds whose plug-in can generate "
+        f"plans: {', '.join(_EXPLORABLE)} (network faults need parameters of their own and are not generated yet)")
     targets: list[int | Literal["rendezvous_host", "event_node"]] = Field(
         default_factory=lambda: [0], min_length=1, description="event_node applies to event-triggered faults")
     max_faults: int = Field(2, ge=1, le=8)
     step_window: tuple[int, int] = Field((1, 100), description="at_step triggers are drawn from this range")
-    events: list[Literal["checkpoint_save_started", "checkpoint_write_progress", "checkpoint_save_finished"]] = Field(
+    events: list[ExploreTriggerEvent] = Field(
         default_factory=list, description="workload events faults may be triggered on")
     occurrences: tuple[int, int] = Field((1, 5), description="which occurrence of the event")
     durations: tuple[Seconds, Seconds] = Field((1.0, 5.0), description="freeze durations (seconds)")
@@ -307,23 +235,25 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
+        """What one fault cannot know alone: whether its node exists, and whether the runtime can do it."""
+        c = self.cluster
+        runtime = runtime_plugins()[c.runtime]
+        plugins = fault_plugins()
+        problems = []
         for i, fault in enumerate(self.faults):
-            if isinstance(fault.target, int) and fault.target >= self.cluster.nodes:
-                raise ValueError(f"faults[{i}].target: node {fault.target} does not exist "
-                                 f"(the cluster has nodes 0..{self.cluster.nodes - 1})")
-            if fault.target == "rendezvous_host" and self.cluster.mode == "centralized":
-                raise ValueError(f"faults[{i}].target: a centralized job has no rendezvous host")
-            if fault.kind in NETWORK_FAULTS and self.cluster.runtime == "local":
-                raise ValueError(f"faults[{i}].kind: {fault.kind} needs a network stack per node; set "
-                                 "cluster.runtime: netns or docker (the local runtime shares one loopback)")
-            for member in [m for group in fault.groups or [] for m in group]:
-                if isinstance(member, int) and member >= self.cluster.nodes:
-                    raise ValueError(f"faults[{i}].groups: node {member} does not exist "
-                                     f"(the cluster has nodes 0..{self.cluster.nodes - 1})")
-                if member == "store" and self.cluster.mode == "centralized":
-                    raise ValueError(f"faults[{i}].groups: a centralized job has no rendezvous store")
-            if fault.groups and self.cluster.rendezvous.store == "node0" and any(
-                    "store" in side and 0 in other for side, other in (fault.groups, fault.groups[::-1])):
-                raise ValueError(f"faults[{i}].groups: node 0 hosts the rendezvous store (rendezvous.store: node0), "
-                                 "so it cannot be cut from it; use rendezvous.store: dedicated")
+            if isinstance(fault.target, int) and fault.target >= c.nodes:
+                problems.append(f"faults[{i}].target: node {fault.target} does not exist "
+                                f"(the cluster has nodes 0..{c.nodes - 1})")
+            if fault.target == "rendezvous_host" and c.mode == "centralized":
+                problems.append(f"faults[{i}].target: a centralized job has no rendezvous host")
+            plugin = plugins[fault.kind]
+            for need in sorted(plugin.needs - runtime.capabilities):
+                able = [n for n, r in runtime_plugins().items() if need in r.capabilities]
+                problems.append(f"faults[{i}].kind: {fault.kind} needs {CAPABILITIES.get(need, need)}, which the "
+                                f"{c.runtime} runtime does not give; set cluster.runtime: {' or '.join(able)}"
+                                if able else f"faults[{i}].kind: {fault.kind} needs {need}, which no installed "
+                                "runtime gives")
+            problems += [f"faults[{i}].{problem}" for problem in plugin.check(fault, self)]
+        if problems:
+            raise ValueError("\n".join(problems))
         return self

@@ -1,15 +1,52 @@
-"""Shared fixtures: every test that starts processes must leave none behind."""
+"""Shared fixtures: every test that starts processes must leave none behind; one golden cache per session; the
+integration tests run one at a time on one xdist worker while the fast tier runs beside them."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import psutil
 import pytest
 
-from chaos.runtimes.local import engine_pid, marked_processes, orphaned
+from chaos.marks import engine_pid, marked_processes, orphaned
 
 pytest_plugins = ["pytester"]
+
+GOLDEN_CACHE_ENV = "TORCH_CHAOS_GOLDEN_CACHE"
+_created_golden_cache: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One golden cache directory per pytest session, shared by every test and xdist worker.
+
+    Set in the controller before xdist starts its workers, which inherit the environment, so each distinct golden
+    run (keyed by content, see chaos/golden.py) is computed once per session whatever the tests' out dirs. A cache
+    the caller chose (the variable already set) is used as it is and kept."""
+    if hasattr(config, "workerinput") or os.environ.get(GOLDEN_CACHE_ENV):
+        return
+    path = tempfile.mkdtemp(prefix="torch-chaos-golden-")
+    os.environ[GOLDEN_CACHE_ENV] = path
+    _created_golden_cache.append(path)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for path in _created_golden_cache:
+        shutil.rmtree(path, ignore_errors=True)
+        os.environ.pop(GOLDEN_CACHE_ENV, None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every real-cluster test goes to one xdist group: they run one after another on one worker.
+
+    Integration tests measure recovery times, slowdowns and delays on a 2-core machine; two clusters at once would
+    distort what they assert. The fast tier (seconds-long toy jobs, about a minute in all) is spread over the
+    workers and runs beside the first integration tests, whose bounds are loose (byo) or untimed (explore).
+    Without xdist (``-n 0``) the mark does nothing."""
+    for item in items:
+        if item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
 
 
 def _ours_or_orphaned(proc: psutil.Process) -> bool:

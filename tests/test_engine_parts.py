@@ -28,7 +28,7 @@ from chaos.engine.progress import LogProgress
 from chaos.engine.states import FAULT_TRANSITIONS, NODE_TRANSITIONS, PHASE_TRANSITIONS, move
 from chaos.history import HistoryWriter, read_history
 from chaos.plan import NodePlan
-from chaos.scenario import Fault, Limits, NodeRestart
+from chaos.scenario import Fault, Limits, NodeRestart, make_fault
 
 
 class FakeRuntime:
@@ -124,7 +124,7 @@ def test_every_state_has_its_transitions_documented() -> None:
 
 @pytest.mark.usefixtures("stand_in")
 def test_at_step_fires_once_the_step_is_seen_then_freezes_and_heals_the_node(tmp_path: Path) -> None:
-    run = Run(tmp_path, [Fault(kind="freeze", target=1, at_step=3, duration=2.0)])
+    run = Run(tmp_path, [make_fault(kind="freeze", target=1, at_step=3, duration=2.0)])
     run.nodes.start_cluster()
     run.job("step_completed", step=2)
     run.tick(now=10.0)
@@ -147,7 +147,7 @@ def test_at_step_fires_once_the_step_is_seen_then_freezes_and_heals_the_node(tmp
 
 @pytest.mark.usefixtures("stand_in")
 def test_a_fault_on_a_node_that_is_not_running_is_skipped(tmp_path: Path) -> None:
-    run = Run(tmp_path, [Fault(kind="crash", target=0, on={"event": "checkpoint_save_started"})])
+    run = Run(tmp_path, [make_fault(kind="crash", target=0, on={"event": "checkpoint_save_started"})])
     run.nodes.start_cluster()
     run.runtime.codes["node0"] = 0
     run.nodes.watch(now=1.0)
@@ -161,7 +161,7 @@ def test_a_fault_on_a_node_that_is_not_running_is_skipped(tmp_path: Path) -> Non
 
 def test_a_fault_that_fails_to_inject_is_recorded_not_hidden(tmp_path: Path, stand_in: type[StopsNode]) -> None:
     stand_in.fail = True
-    run = Run(tmp_path, [Fault(kind="crash", target=0, at_step=1)])
+    run = Run(tmp_path, [make_fault(kind="crash", target=0, at_step=1)])
     run.nodes.start_cluster()
     run.job("step_completed", step=1)
     run.tick(now=1.0)
@@ -173,7 +173,7 @@ def test_a_fault_that_fails_to_inject_is_recorded_not_hidden(tmp_path: Path, sta
 
 
 def test_active_faults_are_healed_at_teardown(tmp_path: Path, stand_in: type[StopsNode]) -> None:
-    run = Run(tmp_path, [Fault(kind="freeze", target=0, at_step=1, duration=600.0)])
+    run = Run(tmp_path, [make_fault(kind="freeze", target=0, at_step=1, duration=600.0)])
     run.nodes.start_cluster()
     run.job("step_completed", step=1)
     run.tick(now=1.0)
@@ -184,7 +184,7 @@ def test_active_faults_are_healed_at_teardown(tmp_path: Path, stand_in: type[Sto
 
 @pytest.mark.usefixtures("stand_in")
 def test_on_event_fires_on_the_given_occurrence(tmp_path: Path) -> None:
-    run = Run(tmp_path, [Fault(kind="crash", target="event_node", on={"event": "checkpoint_save_started",
+    run = Run(tmp_path, [make_fault(kind="crash", target="event_node", on={"event": "checkpoint_save_started",
                                                                       "occurrence": 3})])
     run.nodes.start_cluster()
     run.job("checkpoint_save_started", step=1, path="a")
@@ -330,7 +330,7 @@ def test_the_live_view_shows_states_by_name(tmp_path: Path) -> None:
     from chaos.console import live_view
     from chaos.engine import Snapshot
 
-    run = Run(tmp_path, [Fault(kind="crash", target=1, at_step=5)])
+    run = Run(tmp_path, [make_fault(kind="crash", target=1, at_step=5)])
     run.nodes.start_cluster()
     snap = Snapshot(run_id="r", run_dir=tmp_path, elapsed_s=1.0, step=2, target_steps=10, restarts=0,
                     nodes=list(run.nodes.nodes.values()), faults=run.faults.faults, phase=Phase.GOLDEN)

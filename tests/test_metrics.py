@@ -1,4 +1,4 @@
-"""Every metric on hand-built histories, edge cases included (definitions: shared/DESIGN.md)."""
+"""Every metric on hand-built histories, edge cases included (definitions: docs/design.md, "Metric definitions")."""
 
 from __future__ import annotations
 

@@ -17,11 +17,14 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from chaos.analysis.load import of_kind, of_kinds
+from chaos.events import EndReason, Ev, Source
 from chaos.history import Event
 
 
-def _of(events: list[Event], name: str) -> list[Event]:
-    return [e for e in events if e.get("event") == name and e.get("source") in ("workload", "progress")]
+def _of(events: list[Event], name: Ev) -> list[Event]:
+    """The workload's events of one kind (from the probe, or inferred from a print-only job's output)."""
+    return [e for e in of_kind(events, name) if e.get("source") in (Source.WORKLOAD, Source.PROGRESS)]
 
 
 def _verdict(ok: bool | None, why: str, **details: Any) -> dict[str, Any]:
@@ -33,32 +36,37 @@ def _verdict(ok: bool | None, why: str, **details: Any) -> dict[str, Any]:
 def _available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
     """Checkpoints complete and intact at time ``t``: saves finished, minus deleted or damaged ones."""
     available: dict[str, dict[str, Any]] = {}
-    for e in events:
+    for e in of_kinds(events, Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED, Ev.CHECKPOINT_DELETED,
+                      Ev.FAULT_INJECTED):
         if e["t"] >= t:
             break
         kind = e.get("event")
-        if kind == "checkpoint_save_finished" and e.get("source") == "workload":
+        if kind == Ev.CHECKPOINT_SAVE_FINISHED and e.get("source") == Source.WORKLOAD:
             available[e["path"]] = {"step": e["step"], "sha256": e["sha256"], "path": e["path"]}
-        elif kind == "checkpoint_save_started" and e.get("source") == "workload":
+        elif kind == Ev.CHECKPOINT_SAVE_STARTED and e.get("source") == Source.WORKLOAD:
             available.pop(e["path"], None)  # being overwritten: not complete until it finishes again
-        elif kind == "checkpoint_deleted":
+        elif kind == Ev.CHECKPOINT_DELETED:
             available.pop(e["path"], None)
-        elif kind == "fault_injected" and isinstance(e.get("details"), dict) and e["details"].get("path"):
-            available.pop(e["details"]["path"], None)
+        elif kind == Ev.FAULT_INJECTED and isinstance(e.get("details"), dict):
+            # Any fault kind (a plug-in too) names the checkpoint files it damaged or removed: `path` or `paths`.
+            damaged = e["details"].get("paths")
+            for path in ([e["details"]["path"]] if e["details"].get("path") else []) + (
+                    damaged if isinstance(damaged, list) else []):
+                available.pop(str(path), None)
     return available
 
 
 def _loads_by_incarnation(events: list[Event]) -> list[dict[str, Any]]:
     """One entry per incarnation that started loading a checkpoint: what it tried, and what it got."""
     out: dict[Any, dict[str, Any]] = {}
-    for e in events:
+    for e in of_kinds(events, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED):
         kind = e.get("event")
-        if kind not in ("checkpoint_load_started", "checkpoint_loaded") or e.get("source") != "workload":
+        if kind not in (Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED) or e.get("source") != Source.WORKLOAD:
             continue
         key = e.get("incarnation") or (e.get("node"), e.get("pid"))
         entry = out.setdefault(key, {"incarnation": key, "t": e["t"], "step": e["step"], "path": e["path"],
                                      "sha256": None})
-        if kind == "checkpoint_loaded":
+        if kind == Ev.CHECKPOINT_LOADED:
             entry["sha256"] = entry["sha256"] or e.get("sha256")
     return sorted(out.values(), key=lambda x: x["t"])
 
@@ -72,7 +80,7 @@ def digests_ok(events: list[Event]) -> dict[str, Any]:
         saved = _available_at(events, load["t"]).get(load["path"])
         recorded = None
         if saved is None:
-            finished = [e for e in _of(events, "checkpoint_save_finished")
+            finished = [e for e in _of(events, Ev.CHECKPOINT_SAVE_FINISHED)
                         if e["path"] == load["path"] and e["t"] < load["t"]]
             recorded = finished[-1]["sha256"] if finished else None
         else:
@@ -98,7 +106,7 @@ def digests_ok(events: list[Event]) -> dict[str, Any]:
 def _restarts(events: list[Event]) -> list[dict[str, Any]]:
     """Every worker incarnation after the first, with the checkpoint it loaded (None = started from scratch)."""
     starts: dict[Any, float] = {}
-    for e in _of(events, "step_completed"):
+    for e in _of(events, Ev.STEP_COMPLETED):
         key = e.get("incarnation") or (e.get("node"), e.get("pid"))
         starts.setdefault(key, e["t"])
     loads = {x["incarnation"]: x for x in _loads_by_incarnation(events)}
@@ -109,7 +117,7 @@ def _restarts(events: list[Event]) -> list[dict[str, Any]]:
 
 
 def resumed_from_newest_valid(events: list[Event]) -> dict[str, Any]:
-    if not any(e.get("incarnation") for e in _of(events, "step_completed")):
+    if not any(e.get("incarnation") for e in _of(events, Ev.STEP_COMPLETED)):
         return _verdict(None, "not checked: the workload does not report its incarnation through chaos.probe")
     restarts = _restarts(events)
     if not restarts:
@@ -145,7 +153,7 @@ def lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
     Followed backwards from the final incarnation through the checkpoint it loaded to the incarnation that
     saved that checkpoint. Without incarnation ids (print-only jobs) it is the last execution of each step.
     """
-    steps = _of(events, "step_completed")
+    steps = _of(events, Ev.STEP_COMPLETED)
     if not steps:
         return [], "no step completed"
     if not any(e.get("incarnation") for e in steps):
@@ -153,11 +161,11 @@ def lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
         for e in steps:
             last[e["step"]] = e
         return [{"incarnation": None, "a": 0, "b": max(last), "events": list(last.values())}], None
-    finished = _of(events, "run_finished")
+    finished = _of(events, Ev.RUN_FINISHED)
     final = finished[-1] if finished else max(steps, key=lambda e: e["t"])
     inc, end = final.get("incarnation"), final["step"]
     loads = {x["incarnation"]: x for x in _loads_by_incarnation(events)}
-    saves = _of(events, "checkpoint_save_finished")
+    saves = _of(events, Ev.CHECKPOINT_SAVE_FINISHED)
     chain: list[dict[str, Any]] = []
     problem = None
     seen = set()
@@ -238,15 +246,15 @@ def golden_summary(events: list[Event]) -> dict[str, Any]:
     """What a later faulted run compares with: per-step losses, final state digest, world size."""
     losses: dict[int, float] = {}
     world_sizes = set()
-    for e in _of(events, "step_completed"):
+    for e in _of(events, Ev.STEP_COMPLETED):
         if e.get("loss") is not None and e.get("rank", 0) == 0:
             losses[e["step"]] = e["loss"]
         world_sizes.add(e.get("world_size", 1))
-    finished = _of(events, "run_finished")
+    finished = _of(events, Ev.RUN_FINISHED)
     return {"losses": {str(k): v for k, v in sorted(losses.items())},
             "state_sha256": finished[-1].get("state_sha256") if finished else None,
             "world_sizes": sorted(world_sizes), "steps": max(losses) if losses else 0,
-            "completed": any(e.get("event") == "run_ended" and e.get("reason") == "completed" for e in events)}
+            "completed": any(e.get("reason") == EndReason.COMPLETED for e in of_kind(events, Ev.RUN_ENDED))}
 
 
 def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: float) -> dict[str, Any]:
@@ -254,10 +262,10 @@ def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: flo
         return _verdict(None, "not checked: no golden run (checks.golden is off)", mode="not_checked")
     if not golden.get("completed"):
         return _verdict(None, "not checked: the golden run did not complete", mode="not_checked")
-    finished = _of(events, "run_finished")
+    finished = _of(events, Ev.RUN_FINISHED)
     chain, _ = lineage(events)
     steps = [e for seg in chain for e in seg["events"]]
-    if not finished and not any(e.get("source") == "progress" for e in steps):
+    if not finished and not any(e.get("source") == Source.PROGRESS for e in steps):
         return _verdict(None, "not checked: the run did not finish", mode="not_checked")
     run_losses: dict[int, float] = {}
     not_finite: list[int] = []  # the probe records a NaN or infinite loss as null

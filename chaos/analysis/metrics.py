@@ -1,4 +1,4 @@
-"""Metrics computed from a history alone (definitions: shared/DESIGN.md, "Metric definitions").
+"""Metrics computed from a history alone (definitions: docs/design.md, "Metric definitions").
 
 Everything here is a pure function of the event list, so each metric can be tested on hand-built histories
 and recomputed by ``chaos report`` long after the run. Times are host-clock seconds (``t`` of the events).
@@ -7,9 +7,13 @@ and recomputed by ``chaos report`` long after the run. Times are host-clock seco
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from chaos.analysis.load import of_kind
+from chaos.events import Ev, Source
 from chaos.history import Event
 
 
@@ -18,6 +22,7 @@ class FaultMetrics:
     id: int
     kind: str
     target: str
+    disruptive: bool  # from fault_injected; a history without the field counts the fault as disruptive
     mechanism: str | None
     t_injected: float
     t_healed: float | None
@@ -36,8 +41,12 @@ class FaultMetrics:
         return asdict(self)
 
 
+# Worker events come from the probe, or from the engine reading a print-only job's progress.
+_WORKER_SOURCES = (Source.WORKLOAD, Source.PROGRESS)
+
+
 def steps(events: list[Event]) -> list[Event]:
-    return [e for e in events if e.get("event") == "step_completed" and isinstance(e.get("step"), int)]
+    return [e for e in of_kind(events, Ev.STEP_COMPLETED) if isinstance(e.get("step"), int)]
 
 
 def step_completion_times(events: list[Event]) -> dict[int, float]:
@@ -82,20 +91,34 @@ def completion_time(events: list[Event]) -> float:
     Worker restarts after this (a worker that crashes while shutting down, then a new round that finds the
     final checkpoint and stops) happened to a finished job: they are counted apart and not blamed on a fault.
     """
-    return min((e["t"] for e in events if e.get("event") == "run_finished"), default=float("inf"))
+    return min((e["t"] for e in of_kind(events, Ev.RUN_FINISHED)), default=float("inf"))
 
 
 def faults_injected(events: list[Event]) -> list[Event]:
-    return [e for e in events if e.get("event") == "fault_injected"]
+    return of_kind(events, Ev.FAULT_INJECTED)
+
+
+def is_disruptive(fault: Event) -> bool:
+    """Whether a ``fault_injected`` interrupts training by itself (the fault kind says so; the engine records it).
+
+    Histories written before the field existed count every fault as disruptive: that only matters for a
+    non-disruptive kind (a damaged checkpoint file), whose recovery figures then read "no step after the fault"
+    or measure the job's normal pace instead of being left out.
+    """
+    return bool(fault.get("disruptive", True))
+
+
+def first_disruptive_fault_t(events: list[Event]) -> float:
+    """When the first fault that interrupts training took effect; infinity without one."""
+    return min((f["t"] for f in faults_injected(events) if is_disruptive(f)), default=float("inf"))
 
 
 def median_step_time(events: list[Event]) -> tuple[float | None, str]:
     """Fault-free median step time: from before the first disruptive fault, else from the whole run (said so)."""
-    disruptive = [f["t"] for f in faults_injected(events) if f.get("disruptive", True)]
-    first_fault = min(disruptive) if disruptive else float("inf")
+    first_fault = first_disruptive_fault_t(events)
     before = step_intervals(events, t_to=first_fault)
     if len(before) >= 3:
-        return statistics.median(before), "before_first_fault" if disruptive else "fault_free_run"
+        return statistics.median(before), "fault_free_run" if first_fault == float("inf") else "before_first_fault"
     whole = step_intervals(events)
     if whole:
         return statistics.median(whole), "whole_run"
@@ -103,7 +126,7 @@ def median_step_time(events: list[Event]) -> tuple[float | None, str]:
 
 
 def _worker_starts(events: list[Event]) -> list[Event]:
-    return [e for e in events if e.get("event") == "process_started" and e.get("source") in ("workload", "progress")]
+    return [e for e in of_kind(events, Ev.PROCESS_STARTED) if e.get("source") in _WORKER_SOURCES]
 
 
 def worker_restarts(events: list[Event]) -> int:
@@ -125,23 +148,31 @@ def _start_of(e: Event, fallback: float | None) -> float:
 
 
 def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
+    """Per fault: recovery, catch-up, lost steps and work, slowdown (see the metric definitions).
+
+    The steps are searched by time with bisection, so a fault costs O(steps after it) rather than a pass over
+    the whole history per figure.
+    """
     injected = sorted(faults_injected(events), key=lambda e: e["t"])
-    healed = {e["fault_id"]: e["t"] for e in events if e.get("event") == "fault_healed"}
+    healed = {e["fault_id"]: e["t"] for e in of_kind(events, Ev.FAULT_HEALED)}
     all_steps = sorted(steps(events), key=lambda e: e["t"])
+    step_t = [e["t"] for e in all_steps]
+    highest_by_index = _running_max(e["step"] for e in all_steps)
     starts = sorted(_worker_starts(events), key=lambda e: e["t"])
-    loads = [e for e in events if e.get("event") == "checkpoint_loaded"]
+    start_t = [e["t"] for e in starts]
+    loads = of_kind(events, Ev.CHECKPOINT_LOADED)
     median, _ = median_step_time(events)
     done = completion_time(events)
     out = []
     for i, f in enumerate(injected):
         t_f = f["t"]
-        disruptive = f.get("disruptive", True)
-        later = [g["t"] for g in injected[i + 1:] if g.get("disruptive", True) and g["t"] > t_f]
+        disruptive = is_disruptive(f)
+        later = [g["t"] for g in injected[i + 1:] if is_disruptive(g) and g["t"] > t_f]
         window_end = min(later[0] if later else float("inf"), done)
-        before = [e["step"] for e in all_steps if e["t"] < t_f]
-        highest = max(before) if before else None
+        n_before = bisect_left(step_t, t_f)
+        highest = highest_by_index[n_before - 1] if n_before else None
         m = FaultMetrics(
-            id=f.get("fault_id", i), kind=f.get("kind", "?"), target=str(f.get("target")),
+            id=f.get("fault_id", i), kind=f.get("kind", "?"), target=str(f.get("target")), disruptive=disruptive,
             mechanism=f.get("mechanism"), t_injected=t_f, t_healed=healed.get(f.get("fault_id", i)),
             highest_step_before=highest, restarted=False, resumed_from=None, resume_evidence=None, recovery_s=None,
             catch_up_s=None, lost_steps=None, lost_work_s=None, slowdown=None)
@@ -149,12 +180,12 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
         if not disruptive:
             m.note = "does not interrupt training by itself; its effect shows at the next restart"
             continue
-        new_pids = {(e.get("node"), e.get("pid")) for e in starts if t_f < e["t"] < window_end}
+        new_pids = {(e.get("node"), e.get("pid"))
+                    for e in starts[bisect_right(start_t, t_f):bisect_left(start_t, window_end)]}
         m.restarted = bool(new_pids)
+        after = all_steps[bisect_right(step_t, t_f):]
         if m.restarted:
-            after = [e for e in all_steps if e["t"] > t_f and (e.get("node"), e.get("pid")) in new_pids]
-        else:
-            after = [e for e in all_steps if e["t"] > t_f]
+            after = [e for e in after if (e.get("node"), e.get("pid")) in new_pids]
         if not after:
             m.note = "the job completed no step after this fault"
             continue
@@ -167,7 +198,7 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
                 m.resume_evidence = f"checkpoint_loaded: {new_loads[0].get('path')}"
             else:
                 m.resumed_from = first["step"] - 1
-                on_disk = [e for e in events if e.get("event") == "checkpoint_seen" and e["t"] < first["t"]]
+                on_disk = [e for e in of_kind(events, Ev.CHECKPOINT_SEEN) if e["t"] < first["t"]]
                 m.resume_evidence = (f"inferred from the first step printed after the restart ({first['step']})"
                                      + (f"; newest checkpoint on disk then: {on_disk[-1]['path']}" if on_disk else
                                         "; no checkpoint on disk"))
@@ -176,9 +207,9 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
         h = highest if highest is not None else 0
         m.lost_steps = max(0, h - m.resumed_from)
         target_step = h + 1
-        caught = [e for e in after if e["step"] >= target_step]
-        if caught:
-            m.catch_up_s = caught[0]["t"] - t_f
+        caught = next((e for e in after if e["step"] >= target_step), None)
+        if caught is not None:
+            m.catch_up_s = caught["t"] - t_f
         if m.lost_steps:
             redo = [e for e in after if e["step"] <= h]
             if redo:
@@ -190,6 +221,15 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
             during = step_intervals_overlapping(events, t_from=t_f, t_to=t_heal)
             if during:
                 m.slowdown = statistics.median(during) / median
+    return out
+
+
+def _running_max(values: Iterable[int]) -> list[int]:
+    out: list[int] = []
+    best: int | None = None
+    for v in values:
+        best = v if best is None or v > best else best
+        out.append(best)
     return out
 
 

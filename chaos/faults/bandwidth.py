@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
+import re
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator
+
 from chaos.faults.base import FaultContext
-from chaos.faults.netbase import NetworkFault, impairment, mechanism_or_fail
+from chaos.faults.netbase import NetworkFault, NetworkFaultSpec, impairment, mechanism_or_fail
 from chaos.net.capabilities import kernel_features
 
 # A burst of at least one full-size frame per timer tick, and a queue that holds 400 ms of traffic.
 _BURST, _LATENCY = "32kbit", "400ms"
+_RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)$")
+
+
+class BandwidthOptions(NetworkFaultSpec):
+    EXAMPLES: ClassVar = {"rate": "rate: 10mbit"}
+    kind: Literal["bandwidth"]
+    rate: str = Field(description="egress cap in tc units, e.g. 10mbit, 500kbit")
+
+    @field_validator("rate")
+    @classmethod
+    def _tc_rate(cls, value: str) -> str:
+        if not _RATE.match(value):
+            raise ValueError(f"expected a tc rate such as 10mbit, 500kbit or 1gbit, got {value!r}")
+        return value
 
 
 class Bandwidth(NetworkFault):
     kind = "bandwidth"
+    options = BandwidthOptions
+    summary = "the node's egress is capped at `rate` (a saturated uplink, a throttled cloud NIC)"
+    mechanism_checks = ("tc tbf",)
+    colour = "#e377c2"
 
     def impair(self, ctx: FaultContext) -> str:
-        assert ctx.node is not None and ctx.spec.rate is not None
+        assert ctx.node is not None
         mechanism_or_fail("tbf" if kernel_features()["tbf"] else None, "no tbf qdisc (sch_tbf)")
         imp = impairment(ctx, ctx.node, rate=ctx.spec.rate, mechanism="tbf")
         imp.add_root_qdisc(["tbf", "rate", ctx.spec.rate, "burst", _BURST, "latency", _LATENCY])

@@ -1,22 +1,38 @@
-"""What every fault kind implements: ``inject`` and ``heal``, through the Runtime interface only."""
+"""What a fault-kind plug-in is: its options model, what it needs, and ``inject``/``heal`` through the Runtime.
+
+One class declares everything about its kind, so adding a kind is one module plus an entry point (see
+docs/design.md, "Extension points"): the scenario schema takes ``options``, validation checks ``needs`` against the
+runtime's capabilities and calls :meth:`FaultKind.check`, ``chaos doctor`` asks :meth:`FaultKind.machine_checks`,
+``chaos explore`` asks :meth:`FaultKind.generate`, reports draw it in ``colour``, ``chaos cleanup`` calls
+:meth:`FaultKind.cleanup`. Nothing outside the kind's own module names it.
+
+Import-light on purpose: the registry imports this while the scenario model is being built, so nothing here may
+import :mod:`chaos.scenario` or :mod:`chaos.plan` at run time.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from chaos.plan import Plan
-from chaos.runtimes.base import Runtime
-from chaos.scenario import Fault
+from chaos.spec import FaultSpec
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import DrawFn
+
+    from chaos.machine import Check
+    from chaos.plan import Plan
+    from chaos.runtimes.base import Runtime
+    from chaos.scenario import Explore, Scenario
 
 
 @dataclass
 class FaultContext:
     runtime: Runtime
-    spec: Fault
-    node: str | None  # the resolved target node (None for faults on storage)
+    spec: Any  # the kind's own options model (a FaultSpec subclass)
+    node: str | None  # the resolved target node (None for faults on storage or on groups)
     checkpoint_dir: Path | None
     plan: Plan | None = None
     fault_id: int = 0
@@ -28,14 +44,21 @@ class FaultContext:
 
 class FaultKind(ABC):
     kind: ClassVar[str]
+    options: ClassVar[type[FaultSpec]]
+    summary: ClassVar[str] = ""
+    # Runtime capabilities the kind needs (chaos.runtimes.base.CAPABILITIES); validation refuses a runtime that
+    # lacks one, naming the runtimes that have it.
+    needs: ClassVar[frozenset[str]] = frozenset()
     # False for faults that do not interrupt training by themselves (their effect shows at the next restart):
-    # recovery metrics are not computed for them.
+    # recovery metrics are not computed for them. Recorded in every fault_injected event.
     disruptive: ClassVar[bool] = True
     targets_node: ClassVar[bool] = True
     # True for impairments that stay in place until healed: without a duration they last until teardown.
     lasts_until_healed: ClassVar[bool] = False
     # True when the target node stops responding while the fault is active (the engine shows it as frozen).
     stops_node: ClassVar[bool] = False
+    # How reports draw it (a matplotlib colour).
+    colour: ClassVar[str] = "#7f7f7f"
 
     @abstractmethod
     def inject(self, ctx: FaultContext) -> str:
@@ -46,3 +69,38 @@ class FaultKind(ABC):
 
         May return facts for the ``fault_healed`` event (e.g. whether the previous state came back exactly)."""
         return None
+
+    @classmethod
+    def check(cls, spec: Any, scenario: Scenario) -> list[str]:
+        """Problems of this fault in this scenario beyond its own fields (e.g. a group naming a missing node).
+
+        Each message starts with the field it is about, relative to the fault (``groups: node 7 ...``)."""
+        return []
+
+    @classmethod
+    def machine_checks(cls) -> list[Check]:
+        """What this machine must have for the kind to work (``chaos doctor``; a failing one stops a run)."""
+        return []
+
+    @classmethod
+    def generate(cls, draw: DrawFn, bounds: Explore) -> dict[str, Any] | None:
+        """The kind's own options for a plan ``chaos explore`` generates, or None if it cannot be generated."""
+        return None
+
+    @classmethod
+    def can_generate(cls) -> bool:
+        """Whether ``chaos explore`` may put this kind in a plan (it overrides :meth:`generate`)."""
+        return cls.generate.__func__ is not FaultKind.generate.__func__  # type: ignore[attr-defined]
+
+    @classmethod
+    def describe(cls, spec: Any) -> str:
+        """A short text of the kind's own options for plan summaries (``freeze on 1 at step 5 for 2s``)."""
+        extra = ", ".join(f"{k}={v}" for k, v in spec.options().items())
+        if spec.duration is not None:
+            extra = f"for {spec.duration:g}s" + (f", {extra}" if extra else "")
+        return extra
+
+    @classmethod
+    def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
+        """Remove what an interrupted injection of this kind may have left outside a runtime's own objects."""
+        return []

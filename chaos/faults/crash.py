@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from chaos.faults.base import FaultContext, FaultKind
+from chaos.runtimes.base import KILL
+from chaos.spec import FaultSpec
+
+
+class CrashOptions(FaultSpec):
+    kind: Literal["crash"]
 
 
 class Crash(FaultKind):
     kind = "crash"
+    options = CrashOptions
+    summary = "the node's whole process tree is SIGKILLed (a machine losing power)"
+    needs = frozenset({KILL})
+    colour = "#d62728"
 
     def inject(self, ctx: FaultContext) -> str:
         assert ctx.node is not None
         return ctx.runtime.kill(ctx.node)
+
+    @classmethod
+    def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
+        return {}

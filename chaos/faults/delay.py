@@ -11,18 +11,33 @@ reorders); the mechanism used is recorded in the history.
 from __future__ import annotations
 
 import os
+from typing import ClassVar, Literal
+
+from pydantic import Field
 
 from chaos.faults.base import FaultContext
-from chaos.faults.netbase import NetworkFault, impairment, mechanism_or_fail
+from chaos.faults.netbase import NetworkFault, NetworkFaultSpec, impairment, mechanism_or_fail
+from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR
 from chaos.net.capabilities import delay_mechanism
 from chaos.net.impair import start_delayer
-from chaos.runtimes.local import DELAYERS, ENGINE_VAR, TREE_VAR
+from chaos.spec import Seconds
 
 QUEUE = 7
 
 
+class DelayOptions(NetworkFaultSpec):
+    EXAMPLES: ClassVar = {"delay": "delay: 100ms"}
+    kind: Literal["delay"]
+    delay: Seconds = Field(description="added to every packet the node sends, e.g. 100ms")
+    jitter: Seconds | None = Field(None, description="uniform +- spread, e.g. 10ms")
+
+
 class Delay(NetworkFault):
     kind = "delay"
+    options = DelayOptions
+    summary = "every packet through the node waits `delay` (± `jitter`): a slow or distant link"
+    mechanism_checks = ("delay mechanism",)
+    colour = "#2ca02c"
 
     def impair(self, ctx: FaultContext) -> str:
         assert ctx.node is not None and ctx.spec.delay is not None

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar, Literal
+
 from chaos.faults.base import FaultContext, FaultKind
+from chaos.runtimes.base import FREEZE
+from chaos.spec import FaultSpec
+
+
+class FreezeOptions(FaultSpec):
+    DURATION: ClassVar = "required"
+    kind: Literal["freeze"]
 
 
 class Freeze(FaultKind):
     kind = "freeze"
+    options = FreezeOptions
+    summary = "every process of the node is stopped for `duration`, then resumed"
+    needs = frozenset({FREEZE})
     stops_node = True
+    colour = "#1f77b4"
 
     def inject(self, ctx: FaultContext) -> str:
         assert ctx.node is not None
@@ -17,3 +30,10 @@ class Freeze(FaultKind):
         assert ctx.node is not None
         ctx.runtime.thaw(ctx.node)
         return None
+
+    @classmethod
+    def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
+        from hypothesis import strategies as st
+
+        low, high = bounds.durations
+        return {"duration": draw(st.integers(int(low * 10), int(high * 10))) / 10}

@@ -7,12 +7,21 @@ connects would fail fast where a real dead link makes them time out.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from chaos.faults.base import FaultContext
-from chaos.faults.netbase import NetworkFault, impairment
+from chaos.faults.netbase import NetworkFault, NetworkFaultSpec, impairment
+
+
+class IsolateOptions(NetworkFaultSpec):
+    kind: Literal["isolate"]
 
 
 class Isolate(NetworkFault):
     kind = "isolate"
+    options = IsolateOptions
+    summary = "the node loses its network entirely but keeps running (a pulled cable)"
+    colour = "#17becf"
 
     def impair(self, ctx: FaultContext) -> str:
         assert ctx.node is not None and ctx.plan is not None

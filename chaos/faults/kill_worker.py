@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from chaos.faults.base import FaultContext, FaultKind
+from chaos.runtimes.base import KILL_WORKERS
+from chaos.spec import FaultSpec
+
+
+class KillWorkerOptions(FaultSpec):
+    kind: Literal["kill_worker"]
 
 
 class KillWorker(FaultKind):
     kind = "kill_worker"
+    options = KillWorkerOptions
+    summary = "the node's worker processes are SIGKILLed; its launcher lives and restarts them"
+    needs = frozenset({KILL_WORKERS})
+    colour = "#ff7f0e"
 
     def inject(self, ctx: FaultContext) -> str:
         assert ctx.node is not None
         return ctx.runtime.kill_workers(ctx.node)
+
+    @classmethod
+    def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
+        return {}

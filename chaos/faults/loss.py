@@ -6,13 +6,27 @@ socket an error (EPERM) instead of a silent loss, which TCP does not treat like 
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
 from chaos.faults.base import FaultContext
-from chaos.faults.netbase import NetworkFault, impairment, mechanism_or_fail
+from chaos.faults.netbase import NetworkFault, NetworkFaultSpec, impairment, mechanism_or_fail
 from chaos.net.capabilities import loss_mechanism
+
+
+class LossOptions(NetworkFaultSpec):
+    EXAMPLES: ClassVar = {"loss_percent": "loss_percent: 10"}
+    kind: Literal["loss"]
+    loss_percent: float = Field(gt=0, le=100, description="share of packets dropped")
 
 
 class Loss(NetworkFault):
     kind = "loss"
+    options = LossOptions
+    summary = "a share of the node's packets is dropped (a flaky NIC, a congested switch)"
+    mechanism_checks = ("loss mechanism",)
+    colour = "#8c564b"
 
     def impair(self, ctx: FaultContext) -> str:
         assert ctx.node is not None and ctx.spec.loss_percent is not None

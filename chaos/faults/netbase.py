@@ -3,14 +3,33 @@
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
 
 from chaos.faults.base import FaultContext, FaultKind
-from chaos.net.impair import Impairment
+from chaos.runtimes.base import NODE_NETWORK
+from chaos.spec import FaultSpec
+
+if TYPE_CHECKING:
+    from chaos.machine import Check
+    from chaos.net.impair import Impairment
+
+# Every network fault enters namespaces and edits iptables/tc there.
+BASE_CHECKS = ("root", "nsenter", "iptables", "iproute2 (ip, tc)")
+
+
+class NetworkFaultSpec(FaultSpec):
+    """Network impairments last ``duration``, or until the run ends when it is not given."""
+
+    DURATION: ClassVar = "optional"
+    duration: Any = Field(None, description="how long the impairment lasts (default: until the run ends)")
 
 
 def impairment(ctx: FaultContext, node: str, **details: Any) -> Impairment:
     """Snapshot the node's namespace and register the impairment, so heal can undo whatever follows."""
+    from chaos.net.impair import Impairment
+
     plan = ctx.plan
     run_id = plan.run_id if plan is not None else "run"
     imp = Impairment(ctx.runtime.net_enter(node), ctx.runtime.interface(node),
@@ -32,6 +51,15 @@ class NetworkFault(FaultKind):
 
     kind: ClassVar[str] = ""
     lasts_until_healed: ClassVar[bool] = True
+    needs: ClassVar[frozenset[str]] = frozenset({NODE_NETWORK})
+    # The machine checks beyond BASE_CHECKS this kind's mechanism needs (names from chaos.machine.net_checks).
+    mechanism_checks: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def machine_checks(cls) -> list[Check]:
+        from chaos.machine import net_checks
+
+        return net_checks(*BASE_CHECKS, *cls.mechanism_checks)
 
     def inject(self, ctx: FaultContext) -> str:
         # A fault that fails halfway (one rule added, the next refused) is recorded as failed and never healed
@@ -47,6 +75,8 @@ class NetworkFault(FaultKind):
         """Apply the impairment through :func:`impairment`; return the mechanism used."""
 
     def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
+        from chaos.net.impair import Impairment
+
         impairments: list[Impairment] = [h for h in ctx.handles if isinstance(h, Impairment)]
         ctx.handles.clear()
         results = {imp.comment + "@" + " ".join(imp.enter): imp.heal() for imp in impairments}

@@ -9,10 +9,44 @@ handles worst: it regroups, hangs in the first collective and restarts until its
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
 from chaos.faults.base import FaultContext
-from chaos.faults.netbase import NetworkFault, impairment
-from chaos.net.impair import Impairment
+from chaos.faults.netbase import NetworkFault, NetworkFaultSpec, impairment
 from chaos.plan import STORE_NODE, Plan
+from chaos.spec import NodeIndex
+
+if TYPE_CHECKING:
+    from chaos.net.impair import Impairment
+    from chaos.scenario import Scenario
+
+PartitionMember = NodeIndex | Literal["store"]
+
+
+class PartitionOptions(NetworkFaultSpec):
+    TARGET: ClassVar = "none"
+    EXAMPLES: ClassVar = {"groups": "groups: [[0], [1, 2]]"}
+    kind: Literal["partition"]
+    groups: list[list[PartitionMember]] = Field(
+        description="two groups of node indices (or 'store') that stop reaching each other, e.g. [[0], [1, 2]] "
+        "or [[1], [store]]")
+    one_way: bool = Field(False, description="cut traffic from the first group to the second only")
+
+    @classmethod
+    def target_hint(cls) -> str:
+        return "partition takes groups, not a target; isolate cuts one node off everything"
+
+    @field_validator("groups")
+    @classmethod
+    def _two_disjoint_groups(cls, groups: list[list[Any]]) -> list[list[Any]]:
+        if len(groups) != 2 or not all(groups):
+            raise ValueError("expected two non-empty groups, e.g. [[0], [1, 2]]")
+        overlap = set(map(str, groups[0])) & set(map(str, groups[1]))
+        if overlap:
+            raise ValueError(f"{sorted(overlap)} cannot be on both sides of a partition")
+        return groups
 
 
 def _name(member: int | str) -> str:
@@ -21,11 +55,29 @@ def _name(member: int | str) -> str:
 
 class Partition(NetworkFault):
     kind = "partition"
+    options = PartitionOptions
+    summary = "two groups of nodes (or nodes and the rendezvous store) stop reaching each other"
     targets_node = False
+    colour = "#bcbd22"
+
+    @classmethod
+    def check(cls, spec: Any, scenario: Scenario) -> list[str]:
+        c = scenario.cluster
+        problems = []
+        for member in [m for group in spec.groups for m in group]:
+            if isinstance(member, int) and member >= c.nodes:
+                problems.append(f"groups: node {member} does not exist (the cluster has nodes 0..{c.nodes - 1})")
+            if member == "store" and c.mode == "centralized":
+                problems.append("groups: a centralized job has no rendezvous store")
+        if c.rendezvous.store == "node0" and any(
+                "store" in side and 0 in other for side, other in (spec.groups, spec.groups[::-1])):
+            problems.append("groups: node 0 hosts the rendezvous store (rendezvous.store: node0), so it cannot be "
+                            "cut from it; use rendezvous.store: dedicated")
+        return problems
 
     def impair(self, ctx: FaultContext) -> str:
         spec, plan = ctx.spec, ctx.plan
-        assert spec.groups is not None and plan is not None
+        assert plan is not None
         first, second = ([_name(m) for m in g] for g in spec.groups)
         pairs = [(a, b) for a in first for b in second]
         if not spec.one_way:

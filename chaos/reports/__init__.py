@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chaos.analysis.run import RunAnalysis
 
 FORMATS = ("html", "md", "json", "junit")
 
 
-def write_report(run_dir: str | Path, fmt: str = "html", out: str | Path | None = None,
+def write_report(run: str | Path | RunAnalysis, fmt: str = "html", out: str | Path | None = None,
                  mtbf_s: float | None = None) -> Path:
-    """Recompute the run's result from its history and write one report; returns the report's path."""
+    """Write one report of a run; returns the report's path.
+
+    ``run`` is the run directory (its history is analysed) or an analysis already made (not redone).
+    """
     from chaos.reports.model import build_report
 
-    run_dir = Path(run_dir)
-    report = build_report(run_dir, mtbf_s=mtbf_s)
+    report = build_report(run, mtbf_s=mtbf_s)
+    run_dir = report.run_dir
     if fmt == "html":
         from chaos.reports.html import render_html
 

@@ -1,4 +1,8 @@
-"""The report's plots (matplotlib, headless): progress per node with fault windows, and loss against golden."""
+"""The report's plots (matplotlib, headless): progress per node with fault windows, and loss against golden.
+
+They draw the analysis' series, already downsampled (``chaos.analysis.series``): a long soak's plot costs what
+its resolution needs, not one marker per event.
+"""
 
 from __future__ import annotations
 
@@ -12,32 +16,25 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from chaos.analysis.series import downsample
+from chaos.registry import fault_colour
 from chaos.reports.model import Report
-
-FAULT_COLOURS = {"crash": "#d62728", "kill_worker": "#ff7f0e", "freeze": "#1f77b4", "corrupt_checkpoint": "#9467bd"}
 
 
 def timeline(report: Report) -> Figure:
     fig, ax = plt.subplots(figsize=(9, 3.6), dpi=100)
-    by_node: dict[str, tuple[list[float], list[int]]] = {}
-    for e in report.events:
-        if e.get("event") == "step_completed":
-            xs, ys = by_node.setdefault(str(e.get("node")), ([], []))
-            xs.append(e["t"] - report.t0)
-            ys.append(e["step"])
-    for node, (xs, ys) in sorted(by_node.items()):
-        ax.plot(xs, ys, ".", markersize=2, label=node)
+    t0 = report.analysis.t0
+    for node, points in report.analysis.progress.items():
+        ax.plot([x for x, _ in points], [y for _, y in points], ".", markersize=2, label=node)
     for f in report.result["faults"]:
-        start = f["t_injected"] - report.t0
-        colour = FAULT_COLOURS.get(f["kind"], "#7f7f7f")
+        start = f["t_injected"] - t0
+        colour = fault_colour(f["kind"])
         if f.get("t_healed"):
-            ax.axvspan(start, f["t_healed"] - report.t0, color=colour, alpha=0.18)
+            ax.axvspan(start, f["t_healed"] - t0, color=colour, alpha=0.18)
         ax.axvline(start, color=colour, linewidth=1.5, label=f"{f['kind']} {f['target']}")
         if f.get("recovery_s") is not None:
             ax.axvspan(start, start + f["recovery_s"], color=colour, alpha=0.08, hatch="//")
-    restarts = [e["t"] - report.t0 for e in report.events
-                if e.get("event") == "process_started" and e.get("rank", 0) == 0 and e.get("source") == "workload"]
-    for t in restarts[1:]:
+    for t in report.analysis.worker_starts[1:]:
         ax.axvline(t, color="black", linestyle=":", linewidth=1)
     ax.set_xlabel("seconds since the run started")
     ax.set_ylabel("global step")
@@ -49,16 +46,12 @@ def timeline(report: Report) -> Figure:
 
 
 def loss_vs_golden(report: Report) -> Figure | None:
-    from chaos.analysis.checkpoints import lineage
-
-    chain, _ = lineage(report.events)
-    run = sorted((e["step"], e["loss"]) for seg in chain for e in seg["events"]
-                 if e.get("loss") is not None and e.get("rank", 0) == 0)
+    run = report.analysis.losses
     if not run:
         return None
     fig, ax = plt.subplots(figsize=(9, 3.2), dpi=100)
     if report.golden and report.golden.get("losses"):
-        g = sorted((int(k), v) for k, v in report.golden["losses"].items())
+        g = downsample(sorted((int(k), v) for k, v in report.golden["losses"].items()))
         ax.plot([s for s, _ in g], [v for _, v in g], color="#999999", linewidth=3, label="golden (no faults)")
     ax.plot([s for s, _ in run], [v for _, v in run], color="#d62728", linewidth=1,
             label="this run (surviving lineage)")

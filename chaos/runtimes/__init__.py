@@ -1,25 +1,16 @@
-"""Runtimes: where nodes live. One module per backend; each implements :class:`chaos.runtimes.base.Runtime`."""
+"""Runtimes: where nodes live. One module per backend, each a plug-in (entry point group ``torch_chaos.runtimes``)
+implementing :class:`chaos.runtimes.base.Runtime`."""
 
 from __future__ import annotations
 
-from chaos.runtimes.base import Runtime
-from chaos.scenario import Scenario
+from typing import TYPE_CHECKING
 
-RUNTIMES = ("local", "netns", "docker")
+if TYPE_CHECKING:
+    from chaos.runtimes.base import Runtime
+    from chaos.scenario import Scenario
 
 
 def create_runtime(scenario: Scenario, run_id: str, run_dir: str) -> Runtime:
-    name = scenario.cluster.runtime
-    if name == "local":
-        from chaos.runtimes.local import LocalRuntime
+    from chaos.registry import runtime_class
 
-        return LocalRuntime(run_id, run_dir)
-    if name == "netns":
-        from chaos.runtimes.netns import NetnsRuntime
-
-        return NetnsRuntime(run_id, run_dir)
-    if name == "docker":
-        from chaos.runtimes.docker import DockerRuntime
-
-        return DockerRuntime(run_id, run_dir, image=scenario.cluster.docker.image)
-    raise ValueError(f"unknown runtime {name!r} (available: {', '.join(RUNTIMES)})")
+    return runtime_class(scenario.cluster.runtime).create(scenario, run_id, run_dir)

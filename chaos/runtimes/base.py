@@ -2,16 +2,41 @@
 
 Faults are written against this interface only, so a new runtime gets every fault it can support. A runtime
 knows nothing of metrics, reports or the CLI; it starts and hurts nodes, and it removes everything it created.
+It is also a plug-in (entry point group ``torch_chaos.runtimes``): the class declares its name, its
+capabilities (what faults may ask of it), its scenario options (``cluster.<name>: {...}``), what ``chaos doctor``
+checks for it and what ``chaos cleanup`` removes. See docs/design.md, "Extension points".
+
+Import-light on purpose: the registry imports runtime modules while the scenario model is being built, so
+nothing here may import :mod:`chaos.scenario` at run time.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from chaos.plan import Addressing, NodePlan, Plan
-from chaos.scenario import Scenario
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from chaos.machine import Check
+    from chaos.scenario import Scenario
+
+# What a fault kind may need from a runtime (FaultKind.needs), and what each means.
+KILL = "kill"
+KILL_WORKERS = "kill_workers"
+FREEZE = "freeze"
+NODE_NETWORK = "node_network"
+CHECKPOINT_STORAGE = "checkpoint_storage"
+CAPABILITIES = {
+    KILL: "SIGKILL a node's whole process tree",
+    KILL_WORKERS: "kill a node's worker processes and leave its launcher alive",
+    FREEZE: "stop every process of a node and resume it later",
+    NODE_NETWORK: "a network stack per node (a namespace the engine can enter with host tools)",
+    CHECKPOINT_STORAGE: "the checkpoint directory is reachable from the engine's host",
+}
 
 
 class Unsupported(RuntimeError):
@@ -19,7 +44,28 @@ class Unsupported(RuntimeError):
 
 
 class Runtime(ABC):
-    name: str
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+    # The runtime's own scenario options, written as ``cluster.<name>: {...}`` (None: it takes none).
+    options: ClassVar[type[BaseModel] | None] = None
+    # Order in ``chaos cleanup`` (lower first): containers go before the processes inside them carry marks.
+    cleanup_order: ClassVar[int] = 50
+
+    @classmethod
+    def create(cls, scenario: Scenario, run_id: str, run_dir: str | Path) -> Runtime:
+        """The runtime for one run of ``scenario`` (its options are ``scenario.cluster.<name>``)."""
+        return cls(run_id, run_dir)
+
+    @classmethod
+    def machine_checks(cls, options: Any = None) -> list[Check]:
+        """What this machine must have to run nodes here (``chaos doctor``; a failing one stops a run)."""
+        return []
+
+    @classmethod
+    def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
+        """Remove what runs on this runtime left behind (``chaos cleanup``); idempotent."""
+        return []
 
     def __init__(self, run_id: str, run_dir: str | Path):
         self.run_id = run_id

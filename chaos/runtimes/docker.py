@@ -15,10 +15,12 @@ import os
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
+from pydantic import Field
 
+from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, kill_marked
 from chaos.plan import (
     OWN_STACK_ENV,
     OWN_STACK_STORE_PORT,
@@ -29,9 +31,12 @@ from chaos.plan import (
     Plan,
     node_names,
 )
-from chaos.runtimes.base import Runtime
-from chaos.runtimes.local import DELAYERS, ENGINE_VAR, TREE_VAR, kill_marked
-from chaos.scenario import Scenario
+from chaos.runtimes.base import CHECKPOINT_STORAGE, FREEZE, KILL, KILL_WORKERS, NODE_NETWORK, Runtime
+from chaos.spec import Strict
+
+if TYPE_CHECKING:
+    from chaos.machine import Check
+    from chaos.scenario import Scenario
 
 LABEL = "torch-chaos"
 ENGINE_LABEL = "torch-chaos.engine-pid"
@@ -111,8 +116,31 @@ def remove_objects(run_id: str | None, only_orphans: bool = False) -> list[str]:
     return removed
 
 
+class DockerOptions(Strict):
+    image: str | None = Field(None, description="image to run nodes in (default: the one `chaos image build` makes "
+                              "for this torch version)")
+
+
 class DockerRuntime(Runtime):
     name = "docker"
+    summary = "one container per node on an internal network (needs dockerd and `chaos image build`)"
+    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, NODE_NETWORK, CHECKPOINT_STORAGE})
+    options = DockerOptions
+    cleanup_order = 10  # containers first: their processes carry marks too, a paused one dies only with it
+
+    @classmethod
+    def create(cls, scenario: Scenario, run_id: str, run_dir: str | Path) -> Runtime:
+        return cls(run_id, run_dir, image=scenario.cluster.docker.image)
+
+    @classmethod
+    def machine_checks(cls, options: Any = None) -> list[Check]:
+        from chaos.machine import docker_checks
+
+        return docker_checks(options.image if options is not None else None)
+
+    @classmethod
+    def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
+        return remove_objects(run_id, only_orphans=only_orphans)
 
     def __init__(self, run_id: str, run_dir: str | Path, image: str | None = None):
         super().__init__(run_id, run_dir)

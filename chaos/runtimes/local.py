@@ -17,68 +17,20 @@ from typing import IO, Any
 
 import psutil
 
+from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked, marked_processes, signal_all
 from chaos.plan import NodePlan
-from chaos.runtimes.base import Runtime
-
-TREE_VAR = "CHAOS_TREE"
-DELAYERS = "delayers"  # marks of host-side helper processes: <run>/delayers/<fault>
-ENGINE_VAR = "CHAOS_ENGINE_PID"  # which engine started the tree: tells orphans (engine gone) from live runs
-
-
-def marked_processes(prefix: str | None) -> list[psutil.Process]:
-    """Processes whose CHAOS_TREE equals ``prefix`` or starts with ``prefix/`` (any mark when None)."""
-    found = []
-    me = os.getpid()
-    for proc in psutil.process_iter(["pid"]):
-        if proc.pid == me:
-            continue
-        try:
-            value = proc.environ().get(TREE_VAR)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
-            continue
-        if value is not None and (prefix is None or value == prefix or value.startswith(prefix + "/")):
-            found.append(proc)
-    return found
-
-
-def engine_pid(proc: psutil.Process) -> int | None:
-    try:
-        value = proc.environ().get(ENGINE_VAR, "")
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
-        return None
-    return int(value) if value.isdigit() else None
-
-
-def _signal_all(procs: list[psutil.Process], sig: int) -> None:
-    for proc in procs:
-        try:
-            proc.send_signal(sig)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-
-
-def orphaned(proc: psutil.Process) -> bool:
-    """A marked process whose engine is gone: nobody will ever tear it down but ``chaos cleanup``."""
-    pid = engine_pid(proc)
-    return pid is None or not psutil.pid_exists(pid)
-
-
-def kill_marked(prefix: str | None, only_orphans: bool = False) -> list[psutil.Process]:
-    """SIGKILL every marked process (of one run, or of all runs), stopped ones included; returns them."""
-    killed: dict[int, psutil.Process] = {}
-    for _ in range(10):
-        procs = [p for p in marked_processes(prefix) if not only_orphans or orphaned(p)]
-        if not procs:
-            break
-        _signal_all(procs, signal.SIGKILL)
-        _signal_all(procs, signal.SIGCONT)
-        killed.update((p.pid, p) for p in procs)
-        psutil.wait_procs(procs, timeout=2)
-    return list(killed.values())
+from chaos.runtimes.base import CHECKPOINT_STORAGE, FREEZE, KILL, KILL_WORKERS, Runtime
 
 
 class LocalRuntime(Runtime):
     name = "local"
+    summary = "process trees on this machine, sharing its loopback (no daemon, no root)"
+    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE})
+    cleanup_order = 60  # after containers, whose processes carry marks too
+
+    @classmethod
+    def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
+        return [f"process {p.pid}" for p in kill_marked(run_id, only_orphans=only_orphans)]
 
     def __init__(self, run_id: str, run_dir: str | Path):
         super().__init__(run_id, run_dir)
@@ -121,13 +73,13 @@ class LocalRuntime(Runtime):
             new = [p for p in self._tree(name) if p.pid not in stopped]
             if not new:
                 break
-            _signal_all(new, signal.SIGSTOP)
+            signal_all(new, signal.SIGSTOP)
             stopped.update((p.pid, p) for p in new)
         return list(stopped.values())
 
     def kill(self, name: str) -> str:
         procs = self._stop_tree(name)
-        _signal_all(procs, signal.SIGKILL)
+        signal_all(procs, signal.SIGKILL)
         self._frozen.discard(name)
         self._reap(name)
         return f"SIGKILL to the node's whole process tree ({len(procs)} processes)"
@@ -139,10 +91,10 @@ class LocalRuntime(Runtime):
         workers = [p for p in self._tree(name) if p.pid != agent]
         if not workers:
             # A centralized node is its own worker: killing the worker is killing the process.
-            _signal_all([p for p in self._tree(name)], signal.SIGKILL)
+            signal_all([p for p in self._tree(name)], signal.SIGKILL)
             self._reap(name)
             return "SIGKILL to the training process (no launcher on this node)"
-        _signal_all(workers, signal.SIGKILL)
+        signal_all(workers, signal.SIGKILL)
         return f"SIGKILL to {len(workers)} worker process(es); the torchrun agent stays"
 
     def freeze(self, name: str) -> str:
@@ -151,7 +103,7 @@ class LocalRuntime(Runtime):
         return f"SIGSTOP to the node's whole process tree ({len(procs)} processes)"
 
     def thaw(self, name: str) -> None:
-        _signal_all(self._tree(name), signal.SIGCONT)
+        signal_all(self._tree(name), signal.SIGCONT)
         self._frozen.discard(name)
 
     def _reap(self, name: str, timeout: float = 2.0) -> None:

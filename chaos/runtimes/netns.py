@@ -15,13 +15,17 @@ import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from chaos.plan import OWN_STACK_ENV, OWN_STACK_STORE_PORT, STORE_NODE, Addressing, NodePlan, Plan, node_names
+from chaos.runtimes.base import NODE_NETWORK
 from chaos.runtimes.local import LocalRuntime
-from chaos.scenario import Scenario
+
+if TYPE_CHECKING:
+    from chaos.machine import Check
+    from chaos.scenario import Scenario
 
 NS_PREFIX = "tchaos-"
 OWNERS_DIR = Path("/run/torch-chaos/netns")
@@ -82,6 +86,19 @@ def delete_namespaces(prefix: str | None, only_orphans: bool = False) -> list[st
 
 class NetnsRuntime(LocalRuntime):
     name = "netns"
+    summary = "local processes, each node in its own network namespace (root)"
+    capabilities = LocalRuntime.capabilities | {NODE_NETWORK}
+    cleanup_order = 70  # after the processes in the namespaces are gone
+
+    @classmethod
+    def machine_checks(cls, options: Any = None) -> list[Check]:
+        from chaos.machine import net_checks
+
+        return net_checks("root", "iproute2 (ip, tc)", "nsenter")
+
+    @classmethod
+    def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
+        return delete_namespaces(run_prefix(run_id) if run_id else None, only_orphans=only_orphans)
 
     def __init__(self, run_id: str, run_dir: str | Path):
         super().__init__(run_id, run_dir)

@@ -1,6 +1,10 @@
 """`chaos explore` on the planted non-atomic-save bug finds a failing plan within its budget and shrinks it to
 one crash inside a checkpoint write; the reproducer fails again when replayed; the correct workload survives
-the same exploration."""
+the same exploration.
+
+Seed 17 finds the bug on a one-fault plan that hypothesis shrinks further (8 real runs, 2 of them restart loops,
+about 2 min); seed 1 took 20 runs (6 min) for the same conclusion. Shrinking a three-fault plan is checked on a
+model of the bug in tests/test_explore_search.py, which also proves the model agrees with these real runs."""
 
 from __future__ import annotations
 
@@ -19,12 +23,13 @@ SCENARIO = shipped_scenarios_dir() / "bugs" / "explore-non-atomic-save.yaml"
 
 
 def test_explore_finds_and_shrinks_the_non_atomic_save_bug() -> None:
-    summary = explore(load_scenario(SCENARIO), out_dir=RUNS_ROOT, budget=6, seed=1)
+    summary = explore(load_scenario(SCENARIO), out_dir=RUNS_ROOT, budget=6, seed=17)
     assert summary["found"], summary["tried"]
     [fault] = summary["minimal_faults"]
     assert fault["kind"] == "crash"
     assert fault["on"]["event"] == "checkpoint_write_progress", summary["minimal_plan"]
     assert summary["plans_tried"] <= 6 + 2 * 6 + 2 * 3
+    assert summary["failures"] >= 2, "a failing plan was shrunk by a real run"
     replay = run(summary["reproducer"], out_dir=Path(summary["reproducer"]).parent / "replay")
     assert replay.verdict != "pass"
     assert replay.checkpoint["digests_ok"]["verdict"] == "loaded_corrupt"

@@ -21,7 +21,7 @@ import pytest
 
 from chaos.history import read_history
 from chaos.loading import parse_scenario
-from chaos.runtimes.local import marked_processes
+from chaos.marks import marked_processes
 from tests.conftest import network_objects
 from tests.runs import wait_for
 

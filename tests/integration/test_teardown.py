@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from chaos.history import read_history
-from chaos.runtimes.local import marked_processes
+from chaos.marks import marked_processes
 from tests.runs import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]

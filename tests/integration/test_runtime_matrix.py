@@ -1,8 +1,10 @@
-"""The netns and docker runtimes, run for real: every shipped scenario of both gives its documented verdict.
+"""One scenario matrix across runtimes: shipped scenarios run for real on netns and docker, each with its
+documented verdict (``chaos run NAME --runtime RUNTIME``; one file per scenario, not a copy per runtime).
 
 Each starts real torchrun agents in real network namespaces or containers and injects real faults (SIGKILL,
 SIGSTOP / docker pause, iptables DROP, tc tbf, an NFQUEUE delayer). Under CI=true a missing piece (docker, root,
-the image) fails the test; elsewhere it is skipped with the command that fixes it.
+the image) fails the test; elsewhere it is skipped with the command that fixes it. The local runtime's runs of the
+same scenarios are test_shipped_scenarios.py's.
 """
 
 from __future__ import annotations
@@ -11,58 +13,74 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import yaml
 
 from chaos.history import read_history
-from chaos.loading import load_scenario, resolve_scenario_path
-from tests.runs import run_shipped
+from tests.runs import run_shipped, shipped, steps_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
+# The scenarios whose runtime changes how the fault is made (a node's tree or container killed and replaced with
+# the same address, a store in its own namespace or container, SIGSTOP or docker pause, and the network faults,
+# which need a network per node). Scenarios that only differ in torchrun settings or checkpoint contents run on
+# local alone.
 EXPECTED_VERDICT = {
-    "node-crash": "pass",
-    "dedicated-store-node-crash": "pass",
-    "freeze": "pass",
-    "delay": "pass",
-    "bandwidth": "pass",
-    "isolate": "pass",
-    "partial-partition": "restart_loop",
+    "quickstart": "pass",
+    "elastic-dedicated-store-node-crash": "pass",
+    "elastic-freeze": "pass",
+    "network/delay": "pass",
+    "network/bandwidth": "pass",
+    "network/isolate": "pass",
+    "network/partial-partition": "restart_loop",
 }
 RUNTIMES = ("netns", "docker")
-CASES = [f"{runtime}/{name}" for runtime in RUNTIMES for name in sorted(EXPECTED_VERDICT)]
+CASES = [pytest.param(runtime, name, id=f"{runtime}-{name.removeprefix('network/')}")
+         for runtime in RUNTIMES for name in sorted(EXPECTED_VERDICT)]
 
 
-def run_case(case: str, machine_for: Callable[[Any], None]) -> tuple[dict[str, Any], Any]:
-    machine_for(load_scenario(resolve_scenario_path(case)))
-    return run_shipped(case)
+def cases(*names: str) -> list[Any]:
+    return [c for c in CASES if c.values[1] in names]
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_documented_verdict(case: str, machine_for: Callable[[Any], None]) -> None:
-    result, run_dir = run_case(case, machine_for)
-    name = case.split("/")[1]
+def run_case(runtime: str, name: str, machine_for: Callable[[Any], None]) -> tuple[dict[str, Any], Any]:
+    machine_for(shipped(name, runtime))
+    return run_shipped(name, runtime)
+
+
+@pytest.mark.parametrize(("runtime", "name"), CASES)
+def test_documented_verdict(runtime: str, name: str, machine_for: Callable[[Any], None]) -> None:
+    result, run_dir = run_case(runtime, name, machine_for)
     assert result["verdict"] == EXPECTED_VERDICT[name], (result["why"], run_dir)
+    resolved = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    assert resolved["cluster"]["runtime"] == runtime, "the run's resolved scenario names the runtime it ran on"
     [fault] = result["faults"]
     assert fault["mechanism"], fault
     injected = [e for e in read_history(run_dir / "events.jsonl") if e.get("event") == "fault_injected"]
     assert len(injected) == 1, "the fault was not injected"
     if EXPECTED_VERDICT[name] == "pass":
-        steps = load_scenario(resolve_scenario_path(case)).workload.args["steps"]  # type: ignore[union-attr]
-        assert result["steps_completed"] == steps, result["why"]
+        assert result["steps_completed"] == steps_run(name), result["why"]
+    if name in ("quickstart", "elastic-dedicated-store-node-crash", "network/isolate"):
+        # what the per-runtime copies of these scenarios expected of the checkpoints, checked here
+        for verdict in ("digests_ok", "resumed_from_newest_valid", "exactly_once"):
+            assert result["checkpoint"][verdict]["ok"] is True, (verdict, result["checkpoint"][verdict])
+    if name in ("quickstart", "elastic-dedicated-store-node-crash"):
+        assert result["checkpoint"]["matches_golden"]["ok"] is True, result["checkpoint"]["matches_golden"]
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.endswith(("node-crash", "freeze", "isolate"))])
-def test_disruption_measured(case: str, machine_for: Callable[[Any], None]) -> None:
+@pytest.mark.parametrize(("runtime", "name"), cases("quickstart", "elastic-freeze", "network/isolate"))
+def test_disruption_measured(runtime: str, name: str, machine_for: Callable[[Any], None]) -> None:
     """A crash, a freeze or an isolated node: the job restarts, and recovery and lost work are measured."""
-    result, run_dir = run_case(case, machine_for)
+    result, run_dir = run_case(runtime, name, machine_for)
     [fault] = result["faults"]
     assert fault["restarted"], (fault, run_dir)
     assert fault["recovery_s"] is not None and 0 < fault["recovery_s"] < 120, fault
     assert 0 <= fault["lost_steps"] <= 50, fault
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.endswith(("delay", "bandwidth"))])
-def test_impairment_slows_without_restart_and_heals_exactly(case: str, machine_for: Callable[[Any], None]) -> None:
-    result, run_dir = run_case(case, machine_for)
+@pytest.mark.parametrize(("runtime", "name"), cases("network/delay", "network/bandwidth"))
+def test_impairment_slows_without_restart_and_heals_exactly(runtime: str, name: str,
+                                                            machine_for: Callable[[Any], None]) -> None:
+    result, run_dir = run_case(runtime, name, machine_for)
     [fault] = result["faults"]
     assert not fault["restarted"], fault
     assert fault["slowdown"] is not None and fault["slowdown"] > 2, fault
@@ -79,9 +97,9 @@ def test_impairment_slows_without_restart_and_heals_exactly(case: str, machine_f
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_partial_partition_loops_and_is_reported(runtime: str, machine_for: Callable[[Any], None]) -> None:
-    result, run_dir = run_case(f"{runtime}/partial-partition", machine_for)
+    result, run_dir = run_case(runtime, "network/partial-partition", machine_for)
     assert result["verdict"] == "restart_loop", result["why"]
-    assert result["steps_completed"] < 800
+    assert result["steps_completed"] < steps_run("network/partial-partition")
     [fault] = result["faults"]
     assert fault["target"] == "network"
     starts = [e for e in read_history(run_dir / "events.jsonl")

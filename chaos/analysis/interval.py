@@ -12,14 +12,16 @@ import math
 import statistics
 from typing import Any
 
+from chaos.analysis.load import of_kind
+from chaos.events import Ev
 from chaos.history import Event
 
 
 def save_cost_s(events: list[Event]) -> float | None:
     """Median wall time of a checkpoint save (save started → save finished, same process and step)."""
-    started = {(e.get("pid"), e["step"]): e["t"] for e in events if e.get("event") == "checkpoint_save_started"}
-    costs = [e["t"] - started[(e.get("pid"), e["step"])] for e in events
-             if e.get("event") == "checkpoint_save_finished" and (e.get("pid"), e["step"]) in started]
+    started = {(e.get("pid"), e["step"]): e["t"] for e in of_kind(events, Ev.CHECKPOINT_SAVE_STARTED)}
+    costs = [e["t"] - started[(e.get("pid"), e["step"])] for e in of_kind(events, Ev.CHECKPOINT_SAVE_FINISHED)
+             if (e.get("pid"), e["step"]) in started]
     return statistics.median(costs) if costs else None
 
 
@@ -38,9 +40,10 @@ def expected_goodput(tau: float, c: float, m: float, r: float) -> float:
     return max(0.0, 1 - c / tau - (tau + c) / (2 * m) - r / m)
 
 
-def interval_advice(events: list[Event], mtbf_s: float | None, checkpoint_every_steps: int | None,
+def interval_advice(save_cost: float | None, mtbf_s: float | None, checkpoint_every_steps: int | None,
                     median_step_s: float | None, recovery_s: float | None) -> dict[str, Any] | None:
-    c = save_cost_s(events)
+    """Young's and Daly's interval for the measured save cost (``save_cost_s``) and an MTBF; None without saves."""
+    c = save_cost
     if c is None:
         return None
     out: dict[str, Any] = {"save_cost_s": c, "mtbf_s": mtbf_s, "restart_cost_s": recovery_s or 0.0}

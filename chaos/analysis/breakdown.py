@@ -1,0 +1,49 @@
+"""Recovery breakdown: a fault's ``recovery_s`` split into the phases the history shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.analysis.load import of_kinds
+from chaos.events import Ev
+from chaos.history import Event
+
+_PHASE_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)
+
+
+def recovery_breakdowns(events: list[Event], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One breakdown per disruptive fault of ``faults`` (result.json's entries)."""
+    marks = of_kinds(events, *_PHASE_EVENTS)
+    return [recovery_breakdown(marks, f) for f in faults if f.get("disruptive", True)]
+
+
+def recovery_breakdown(events: list[Event], fault: dict[str, Any]) -> dict[str, Any]:
+    """Split recovery_s into: detection + rendezvous + worker start, worker init, checkpoint load, first step.
+
+    The agent's own detection of the failure is not logged separately, so it is counted with the rendezvous.
+    """
+    t_f = fault["t_injected"]
+    out: dict[str, Any] = {"fault": fault["id"], "kind": fault["kind"], "recovery_s": fault["recovery_s"]}
+    if not fault["restarted"] or fault["recovery_s"] is None:
+        out["phases"] = [("no restart: until the next step", fault["recovery_s"])]
+        return out
+    end = t_f + fault["recovery_s"]
+
+    def times(name: Ev) -> list[float]:
+        return [e["t"] for e in events if e.get("event") == name and t_f < e["t"] <= end]
+
+    starts, load_started, loaded = (times(name) for name in _PHASE_EVENTS)
+    phases: list[tuple[str, float | None]] = []
+    t = t_f
+    if starts:
+        phases.append(("detection + rendezvous + worker start", min(starts) - t))
+        t = min(starts)
+    if load_started:
+        phases.append(("worker init (imports, process group)", min(load_started) - t))
+        t = min(load_started)
+    if loaded:
+        phases.append(("checkpoint load", max(loaded) - t))
+        t = max(loaded)
+    phases.append(("first step", end - t))
+    out["phases"] = phases
+    return out

@@ -1,0 +1,161 @@
+"""``result.json``: a run's metrics, expectations and verdict, built from its analysed history and written.
+
+``result.json`` is the public contract CI users parse; ``RESULT_SCHEMA_VERSION`` changes whenever a field's
+meaning does (4: each fault says whether it is ``disruptive``, as its kind declared it). Reads the run directory
+and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()`` returns.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chaos.analysis.checkpoints import checkpoint_verdicts
+from chaos.analysis.load import of_kind
+from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
+from chaos.events import EndReason, Ev
+from chaos.history import Event
+from chaos.scenario import Bound, Scenario
+
+if TYPE_CHECKING:
+    from chaos.analysis.run import RunAnalysis
+
+RESULT_SCHEMA_VERSION = 4
+
+# How the engine's end reason maps to a verdict before expectations are looked at.
+_END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
+                 EndReason.INTERRUPTED: "error"}
+
+
+def _bound_ok(bound: Bound, value: float | None) -> bool:
+    if value is None:
+        return False
+    return (bound.max is None or value <= bound.max) and (bound.min is None or value >= bound.min)
+
+
+def _worst(values: list[float | None], bound: Bound) -> float | None:
+    """The value that decides a per-fault bound: the largest for a max, the smallest for a min."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return max(present) if bound.max is not None else min(present)
+
+
+def evaluate_expectations(scenario: Scenario, summary: dict[str, Any],
+                          faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    exp = scenario.expect
+    out: list[dict[str, Any]] = []
+    completes = True if exp.completes is None else exp.completes
+    out.append({"name": "completes", "limit": completes, "value": summary["completed"],
+                "ok": summary["completed"] == completes, "implicit": exp.completes is None})
+    disruptive = [f for f in faults if f["disruptive"]]  # a non-disruptive fault has no recovery figures
+    for name in ("recovery_s", "catch_up_s", "lost_steps", "slowdown"):
+        bound: Bound | None = getattr(exp, name)
+        if bound is not None:
+            value = _worst([f[name] for f in disruptive], bound)
+            out.append({"name": name, "limit": bound.model_dump(exclude_none=True), "value": value,
+                        "ok": _bound_ok(bound, value),
+                        **({"why": "not measured: no fault produced this figure"} if value is None else {})})
+    for name in ("goodput", "restarts"):
+        bound = getattr(exp, name)
+        if bound is not None:
+            value = summary[name]
+            out.append({"name": name, "limit": bound.model_dump(exclude_none=True), "value": value,
+                        "ok": _bound_ok(bound, value)})
+    return out
+
+
+def evaluate_checkpoint_expectations(scenario: Scenario, verdicts: dict[str, Any]) -> list[dict[str, Any]]:
+    """Expected checkpoint verdicts; a verdict that failed counts against the run even when not expected."""
+    wanted = scenario.expect.checkpoint
+    out = []
+    for name, v in verdicts.items():
+        limit = getattr(wanted, name) if wanted is not None else None
+        if name == "matches_golden" and limit is not None:
+            accepted = ("bitwise",) if limit == "bitwise" else ("bitwise", "within_tolerance")
+            ok = v.get("mode") in accepted
+            out.append({"name": f"checkpoint.{name}", "limit": limit, "value": v.get("mode"), "ok": ok})
+        elif limit is not None:
+            out.append({"name": f"checkpoint.{name}", "limit": limit, "value": v["ok"], "ok": v["ok"] is limit})
+        elif v["ok"] is False:
+            out.append({"name": f"checkpoint.{name}", "limit": True, "value": False, "ok": False, "implicit": True})
+    return out
+
+
+def _end(events: list[Event]) -> Event:
+    ends = of_kind(events, Ev.RUN_ENDED)
+    if ends:
+        return ends[-1]
+    return {"reason": EndReason.ERROR, "why": "the history has no run_ended event (engine killed?)"}
+
+
+def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden: dict[str, Any] | None
+                 ) -> dict[str, Any]:
+    """result.json's content for a run, from its (sorted) history and its golden run's summary."""
+    started = next(iter(of_kind(events, Ev.RUN_STARTED)), {})
+    end = _end(events)
+    faults = [m.to_dict() for m in fault_metrics(events)]
+    gp = goodput(events)
+    completed = end.get("reason") == EndReason.COMPLETED
+    summary = {
+        "completed": completed,
+        "goodput": gp["goodput"],
+        "restarts": worker_restarts(events),
+    }
+    checkpoint = checkpoint_verdicts(events, golden, scenario.checks.loss_rtol)
+    expectations = evaluate_expectations(scenario, summary, faults)
+    expectations += evaluate_checkpoint_expectations(scenario, checkpoint)
+    reason = end.get("reason", EndReason.ERROR)
+    if reason in _END_VERDICTS:
+        verdict, why = _END_VERDICTS[reason], end.get("why", reason)
+    elif all(x["ok"] for x in expectations):
+        verdict, why = "pass", "every expectation held"
+    else:
+        failed = [x["name"] for x in expectations if not x["ok"]]
+        verdict, why = "fail", f"expectation(s) not met: {', '.join(failed)}"
+        if reason != EndReason.COMPLETED:
+            why += f" (run ended: {end.get('why', reason)})"
+    t0 = started.get("t")
+    for f in faults:
+        f["t_injected_rel_s"] = f["t_injected"] - t0 if t0 else None
+    return {
+        "schema_version": RESULT_SCHEMA_VERSION,
+        "scenario": scenario.name,
+        "run_id": started.get("run_id", run_dir.name),
+        "verdict": verdict,
+        "why": why,
+        "end_reason": str(reason),
+        "duration_s": (end["t"] - t0) if t0 and "t" in end else None,
+        "expectations": expectations,
+        "faults": faults,
+        "goodput": gp["goodput"],
+        "median_step_s": gp["median_step_s"],
+        "median_step_basis": gp["median_basis"],
+        "training_time_s": gp["training_time_s"],
+        "steps_completed": gp["steps_completed"],
+        "step_executions": gp["step_executions"],
+        "restarts": summary["restarts"],
+        "restarts_after_completion": restarts_after_completion(events),
+        "node_replacements": sum(1 for e in of_kind(events, Ev.NODE_STARTED) if e.get("replacement")),
+        "checkpoint": checkpoint,
+        "golden_run": golden.get("run_dir") if golden else None,
+        "environment": started.get("environment", {}),
+    }
+
+
+def analyze(run_dir: str | Path) -> dict[str, Any]:
+    """result.json's content, recomputed from the run directory (without writing it)."""
+    from chaos.analysis.run import analyze_run
+
+    return analyze_run(run_dir).result
+
+
+def write_result(run: str | Path | RunAnalysis) -> dict[str, Any]:
+    """Write ``result.json`` into the run directory; ``run`` is the directory or its analysis (not redone)."""
+    from chaos.analysis.run import RunAnalysis, analyze_run
+
+    analysis = run if isinstance(run, RunAnalysis) else analyze_run(run)
+    path = analysis.run_dir / "result.json"
+    path.write_text(json.dumps(analysis.result, indent=2, default=str) + "\n")
+    return analysis.result

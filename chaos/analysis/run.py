@@ -1,0 +1,71 @@
+"""One analysis of a run directory: parse the history once, compute every figure once, keep only the figures.
+
+``chaos report`` writes result.json and a report from the same :class:`RunAnalysis`; ``chaos compare`` reads its
+columns from it; the engine writes result.json through it. The history itself is not kept: what the reports
+draw is kept as downsampled series (see ``chaos.analysis.series``), so a report's memory after the analysis is
+bounded by its figures, not by the run's length.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.analysis.breakdown import recovery_breakdowns
+from chaos.analysis.checkpoints import lineage
+from chaos.analysis.interval import interval_advice, save_cost_s
+from chaos.analysis.load import load_events
+from chaos.analysis.result_json import build_result
+from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
+from chaos.analysis.throughput import throughput
+from chaos.scenario import Scenario, ShippedWorkload
+
+
+@dataclass
+class RunAnalysis:
+    """Everything computed from one run directory; reports and comparisons only present it."""
+
+    run_dir: Path
+    scenario: Scenario
+    result: dict[str, Any]  # result.json's content
+    golden: dict[str, Any] | None  # golden.json (the fault-free run's summary), if any
+    t0: float  # time of the first event: the plots' origin
+    breakdowns: list[dict[str, Any]] = field(default_factory=list)  # per disruptive fault
+    throughput: dict[str, Any] = field(default_factory=dict)  # see chaos.analysis.throughput
+    save_cost_s: float | None = None  # median checkpoint save
+    progress: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # node → (s since t0, step)
+    worker_starts: list[float] = field(default_factory=list)  # s since t0 of each rank-0 worker start
+    losses: list[tuple[float, float]] = field(default_factory=list)  # (step, loss) along the surviving lineage
+
+    def interval_advice(self, mtbf_s: float | None = None) -> dict[str, Any] | None:
+        """Young/Daly checkpoint-interval advice for an MTBF (``--mtbf``, else the scenario's checks.mtbf_s)."""
+        every = None
+        if isinstance(self.scenario.workload, ShippedWorkload):
+            every = int(self.scenario.workload.args.get("checkpoint_every", 25))
+        recoveries = [f["recovery_s"] for f in self.result["faults"] if f.get("recovery_s") is not None]
+        return interval_advice(self.save_cost_s, mtbf_s or self.scenario.checks.mtbf_s, every,
+                               self.result["median_step_s"], max(recoveries) if recoveries else None)
+
+
+def analyze_run(run_dir: str | Path) -> RunAnalysis:
+    from chaos.loading import load_scenario
+
+    run_dir = Path(run_dir)
+    scenario = load_scenario(run_dir / "scenario.yaml")
+    golden_path = run_dir / "golden.json"
+    golden = json.loads(golden_path.read_text()) if golden_path.exists() else None
+    events = load_events(run_dir / "events.jsonl")
+    result = build_result(run_dir, scenario, events, golden)
+    t0 = events[0]["t"] if events else 0.0
+    chain, _ = lineage(events)
+    return RunAnalysis(
+        run_dir=run_dir, scenario=scenario, result=result, golden=golden, t0=t0,
+        breakdowns=recovery_breakdowns(events, result["faults"]),
+        throughput=throughput(events, result, scenario.cluster.nodes),
+        save_cost_s=save_cost_s(events),
+        progress=progress_by_node(events, t0),
+        worker_starts=worker_round_starts(events, t0),
+        losses=lineage_losses(chain),
+    )

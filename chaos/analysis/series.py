@@ -1,0 +1,57 @@
+"""Plot series from a history, downsampled so that a plot's cost is bounded by its resolution, not the run's length.
+
+A soak of 300k events has ~100k points per node; an SVG draws every marker (25 s for the timeline alone), while a
+900-pixel-wide figure shows at most a few thousand. Each series keeps, per bucket of consecutive points, the
+lowest and the highest value in their order of time, so a restart's drop in the global step survives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.analysis.load import of_kind
+from chaos.events import Ev, Source
+from chaos.history import Event
+
+MAX_POINTS = 2000  # per series; about two per horizontal pixel of the report's figures
+
+
+def downsample(points: list[tuple[float, float]], max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
+    """At most ``max_points`` of ``points`` (ordered by x): each bucket's min and max of y, in x order."""
+    if len(points) <= max_points:
+        return list(points)
+    buckets = max(1, max_points // 2)
+    size = len(points) / buckets
+    out: list[tuple[float, float]] = []
+    for b in range(buckets):
+        chunk = points[int(b * size):int((b + 1) * size)]
+        if not chunk:
+            continue
+        lo = min(range(len(chunk)), key=lambda i: chunk[i][1])
+        hi = max(range(len(chunk)), key=lambda i: chunk[i][1])
+        out.extend(chunk[i] for i in sorted({lo, hi}))
+    return out
+
+
+Series = list[tuple[float, float]]
+
+
+def progress_by_node(events: list[Event], t0: float, max_points: int = MAX_POINTS) -> dict[str, Series]:
+    """(seconds since t0, global step) of every step completion, per node, downsampled."""
+    by_node: dict[str, list[tuple[float, float]]] = {}
+    for e in of_kind(events, Ev.STEP_COMPLETED):
+        by_node.setdefault(str(e.get("node")), []).append((e["t"] - t0, e["step"]))
+    return {node: downsample(sorted(points), max_points) for node, points in sorted(by_node.items())}
+
+
+def worker_round_starts(events: list[Event], t0: float) -> list[float]:
+    """Seconds since t0 at which a rank 0 worker started (the first is the job's start, the others restarts)."""
+    return [e["t"] - t0 for e in of_kind(events, Ev.PROCESS_STARTED) if e.get("rank", 0) == 0
+            and e.get("source") == Source.WORKLOAD]
+
+
+def lineage_losses(chain: list[dict[str, Any]], max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
+    """(step, loss) of rank 0 along the surviving lineage, downsampled."""
+    run = sorted((e["step"], e["loss"]) for seg in chain for e in seg["events"]
+                 if e.get("loss") is not None and e.get("rank", 0) == 0)
+    return downsample(run, max_points)

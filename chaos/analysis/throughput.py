@@ -1,0 +1,45 @@
+"""Throughput and cost figures of one run (what ``chaos compare`` puts side by side), from its history."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from chaos.analysis.load import of_kind
+from chaos.analysis.metrics import first_disruptive_fault_t
+from chaos.events import Ev
+from chaos.history import Event
+
+
+def throughput(events: list[Event], result: dict[str, Any], nodes: int) -> dict[str, Any]:
+    """Fault-free pace (steps/s, samples/s, communication share), start-up time, the first disruptive fault's
+    cost, and node-seconds per useful step. ``result`` is the run's result.json content (median step, faults)."""
+    before = first_disruptive_fault_t(events)
+    samples_per_step: dict[tuple[Any, int], int] = {}
+    shares: list[float] = []
+    first_step: float | None = None
+    started = next((e["t"] for e in of_kind(events, Ev.RUN_STARTED)), None)
+    for e in of_kind(events, Ev.STEP_COMPLETED):
+        first_step = e["t"] if first_step is None else min(first_step, e["t"])
+        if e["t"] >= before:
+            continue
+        key = (e.get("incarnation"), e["step"])
+        samples_per_step[key] = samples_per_step.get(key, 0) + int(e.get("samples") or 0)
+        if e.get("rank", 0) == 0 and e.get("comm_s") is not None and e.get("duration_s"):
+            shares.append(e["comm_s"] / e["duration_s"])
+    median = result["median_step_s"]
+    disruptive = [f for f in result["faults"] if f.get("disruptive", True)]
+    first = disruptive[0] if disruptive else {}
+    duration = result["duration_s"]
+    useful = result["steps_completed"]
+    return {
+        "steps_per_s": (1 / median) if median else None,
+        "samples_per_s": (statistics.median(samples_per_step.values()) / median)
+        if median and samples_per_step else None,
+        "comm_share": statistics.median(shares) if shares else None,
+        "time_to_first_step_s": (first_step - started) if first_step is not None and started is not None else None,
+        "recovery_s": first.get("recovery_s"),
+        "lost_work_s": first.get("lost_work_s"),
+        "lost_steps": first.get("lost_steps"),
+        "node_seconds_per_step": (nodes * duration / useful) if duration and useful else None,
+    }

@@ -1,0 +1,70 @@
+"""How torch-chaos marks every process it starts, so it can find, judge and remove them later.
+
+Each process tree carries ``CHAOS_TREE=<run>/<node>`` (helpers: ``<run>/delayers/<fault>``) and the engine's pid
+in ``CHAOS_ENGINE_PID``, inherited by everything it spawns: a tree is found without cgroups, and a tree whose
+engine is gone is an orphan that only ``chaos cleanup`` will remove. Shared by runtimes, faults that start host
+helpers, and cleanup, so none of them imports another's module.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+
+TREE_VAR = "CHAOS_TREE"
+DELAYERS = "delayers"  # marks of host-side helper processes: <run>/delayers/<fault>
+ENGINE_VAR = "CHAOS_ENGINE_PID"  # which engine started the tree: tells orphans (engine gone) from live runs
+
+
+def marked_processes(prefix: str | None) -> list[psutil.Process]:
+    """Processes whose CHAOS_TREE equals ``prefix`` or starts with ``prefix/`` (any mark when None)."""
+    found = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
+        try:
+            value = proc.environ().get(TREE_VAR)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+        if value is not None and (prefix is None or value == prefix or value.startswith(prefix + "/")):
+            found.append(proc)
+    return found
+
+
+def engine_pid(proc: psutil.Process) -> int | None:
+    try:
+        value = proc.environ().get(ENGINE_VAR, "")
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return None
+    return int(value) if value.isdigit() else None
+
+
+def signal_all(procs: list[psutil.Process], sig: int) -> None:
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+
+
+def orphaned(proc: psutil.Process) -> bool:
+    """A marked process whose engine is gone: nobody will ever tear it down but ``chaos cleanup``."""
+    pid = engine_pid(proc)
+    return pid is None or not psutil.pid_exists(pid)
+
+
+def kill_marked(prefix: str | None, only_orphans: bool = False) -> list[psutil.Process]:
+    """SIGKILL every marked process (of one run, or of all runs), stopped ones included; returns them."""
+    killed: dict[int, psutil.Process] = {}
+    for _ in range(10):
+        procs = [p for p in marked_processes(prefix) if not only_orphans or orphaned(p)]
+        if not procs:
+            break
+        signal_all(procs, signal.SIGKILL)
+        signal_all(procs, signal.SIGCONT)
+        killed.update((p.pid, p) for p in procs)
+        psutil.wait_procs(procs, timeout=2)
+    return list(killed.values())

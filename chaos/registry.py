@@ -1,0 +1,151 @@
+"""The plug-in registry: fault kinds, runtimes and rendezvous backends, discovered through entry points.
+
+The built-ins register exactly like a third-party package does, in pyproject.toml::
+
+    [project.entry-points."torch_chaos.faults"]
+    crash = "chaos.faults.crash:Crash"
+
+so the scenario schema, ``chaos schema``, ``validate``, ``doctor``, ``cleanup``, ``explore`` and the reports cover a
+plug-in the moment its package is installed, without an edit in ``chaos/``. A plug-in that fails to load is not
+silently dropped: :func:`load_errors` lists it (``chaos doctor`` shows it) and a scenario naming it gets the error.
+See docs/design.md, "Extension points".
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chaos.faults.base import FaultKind
+    from chaos.rendezvous.base import RendezvousBackend
+    from chaos.runtimes.base import Runtime
+
+FAULTS = "torch_chaos.faults"
+RUNTIMES = "torch_chaos.runtimes"
+RENDEZVOUS = "torch_chaos.rendezvous"
+GROUPS = (FAULTS, RUNTIMES, RENDEZVOUS)
+
+
+class PluginError(RuntimeError):
+    """A plug-in is missing or broken; the message says which package and what to do."""
+
+
+@dataclass(frozen=True)
+class LoadError:
+    group: str
+    name: str
+    target: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.group}: {self.name} = {self.target}: {self.error}"
+
+
+def _check(group: str, name: str, obj: Any) -> str | None:
+    """What is wrong with a loaded plug-in object, or None (a wrong entry point must not break every scenario)."""
+    if group == FAULTS:
+        from chaos.faults.base import FaultKind
+        from chaos.spec import FaultSpec
+
+        if not (isinstance(obj, type) and issubclass(obj, FaultKind)):
+            return "not a chaos.plugin.FaultKind subclass"
+        if getattr(obj, "kind", None) != name:
+            return f"its kind is {getattr(obj, 'kind', None)!r}, the entry point names it {name!r}"
+        options = getattr(obj, "options", None)
+        if not (isinstance(options, type) and issubclass(options, FaultSpec)):
+            return "its `options` is not a chaos.plugin.FaultSpec subclass"
+        if options.model_fields["kind"].annotation is str:
+            return f"its options model must declare kind: Literal[{name!r}]"
+    elif group == RUNTIMES:
+        from chaos.runtimes.base import Runtime
+
+        if not (isinstance(obj, type) and issubclass(obj, Runtime)) or getattr(obj, "name", None) != name:
+            return f"not a chaos.plugin.Runtime subclass named {name!r}"
+    elif group == RENDEZVOUS:
+        from chaos.rendezvous.base import RendezvousBackend
+
+        if not (isinstance(obj, type) and issubclass(obj, RendezvousBackend)) or getattr(obj, "name", None) != name:
+            return f"not a chaos.plugin.RendezvousBackend subclass named {name!r}"
+    return None
+
+
+@functools.cache
+def _load(group: str) -> tuple[dict[str, Any], tuple[LoadError, ...]]:
+    found: dict[str, Any] = {}
+    errors: list[LoadError] = []
+    for ep in sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name):
+        try:
+            obj = ep.load()
+        except Exception as exc:  # a broken third-party package must not take the built-ins down with it
+            errors.append(LoadError(group, ep.name, ep.value, f"{type(exc).__name__}: {exc}"))
+            continue
+        problem = _check(group, ep.name, obj)
+        if problem:
+            errors.append(LoadError(group, ep.name, ep.value, problem))
+        elif ep.name in found and found[ep.name] is not obj:
+            errors.append(LoadError(group, ep.name, ep.value, f"{ep.name!r} is registered twice"))
+        else:
+            found[ep.name] = obj
+    if group != RENDEZVOUS and not found:
+        raise PluginError(f"no {group} plug-ins are registered: torch-chaos is not installed as a package "
+                          "(its entry points are part of the installed metadata); run `pip install -e .` in the "
+                          "repository, or `pip install torch-chaos`")
+    return found, tuple(errors)
+
+
+def fault_plugins() -> dict[str, type[FaultKind]]:
+    """Every fault kind, by name (sorted)."""
+    return _load(FAULTS)[0]
+
+
+def runtime_plugins() -> dict[str, type[Runtime]]:
+    """Every runtime, by name (sorted)."""
+    return _load(RUNTIMES)[0]
+
+
+def rendezvous_plugins() -> dict[str, type[RendezvousBackend]]:
+    """Every rendezvous backend, by name (sorted)."""
+    return _load(RENDEZVOUS)[0]
+
+
+def load_errors() -> list[LoadError]:
+    return [e for group in GROUPS for e in _load(group)[1]]
+
+
+def _missing(group: str, name: str, known: dict[str, Any]) -> PluginError:
+    broken = [e for e in _load(group)[1] if e.name == name]
+    if broken:
+        return PluginError(f"the {group} plug-in {name!r} failed to load: {broken[0].error}")
+    return PluginError(f"unknown {group.removeprefix('torch_chaos.').rstrip('s')} {name!r}; installed: "
+                       f"{', '.join(known) or 'none'}")
+
+
+def fault_kind(kind: str) -> FaultKind:
+    """An instance of the plug-in for ``kind`` (the engine injects and heals through it)."""
+    plugins = fault_plugins()
+    if kind not in plugins:
+        raise _missing(FAULTS, kind, plugins)
+    return plugins[kind]()
+
+
+def runtime_class(name: str) -> type[Runtime]:
+    plugins = runtime_plugins()
+    if name not in plugins:
+        raise _missing(RUNTIMES, name, plugins)
+    return plugins[name]
+
+
+def rendezvous_backend(name: str) -> RendezvousBackend:
+    plugins = rendezvous_plugins()
+    if name not in plugins:
+        raise _missing(RENDEZVOUS, name, plugins)
+    return plugins[name]()
+
+
+def fault_colour(kind: str) -> str:
+    """How reports draw a fault kind; grey for a kind whose plug-in is not installed where the report is made."""
+    plugin = fault_plugins().get(kind)
+    return plugin.colour if plugin is not None else "#7f7f7f"

@@ -1,0 +1,152 @@
+"""The building blocks of the scenario schema that plug-ins extend: durations, triggers and the fault base model.
+
+Kept apart from :mod:`chaos.scenario` on purpose: the scenario model is generated from the plug-in registry (its
+``faults`` list is a discriminated union of every registered fault kind's options model), so the pieces a plug-in
+subclasses must be importable before the registry is read. Nothing here imports the registry at import time.
+See docs/design.md, "Extension points".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from chaos.events import TriggerEvent
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> Any:
+    """Accept ``10``, ``2.5``, ``"10s"``, ``"500ms"``, ``"2m"``; anything else is left for pydantic to reject."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if m:
+            return float(m.group(1)) * _UNIT_S[m.group(2)]
+        raise ValueError(f"expected a duration such as 10s, 500ms or 2m, got {value!r}")
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+
+
+class Strict(BaseModel):
+    """Every scenario section: unknown fields are errors (a misspelt key must never be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class EventTrigger(Strict):
+    event: TriggerEvent
+    occurrence: int = Field(1, ge=1, description="fire on the N-th such event")
+
+
+NodeIndex = Annotated[int, Field(ge=0)]
+NodeTarget = NodeIndex | Literal["rendezvous_host", "random", "event_node"]
+
+
+def _drop_properties(*names: str) -> Any:
+    def edit(schema: dict[str, Any]) -> None:
+        for name in names:
+            schema.get("properties", {}).pop(name, None)
+    return edit
+
+
+class FaultSpec(Strict):
+    """The fields every fault kind shares: when it fires, whom it hits, how long it lasts.
+
+    A fault kind's plug-in subclasses this with ``kind: Literal["its-name"]`` and its own fields, and says with two
+    class variables which of the shared fields apply to it. ``target``, ``seed`` and ``duration`` stay on every
+    spec (``None`` where they do not apply) so the engine reads them without knowing the kind; the kind's JSON
+    Schema leaves out the ones it does not take, and validation refuses them with a message that says so.
+    """
+
+    # "node": the fault hits one node (target required); "none": it acts elsewhere (storage, groups of nodes).
+    TARGET: ClassVar[Literal["node", "none"]] = "node"
+    # Whether ``duration`` is required, optional (lasts until healed at teardown when absent) or not taken.
+    DURATION: ClassVar[Literal["required", "optional", "none"]] = "none"
+    # Examples shown when a required field is missing: {"rate": "rate: 10mbit"}.
+    EXAMPLES: ClassVar[dict[str, str]] = {}
+
+    kind: str
+    target: NodeTarget | None = Field(
+        None, description="a node index, rendezvous_host (node 0 or the dedicated store), random (with seed), or "
+        "event_node (the node that emitted the triggering event)")
+    seed: int | None = Field(None, description="seed for target: random")
+    at: Seconds | None = Field(None, description="seconds after the first training step")
+    at_step: int | None = Field(None, ge=1, description="right after the job first completes this global step "
+                                "(instrumented jobs are held there until the fault has landed)")
+    on: EventTrigger | None = Field(None, description="on a workload event")
+    duration: Seconds | None = Field(None, description="how long the fault lasts")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        hidden = [n for n, off in (("target", cls.TARGET == "none"), ("seed", cls.TARGET == "none"),
+                                   ("duration", cls.DURATION == "none")) if off]
+        if hidden:
+            cls.model_config = {**cls.model_config, "json_schema_extra": _drop_properties(*hidden)}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fields_of_this_kind(cls, data: Any) -> Any:
+        """Say *why* a field is refused: it belongs to another kind, or this kind does not take it."""
+        if not isinstance(data, dict) or cls is FaultSpec:
+            return data
+        kind = data.get("kind", "this fault")
+        for name in data:
+            if name in cls.model_fields and not (
+                    (name in ("target", "seed") and cls.TARGET == "none") or (name == "duration"
+                                                                             and cls.DURATION == "none")):
+                continue
+            if name == "duration":
+                raise ValueError(f"{kind} takes no duration")
+            if name == "target":
+                raise ValueError(f"{kind} takes no target ({cls.target_hint()})")
+            owners = _owners_of(name)
+            if owners:
+                raise ValueError(f"{name} applies to kind: {' or '.join(owners)} only")
+        for name, example in cls.EXAMPLES.items():
+            if data.get(name) is None:
+                raise ValueError(f"{kind} needs {name}, e.g. {example}")
+        if cls.DURATION == "required" and data.get("duration") is None:
+            raise ValueError(f"{kind} needs a duration, e.g. duration: 5s")
+        if cls.TARGET == "node" and data.get("target") is None:
+            raise ValueError(f"{kind} needs a target: a node index, rendezvous_host, random or event_node")
+        return data
+
+    @classmethod
+    def target_hint(cls) -> str:
+        """Why this kind takes no target (shown in the error); plug-ins override it."""
+        return "it does not act on one node"
+
+    @model_validator(mode="after")
+    def _triggers(self) -> FaultSpec:
+        triggers = [n for n in ("at", "at_step", "on") if getattr(self, n) is not None]
+        if len(triggers) != 1:
+            raise ValueError(f"give exactly one trigger (at, at_step or on), got {triggers or 'none'}")
+        if self.target == "event_node" and self.on is None:
+            raise ValueError("target: event_node needs an 'on' trigger")
+        if self.seed is not None and self.target != "random":
+            raise ValueError("seed applies to target: random only")
+        return self
+
+    def options(self) -> dict[str, Any]:
+        """The kind's own settings (everything but the shared fields), for plans, reports and plan texts."""
+        shared = set(FaultSpec.model_fields)
+        return {k: v for k, v in self.model_dump(mode="json", exclude_none=True).items() if k not in shared}
+
+
+def _owners_of(field: str) -> list[str]:
+    """The fault kinds whose options include ``field`` (for "rate applies to kind: bandwidth only")."""
+    from chaos.registry import fault_plugins
+
+    shared = set(FaultSpec.model_fields)
+    if field in shared:
+        return []
+    return sorted(k for k, p in fault_plugins().items() if field in p.options.model_fields)

@@ -1,0 +1,68 @@
+"""The plug-in registry seen from outside: broken third-party plug-ins are named, never silently dropped."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
+from chaos.scenario import Scenario
+
+BROKEN = {
+    "chaos_broken_import.py": "raise ImportError('needs a library this machine lacks')\n",
+    "chaos_wrong_kind.py": (
+        "from typing import Literal\n"
+        "from chaos.plugin import FaultKind, FaultSpec\n"
+        "class Opts(FaultSpec):\n    kind: Literal['other']\n"
+        "class Wrong(FaultKind):\n    kind = 'other'\n    options = Opts\n"
+        "    def inject(self, ctx):\n        return 'nothing'\n"),
+}
+ENTRY_POINTS = ("[torch_chaos.faults]\nbroken_import = chaos_broken_import:Nope\n"
+                "wrong_kind = chaos_wrong_kind:Wrong\n")
+
+
+def install_fake_package(root: Path) -> dict[str, str]:
+    """A distribution on PYTHONPATH whose two fault plug-ins are broken in different ways."""
+    for name, text in BROKEN.items():
+        (root / name).write_text(text)
+    info = root / "chaos_broken-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: chaos-broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+
+
+def chaos(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chaos", *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_builtins_register_through_entry_points() -> None:
+    assert {"crash", "kill_worker", "freeze", "corrupt_checkpoint", "delay", "loss", "bandwidth", "partition",
+            "isolate"} <= set(fault_plugins())
+    assert {"local", "netns", "docker"} <= set(runtime_plugins())
+    assert "c10d" in rendezvous_plugins()
+    schema = json.dumps(Scenario.model_json_schema())
+    for name, plugin in fault_plugins().items():
+        assert plugin.options.__name__ in schema, name
+
+
+def test_broken_plugins_are_reported_not_dropped(tmp_path: Path) -> None:
+    env = install_fake_package(tmp_path)
+    listed = chaos(["plugins", "--json"], env, tmp_path)
+    assert listed.returncode == 1, listed.stderr
+    report = json.loads(listed.stdout)
+    failed = "\n".join(report["failed_to_load"])
+    assert "broken_import" in failed and "needs a library this machine lacks" in failed
+    assert "wrong_kind" in failed and "its kind is 'other'" in failed
+    assert "crash" in {p["name"] for p in report["plugins"]}  # the built-ins still load
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nworkload: {name: ddp-mlp}\nfaults:\n  - {kind: broken_import, at_step: 3}\n")
+    checked = chaos(["validate", "--no-machine", str(scenario)], env, tmp_path)
+    assert checked.returncode == 2
+    assert "s.yaml:4: faults[0].kind: the plug-in for 'broken_import' is installed but failed to load" in \
+        checked.stderr.replace("\n", ""), checked.stderr
+    assert "Traceback" not in checked.stderr
