@@ -204,3 +204,13 @@ def test_scenario_expectations_on_checkpoint_verdicts() -> None:
                            "within_tolerance}}\n")
     got = {x["name"]: x["ok"] for x in evaluate_checkpoint_expectations(loose, verdicts)}
     assert got == {"checkpoint.matches_golden": True, "checkpoint.exactly_once": False}
+
+
+def test_untrusted_golden_run_is_not_a_reference() -> None:
+    """A golden run that restarted itself twice is no fault-free reference: not checked, never ok or failed."""
+    j = Job().start("a")
+    for s in range(1, 9):
+        j.step(s, loss=0.5)  # would diverge from the golden losses
+    reference = {**golden(), "trusted": False, "untrusted_why": "the fault-free run restarted: 1 restart(s)"}
+    v = matches_golden(j.finish(8, state="other"), reference, rtol=1e-3)
+    assert v["ok"] is None and v["mode"] == "not_checked" and "cannot be trusted" in v["why"]

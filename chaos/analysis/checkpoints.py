@@ -271,6 +271,9 @@ def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: flo
         return _verdict(None, "not checked: no golden run (checks.golden is off)", mode="not_checked")
     if not golden.get("completed"):
         return _verdict(None, "not checked: the golden run did not complete", mode="not_checked")
+    if golden.get("trusted") is False:  # it restarted itself twice: not a fault-free reference
+        return _verdict(None, f"not checked: the golden run cannot be trusted ({golden.get('untrusted_why')})",
+                        mode="not_checked")
     finished = _of(events, Ev.RUN_FINISHED)
     chain, _ = lineage(events)
     steps = [e for seg in chain for e in seg["events"]]
