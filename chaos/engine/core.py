@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from chaos import __version__
-from chaos.analysis.result import write_result
+from chaos.analysis.result_json import write_result
 from chaos.engine.end import End, EndDetector
 from chaos.engine.nodes import NodeOrchestrator, NodeState
 from chaos.engine.progress import CheckpointWatcher, LogProgress, ProgressObserver
