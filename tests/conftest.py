@@ -1,5 +1,5 @@
 """Shared fixtures: every test that starts processes must leave none behind; one golden cache per session; the
-integration tests run one at a time on one xdist worker while the fast tier runs beside them."""
+fast tier alone runs on all xdist workers, a session with real-cluster tests runs one test at a time."""
 from __future__ import annotations
 
 import os
@@ -38,15 +38,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every real-cluster test goes to one xdist group: they run one after another on one worker.
+    """With real-cluster tests in the session, every test goes to one xdist group: all run one after another.
 
-    Integration tests measure recovery times, slowdowns and delays on a 2-core machine; two clusters at once would
-    distort what they assert. The fast tier (seconds-long toy jobs, about a minute in all) is spread over the
-    workers and runs beside the first integration tests, whose bounds are loose (byo) or untimed (explore).
-    Without xdist (``-n 0``) the mark does nothing."""
-    for item in items:
-        if item.get_closest_marker("integration"):
-            item.add_marker(pytest.mark.xdist_group("cluster"))
+    Integration tests measure recovery times, slowdowns and delays on a 2-core machine; a second cluster, or a
+    fast-tier toy job, beside them would distort what they assert (and some fast-tier tests have second-scale
+    deadlines of their own, which failed beside a cluster when tried). Without them (``-m "not integration"``)
+    the fast tier is spread over the xdist workers. Without xdist (``-n 0``) the mark does nothing."""
+    if any(item.get_closest_marker("integration") for item in items):
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group("serial"))
 
 
 def _ours_or_orphaned(proc: psutil.Process) -> bool:
