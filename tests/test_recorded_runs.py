@@ -1,4 +1,4 @@
-"""Analysis, reports and compare on recorded real runs (tests/data/runs/, re-recorded by tests/data/record.py).
+"""Analysis, reports and compare on recorded real runs (tests/data/histories/, re-recorded by tests/data/record.py).
 
 The histories are real: real torchrun jobs, real faults. What these tests check is what torch-chaos computes and
 renders from a run directory alone, which needs no cluster; the integration tier still runs every scenario for
@@ -44,8 +44,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_every_recording_is_present_and_small() -> None:
     assert recorded_names() == sorted(RECORDINGS) == sorted(DOCUMENTED_VERDICT)
-    total = sum(f.stat().st_size for f in Path(__file__).parent.joinpath("data", "runs").rglob("*") if f.is_file())
-    assert total < 3_000_000, f"tests/data/runs holds {total} bytes: keep recordings small (no checkpoints)"
+    total = sum(f.stat().st_size for f in Path(__file__).parent.joinpath("data", "histories").rglob("*") if f.is_file())
+    assert total < 3_000_000, f"tests/data/histories holds {total} bytes: keep recordings small (no checkpoints)"
 
 
 @pytest.mark.parametrize("name", sorted(DOCUMENTED_VERDICT))

@@ -1,4 +1,4 @@
-"""Re-record the real runs in tests/data/runs/ (run this when the history format or the workload changes).
+"""Re-record the real runs in tests/data/histories/ (run this when the history format or the workload changes).
 
     PYTHONPATH=. flock /tmp/torch-chaos-integration.lock python -m tests.data.record [NAME ...]
 

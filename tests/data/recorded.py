@@ -1,4 +1,4 @@
-"""Recorded real runs (tests/data/runs/): analysis, reports and compare are tested on them in the fast tier.
+"""Recorded real runs (tests/data/histories/): analysis, reports and compare are tested on them in the fast tier.
 
 Each directory is a real run directory as the engine left it, minus checkpoints and acks, with its history gzipped
 (a 600-step three-node history is ~0.9 MB as text, ~0.15 MB gzipped). ``tests/data/record.py`` re-records them;
@@ -11,7 +11,7 @@ import gzip
 import shutil
 from pathlib import Path
 
-RECORDED = Path(__file__).resolve().parent / "runs"
+RECORDED = Path(__file__).resolve().parent / "histories"
 
 
 def recorded_names() -> list[str]:
