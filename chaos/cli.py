@@ -203,15 +203,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         err.print(f"[red]error[/red] --mtbf: {exc}", highlight=False)
         return EXIT_USAGE
-    analysis = analyze_run(run_dir)  # once: result.json and the report present the same analysis
-    result = write_result(analysis)
-    if args.format == "text":
-        summary(result, out)
-    else:
-        from chaos.reports import write_report
+    try:
+        analysis = analyze_run(run_dir)  # once: result.json and the report present the same analysis
+        result = write_result(analysis)
+        if args.format == "text":
+            summary(result, out)
+        else:
+            from chaos.reports import write_report
 
-        path = write_report(analysis, args.format, args.output, mtbf_s=mtbf)
-        out.print(f"{args.format} report: {path}", highlight=False)
+            path = write_report(analysis, args.format, args.output, mtbf_s=mtbf)
+            out.print(f"{args.format} report: {path}", highlight=False)
+    except ScenarioInvalid:
+        raise  # scenario.yaml itself is damaged: file:line errors, exit 2
+    except Exception as exc:  # a damaged history must give a message, never a traceback
+        err.print(f"[red]error[/red] {escape(str(run_dir))}: cannot analyse this run directory "
+                  f"({type(exc).__name__}: {escape(str(exc))}); `chaos report` reads events.jsonl, scenario.yaml "
+                  "and golden.json", highlight=False)
+        return EXIT_FAIL
     return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
 
 

@@ -108,3 +108,104 @@ def read_history(path: Path | str) -> list[Event]:
     events = list(iter_history(path))
     events.sort(key=lambda e: e.get("t", 0.0))
     return events
+
+
+@dataclass
+class Unreadable:
+    """The lines of a history that could not be read, for reports to say so instead of silently skipping them."""
+
+    lines: list[int] = field(default_factory=list)  # 1-based line numbers, the first KEEP of them
+    count: int = 0
+    KEEP = 100
+
+    def add(self, line: int) -> None:
+        self.count += 1
+        if len(self.lines) < self.KEEP:
+            self.lines.append(line)
+
+
+def _simple_types(hint: Any) -> tuple[type, ...] | None:
+    """The Python types a JSON value of a declared field may have, or None when not checked here."""
+    import types
+    import typing
+
+    simple = {float: (int, float), int: (int,), str: (str,), bool: (bool,), type(None): (type(None),),
+              list: (list,), dict: (dict,)}
+    args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
+        else (hint,)
+    out: tuple[type, ...] = ()
+    for a in args:
+        a = typing.get_origin(a) or a
+        if a not in simple:
+            return None
+        out += simple[a]
+    return out
+
+
+def _field_checks() -> dict[str, list[tuple[str, tuple[type, ...]]]]:
+    """Per event name: (required field, accepted types), from the declarations in chaos.events."""
+    import typing
+
+    from chaos.events import FIELDS
+
+    checks: dict[str, list[tuple[str, tuple[type, ...]]]] = {}
+    for ev, declared in FIELDS.items():
+        hints = typing.get_type_hints(declared)
+        found = []
+        for name in sorted(declared.__required_keys__):  # type: ignore[attr-defined]
+            accepted = _simple_types(hints.get(name))
+            found.append((name, accepted or (object,)))
+        checks[str(ev)] = found
+    return checks
+
+
+def readable(e: Any, checks: dict[str, list[tuple[str, tuple[type, ...]]]]) -> bool:
+    """Whether a parsed line is an event analysis can use: a mapping with a finite numeric ``t``, an ``event``
+    name, and, for a known event, its required fields with values of their declared types."""
+    if not isinstance(e, dict):
+        return False
+    t, name = e.get("t"), e.get("event")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or t != t or t in (float("inf"), float("-inf")):
+        return False
+    if not isinstance(name, str):
+        return False
+    for key, accepted in checks.get(name, ()):
+        value = e.get(key, readable)  # the function itself: a sentinel no line can hold
+        if value is readable or not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+            return False
+    return True
+
+
+def iter_checked(path: Path | str, unreadable: Unreadable) -> Iterator[Event]:
+    """Like :func:`iter_history` (chunked parse), but every line that is not a usable event (torn, garbage,
+    not UTF-8, a bare number, a non-numeric ``t`` ...) is counted in ``unreadable`` with its line number."""
+    checks = _field_checks()
+    number = 0
+    with open(path, "rb") as f:
+        while True:
+            raw = f.readlines(1 << 20)  # about a megabyte of lines per parse
+            if not raw:
+                return
+            numbered = []
+            for line in raw:
+                number += 1
+                if line.strip():
+                    numbered.append((number, line))
+            try:
+                chunk = json.loads(b"[" + b",".join(line for _, line in numbered) + b"]")
+                if len(chunk) != len(numbered):  # a line held several values: judge each line alone
+                    raise ValueError("misaligned")
+            except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, misaligned
+                chunk = [_parse_any(line) for _, line in numbered]
+            for (line_number, _), e in zip(numbered, chunk, strict=True):
+                if readable(e, checks):
+                    yield e
+                else:
+                    unreadable.add(line_number)
+
+
+def _parse_any(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None

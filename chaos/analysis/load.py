@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.events import Ev
-from chaos.history import Event, iter_history
+from chaos.history import Event, Unreadable, iter_checked
 
 # Fields of a step whose values repeat across lines (node names, sources, incarnation ids, pids).
 _SHARED = ("source", "event", "node", "pid", "incarnation")
@@ -46,8 +46,9 @@ class History(list[Event]):
     built once. Treat it as read-only: the index is not updated.
     """
 
-    def __init__(self, events: list[Event]):
+    def __init__(self, events: list[Event], unreadable: Unreadable | None = None):
         super().__init__(events)
+        self.unreadable = unreadable or Unreadable()  # lines that were not usable events (reported, not fatal)
         self._by_kind: dict[Any, list[Event]] = {}
         for e in self:
             self._by_kind.setdefault(e.get("event"), []).append(e)
@@ -81,6 +82,8 @@ def _pack(ids: list[Any]) -> Any:
 def load_events(path: Path | str) -> History:
     """The history sorted by time, with step events compact (see the module docstring)."""
     compactor = _Compactor()
-    events = [compactor.step(e) if e.get("event") == Ev.STEP_COMPLETED else e for e in iter_history(path)]
+    unreadable = Unreadable()
+    events = [compactor.step(e) if e.get("event") == Ev.STEP_COMPLETED else e
+              for e in iter_checked(path, unreadable)]
     events.sort(key=lambda e: e.get("t", 0.0))
-    return History(events)
+    return History(events, unreadable)
