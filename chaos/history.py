@@ -142,26 +142,28 @@ def _simple_types(hint: Any) -> tuple[type, ...] | None:
     return out
 
 
-def _field_checks() -> dict[str, list[tuple[str, tuple[type, ...]]]]:
-    """Per event name: (required field, accepted types), from the declarations in chaos.events."""
+def _field_checks() -> dict[str, list[tuple[str, bool, tuple[type, ...]]]]:
+    """Per event name: (required field, must be present, accepted types), from the declarations in chaos.events.
+
+    Workload events come from user code and analysis indexes their fields (``step``, ``path``), so theirs must
+    all be present; an engine event missing a field (an older engine) is still used, its present fields typed."""
     import typing
 
-    from chaos.events import FIELDS
+    from chaos.events import FIELDS, WorkloadLine
 
-    checks: dict[str, list[tuple[str, tuple[type, ...]]]] = {}
+    workload_keys = WorkloadLine.__required_keys__  # type: ignore[attr-defined]
+    checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]] = {}
     for ev, declared in FIELDS.items():
         hints = typing.get_type_hints(declared)
-        found = []
-        for name in sorted(declared.__required_keys__):  # type: ignore[attr-defined]
-            accepted = _simple_types(hints.get(name))
-            found.append((name, accepted or (object,)))
-        checks[str(ev)] = found
+        required = declared.__required_keys__  # type: ignore[attr-defined]
+        present = workload_keys <= required
+        checks[str(ev)] = [(name, present, _simple_types(hints.get(name)) or (object,)) for name in sorted(required)]
     return checks
 
 
-def readable(e: Any, checks: dict[str, list[tuple[str, tuple[type, ...]]]]) -> bool:
+def readable(e: Any, checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]]) -> bool:
     """Whether a parsed line is an event analysis can use: a mapping with a finite numeric ``t``, an ``event``
-    name, and, for a known event, its required fields with values of their declared types."""
+    name, and, for a known event, its declared fields of their declared types (see :func:`_field_checks`)."""
     if not isinstance(e, dict):
         return False
     t, name = e.get("t"), e.get("event")
@@ -169,9 +171,13 @@ def readable(e: Any, checks: dict[str, list[tuple[str, tuple[type, ...]]]]) -> b
         return False
     if not isinstance(name, str):
         return False
-    for key, accepted in checks.get(name, ()):
-        value = e.get(key, readable)  # the function itself: a sentinel no line can hold
-        if value is readable or not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+    for key, must, accepted in checks.get(name, ()):
+        if key not in e:
+            if must:
+                return False
+            continue
+        value = e[key]
+        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
             return False
     return True
 
