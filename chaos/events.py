@@ -17,8 +17,29 @@ treat absence the way its comment says.
 pass members where strings are expected.
 """
 
-from enum import StrEnum
-from typing import Any, Literal, NotRequired, TypedDict
+import sys
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
+
+if sys.version_info >= (3, 11) or TYPE_CHECKING:
+    from enum import StrEnum
+    from typing import NotRequired
+else:  # Python 3.10 (the probe runs in users' interpreters): same behaviour, stdlib only
+
+    class StrEnum(str, Enum):
+        """A member is its string: equal to it, same hash, written to JSON and formatted as it."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, spec: str) -> str:
+            return format(str(self.value), spec)
+
+    class NotRequired:
+        """Stand-in: on 3.10 the field reads as required in ``required_fields`` (only the tests ask)."""
+
+        def __class_getitem__(cls, item: Any) -> Any:
+            return item
 
 
 class Source(StrEnum):

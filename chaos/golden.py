@@ -100,11 +100,16 @@ def default_cache_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """An exclusive ``flock`` on ``path``: released when the holder's file is closed, even if it is killed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)  # waits while another process computes the same golden run
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait(f"waiting for another run computing the same golden run ({path.stem})")
+            fcntl.flock(f, fcntl.LOCK_EX)  # until the other process is done; then its result is reused
         try:
             yield
         finally:
@@ -119,15 +124,17 @@ def restarts_of(result: dict[str, Any]) -> int:
 class GoldenCache:
     """The golden summary of a scenario's workload, from the cache or from a new golden run (then cached)."""
 
-    def __init__(self, run_scenario: ScenarioRunner, directory: Path | None = None):
+    def __init__(self, run_scenario: ScenarioRunner, directory: Path | None = None,
+                 on_wait: Callable[[str], None] | None = None):
         self.run_scenario = run_scenario
         self.directory = Path(directory) if directory is not None else default_cache_dir()
+        self.on_wait = on_wait  # told when another process holds the key's lock (the wait can be a minute)
 
     def __call__(self, scenario: Scenario) -> dict[str, Any]:
         key = golden_key(scenario)
         home = self.directory / key
         summary_path = home / SUMMARY_FILE
-        with _locked(self.directory / f"{key}.lock"):
+        with _locked(self.directory / f"{key}.lock", self.on_wait):
             if summary_path.exists():
                 summary = json.loads(summary_path.read_text())
                 summary["cached"] = True

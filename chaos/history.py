@@ -74,9 +74,10 @@ class FileTail:
 
 
 
-# Lines parsed per json.loads call. Decoding a chunk as one JSON array is ~2x faster than line by line, and the
-# decoder shares key strings within a call, so thousands of events hold one copy of "step_completed"'s keys.
-_CHUNK_LINES = 4096
+# Bytes of lines parsed per json.loads call. Decoding a chunk as one JSON array is faster than line by line, and
+# the decoder shares key strings within a call, so thousands of events hold one copy of each key. (orjson, line
+# by line, was measured no faster on a whole report and held 15% more memory: it does not share keys.)
+_CHUNK_BYTES = 1 << 20
 
 
 def iter_history(path: Path | str) -> Iterator[Event]:
@@ -86,19 +87,19 @@ def iter_history(path: Path | str) -> Iterator[Event]:
     """
     with open(path, "rb") as f:
         while True:
-            lines = [line for line in f.readlines(_CHUNK_LINES * 400) if line.strip()]
+            lines = [line for line in f.readlines(_CHUNK_BYTES) if line.strip()]
             if not lines:
                 return
             try:
-                chunk = json.loads(b"[" + b",".join(lines) + b"]")
-            except json.JSONDecodeError:
+                chunk: list[Any] = json.loads(b"[" + b",".join(lines) + b"]")
+            except json.JSONDecodeError:  # a torn line in this chunk: parse line by line, skip what is broken
                 chunk = [e for e in map(_parse_line, lines) if e is not None]
             yield from (e for e in chunk if isinstance(e, dict))
 
 
-def _parse_line(line: bytes) -> Event | None:
+def _parse_line(line: bytes) -> Any:
     try:
-        return json.loads(line)  # type: ignore[no-any-return]
+        return json.loads(line)
     except json.JSONDecodeError:
         return None
 
@@ -189,7 +190,7 @@ def iter_checked(path: Path | str, unreadable: Unreadable) -> Iterator[Event]:
     number = 0
     with open(path, "rb") as f:
         while True:
-            raw = f.readlines(1 << 20)  # about a megabyte of lines per parse
+            raw = f.readlines(_CHUNK_BYTES)
             if not raw:
                 return
             numbered = []

@@ -1,10 +1,11 @@
 """Telemetry probe for training scripts: the workload's side of the event history.
 
-This module is imported inside training processes and containers, so it depends on the standard library
-only and never on the rest of ``chaos``. Every call appends one JSON line to the history file named by
-``CHAOS_EVENTS`` with a single ``write`` on an ``O_APPEND`` descriptor: lines from many processes never
-interleave, and a crash of any process (or of the engine) leaves every line written so far usable.
-Without ``CHAOS_EVENTS`` every call is a no-op, so an instrumented script runs unchanged outside chaos.
+This module is imported inside training processes and containers, so it depends on the standard library only
+and on nothing in ``chaos`` but :mod:`chaos.events` (stdlib-only too), where every event is declared. Every call
+appends one JSON line to the history file named by ``CHAOS_EVENTS`` with a single ``write`` on an ``O_APPEND``
+descriptor: lines from many processes never interleave, and a crash of any process (or of the engine) leaves
+every line written so far usable. Without ``CHAOS_EVENTS`` every call is a no-op, so an instrumented script
+runs unchanged outside chaos.
 
 ``CHAOS_PAUSE_ON`` names events (and ``CHAOS_PAUSE_AT_STEPS`` global steps) after which the probe waits for
 the engine's acknowledgement file (``<history>.acks/<event id>``). That is how a fault lands deterministically
@@ -20,6 +21,8 @@ import threading
 import time
 import uuid
 from typing import Any
+
+from chaos.events import Ev, Source  # stdlib-only like this module: names every event once for probe and engine
 
 _ENV_EVENTS = "CHAOS_EVENTS"
 _ENV_NODE = "CHAOS_NODE"
@@ -62,16 +65,17 @@ def _descriptor(path: str) -> int:
 
 
 def emit(event: str, **fields: Any) -> None:
-    """Record one event; fields must be JSON-serialisable (non-finite floats become null)."""
+    """Record one event (an :class:`chaos.events.Ev`, or a name of the script's own); fields must be
+    JSON-serialisable (non-finite floats become null)."""
     path = os.environ.get(_ENV_EVENTS)
     if not path:
         return
-    record: dict[str, Any] = {"t": time.time(), "source": "workload", "event": event}
+    record: dict[str, Any] = {"t": time.time(), "source": Source.WORKLOAD, "event": event}
     record.update(_identity())
     record.update(_context)
     record.update(fields)
     pause = event in os.environ.get(_ENV_PAUSE_ON, "").split(",") or (
-        event == "step_completed" and str(fields.get("step")) in os.environ.get(_ENV_PAUSE_AT_STEPS, "").split(","))
+        event == Ev.STEP_COMPLETED and str(fields.get("step")) in os.environ.get(_ENV_PAUSE_AT_STEPS, "").split(","))
     if pause:
         record["id"] = uuid.uuid4().hex
     line = json.dumps({k: _json_safe(v) for k, v in record.items()}, default=str) + "\n"
@@ -103,7 +107,7 @@ def set_context(**fields: Any) -> None:
 
 
 def process_started(**fields: Any) -> None:
-    emit("process_started", **fields)
+    emit(Ev.PROCESS_STARTED, **fields)
 
 
 def step_completed(step: int, *, loss: float | None = None, samples: int | None = None,
@@ -112,33 +116,38 @@ def step_completed(step: int, *, loss: float | None = None, samples: int | None 
 
     Pass ``sample_ids`` (the dataset indices this rank consumed) and ``epoch`` to get the exactly-once check.
     """
-    emit("step_completed", step=step, loss=loss, samples=samples, duration_s=duration_s, **fields)
+    emit(Ev.STEP_COMPLETED, step=step, loss=loss, samples=samples, duration_s=duration_s, **fields)
 
 
 def checkpoint_save_started(step: int, path: str, **fields: Any) -> None:
-    emit("checkpoint_save_started", step=step, path=path, **fields)
+    emit(Ev.CHECKPOINT_SAVE_STARTED, step=step, path=path, **fields)
 
 
 def checkpoint_write_progress(step: int, path: str, written: int, total: int, **fields: Any) -> None:
     """Part of a checkpoint is on disk: a fault triggered here lands in the middle of the write."""
-    emit("checkpoint_write_progress", step=step, path=path, written=written, total=total, **fields)
+    emit(Ev.CHECKPOINT_WRITE_PROGRESS, step=step, path=path, written=written, total=total, **fields)
 
 
 def checkpoint_save_finished(step: int, path: str, sha256: str, **fields: Any) -> None:
-    emit("checkpoint_save_finished", step=step, path=path, sha256=sha256, **fields)
+    emit(Ev.CHECKPOINT_SAVE_FINISHED, step=step, path=path, sha256=sha256, **fields)
 
 
 def checkpoint_load_started(step: int, path: str, **fields: Any) -> None:
-    emit("checkpoint_load_started", step=step, path=path, **fields)
+    emit(Ev.CHECKPOINT_LOAD_STARTED, step=step, path=path, **fields)
 
 
 def checkpoint_deleted(step: int, path: str, **fields: Any) -> None:
-    emit("checkpoint_deleted", step=step, path=path, **fields)
+    emit(Ev.CHECKPOINT_DELETED, step=step, path=path, **fields)
 
 
 def checkpoint_loaded(step: int, path: str, sha256: str, **fields: Any) -> None:
-    emit("checkpoint_loaded", step=step, path=path, sha256=sha256, **fields)
+    emit(Ev.CHECKPOINT_LOADED, step=step, path=path, sha256=sha256, **fields)
+
+
+def checkpoint_rejected(step: int, path: str, why: str, **fields: Any) -> None:
+    """The script refused a checkpoint at load (e.g. its digest did not match) and looks for an older one."""
+    emit(Ev.CHECKPOINT_REJECTED, step=step, path=path, why=why, **fields)
 
 
 def run_finished(step: int, **fields: Any) -> None:
-    emit("run_finished", step=step, **fields)
+    emit(Ev.RUN_FINISHED, step=step, **fields)

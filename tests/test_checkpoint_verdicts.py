@@ -12,6 +12,7 @@ from chaos.analysis.checkpoints import (
     matches_golden,
     resumed_from_newest_valid,
 )
+from chaos.events import EndReason, Ev, Source
 
 D, B = 8, 4  # dataset of 8 samples, global batch 4: an epoch is 2 steps
 
@@ -26,41 +27,42 @@ class Job:
 
     def ev(self, event: str, **f: Any) -> Job:
         self.t += 1
-        self.events.append({"t": self.t, "source": "workload", "event": event, "incarnation": self.inc,
+        self.events.append({"t": self.t, "source": Source.WORKLOAD, "event": event, "incarnation": self.inc,
                             "rank": 0, "world_size": f.pop("world_size", 1), **f})
         return self
 
     def start(self, inc: str, load: int | None = None, sha: str | None = None, finished_load: bool = True) -> Job:
         self.inc = inc
         if load is not None:
-            self.ev("checkpoint_load_started", step=load, path=f"s{load}")
+            self.ev(Ev.CHECKPOINT_LOAD_STARTED, step=load, path=f"s{load}")
             if finished_load:
-                self.ev("checkpoint_loaded", step=load, path=f"s{load}", sha256=sha or f"h{load}")
+                self.ev(Ev.CHECKPOINT_LOADED, step=load, path=f"s{load}", sha256=sha or f"h{load}")
         return self
 
     def step(self, s: int, ids: list[int] | None = None, loss: float | str | None = "default", **f: Any) -> Job:
         if ids is None:
             first = ((s - 1) * B) % D
             ids = list(range(first, first + B))
-        return self.ev("step_completed", step=s, sample_ids=ids, epoch=(s - 1) * B // D, dataset_size=D,
+        return self.ev(Ev.STEP_COMPLETED, step=s, sample_ids=ids, epoch=(s - 1) * B // D, dataset_size=D,
                        loss=1.0 / s if loss == "default" else loss, **f)
 
     def save(self, s: int, finish: bool = True) -> Job:
-        self.ev("checkpoint_save_started", step=s, path=f"s{s}")
+        self.ev(Ev.CHECKPOINT_SAVE_STARTED, step=s, path=f"s{s}")
         if finish:
-            self.ev("checkpoint_save_finished", step=s, path=f"s{s}", sha256=f"h{s}")
+            self.ev(Ev.CHECKPOINT_SAVE_FINISHED, step=s, path=f"s{s}", sha256=f"h{s}")
         return self
 
     def fault_corrupt(self, s: int) -> Job:
         self.t += 1
-        self.events.append({"t": self.t, "source": "engine", "event": "fault_injected", "kind": "corrupt_checkpoint",
-                            "details": {"path": f"s{s}", "step": s}})
+        # the kind's name means nothing to analysis: the damaged path and `disruptive` do
+        self.events.append({"t": self.t, "source": Source.ENGINE, "event": Ev.FAULT_INJECTED, "kind": "damage",
+                            "disruptive": False, "details": {"path": f"s{s}", "step": s}})
         return self
 
     def finish(self, s: int, state: str = "final") -> list[dict[str, Any]]:
-        self.ev("run_finished", step=s, state_sha256=state)
+        self.ev(Ev.RUN_FINISHED, step=s, state_sha256=state)
         self.t += 1
-        self.events.append({"t": self.t, "source": "engine", "event": "run_ended", "reason": "completed"})
+        self.events.append({"t": self.t, "source": Source.ENGINE, "event": Ev.RUN_ENDED, "reason": EndReason.COMPLETED})
         return self.events
 
 
@@ -182,12 +184,12 @@ def test_not_checked_is_said_with_a_reason() -> None:
     events = correct_run()
     v = matches_golden(events, None, rtol=1e-3)
     assert v["ok"] is None and v["why"].startswith("not checked")
-    unfinished = [e for e in events if e["event"] != "run_finished"]
+    unfinished = [e for e in events if e["event"] != Ev.RUN_FINISHED]
     assert matches_golden(unfinished, golden(), rtol=1e-3)["ok"] is None
 
 
 def test_scenario_expectations_on_checkpoint_verdicts() -> None:
-    from chaos.analysis.result import evaluate_checkpoint_expectations
+    from chaos.analysis.result_json import evaluate_checkpoint_expectations
     from chaos.loading import parse_scenario
 
     verdicts = {"digests_ok": {"ok": True}, "resumed_from_newest_valid": {"ok": None},
@@ -202,3 +204,13 @@ def test_scenario_expectations_on_checkpoint_verdicts() -> None:
                            "within_tolerance}}\n")
     got = {x["name"]: x["ok"] for x in evaluate_checkpoint_expectations(loose, verdicts)}
     assert got == {"checkpoint.matches_golden": True, "checkpoint.exactly_once": False}
+
+
+def test_untrusted_golden_run_is_not_a_reference() -> None:
+    """A golden run that restarted itself twice is no fault-free reference: not checked, never ok or failed."""
+    j = Job().start("a")
+    for s in range(1, 9):
+        j.step(s, loss=0.5)  # would diverge from the golden losses
+    reference = {**golden(), "trusted": False, "untrusted_why": "the fault-free run restarted: 1 restart(s)"}
+    v = matches_golden(j.finish(8, state="other"), reference, rtol=1e-3)
+    assert v["ok"] is None and v["mode"] == "not_checked" and "cannot be trusted" in v["why"]

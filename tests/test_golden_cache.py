@@ -42,14 +42,17 @@ class FakeGoldenRun:
     """Leaves what a golden run leaves (events.jsonl, result.json) and counts its calls in a file (across
     processes). ``restarts``: the restart count of each successive call (the last one repeats)."""
 
-    def __init__(self, calls: Path, restarts: tuple[int, ...] = (0,), completed: bool = True, seconds: float = 0.0):
-        self.calls, self.restarts, self.completed, self.seconds = calls, restarts, completed, seconds
+    def __init__(self, calls: Path, restarts: tuple[int, ...] = (0,), completed: bool = True,
+                 until: Path | None = None):
+        self.calls, self.restarts, self.completed, self.until = calls, restarts, completed, until
 
     def __call__(self, scenario: Scenario, out_dir: Path) -> Path:
         n = len(self.calls.read_text().splitlines()) if self.calls.exists() else 0
         with open(self.calls, "a") as f:
             f.write(f"{os.getpid()}\n")
-        time.sleep(self.seconds)  # long enough for a concurrent caller to reach the lock
+        deadline = time.monotonic() + 30
+        while self.until is not None and not self.until.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)  # a concurrent caller is to reach the lock while this golden run is in progress
         run_dir = out_dir / f"golden-{os.getpid()}-{n}"
         run_dir.mkdir(parents=True)
         events = [{"t": 1.0 + s, "source": "workload", "event": "step_completed", "step": s, "loss": 1.0 / s}
@@ -67,9 +70,17 @@ class FakeGoldenRun:
 
 
 def _summary_in_process(cache_dir: str, calls: str, barrier: Any, out: Any) -> None:
-    runner = FakeGoldenRun(Path(calls), seconds=1.0)
+    waiting = Path(calls).with_suffix(".waiting")
+    runner = FakeGoldenRun(Path(calls), until=waiting)  # runs until the other process waits on the lock
+    waited: list[str] = []
+
+    def on_wait(line: str) -> None:
+        waited.append(line)
+        waiting.touch()
+
     barrier.wait()
-    out.put(GoldenCache(runner, Path(cache_dir))(scenario()))
+    summary = GoldenCache(runner, Path(cache_dir), on_wait=on_wait)(scenario())
+    out.put({**summary, "waited": waited})
 
 
 def test_two_processes_compute_the_same_golden_run_once(tmp_path: Path) -> None:
@@ -85,6 +96,8 @@ def test_two_processes_compute_the_same_golden_run_once(tmp_path: Path) -> None:
         assert p.exitcode == 0
     assert FakeGoldenRun(tmp_path / "calls").count == 1  # the second waited on the lock, then reused
     assert sorted(s["cached"] for s in summaries) == [False, True]
+    for s in summaries:  # the one that reused it is the one that waited, and it said so
+        assert bool(s["waited"]) == s["cached"], s["waited"]
     first, second = summaries
     assert first["losses"] == second["losses"] and first["run_dir"] == second["run_dir"]
     assert first["key"] == golden_key(scenario())

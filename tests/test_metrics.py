@@ -94,7 +94,7 @@ def test_two_overlapping_faults_each_measured_from_its_own_injection() -> None:
 
 
 def test_non_disruptive_fault_gets_no_recovery_figures_and_does_not_shorten_windows() -> None:
-    h = H().start().steps(1, 30).fault(0, kind="corrupt_checkpoint", disruptive=False).steps(31, 33).fault(1)
+    h = H().start().steps(1, 30).fault(0, kind="damage", disruptive=False).steps(31, 33).fault(1)
     h.start(at=h.t + 2, load=20).steps(21, 40)
     m0, m1 = fault_metrics(h.end())
     assert m0.recovery_s is None and m0.note

@@ -18,11 +18,25 @@ from chaos import probe
 PROBE_SRC = Path(probe.__file__)
 
 
-def test_probe_imports_only_the_standard_library() -> None:
-    tree = ast.parse(PROBE_SRC.read_text())
-    modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    modules |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert modules <= set(sys.stdlib_module_names) | {"__future__"}, modules
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return modules | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+
+
+def test_probe_imports_only_the_standard_library_and_the_event_declarations() -> None:
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    assert {m.split(".")[0] for m in _imports(PROBE_SRC)} - stdlib == {"chaos"}
+    assert {m for m in _imports(PROBE_SRC) if m.startswith("chaos")} == {"chaos.events"}
+    assert {m.split(".")[0] for m in _imports(PROBE_SRC.parent / "events.py")} <= stdlib
+
+
+def test_importing_the_probe_loads_nothing_else_of_chaos_nor_any_third_party_module() -> None:
+    code = ("import sys; before = set(sys.modules); import chaos.probe; "
+            "print('\\n'.join(sorted(set(sys.modules) - before)))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert {m for m in loaded if m.startswith("chaos")} == {"chaos", "chaos.probe", "chaos.events"}
+    assert {m.split(".")[0] for m in loaded} - set(sys.stdlib_module_names) == {"chaos"}, loaded
 
 
 def test_noop_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:

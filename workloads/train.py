@@ -215,7 +215,7 @@ def newest_valid_checkpoint(directory: Path, bug: str | None = None) -> tuple[in
         digest = verify(path)
         if digest is not None:
             return step, path, digest
-        probe.emit("checkpoint_rejected", step=step, path=str(path), why="digest mismatch or missing sidecar")
+        probe.checkpoint_rejected(step, str(path), why="digest mismatch or missing sidecar")
     return None
 
 

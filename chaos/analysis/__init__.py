@@ -1,1 +1,12 @@
-"""Analysis: metrics and verdicts computed from a run's history alone (never imports runtimes or the engine)."""
+"""Analysis: every metric and verdict, computed from a run's history alone (never imports runtimes or the engine).
+
+- ``run``: :func:`analyze_run` parses a run directory once and computes everything below into a ``RunAnalysis``;
+  result.json, every report format and ``chaos compare`` present that one object.
+- ``load``: the streaming, compact parse (``load_events``) and the ``History`` index (events by kind, memoised
+  derived structures such as the steps, step spans and lineage).
+- ``metrics``: per-fault recovery, catch-up, lost steps/work, slowdown; goodput; restarts.
+- ``checkpoints``: the four checkpoint-correctness verdicts and the surviving lineage.
+- ``breakdown``: recovery split into phases; ``interval``: checkpoint-interval advice (Young/Daly);
+  ``throughput``: pace and cost figures; ``series``: downsampled plot series.
+- ``result_json``: builds and writes result.json (expectations, verdict; ``RESULT_SCHEMA_VERSION``).
+"""

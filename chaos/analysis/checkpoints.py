@@ -15,16 +15,18 @@ a one-line ``why``:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from itertools import chain as chain_all
 from typing import Any
 
-from chaos.analysis.load import of_kind, of_kinds
+from chaos.analysis.load import memo, of_kind, of_kinds
 from chaos.events import EndReason, Ev, Source
 from chaos.history import Event
 
 
 def _of(events: list[Event], name: Ev) -> list[Event]:
     """The workload's events of one kind (from the probe, or inferred from a print-only job's output)."""
-    return [e for e in of_kind(events, name) if e.get("source") in (Source.WORKLOAD, Source.PROGRESS)]
+    return memo(events, f"workload:{name}", lambda: [e for e in of_kind(events, name)
+                                                     if e.get("source") in (Source.WORKLOAD, Source.PROGRESS)])
 
 
 def _verdict(ok: bool | None, why: str, **details: Any) -> dict[str, Any]:
@@ -153,10 +155,17 @@ def lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
     Followed backwards from the final incarnation through the checkpoint it loaded to the incarnation that
     saved that checkpoint. Without incarnation ids (print-only jobs) it is the last execution of each step.
     """
+    return memo(events, "lineage", lambda: _lineage(events))  # several checkers and the loss plot ask
+
+
+def _lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
     steps = _of(events, Ev.STEP_COMPLETED)
     if not steps:
         return [], "no step completed"
-    if not any(e.get("incarnation") for e in steps):
+    by_incarnation: dict[Any, list[Event]] = {}
+    for e in steps:
+        by_incarnation.setdefault(e.get("incarnation"), []).append(e)
+    if not any(by_incarnation.keys()):
         last: dict[int, Event] = {}
         for e in steps:
             last[e["step"]] = e
@@ -174,7 +183,7 @@ def lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
         load = loads.get(inc)
         start = load["step"] if load else 0
         chain.append({"incarnation": inc, "a": start, "b": end,
-                      "events": [e for e in steps if e.get("incarnation") == inc and start < e["step"] <= end]})
+                      "events": [e for e in by_incarnation.get(inc, ()) if start < e["step"] <= end]})
         if not load:
             break
         origin = [s for s in saves if s["path"] == load["path"] and s["step"] == load["step"] and s["t"] < load["t"]]
@@ -190,39 +199,39 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
     chain, problem = lineage(events)
     if not chain:
         return _verdict(None, f"not checked: {problem}")
-    counts: dict[int, Counter[int]] = defaultdict(Counter)
+    consumed: dict[int, list[Any]] = defaultdict(list)  # epoch -> the sample-id lists the lineage consumed in it
     dataset_size = None
     missing_steps: list[int] = []
     has_ids = False
     for seg in chain:
-        by_step: dict[int, dict[Any, Event]] = defaultdict(dict)
+        by_step_rank: dict[tuple[int, Any], Event] = {}  # a (step, rank) done twice in one incarnation counts once
         for e in seg["events"]:
-            by_step[e["step"]][e.get("rank", 0)] = e
-        for s in range(seg["a"] + 1, seg["b"] + 1):
-            if s not in by_step:
-                missing_steps.append(s)
+            by_step_rank[(e["step"], e.get("rank", 0))] = e
+        present = {s for s, _ in by_step_rank}
+        missing_steps += [s for s in range(seg["a"] + 1, seg["b"] + 1) if s not in present]
+        for e in by_step_rank.values():
+            if e.get("sample_ids") is None:
                 continue
-            for e in by_step[s].values():
-                if e.get("sample_ids") is None:
-                    continue
-                has_ids = True
-                dataset_size = e.get("dataset_size", dataset_size)
-                counts[int(e.get("epoch", 0))].update(e["sample_ids"])
+            has_ids = True
+            dataset_size = e.get("dataset_size", dataset_size)
+            consumed[int(e.get("epoch", 0))].append(e["sample_ids"])
     if not has_ids or dataset_size is None:
         return _verdict(None, "not checked: the workload does not report sample_ids and dataset_size")
     duplicates: dict[int, list[int]] = {}
     skipped: dict[int, list[int]] = {}
     complete = []
-    for epoch, counter in sorted(counts.items()):
-        seen_total = sum(counter.values())
-        dup = sorted(i for i, c in counter.items() if c > 1)
-        if dup:
+    last_epoch = max(consumed, default=0)
+    for epoch, id_lists in sorted(consumed.items()):
+        seen_total = sum(map(len, id_lists))
+        distinct = set(chain_all.from_iterable(id_lists))
+        if len(distinct) < seen_total:  # counting is needed only when something was consumed twice
+            dup = sorted(i for i, c in Counter(chain_all.from_iterable(id_lists)).items() if c > 1)
             duplicates[epoch] = dup
         # an epoch is judged for skips only when the lineage ran through it (the run got past its end)
-        ran_through = any(e > epoch for e in counts) or seen_total >= dataset_size
+        ran_through = epoch < last_epoch or seen_total >= dataset_size
         if ran_through:
             complete.append(epoch)
-            miss = sorted(set(range(dataset_size)) - set(counter))
+            miss = sorted(set(range(dataset_size)) - distinct)
             if miss:
                 skipped[epoch] = miss
     details = {"epochs_checked": complete, "lineage": [{"incarnation": s["incarnation"], "from_step": s["a"],
@@ -262,6 +271,9 @@ def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: flo
         return _verdict(None, "not checked: no golden run (checks.golden is off)", mode="not_checked")
     if not golden.get("completed"):
         return _verdict(None, "not checked: the golden run did not complete", mode="not_checked")
+    if golden.get("trusted") is False:  # it restarted itself twice: not a fault-free reference
+        return _verdict(None, f"not checked: the golden run cannot be trusted ({golden.get('untrusted_why')})",
+                        mode="not_checked")
     finished = _of(events, Ev.RUN_FINISHED)
     chain, _ = lineage(events)
     steps = [e for seg in chain for e in seg["events"]]

@@ -10,12 +10,16 @@ packed in an ``array``: ~0.8 KB per step. Steps stay plain dicts, because every 
 
 from __future__ import annotations
 
+import gc
 from array import array
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from chaos.events import Ev
 from chaos.history import Event, Unreadable, iter_checked
+
+T = TypeVar("T")
 
 # Fields of a step whose values repeat across lines (node names, sources, incarnation ids, pids).
 _SHARED = ("source", "event", "node", "pid", "incarnation")
@@ -50,11 +54,25 @@ class History(list[Event]):
         super().__init__(events)
         self.unreadable = unreadable or Unreadable()  # lines that were not usable events (reported, not fatal)
         self._by_kind: dict[Any, list[Event]] = {}
+        self._memo: dict[str, Any] = {}
         for e in self:
             self._by_kind.setdefault(e.get("event"), []).append(e)
 
     def of(self, kind: Ev) -> list[Event]:
         return self._by_kind.get(kind, [])
+
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """A derived structure several analyses need (the lineage ...), computed on first use."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]  # type: ignore[no-any-return]
+
+
+def memo(events: list[Event], key: str, compute: Callable[[], T]) -> T:
+    """``compute()``, once per :class:`History` (plain event lists, as tests build them, compute every time)."""
+    if isinstance(events, History):
+        return events.memo(key, compute)
+    return compute()
 
 
 def of_kind(events: list[Event], kind: Ev) -> list[Event]:
@@ -73,17 +91,29 @@ def of_kinds(events: list[Event], *kinds: Ev) -> list[Event]:
 
 
 def _pack(ids: list[Any]) -> Any:
-    try:
-        return array("q", ids)
-    except (TypeError, OverflowError):
-        return tuple(ids)  # ids that are not machine integers: kept as they are
+    for typecode in ("i", "q"):  # 4 bytes an id when they fit, else 8
+        try:
+            return array(typecode, ids)
+        except OverflowError:
+            continue
+        except TypeError:
+            break
+    return tuple(ids)  # ids that are not machine integers: kept as they are
 
 
 def load_events(path: Path | str) -> History:
     """The history sorted by time, with step events compact (see the module docstring)."""
     compactor = _Compactor()
-    unreadable = Unreadable()
-    events = [compactor.step(e) if e.get("event") == Ev.STEP_COMPLETED else e
-              for e in iter_checked(path, unreadable)]
-    events.sort(key=lambda e: e.get("t", 0.0))
-    return History(events, unreadable)
+    unreadable = Unreadable()  # lines that are not usable events: counted and reported, not fatal
+    # Hundreds of thousands of new dicts, none in a reference cycle: the cyclic collector would rescan the growing
+    # heap again and again for nothing (a third of the load time), so it waits until they are all built.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        events = [compactor.step(e) if e.get("event") == Ev.STEP_COMPLETED else e
+                  for e in iter_checked(path, unreadable)]
+        events.sort(key=lambda e: e.get("t", 0.0))
+        return History(events, unreadable)
+    finally:
+        if collecting:
+            gc.enable()

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from chaos import __version__
-from chaos.analysis.result import write_result
+from chaos.analysis.result_json import write_result
 from chaos.engine.end import End, EndDetector
 from chaos.engine.nodes import NodeOrchestrator, NodeState
 from chaos.engine.progress import CheckpointWatcher, LogProgress, ProgressObserver
@@ -125,8 +125,8 @@ class Engine:
         self.run_id = run_id or new_run_id(scenario)
         self.run_dir = Path(out_dir).resolve() / self.run_id
         self.on_update = on_update
-        self.golden: GoldenRunner = golden if golden is not None else GoldenCache(run_in_engine)
         self.log: list[str] = []
+        self.golden: GoldenRunner = golden if golden is not None else GoldenCache(run_in_engine, on_wait=self.note)
         self.phase = Phase.PREPARING
         self.started = time.time()  # reset when the faulted run starts: limits count from there
 
