@@ -62,6 +62,7 @@ class Ev(StrEnum):
     FAULT_INJECTED = "fault_injected"
     FAULT_SKIPPED = "fault_skipped"
     FAULT_FAILED = "fault_failed"
+    FAULT_NOT_REACHED = "fault_not_reached"
     FAULT_HEALED = "fault_healed"
     FAULT_HEAL_FAILED = "fault_heal_failed"
     # -- workload (source "workload" through chaos.probe; PROCESS_STARTED and STEP_COMPLETED also "progress")
@@ -186,6 +187,12 @@ class FaultFailed(FaultBase):
     why: str  # the exception: the fault did not happen
 
 
+class FaultNotReached(FaultBase):
+    """Written at the end of a run for every fault whose trigger was never met: it did not happen."""
+
+    why: str  # which trigger was not met, and how far the job got
+
+
 class FaultHealed(FaultBase):
     """The fault was undone; further fields come from the kind's heal (e.g. ``restored``)."""
 
@@ -286,6 +293,7 @@ FIELDS: dict[Ev, type] = {
     Ev.FAULT_INJECTED: FaultInjected,
     Ev.FAULT_SKIPPED: FaultSkipped,
     Ev.FAULT_FAILED: FaultFailed,
+    Ev.FAULT_NOT_REACHED: FaultNotReached,
     Ev.FAULT_HEALED: FaultHealed,
     Ev.FAULT_HEAL_FAILED: FaultHealFailed,
     Ev.PROCESS_STARTED: ProcessStarted,

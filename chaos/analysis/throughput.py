@@ -28,7 +28,7 @@ def throughput(events: list[Event], result: dict[str, Any], nodes: int) -> dict[
         if e.get("rank", 0) == 0 and e.get("comm_s") is not None and e.get("duration_s"):
             shares.append(e["comm_s"] / e["duration_s"])
     median = result["median_step_s"]
-    disruptive = [f for f in result["faults"] if f.get("disruptive", True)]
+    disruptive = [f for f in result["faults"] if f.get("disruptive", True) and f.get("injected", True)]
     first = disruptive[0] if disruptive else {}
     duration = result["duration_s"]
     useful = result["steps_completed"]
