@@ -27,6 +27,8 @@ def program_problem(scenario: Scenario) -> str | None:
     if not isinstance(w, CommandWorkload):
         return None
     argv = list(w.command)
+    if any("\0" in arg for arg in argv):
+        return "an argument contains a NUL character, which no command line can carry"
     first = argv[0]
     if Path(first).name.startswith("python") and not first.endswith(".py"):
         if len(argv) < 2 or argv[1].startswith("-"):

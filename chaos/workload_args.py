@@ -91,6 +91,9 @@ def problems(declared: dict[str, Arg], args: dict[str, Any]) -> dict[str, str]:
         if arg is None:
             found[name] = f"unknown argument; the workload takes {', '.join(declared)}"
             continue
+        if isinstance(value, str) and "\0" in value:
+            found[name] = "a NUL character cannot be passed on a command line"
+            continue
         if isinstance(value, bool):
             found[name] = f"expected {_JSON_TYPE[arg.type]}, got {value!r}"
             continue

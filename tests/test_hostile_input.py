@@ -43,6 +43,24 @@ def test_alias_bomb_is_refused_fast_and_small_by_the_cli() -> None:
     assert "Traceback" not in proc.stderr and f"{bomb}:3: YAML alias *a is not accepted" in proc.stderr
 
 
+def test_whole_corpus_through_the_cli_in_bounded_memory_and_time() -> None:
+    """`chaos validate` on every hostile file at once, under 1.5 GB of address space: exit 2, each file named,
+    no traceback."""
+    files = " ".join(str(p) for p in CORPUS)
+    proc = subprocess.run(["bash", "-c", f"ulimit -v 1500000; exec {sys.executable} -m chaos validate --no-machine "
+                           f"{files}"], capture_output=True, text=True, timeout=120, env=ENV)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert all(str(p) in proc.stderr for p in CORPUS), proc.stderr
+
+
+def test_nul_in_command_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "nul.yaml"
+    path.write_text(f"name: nul\nworkload:\n  command: [python, {sys.executable}, \"a\\0b\"]\n"
+                    "  progress_regex: 'step (?P<step>\\d+)'\n")
+    with pytest.raises(ScenarioInvalid, match=r"workload\.command: an argument contains a NUL character"):
+        admit(path, machine=False)
+
+
 def test_validate_and_run_refuse_alike_and_markup_is_not_eaten(tmp_path: Path) -> None:
     path = ROOT / "tests/data/hostile/scenarios/elastic-not-python.yaml"
     outputs = []
