@@ -51,3 +51,19 @@ def test_report_on_damaged_history(name: str, tmp_path: Path, capsys: pytest.Cap
         assert code == 0 and result["verdict"] == "pass", result["why"]
     else:
         assert code == 1 and "incomplete history" in out.out and "incomplete history" in result["why"]
+
+
+def test_report_with_damaged_scenario_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copy(HISTORIES / "engine-killed.jsonl", tmp_path / "events.jsonl")
+    (tmp_path / "scenario.yaml").write_bytes(b"name: x\n\xffworkload: {name: ddp-mlp}\n")
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'scenario.yaml'}: byte 8: not UTF-8" in err and "Traceback" not in err
+
+
+def test_report_on_unreadable_history_file_gives_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "events.jsonl").mkdir()  # exists, but is no file
+    (tmp_path / "scenario.yaml").write_text(SCENARIO)
+    assert main(["report", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot analyse this run directory" in err and "Traceback" not in err
