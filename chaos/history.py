@@ -7,7 +7,9 @@ it back sorted by the host clock ``t``; nothing else is needed to recompute a ru
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import threading
 import time
@@ -143,6 +145,7 @@ def _simple_types(hint: Any) -> tuple[type, ...] | None:
     return out
 
 
+@functools.cache
 def _field_checks() -> dict[str, list[tuple[str, bool, tuple[type, ...]]]]:
     """Per event name: (required field, must be present, accepted types), from the declarations in chaos.events.
 
@@ -168,19 +171,21 @@ def readable(e: Any, checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]]
     if not isinstance(e, dict):
         return False
     t, name = e.get("t"), e.get("event")
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or t != t or t in (float("inf"), float("-inf")):
+    if t.__class__ is not float and (t.__class__ is not int):  # bool is neither
         return False
-    if not isinstance(name, str):
+    if not math.isfinite(t) or not isinstance(name, str):
         return False
     for key, must, accepted in checks.get(name, ()):
-        if key not in e:
+        value = e.get(key, _ABSENT)
+        if value is _ABSENT:
             if must:
                 return False
-            continue
-        value = e[key]
-        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+        elif not isinstance(value, accepted) or (value.__class__ is bool and bool not in accepted):
             return False
     return True
+
+
+_ABSENT = object()
 
 
 def iter_checked(path: Path | str, unreadable: Unreadable) -> Iterator[Event]:
