@@ -21,6 +21,11 @@ RUN_DIR_ITSELF = ("is the run directory itself, whose events.jsonl and logs woul
                   "name a subdirectory, e.g. checkpoints")
 
 
+# What torch-chaos itself keeps in a run directory (docs/design.md, "The flow"): never a checkpoint directory.
+RUN_OWN = frozenset({"events.jsonl", "events.jsonl.acks", "logs", "scenario.yaml", "plan.yaml", "result.json",
+                     "golden.json", "report.html", "report.md", "report.json", "report.junit.xml"})
+
+
 def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
@@ -49,6 +54,9 @@ def check_path(value: str, allow_paths: list[str]) -> str | None:
     norm = posixpath.normpath(value)
     if norm == ".":
         return f"{value!r} {RUN_DIR_ITSELF}"
+    if norm.split("/")[0] in RUN_OWN:
+        return (f"{value!r} is where torch-chaos keeps the run's own {norm.split('/')[0]}; checkpoint faults would "
+                "damage it. Name another subdirectory, e.g. checkpoints")
     if norm == ".." or norm.startswith("../"):
         return (f"{value!r} leaves the run directory; give a subdirectory of it, or an absolute path listed in "
                 "allow_paths")
