@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from chaos.events import Ev
-from chaos.history import Event, iter_history
+from chaos.history import Event, Unreadable, iter_checked
 
 T = TypeVar("T")
 
@@ -50,8 +50,9 @@ class History(list[Event]):
     built once. Treat it as read-only: the index is not updated.
     """
 
-    def __init__(self, events: list[Event]):
+    def __init__(self, events: list[Event], unreadable: Unreadable | None = None):
         super().__init__(events)
+        self.unreadable = unreadable or Unreadable()  # lines that were not usable events (reported, not fatal)
         self._by_kind: dict[Any, list[Event]] = {}
         self._memo: dict[str, Any] = {}
         for e in self:
@@ -103,14 +104,16 @@ def _pack(ids: list[Any]) -> Any:
 def load_events(path: Path | str) -> History:
     """The history sorted by time, with step events compact (see the module docstring)."""
     compactor = _Compactor()
+    unreadable = Unreadable()  # lines that are not usable events: counted and reported, not fatal
     # Hundreds of thousands of new dicts, none in a reference cycle: the cyclic collector would rescan the growing
     # heap again and again for nothing (a third of the load time), so it waits until they are all built.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        events = [compactor.step(e) if e.get("event") == Ev.STEP_COMPLETED else e for e in iter_history(path)]
+        events = [compactor.step(e) if e.get("event") == Ev.STEP_COMPLETED else e
+                  for e in iter_checked(path, unreadable)]
         events.sort(key=lambda e: e.get("t", 0.0))
-        return History(events)
+        return History(events, unreadable)
     finally:
         if collecting:
             gc.enable()
