@@ -126,3 +126,14 @@ def test_doctor_names_a_fix_for_every_gap(capsys: pytest.CaptureFixture[str]) ->
     assert {"root", "docker engine", "docker image", "iptables", "debootstrap (offline image build)"} <= names
     assert all(c["fix"] for c in checks if not c["ok"]), checks
     assert code in (0, 1)
+
+
+@pytest.mark.parametrize("kind", ["delay: 100ms", "loss_percent: 5", "rate: 1mbit", "groups: [[0], [1]]", ""])
+def test_network_fault_durations_are_seconds(kind: str) -> None:
+    """Every network kind reads `duration: 20s` as 20.0 seconds (the engine adds it to a time)."""
+    name = {"delay": "delay", "loss_percent": "loss", "rate": "bandwidth", "groups": "partition"}.get(
+        kind.split(":")[0], "isolate")
+    target = "" if name == "partition" else ", target: 1"
+    extra = f", {kind}" if kind else ""
+    s = parse_scenario(scenario_text(f"{{kind: {name}{target}, at_step: 3, duration: 20s{extra}}}"))
+    assert s.faults[0].duration == 20.0

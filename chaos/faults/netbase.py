@@ -9,7 +9,7 @@ from pydantic import Field
 
 from chaos.faults.base import FaultContext, FaultKind
 from chaos.runtimes.base import NODE_NETWORK
-from chaos.spec import FaultSpec
+from chaos.spec import FaultSpec, Seconds
 
 if TYPE_CHECKING:
     from chaos.machine import Check
@@ -23,7 +23,7 @@ class NetworkFaultSpec(FaultSpec):
     """Network impairments last ``duration``, or until the run ends when it is not given."""
 
     DURATION: ClassVar = "optional"
-    duration: Any = Field(None, description="how long the impairment lasts (default: until the run ends)")
+    duration: Seconds | None = Field(None, description="how long the impairment lasts (default: until the run ends)")
 
 
 def impairment(ctx: FaultContext, node: str, **details: Any) -> Impairment:
