@@ -90,6 +90,7 @@ class EndReason(StrEnum):
     HUNG = "hung"  # no step within startup_timeout_s, or none for stall_timeout_s
     ERROR = "error"  # an engine error (the run still ends in teardown and a result)
     INTERRUPTED = "interrupted"  # SIGINT / SIGTERM
+    FAILED_TO_START = "failed_to_start"  # workers kept failing (or every node died) before any training step
 
 
 # Workload events a fault may be triggered on (``on: {event: ...}`` in a scenario) and a probe may pause after.

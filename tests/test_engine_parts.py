@@ -227,7 +227,8 @@ def test_end_detector_reasons(tmp_path: Path) -> None:
     run.runtime.codes["node0"] = 1
     run.nodes.watch(now=2.0)
     failed = run.end.check(now=2.0, started=0.0)
-    assert failed is not None and failed.reason is EndReason.FAILED and "node0=1" in failed.why
+    # it never completed a step: a failed start, not a job that failed halfway
+    assert failed is not None and failed.reason is EndReason.FAILED_TO_START and "node0=1" in failed.why
 
 
 def test_a_finished_node_ends_the_run_after_the_grace_period(tmp_path: Path) -> None:

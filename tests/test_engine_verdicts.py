@@ -161,3 +161,14 @@ def test_a_crash_that_kills_nothing_is_not_credited(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match="acted on nothing"):
         LocalRuntime("20261201-000000-t-abc123", tmp_path).kill("node0")
+
+
+def test_a_job_that_cannot_start_is_an_error_with_its_last_lines(tmp_path: Path) -> None:
+    """Dies before any step on every start: not `hung` after the startup timeout, not a plain failure, but
+    `error: the workload failed to start`, with the lines that say why."""
+    t0 = time.monotonic()
+    result = run(tmp_path, "fails_at_start.py", "limits: {startup_timeout_s: 120}")
+    assert result["verdict"] == "error" and result["end_reason"] == "failed_to_start", result["why"]
+    assert result["why"].startswith("the workload failed to start")
+    assert "No such file or directory: 'data/train.csv'" in result["why"]
+    assert time.monotonic() - t0 < 60  # decided from the exits, long before the startup timeout

@@ -26,7 +26,7 @@ RESULT_SCHEMA_VERSION = 5
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
-                 EndReason.INTERRUPTED: "error"}
+                 EndReason.INTERRUPTED: "error", EndReason.FAILED_TO_START: "error"}
 
 
 def _bound_ok(bound: Bound, value: float | None) -> bool:

@@ -25,7 +25,7 @@ from chaos import __version__
 from chaos.analysis.result_json import write_result
 from chaos.engine.end import End, EndDetector
 from chaos.engine.nodes import NodeOrchestrator, NodeState
-from chaos.engine.progress import CheckpointWatcher, LogProgress, ProgressObserver
+from chaos.engine.progress import CheckpointWatcher, LogProgress, NodeLogs, ProgressObserver
 from chaos.engine.scheduler import FaultScheduler, FaultState
 from chaos.engine.signals import Interrupted, RunInterrupted, signals_ignored, signals_interrupt
 from chaos.engine.states import PHASE_TRANSITIONS, EndReason, Phase, move
@@ -96,7 +96,8 @@ class RunParts:
             LogProgress(w.progress_regex, {n.name: self.runtime.log_path(n.name) for n in self.plan.nodes},
                         self.history) if scraped else None,
             CheckpointWatcher(self.plan.checkpoint_dir, self.history) if scraped else None,
-            note, now=time.time())
+            note, now=time.time(),
+            node_logs=NodeLogs({n.name: self.runtime.log_path(n.name) for n in self.plan.nodes}))
         self.nodes = NodeOrchestrator(self.runtime, self.plan, scenario.cluster.node_restart, self.history, note)
         self.faults = FaultScheduler(scenario.faults, self.runtime, self.plan, self.history, acks_dir, self.nodes,
                                      self.progress, note)

@@ -37,9 +37,21 @@ class EndDetector:
             if now - finishing_since > FINISH_GRACE_S:
                 return End(EndReason.COMPLETED, "a node finished; the others were stopped after the grace period")
             return None
+        started_training = progress.first_step_t is not None
+        logs = progress.node_logs
         if all(s.status is NodeStatus.DEAD for s in states):
             codes = ", ".join(f"{s.name}={s.exit_code}" for s in states)
+            if not started_training:
+                return End(EndReason.FAILED_TO_START, f"the workload failed to start: every node exited before any "
+                           f"training step ({codes})" + (f"; {logs.explain()}" if logs is not None else ""))
             return End(EndReason.FAILED, f"every node exited without finishing ({codes})")
+        # Before any step, workers that torchrun restarts and nodes the orchestrator replaces are failed starts;
+        # counted per node, so one unlucky rendezvous round that fails every node at once is not a pattern.
+        early = max((s.replacements + (len(logs.worker_failures.get(s.name, [])) if logs is not None else 0)
+                     for s in states), default=0)
+        if not started_training and early >= limits.restart_loop_restarts:
+            return End(EndReason.FAILED_TO_START, f"the workload failed to start: its workers died {early} "
+                       "time(s) before any training step" + (f"; {logs.explain()}" if logs is not None else ""))
         if now - started > limits.deadline_s:
             return End(EndReason.DEADLINE, f"deadline of {limits.deadline_s:g}s reached at step {progress.max_step}")
         if progress.starts_since_progress >= limits.restart_loop_restarts:

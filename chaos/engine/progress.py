@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -54,6 +55,47 @@ class LogProgress:
                                     step=step, loss=float(loss) if loss else None)
 
 
+# torchrun's agent logs every worker that dies (at ERROR level, so it shows with default logging):
+#   "... failed (exitcode: 1) local_rank: 0 (pid: 32542) of binary: /usr/bin/python"
+_WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+LAST_LINES = 8
+
+
+class NodeLogs:
+    """The nodes' own output, read as it grows: the launcher's worker failures, and each node's last lines.
+
+    A job that cannot start (a missing file, an import error, a bad argument) never completes a step and often
+    never reaches the probe: only torchrun's log says its workers keep dying. That is what lets the end detector
+    call it a failed start at once, with the lines that explain it, instead of waiting for the startup timeout.
+    """
+
+    def __init__(self, log_paths: Mapping[str, Path]):
+        self._tails = {name: FileTail(path) for name, path in log_paths.items()}
+        self.last_lines: dict[str, deque[str]] = {name: deque(maxlen=LAST_LINES) for name in log_paths}
+        self.worker_failures: dict[str, list[int]] = {name: [] for name in log_paths}  # exit codes, in order
+
+    def read(self) -> None:
+        for name, tail in self._tails.items():
+            for line in tail.read_lines():
+                if line.strip():
+                    self.last_lines[name].append(line.rstrip()[:300])
+                m = _WORKER_FAILED.search(line)
+                if m:
+                    self.worker_failures[name].append(int(m.group(1)))
+
+    def explain(self, name: str | None = None) -> str:
+        """The failures per node and the last lines of the node that failed most (or of ``name``)."""
+        counts = {n: codes for n, codes in self.worker_failures.items() if codes}
+        parts = [f"{n}: {len(codes)} worker failure(s), exit code(s) {sorted(set(codes))}"
+                 for n, codes in sorted(counts.items())]
+        worst = name or max(counts, key=lambda n: len(counts[n]), default=None) or next(iter(self.last_lines), None)
+        lines = list(self.last_lines.get(worst, [])) if worst else []
+        text = "; ".join(parts)
+        if lines:
+            text += ("; " if text else "") + f"last lines of {worst}'s log:\n    " + "\n    ".join(lines)
+        return text
+
+
 class CheckpointWatcher:
     """Scripts without the probe: record each checkpoint file that appears or changes (for resume inference)."""
 
@@ -92,10 +134,11 @@ class ProgressObserver:
     """
 
     def __init__(self, history_path: Path, log_progress: LogProgress | None, checkpoints: CheckpointWatcher | None,
-                 note: Callable[[str], None], now: float):
+                 note: Callable[[str], None], now: float, node_logs: NodeLogs | None = None):
         self._tail = FileTail(history_path)
         self._log_progress = log_progress
         self._checkpoints = checkpoints
+        self.node_logs = node_logs
         self._note = note
         self._fault_since_last_start = False
         self.max_step = 0
@@ -123,6 +166,8 @@ class ProgressObserver:
             self._log_progress.scrape()  # written to the history; observed when the tail reads it back
         if self._checkpoints is not None:
             self._checkpoints.scan()
+        if self.node_logs is not None and self.first_step_t is None:
+            self.node_logs.read()  # only needed until the job has started: a failed start is judged from it
         events = list(self._tail.read_new())
         for e in events:
             self._observe(e)
