@@ -85,6 +85,12 @@ def iter_history(path: Path | str) -> Iterator[Event]:
 
     A line that is not valid JSON (a torn last line: its writer was killed mid-write) is skipped, not fatal.
     """
+    for chunk in iter_chunks(path):
+        yield from chunk
+
+
+def iter_chunks(path: Path | str) -> Iterator[list[Event]]:
+    """The events in file order, a list per megabyte of lines (for readers that handle events in bulk)."""
     with open(path, "rb") as f:
         while True:
             lines = [line for line in f.readlines(_CHUNK_BYTES) if line.strip()]
@@ -94,7 +100,7 @@ def iter_history(path: Path | str) -> Iterator[Event]:
                 chunk: list[Any] = json.loads(b"[" + b",".join(lines) + b"]")
             except json.JSONDecodeError:  # a torn line in this chunk: parse line by line, skip what is broken
                 chunk = [e for e in map(_parse_line, lines) if e is not None]
-            yield from (e for e in chunk if isinstance(e, dict))
+            yield [e for e in chunk if isinstance(e, dict)]
 
 
 def _parse_line(line: bytes) -> Any:

@@ -47,6 +47,7 @@ def figures(events: list[Event]) -> dict[str, Any]:
     from chaos.analysis import metrics as m
     from chaos.analysis.breakdown import recovery_breakdowns
     from chaos.analysis.interval import save_cost_s
+    from chaos.analysis.load import first_t
     from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
     from chaos.analysis.throughput import throughput
 
@@ -62,9 +63,8 @@ def figures(events: list[Event]) -> dict[str, Any]:
     golden_ok = {**golden, "completed": True} if isinstance(golden, dict) and "error" not in golden else None
     out["verdicts"] = _try(lambda: ck.checkpoint_verdicts(events, None, 0.01))
     out["verdicts_self_golden"] = _try(lambda: ck.checkpoint_verdicts(events, golden_ok, 0.01))
-    out["lineage"] = _try(lambda: [(lambda c, p: ([{**s, "events": _digest(_json([
-        (e["step"], e.get("rank"), e.get("t")) for e in s["events"]]))} for s in c], p))(*ck.lineage(events))][0])
-    out["losses"] = _try(lambda: lineage_losses(ck.lineage(events)[0]))
+    out["lineage"] = _try(lambda: _lineage(events))
+    out["losses"] = _try(lambda: lineage_losses(events))
     if isinstance(faults, list):
         out["breakdowns"] = _try(lambda: recovery_breakdowns(events, faults))
         if isinstance(gp, dict) and "error" not in gp:
@@ -72,10 +72,21 @@ def figures(events: list[Event]) -> dict[str, Any]:
                       "steps_completed": gp["steps_completed"]}
             out["throughput"] = _try(lambda: throughput(events, result, 3))
     out["save_cost"] = _try(lambda: save_cost_s(events))
-    t0 = events[0]["t"] if events else 0.0
+    t0 = first_t(events)  # the history's first event (a loaded history keeps its steps apart)
     out["progress"] = _try(lambda: progress_by_node(events, t0, max_points=50))
     out["worker_starts"] = _try(lambda: worker_round_starts(events, t0))
     return out
+
+
+def _lineage(events: list[Event]) -> Any:
+    """The lineage with each segment's steps as (step, rank, t), whatever analysis keeps them as."""
+    from chaos.analysis import checkpoints as ck
+
+    chain, problem = ck.lineage(events)
+    table = ck.worker_steps(events)
+    step_no, ranks, times = table.values("step"), table.values("rank"), table.values("t")
+    return [{**{k: v for k, v in s.items() if k != "rows"},
+             "events": _digest(_json([(step_no[r], ranks[r], times[r]) for r in s["rows"]]))} for s in chain], problem
 
 
 def loaded(events: list[Event]) -> list[Event]:

@@ -7,9 +7,8 @@ lowest and the highest value in their order of time, so a restart's drop in the 
 
 from __future__ import annotations
 
-from typing import Any
-
-from chaos.analysis.load import of_kind
+from chaos.analysis.checkpoints import lineage, worker_steps
+from chaos.analysis.load import of_kind, step_table
 from chaos.events import Ev, Source
 from chaos.history import Event
 
@@ -39,8 +38,9 @@ Series = list[tuple[float, float]]
 def progress_by_node(events: list[Event], t0: float, max_points: int = MAX_POINTS) -> dict[str, Series]:
     """(seconds since t0, global step) of every step completion, per node, downsampled."""
     by_node: dict[str, list[tuple[float, float]]] = {}
-    for e in of_kind(events, Ev.STEP_COMPLETED):
-        by_node.setdefault(str(e.get("node")), []).append((e["t"] - t0, e["step"]))
+    table = step_table(events)
+    for node, t, s in zip(table.values("node"), table.values("t"), table.values("step"), strict=True):
+        by_node.setdefault(str(node), []).append((t - t0, s))
     return {node: downsample(sorted(points), max_points) for node, points in sorted(by_node.items())}
 
 
@@ -50,8 +50,11 @@ def worker_round_starts(events: list[Event], t0: float) -> list[float]:
             and e.get("source") == Source.WORKLOAD]
 
 
-def lineage_losses(chain: list[dict[str, Any]], max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
+def lineage_losses(events: list[Event], max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
     """(step, loss) of rank 0 along the surviving lineage, downsampled."""
-    run = sorted((e["step"], e["loss"]) for seg in chain for e in seg["events"]
-                 if e.get("loss") is not None and e.get("rank", 0) == 0)
+    chain, _ = lineage(events)
+    table = worker_steps(events)
+    step_no, losses, ranks = table.values("step"), table.values("loss"), table.values("rank", 0)
+    run = sorted((step_no[r], losses[r]) for seg in chain for r in seg["rows"]
+                 if losses[r] is not None and ranks[r] == 0)
     return downsample(run, max_points)
