@@ -78,7 +78,10 @@ def summary(result: dict[str, Any], console: Console) -> None:
     if result["faults"]:
         console.print(t)
         for f in result["faults"]:
-            line = f"  fault {f['id']}: {f['mechanism'] or 'not injected'}"
+            line = f"  fault {f['id']}: {f['mechanism'] or 'NOT INJECTED'}"
+            if f.get("injected") is False:
+                line += f" ({f.get('outcome')}: {f.get('why_not_injected')})" + (
+                    "; optional" if f.get("optional") else "")
             if f.get("resumed_from") is not None and f["restarted"]:
                 line += f"; resumed from step {f['resumed_from']}"
             if f.get("note"):

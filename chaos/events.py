@@ -17,8 +17,29 @@ treat absence the way its comment says.
 pass members where strings are expected.
 """
 
-from enum import StrEnum
-from typing import Any, Literal, NotRequired, TypedDict
+import sys
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
+
+if sys.version_info >= (3, 11) or TYPE_CHECKING:
+    from enum import StrEnum
+    from typing import NotRequired
+else:  # Python 3.10 (the probe runs in users' interpreters): same behaviour, stdlib only
+
+    class StrEnum(str, Enum):
+        """A member is its string: equal to it, same hash, written to JSON and formatted as it."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, spec: str) -> str:
+            return format(str(self.value), spec)
+
+    class NotRequired:
+        """Stand-in: on 3.10 the field reads as required in ``required_fields`` (only the tests ask)."""
+
+        def __class_getitem__(cls, item: Any) -> Any:
+            return item
 
 
 class Source(StrEnum):
@@ -41,6 +62,7 @@ class Ev(StrEnum):
     FAULT_INJECTED = "fault_injected"
     FAULT_SKIPPED = "fault_skipped"
     FAULT_FAILED = "fault_failed"
+    FAULT_NOT_REACHED = "fault_not_reached"
     FAULT_HEALED = "fault_healed"
     FAULT_HEAL_FAILED = "fault_heal_failed"
     # -- workload (source "workload" through chaos.probe; PROCESS_STARTED and STEP_COMPLETED also "progress")
@@ -165,6 +187,12 @@ class FaultFailed(FaultBase):
     why: str  # the exception: the fault did not happen
 
 
+class FaultNotReached(FaultBase):
+    """Written at the end of a run for every fault whose trigger was never met: it did not happen."""
+
+    why: str  # which trigger was not met, and how far the job got
+
+
 class FaultHealed(FaultBase):
     """The fault was undone; further fields come from the kind's heal (e.g. ``restored``)."""
 
@@ -265,6 +293,7 @@ FIELDS: dict[Ev, type] = {
     Ev.FAULT_INJECTED: FaultInjected,
     Ev.FAULT_SKIPPED: FaultSkipped,
     Ev.FAULT_FAILED: FaultFailed,
+    Ev.FAULT_NOT_REACHED: FaultNotReached,
     Ev.FAULT_HEALED: FaultHealed,
     Ev.FAULT_HEAL_FAILED: FaultHealFailed,
     Ev.PROCESS_STARTED: ProcessStarted,

@@ -93,8 +93,11 @@ class Exploration:
             return False  # out of runs: stop shrinking here rather than run forever
         if self.failures and self.phase == "generate":
             self.phase = "shrink"
+        # A generated fault may legitimately not happen (its node already dead, its step past the job's end):
+        # optional, so such a plan is not mistaken for a failure. The reproducer keeps them required.
+        tried = [f.model_copy(update={"optional": True}) for f in faults]
         scenario = self.scenario.model_copy(deep=True, update={
-            "name": f"{self.scenario.name}-plan{len(self.tried) + 1}", "faults": faults, "explore": None})
+            "name": f"{self.scenario.name}-plan{len(self.tried) + 1}", "faults": tried, "explore": None})
         t0 = time.monotonic()
         result = Engine(scenario, out_dir=self.out_dir / "runs").run()
         failed = result["verdict"] != "pass"

@@ -103,6 +103,8 @@ def fault_summary(index: int, fault: FaultSpec) -> dict[str, Any]:
         out["seed"] = fault.seed
     if fault.duration is not None:
         out["duration_s"] = fault.duration
+    if fault.optional:
+        out["optional"] = True
     out.update(fault.options())
     return out
 

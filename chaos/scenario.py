@@ -181,6 +181,8 @@ class Expect(Strict):
                                    "fault-free median (network impairments)")
     goodput: Bound | None = None
     restarts: Bound | None = None
+    faults_injected: Bound | None = Field(None, description="how many planned faults must really have happened "
+                                          "(for plans whose faults are optional, e.g. those chaos explore makes)")
     checkpoint: CheckpointExpect | None = Field(None, description="checkpoint-correctness verdicts to require")
 
 

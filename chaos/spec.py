@@ -84,6 +84,8 @@ class FaultSpec(Strict):
                                 "(instrumented jobs are held there until the fault has landed)")
     on: EventTrigger | None = Field(None, description="on a workload event")
     duration: Seconds | None = Field(None, description="how long the fault lasts")
+    optional: bool = Field(False, description="the run may pass without this fault happening (a planned fault is "
+                           "otherwise a promise: one that was never injected makes the verdict `error`)")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -1,11 +1,14 @@
-"""Shared fixtures: every test that starts processes must leave none behind; one golden cache per session; the
-integration tests run one at a time on one xdist worker while the fast tier runs beside them."""
+"""Shared fixtures: every test that starts processes must leave none behind; one golden cache per session; how
+tests share the machine over the xdist workers (two real clusters at once at most; tests that compare the
+machine's global state alone)."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psutil
 import pytest
@@ -15,7 +18,9 @@ from chaos.marks import engine_pid, marked_processes, orphaned
 pytest_plugins = ["pytester"]
 
 GOLDEN_CACHE_ENV = "TORCH_CHAOS_GOLDEN_CACHE"
-_created_golden_cache: list[str] = []
+SHARE_LOCK_ENV = "TORCH_CHAOS_TEST_SHARE_LOCK"
+_created: dict[str, str] = {}  # env variable -> the path this session made for it
+_session_has_clusters = pytest.StashKey[bool]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -24,29 +29,99 @@ def pytest_configure(config: pytest.Config) -> None:
     Set in the controller before xdist starts its workers, which inherit the environment, so each distinct golden
     run (keyed by content, see chaos/golden.py) is computed once per session whatever the tests' out dirs. A cache
     the caller chose (the variable already set) is used as it is and kept."""
-    if hasattr(config, "workerinput") or os.environ.get(GOLDEN_CACHE_ENV):
+    if hasattr(config, "workerinput"):
         return
-    path = tempfile.mkdtemp(prefix="torch-chaos-golden-")
-    os.environ[GOLDEN_CACHE_ENV] = path
-    _created_golden_cache.append(path)
+    if not os.environ.get(GOLDEN_CACHE_ENV):
+        _created[GOLDEN_CACHE_ENV] = os.environ[GOLDEN_CACHE_ENV] = tempfile.mkdtemp(prefix="torch-chaos-golden-")
+    fd, lock = tempfile.mkstemp(prefix="torch-chaos-share-")
+    os.close(fd)
+    _created[SHARE_LOCK_ENV] = os.environ[SHARE_LOCK_ENV] = lock
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for path in _created_golden_cache:
-        shutil.rmtree(path, ignore_errors=True)
-        os.environ.pop(GOLDEN_CACHE_ENV, None)
+    for variable, path in _created.items():
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.exists(path):
+            os.unlink(path)
+        os.environ.pop(variable, None)
+    _created.clear()
 
 
+# Files whose tests share real runs with another file's (tests/runs.py caches them per process): same worker.
+SHARES_RUNS_WITH = {"test_reports.py": "test_shipped_scenarios.py", "test_compare.py": "test_shipped_scenarios.py"}
+
+
+def _group(item: pytest.Item) -> str:
+    """The xdist group of a real-cluster test: its file (with the files it shares runs with), split by runtime
+    where a file is parametrized over runtimes (each (scenario, runtime) run is its own)."""
+    module = item.path.name
+    group = SHARES_RUNS_WITH.get(module, module)
+    callspec = getattr(item, "callspec", None)
+    runtime = callspec.params.get("runtime") if callspec is not None else None
+    return f"{group}-{runtime}" if runtime else group
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own hook of this name)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every real-cluster test goes to one xdist group: they run one after another on one worker.
-
-    Integration tests measure recovery times, slowdowns and delays on a 2-core machine; two clusters at once would
-    distort what they assert. The fast tier (seconds-long toy jobs, about a minute in all) is spread over the
-    workers and runs beside the first integration tests, whose bounds are loose (byo) or untimed (explore).
-    Without xdist (``-n 0``) the mark does nothing."""
+    """Real-cluster tests: one xdist group per file (per runtime in the matrix), so runs they share stay cached."""
     for item in items:
         if item.get_closest_marker("integration"):
-            item.add_marker(pytest.mark.xdist_group("cluster"))
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Whether this session runs real clusters at all (after ``-m`` has deselected what it deselects)."""
+    session.config.stash[_session_has_clusters] = any(i.get_closest_marker("integration") for i in session.items)
+
+
+def _share_lock(config: pytest.Config) -> str | None:
+    """The session's lock file, when this is an xdist worker of a session with real-cluster tests."""
+    path = os.environ.get(SHARE_LOCK_ENV)
+    if path is None or not hasattr(config, "workerinput") or not config.stash.get(_session_has_clusters, False):
+        return None
+    return path
+
+
+@contextmanager
+def _locked(path: str, mode: int) -> Iterator[None]:
+    with open(path, "a") as lock:
+        fcntl.flock(lock, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _share_the_machine(request: pytest.FixtureRequest) -> Iterator[None]:
+    """At most two things at once on the machine, and never beside a test that must be alone.
+
+    The two xdist workers each take a group (a test file, or one runtime of the matrix) and run its tests under a
+    shared lock: two real clusters at once. Measured on 2 cores: quickstart's recovery_s 11.2 s beside a
+    network-delay run against 9.2 s alone (bound 30 s), the delay's slowdown 87x against 73x (bound 2x), both in
+    93 s against about 134 s one after the other. Files marked ``alone`` compare the machine's global state
+    (every torch-chaos process, the host's iptables rules and qdiscs): they hold the lock exclusively for the
+    whole file (``_alone_module``), so they wait for one test at most, not one per test. A fast-tier test runs
+    beside at most one cluster."""
+    path = _share_lock(request.config)
+    if path is None or request.node.get_closest_marker("alone"):
+        yield
+        return
+    with _locked(path, fcntl.LOCK_SH):
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _alone_module(request: pytest.FixtureRequest) -> Iterator[None]:
+    path = _share_lock(request.config)
+    marks = getattr(request.module, "pytestmark", [])
+    marked = any(m.name == "alone" for m in (marks if isinstance(marks, list) else [marks]))
+    if path is None or not marked:
+        yield
+        return
+    with _locked(path, fcntl.LOCK_EX):
+        yield
 
 
 def _ours_or_orphaned(proc: psutil.Process) -> bool:

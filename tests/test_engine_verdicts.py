@@ -122,3 +122,42 @@ def test_a_crash_after_the_job_finished_is_reported_apart_from_restarts(tmp_path
     assert result["restarts"] == 0
     assert result["restarts_after_completion"] == 1
     assert result["steps_completed"] == 30
+
+
+def test_a_planned_fault_that_never_happened_is_never_a_pass(tmp_path: Path) -> None:
+    """A fault past the job's last step and a trigger a print-only script never emits: both are in result.json as
+    not injected, with the reason, and the verdict is error; the same plan marked optional passes."""
+    faults = """\
+faults:
+  - {{kind: crash, target: 0, at_step: 500{opt}}}
+  - {{kind: crash, target: 0, on: {{event: checkpoint_save_started}}{opt}}}
+expect: {{completes: true}}"""
+    result = run(tmp_path, "print_steps.py", faults.format(opt=""), args="20")
+    assert result["verdict"] == "error", result["why"]
+    reached, event = result["faults"]
+    assert not reached["injected"] and reached["outcome"] == "not_reached"
+    assert "step 500 was never reached (the highest step completed was 20)" in reached["why_not_injected"]
+    assert not event["injected"] and "a script without the probe emits no such event" in event["why_not_injected"]
+    assert "planned fault(s) did not happen: #0 crash on node0" in result["why"]
+
+    optional = run(tmp_path, "print_steps.py", faults.format(opt=", optional: true"), args="20")
+    assert optional["verdict"] == "pass", optional["why"]
+    assert [f["injected"] for f in optional["faults"]] == [False, False]
+
+
+def test_faults_injected_expectation_counts_what_happened(tmp_path: Path) -> None:
+    result = run(tmp_path, "print_steps.py", """\
+faults:
+  - {kind: crash, target: 0, at_step: 500, optional: true}
+expect: {faults_injected: {min: 1}}""", args="20")
+    assert result["verdict"] == "fail"
+    [x] = [x for x in result["expectations"] if x["name"] == "faults_injected"]
+    assert x["value"] == 0 and not x["ok"]
+
+
+def test_a_crash_that_kills_nothing_is_not_credited(tmp_path: Path) -> None:
+    """No live process to kill: the runtime says so, and the scheduler records the fault as failed, not injected."""
+    from chaos.runtimes.local import LocalRuntime
+
+    with pytest.raises(RuntimeError, match="acted on nothing"):
+        LocalRuntime("20261201-000000-t-abc123", tmp_path).kill("node0")

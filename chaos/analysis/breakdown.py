@@ -14,7 +14,7 @@ _PHASE_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_L
 def recovery_breakdowns(events: list[Event], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One breakdown per disruptive fault of ``faults`` (result.json's entries)."""
     marks = of_kinds(events, *_PHASE_EVENTS)
-    return [recovery_breakdown(marks, f) for f in faults if f.get("disruptive", True)]
+    return [recovery_breakdown(marks, f) for f in faults if f.get("disruptive", True) and f.get("injected", True)]
 
 
 def recovery_breakdown(events: list[Event], fault: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from chaos.analysis.checkpoints import checkpoint_verdicts
 from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
+from chaos.analysis.planned import missing_promises, not_injected
 from chaos.events import EndReason, Ev
 from chaos.history import Event
 from chaos.scenario import Bound, Scenario
@@ -21,7 +22,7 @@ from chaos.scenario import Bound, Scenario
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
 
-RESULT_SCHEMA_VERSION = 4
+RESULT_SCHEMA_VERSION = 5
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
@@ -49,7 +50,8 @@ def evaluate_expectations(scenario: Scenario, summary: dict[str, Any],
     completes = True if exp.completes is None else exp.completes
     out.append({"name": "completes", "limit": completes, "value": summary["completed"],
                 "ok": summary["completed"] == completes, "implicit": exp.completes is None})
-    disruptive = [f for f in faults if f["disruptive"]]  # a non-disruptive fault has no recovery figures
+    # Only faults that happened and interrupt training have recovery figures.
+    disruptive = [f for f in faults if f["disruptive"] and f.get("injected", True)]
     for name in ("recovery_s", "catch_up_s", "lost_steps", "slowdown"):
         bound: Bound | None = getattr(exp, name)
         if bound is not None:
@@ -57,7 +59,7 @@ def evaluate_expectations(scenario: Scenario, summary: dict[str, Any],
             out.append({"name": name, "limit": bound.model_dump(exclude_none=True), "value": value,
                         "ok": _bound_ok(bound, value),
                         **({"why": "not measured: no fault produced this figure"} if value is None else {})})
-    for name in ("goodput", "restarts"):
+    for name in ("goodput", "restarts", "faults_injected"):
         bound = getattr(exp, name)
         if bound is not None:
             value = summary[name]
@@ -95,13 +97,16 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     """result.json's content for a run, from its (sorted) history and its golden run's summary."""
     started = next(iter(of_kind(events, Ev.RUN_STARTED)), {})
     end = _end(events)
-    faults = [m.to_dict() for m in fault_metrics(events)]
+    injected = [{**m.to_dict(), "injected": True} for m in fault_metrics(events)]
+    faults = sorted(injected + not_injected(events, {f["id"] for f in injected}), key=lambda f: f["id"])
+    missing = missing_promises(faults)
     gp = goodput(events)
     completed = end.get("reason") == EndReason.COMPLETED
     summary = {
         "completed": completed,
         "goodput": gp["goodput"],
         "restarts": worker_restarts(events),
+        "faults_injected": len(injected),
     }
     checkpoint = checkpoint_verdicts(events, golden, scenario.checks.loss_rtol)
     expectations = evaluate_expectations(scenario, summary, faults)
@@ -109,6 +114,12 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     reason = end.get("reason", EndReason.ERROR)
     if reason in _END_VERDICTS:
         verdict, why = _END_VERDICTS[reason], end.get("why", reason)
+    elif missing:  # a run whose planned fault did not happen proves nothing about that fault: never a pass
+        verdict = "error"
+        why = "planned fault(s) did not happen: " + "; ".join(
+            f"#{f['id']} {f['kind']}" + (f" on {f['target']}" if f.get("target") not in (None, "None") else "")
+            + f" ({f['outcome']}: {f['why_not_injected']})" for f in missing)
+        why += " (mark a fault optional: true when it may legitimately not happen)"
     elif all(x["ok"] for x in expectations):
         verdict, why = "pass", "every expectation held"
     else:
@@ -118,7 +129,7 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
             why += f" (run ended: {end.get('why', reason)})"
     t0 = started.get("t")
     for f in faults:
-        f["t_injected_rel_s"] = f["t_injected"] - t0 if t0 else None
+        f["t_injected_rel_s"] = f["t_injected"] - t0 if t0 and f["t_injected"] is not None else None
     return {
         "schema_version": RESULT_SCHEMA_VERSION,
         "scenario": scenario.name,

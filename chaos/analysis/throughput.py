@@ -31,7 +31,7 @@ def throughput(events: list[Event], result: dict[str, Any], nodes: int) -> dict[
         if rank == 0 and comm is not None and duration:
             shares.append(comm / duration)
     median = result["median_step_s"]
-    disruptive = [f for f in result["faults"] if f.get("disruptive", True)]
+    disruptive = [f for f in result["faults"] if f.get("disruptive", True) and f.get("injected", True)]
     first = disruptive[0] if disruptive else {}
     duration = result["duration_s"]
     useful = result["steps_completed"]

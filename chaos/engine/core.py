@@ -198,6 +198,8 @@ class Engine:
         with signals_ignored():
             with contextlib.suppress(Exception):
                 parts.progress.drain()
+            with contextlib.suppress(Exception):
+                parts.faults.abandon_pending()
             parts.history.write(Ev.RUN_ENDED, reason=end.reason.value, why=end.why, max_step=parts.progress.max_step)
             parts.faults.heal_all()
             cleaned = parts.runtime.teardown()

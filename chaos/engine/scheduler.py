@@ -143,6 +143,33 @@ class FaultScheduler:
         else:
             f.move_to(FaultStatus.DONE)
 
+    def abandon_pending(self) -> None:
+        """Run's end: every fault whose trigger was never met is recorded as not having happened, with why."""
+        progress = self._progress
+        for f in self.faults:
+            if f.status is not FaultStatus.PENDING:
+                continue
+            spec = f.spec
+            if spec.at is not None:
+                why = (f"its trigger ({spec.at:g}s after the first step) was never met: the run ended first"
+                       if progress.first_step_t is not None else
+                       f"its trigger ({spec.at:g}s after the first step) was never met: no step was completed")
+            elif spec.at_step is not None and progress.max_step >= spec.at_step:
+                why = f"step {spec.at_step} was reached only as the run ended: the fault had no time to fire"
+            elif spec.at_step is not None:
+                why = (f"step {spec.at_step} was never reached (the highest step completed was "
+                       f"{progress.max_step})")
+            else:
+                assert spec.on is not None
+                seen = progress.event_counts.get(spec.on.event, 0)
+                why = (f"{spec.on.event} #{spec.on.occurrence} never happened (the job emitted it {seen} time(s)"
+                       + ("; a script without the probe emits no such event" if seen == 0 else "") + ")")
+            f.move_to(FaultStatus.SKIPPED)
+            where = f"node{spec.target}" if isinstance(spec.target, int) else spec.target
+            self._history.write(Ev.FAULT_NOT_REACHED, fault_id=f.index, kind=spec.kind, target=where,
+                                disruptive=fault_kind(spec.kind).disruptive, why=why)
+            self._note(f"{spec.kind} never happened: {why}")
+
     # ------------------------------------------------------------------ heal
     def heal_due(self, now: float) -> None:
         for f in self.faults:

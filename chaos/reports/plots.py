@@ -26,7 +26,7 @@ def timeline(report: Report) -> Figure:
     t0 = report.analysis.t0
     for node, points in report.analysis.progress.items():
         ax.plot([x for x, _ in points], [y for _, y in points], ".", markersize=2, label=node)
-    for f in report.result["faults"]:
+    for f in [f for f in report.result["faults"] if f.get("t_injected") is not None]:
         start = f["t_injected"] - t0
         colour = fault_colour(f["kind"])
         if f.get("t_healed"):

@@ -28,7 +28,8 @@ FAULT_COLUMNS = ("#", "kind", "target", "mechanism", "at step", "restart", "reco
 
 
 def fault_rows(report: Report) -> list[list[str]]:
-    return [[str(f["id"]), f["kind"], f["target"], f["mechanism"] or "not injected", fmt(f["highest_step_before"]),
+    return [[str(f["id"]), f["kind"], f["target"], f["mechanism"] or f"not injected ({f.get('outcome', '?')}: "
+             f"{f.get('why_not_injected', '')})", fmt(f["highest_step_before"]),
              fmt(f["restarted"]), fmt(f["recovery_s"], " s"), fmt(f["catch_up_s"], " s"), fmt(f["lost_steps"]),
              fmt(f["lost_work_s"], " s"), fmt(f["slowdown"], "×"), fmt(f["resumed_from"])]
             for f in report.result["faults"]]

@@ -79,6 +79,8 @@ class LocalRuntime(Runtime):
 
     def kill(self, name: str) -> str:
         procs = self._stop_tree(name)
+        if not procs:  # a crash that acts on nothing must not be credited with what follows
+            raise RuntimeError(f"no process of {name} was alive: the crash acted on nothing")
         signal_all(procs, signal.SIGKILL)
         self._frozen.discard(name)
         self._reap(name)

@@ -25,7 +25,8 @@ from chaos.marks import marked_processes
 from tests.conftest import network_objects
 from tests.runs import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+# alone: the checks compare every torch-chaos process and the host's rules and qdiscs, whoever made them
+pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.usefixtures("no_leftovers")]
 
 NETWORK_FAULTS_FOR_MINUTES = """\
 name: kill-me-mid-network-fault

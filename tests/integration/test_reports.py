@@ -19,10 +19,10 @@ from tests.runs import run_shipped
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
 
-@pytest.fixture(scope="module")
-def copied_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture
+def copied_run(tmp_path: Path) -> Path:
     _, run_dir = run_shipped("centralized-crash")
-    copy = tmp_path_factory.mktemp("report") / run_dir.name
+    copy = tmp_path / run_dir.name
     shutil.copytree(run_dir, copy)
     for generated in ("result.json", "report.html"):
         (copy / generated).unlink(missing_ok=True)

@@ -1,0 +1,187 @@
+"""Analysis, reports and compare on recorded real runs (tests/data/histories/, re-recorded by tests/data/record.py).
+
+The histories are real: real torchrun jobs, real faults. What these tests check is what torch-chaos computes and
+renders from a run directory alone, which needs no cluster; the integration tier still runs every scenario for
+real and checks its verdict on the live run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from chaos.analysis.result import analyze
+from chaos.cli import main
+from chaos.compare import write_comparison
+from chaos.history import read_history
+from chaos.reports import write_report
+from tests.data.record import RECORDINGS
+from tests.data.recorded import expand, recorded_names
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "reports" / "generated"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+DOCUMENTED_VERDICT = {
+    "centralized-crash": "pass",
+    "quickstart": "pass",
+    "elastic-rendezvous-host-crash": "fail",
+    "corrupt-latest-checkpoint": "pass",
+    "non-atomic-save": "restart_loop",
+    "network-delay-netns": "pass",
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    into = tmp_path_factory.mktemp("recorded")
+    return {name: expand(name, into) for name in recorded_names()}
+
+
+def test_every_recording_is_present_and_small() -> None:
+    assert recorded_names() == sorted(RECORDINGS) == sorted(DOCUMENTED_VERDICT)
+    total = sum(f.stat().st_size for f in Path(__file__).parent.joinpath("data", "histories").rglob("*") if f.is_file())
+    assert total < 3_000_000, f"tests/data/histories holds {total} bytes: keep recordings small (no checkpoints)"
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED_VERDICT))
+def test_analysis_recomputes_the_documented_verdict(runs: dict[str, Path], name: str) -> None:
+    result = analyze(runs[name])
+    assert result["verdict"] == DOCUMENTED_VERDICT[name], result["why"]
+    assert result["faults"] and all(f["mechanism"] for f in result["faults"])
+
+
+def test_crash_replaced_node_is_measured(runs: dict[str, Path]) -> None:
+    result = analyze(runs["quickstart"])
+    [fault] = result["faults"]
+    assert fault["kind"] == "crash" and fault["restarted"] and result["node_replacements"] == 1
+    assert 0 < fault["recovery_s"] < 30 and 0 <= fault["lost_steps"] <= 50
+    assert fault["resumed_from"] % 50 == 0 and fault["catch_up_s"] >= fault["recovery_s"]
+    assert all(v["ok"] is True for v in result["checkpoint"].values()), result["checkpoint"]
+    golden = result["checkpoint"]["matches_golden"]
+    assert golden["mode"] == ("within_tolerance" if golden["world_size_changed"] else "bitwise"), golden
+
+
+def test_store_loss_fails_the_completes_expectation(runs: dict[str, Path]) -> None:
+    result = analyze(runs["elastic-rendezvous-host-crash"])
+    assert result["end_reason"] == "failed"
+    completes = next(x for x in result["expectations"] if x["name"] == "completes")
+    assert completes["value"] is False and not completes["ok"]
+
+
+def test_rejected_checkpoint_and_non_disruptive_fault(runs: dict[str, Path]) -> None:
+    result = analyze(runs["corrupt-latest-checkpoint"])
+    corrupt, crash = result["faults"]
+    assert corrupt["kind"] == "corrupt_checkpoint" and crash["kind"] == "crash"
+    assert crash["resumed_from"] == 250
+    assert result["checkpoint"]["digests_ok"]["ok"] is True
+
+
+def test_torn_checkpoint_is_a_restart_loop_caught_by_digests(runs: dict[str, Path]) -> None:
+    result = analyze(runs["non-atomic-save"])
+    assert result["checkpoint"]["digests_ok"]["verdict"] == "loaded_corrupt"
+
+
+def test_impairment_slowdown_without_restart(runs: dict[str, Path]) -> None:
+    result = analyze(runs["network-delay-netns"])
+    [fault] = result["faults"]
+    assert not fault["restarted"] and fault["slowdown"] > 2
+    [healed] = [e for e in read_history(runs["network-delay-netns"] / "events.jsonl")
+                if e.get("event") == "fault_healed"]
+    assert healed["restored"] is True
+
+
+def test_all_report_formats_from_the_run_directory_alone(runs: dict[str, Path]) -> None:
+    run_dir = runs["centralized-crash"]
+    html = write_report(run_dir, "html").read_text()
+    for section in ("Timeline", "Loss against the golden run", "Recovery breakdown", "Expectations",
+                    "Checkpoint correctness", "Checkpoint interval", "Environment"):
+        assert f">{section}<" in html, section
+    assert "<script" not in html and "<link" not in html
+    assert 'src="http' not in html and 'href="http' not in html and "url(http" not in html
+    md = write_report(run_dir, "md").read_text()
+    assert "![timeline](report-timeline.png)" in md and (run_dir / "report-timeline.png").stat().st_size > 1000
+    data = json.loads(write_report(run_dir, "json").read_text())
+    assert data["result"]["verdict"] == "pass" and data["recovery_breakdown"]
+    suite = ET.parse(write_report(run_dir, "junit")).getroot()
+    names = {c.get("name") for c in suite.iter("testcase")}
+    assert {"completes", "recovery_s", "lost_steps", "digests_ok", "matches_golden", "exactly_once"} <= names
+    assert suite.get("failures") == "0"
+
+
+@pytest.mark.parametrize("name", ["elastic-rendezvous-host-crash", "non-atomic-save", "network-delay-netns",
+                                  "corrupt-latest-checkpoint"])
+def test_every_recording_renders_in_every_format(runs: dict[str, Path], name: str) -> None:
+    """Every verdict (fail, restart_loop; pass is the test above) and fault kind recorded (an impairment, a
+    non-disruptive corruption) goes through every report path without an error."""
+    for fmt in ("html", "md", "json", "junit"):
+        assert write_report(runs[name], fmt).stat().st_size > 0
+
+
+def test_report_cli_and_interval_advice(runs: dict[str, Path]) -> None:
+    run_dir = runs["centralized-crash"]
+    out = run_dir / "advice.md"
+    assert main(["report", str(run_dir), "--format", "md", "-o", str(out), "--mtbf", "2h"]) == 0
+    text = out.read_text()
+    assert "Young √(2CM)" in text and "Daly" in text and "Expected goodput" in text
+    assert main(["report", str(run_dir / "nope")]) == 2
+    assert main(["report", str(runs["elastic-rendezvous-host-crash"]), "--format", "json"]) == 1
+
+
+def test_centralized_against_elastic(runs: dict[str, Path], tmp_path: Path) -> None:
+    paths = write_comparison([runs["centralized-crash"], runs["quickstart"]], tmp_path / "cmp")
+    data = json.loads(paths["json"].read_text())
+    c, e = data["columns"]
+    assert c["mode"] == "centralized" and e["mode"] == "elastic"
+    for col in (c, e):
+        for key in ("steps_per_s", "samples_per_s", "time_to_first_step_s", "recovery_s", "goodput",
+                    "node_seconds_per_step", "comm_share"):
+            assert col[key] is not None and col[key] >= 0, (col["label"], key)
+    assert c["comm_share"] == 0, "a single process does not communicate"
+    assert 0 < e["comm_share"] < 1
+    # the measured samples/s follow from the global batch of the shipped workload (48 samples per step)
+    assert c["samples_per_s"] == pytest.approx(48 * c["steps_per_s"], rel=1e-6)
+    faster = max((c, e), key=lambda col: col["steps_per_s"])
+    assert data["conclusions"][0].startswith(f"{faster['label']} is the fastest")
+    md = paths["md"].read_text()
+    assert "| communication share of a step (median) |" in md and "## Conclusions" in md
+    assert "<table>" in paths["html"].read_text()
+
+
+def test_html_report_in_headless_chromium(runs: dict[str, Path]) -> None:
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (apt-get install -y chromium); CI must run the browser test")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    report = write_report(runs["centralized-crash"], "html")
+    requests: list[str] = []
+    failed: list[str] = []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900}, java_script_enabled=False)
+            page.on("request", lambda r: requests.append(r.url))
+            page.on("requestfailed", lambda r: failed.append(r.url))
+            page.goto(report.as_uri())
+            plots = page.locator("figure svg")
+            assert plots.count() == 2
+            for i in range(plots.count()):
+                box = plots.nth(i).bounding_box()
+                assert box is not None and box["width"] > 300 and box["height"] > 150
+                assert plots.nth(i).locator("path").count() > 10, "a plot with nothing drawn in it"
+            assert "PASS" in page.locator(".banner").inner_text()
+            page.screenshot(path=str(ARTIFACTS / "report-screenshot.png"), full_page=True)
+        finally:
+            browser.close()
+    assert failed == []
+    assert requests == [report.as_uri()], "the report must load nothing but itself"
+    assert (ARTIFACTS / "report-screenshot.png").stat().st_size > 10_000
