@@ -47,7 +47,6 @@ def figures(events: list[Event]) -> dict[str, Any]:
     from chaos.analysis import metrics as m
     from chaos.analysis.breakdown import recovery_breakdowns
     from chaos.analysis.interval import save_cost_s
-    from chaos.analysis.load import first_t
     from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
     from chaos.analysis.throughput import throughput
 
@@ -64,7 +63,8 @@ def figures(events: list[Event]) -> dict[str, Any]:
     out["verdicts"] = _try(lambda: ck.checkpoint_verdicts(events, None, 0.01))
     out["verdicts_self_golden"] = _try(lambda: ck.checkpoint_verdicts(events, golden_ok, 0.01))
     out["lineage"] = _try(lambda: _lineage(events))
-    out["losses"] = _try(lambda: lineage_losses(events))
+    out["losses"] = _try(lambda: lineage_losses(events) if hasattr(ck, "worker_steps")  # else: main's older API
+                         else lineage_losses(ck.lineage(events)[0]))
     if isinstance(faults, list):
         out["breakdowns"] = _try(lambda: recovery_breakdowns(events, faults))
         if isinstance(gp, dict) and "error" not in gp:
@@ -72,10 +72,19 @@ def figures(events: list[Event]) -> dict[str, Any]:
                       "steps_completed": gp["steps_completed"]}
             out["throughput"] = _try(lambda: throughput(events, result, 3))
     out["save_cost"] = _try(lambda: save_cost_s(events))
-    t0 = first_t(events)  # the history's first event (a loaded history keeps its steps apart)
+    t0 = _first_t(events)
     out["progress"] = _try(lambda: progress_by_node(events, t0, max_points=50))
     out["worker_starts"] = _try(lambda: worker_round_starts(events, t0))
     return out
+
+
+def _first_t(events: list[Event]) -> float:
+    """The history's first ``t`` (a loaded history keeps its steps apart; main's older code kept them in the list)."""
+    try:
+        from chaos.analysis.load import first_t
+    except ImportError:
+        return events[0]["t"] if events else 0.0  # type: ignore[no-any-return]
+    return first_t(events)
 
 
 def _lineage(events: list[Event]) -> Any:
@@ -83,6 +92,10 @@ def _lineage(events: list[Event]) -> Any:
     from chaos.analysis import checkpoints as ck
 
     chain, problem = ck.lineage(events)
+    if not hasattr(ck, "worker_steps"):  # main's older code: segments held their step events
+        return [{**{k: v for k, v in s.items() if k != "events"},
+                 "events": _digest(_json([(e["step"], e.get("rank"), e.get("t")) for e in s["events"]]))}
+                for s in chain], problem
     table = ck.worker_steps(events)
     step_no, ranks, times = table.values("step"), table.values("rank"), table.values("t")
     return [{**{k: v for k, v in s.items() if k != "rows"},
@@ -99,8 +112,28 @@ def loaded(events: list[Event]) -> list[Event]:
         return load_events(path)
 
 
+def recorded_figures(run_dir: Path) -> dict[str, Any]:
+    """A recorded real run's figures (its history read as a plain list and as loaded) and its result.json content."""
+    from chaos.analysis.load import load_events
+    from chaos.analysis.result_json import analyze
+    from chaos.history import read_history
+
+    return {"figures": figures(read_history(run_dir / "events.jsonl")),
+            "figures_loaded": figures(load_events(run_dir / "events.jsonl")), "result": _json(analyze(run_dir))}
+
+
+def recorded_history_figures(run_dir: Path) -> dict[str, Any]:
+    """``recorded_figures`` without the result (which also needs the run's scenario.yaml to load)."""
+    from chaos.analysis.load import load_events
+    from chaos.history import read_history
+
+    return {"figures": figures(read_history(run_dir / "events.jsonl")),
+            "figures_loaded": figures(load_events(run_dir / "events.jsonl"))}
+
+
 def load_corpus() -> list[dict[str, Any]]:
-    """[{"name", "events", "figures" (of the plain list), "figures_loaded" (loaded from a file)}]"""
+    """[{"name", "events", "figures" (of the plain list), "figures_loaded" (loaded from a file)}]; a recorded run
+    (tests/data/histories) has "recorded" (its name) instead of "events", and "result" (result.json's content)."""
     return json.loads(gzip.decompress(CORPUS.read_bytes()))  # type: ignore[no-any-return]
 
 
@@ -166,6 +199,21 @@ def _soaks() -> list[tuple[str, list[Event]]]:
     return out
 
 
+def _recorded() -> list[dict[str, Any]]:
+    from tests.data.recorded import expand, recorded_names
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return [{"name": f"recorded-{name}", "recorded": name, **recorded_figures(expand(name, Path(tmp)))}
+                for name in recorded_names()]
+
+
+def add_recorded() -> None:
+    """Add (or refresh) only the recorded real runs' entries, keeping the rest of the corpus as it is."""
+    corpus = [h for h in load_corpus() if "recorded" not in h] + _recorded()
+    CORPUS.write_bytes(gzip.compress(json.dumps(corpus).encode(), mtime=0))
+    print(f"{len(corpus)} histories in {CORPUS} ({CORPUS.stat().st_size} bytes)")
+
+
 def record() -> None:
     # A test's own long synthetic soak is left out: the soaks below come from the same generator, smaller.
     hand_built = [h for h in _captured_histories() if len(h) < 10_000]
@@ -174,10 +222,11 @@ def record() -> None:
     for name, events in histories:
         corpus.append({"name": name, "events": events, "figures": figures(events),
                        "figures_loaded": figures(loaded(events))})
+    corpus += _recorded()
     CORPUS.parent.mkdir(parents=True, exist_ok=True)
     CORPUS.write_bytes(gzip.compress(json.dumps(corpus).encode(), mtime=0))
     print(f"recorded {len(corpus)} histories into {CORPUS} ({CORPUS.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":
-    record()
+    add_recorded() if sys.argv[1:] == ["--recorded"] else record()
