@@ -34,8 +34,7 @@ def worker_steps(events: list[Event]) -> StepTable:
     """The workload's steps (from the probe, or inferred from a print-only job's output), in order."""
     def compute() -> StepTable:
         table = step_table(events)
-        return table.select([i for i, source in enumerate(table.values("source"))
-                             if source in (Source.WORKLOAD, Source.PROGRESS)])
+        return table.select(table.rows_where("source", lambda source: source in (Source.WORKLOAD, Source.PROGRESS)))
     return memo(events, "workload:steps", compute)
 
 
@@ -216,7 +215,7 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
     chain, problem = lineage(events)
     if not chain:
         return _verdict(None, f"not checked: {problem}")
-    consumed: dict[int, list[Any]] = defaultdict(list)  # epoch -> the sample-id lists the lineage consumed in it
+    consumed: dict[int, list[int]] = defaultdict(list)  # epoch -> the rows whose sample ids the lineage consumed
     dataset_size = None
     missing_steps: list[int] = []
     has_ids = False
@@ -230,24 +229,23 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
         present = {s for s, _ in by_step_rank}
         missing_steps += [s for s in range(seg["a"] + 1, seg["b"] + 1) if s not in present]
         for r in by_step_rank.values():
-            ids = table.sample_ids(r)
-            if ids is None:
+            if table.sample_ids(r) is None:
                 continue
             has_ids = True
             if sizes[r] is not MISSING:
                 dataset_size = sizes[r]
-            consumed[int(epochs[r])].append(ids)
+            consumed[int(epochs[r])].append(r)
     if not has_ids or dataset_size is None:
         return _verdict(None, "not checked: the workload does not report sample_ids and dataset_size")
     duplicates: dict[int, list[int]] = {}
     skipped: dict[int, list[int]] = {}
     complete = []
     last_epoch = max(consumed, default=0)
-    for epoch, id_lists in sorted(consumed.items()):
-        seen_total = sum(map(len, id_lists))
-        distinct = set(chain_all.from_iterable(id_lists))
+    for epoch, rows in sorted(consumed.items()):
+        seen_total = sum(len(table.sample_ids(r)) for r in rows)  # the ids are read from the table as needed
+        distinct = set(chain_all.from_iterable(map(table.sample_ids, rows)))
         if len(distinct) < seen_total:  # counting is needed only when something was consumed twice
-            dup = sorted(i for i, c in Counter(chain_all.from_iterable(id_lists)).items() if c > 1)
+            dup = sorted(i for i, c in Counter(chain_all.from_iterable(map(table.sample_ids, rows))).items() if c > 1)
             duplicates[epoch] = dup
         # an epoch is judged for skips only when the lineage ran through it (the run got past its end)
         ran_through = epoch < last_epoch or seen_total >= dataset_size

@@ -11,6 +11,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from typing import Any
 
 from chaos.analysis.load import History, memo, of_kind, step_table
@@ -51,6 +52,8 @@ def steps(events: list[Event]) -> StepTable:
     """Step completions with an integer global step, in the history's order (time order once loaded)."""
     def compute() -> StepTable:
         table = step_table(events)
+        if table.typed("step") is int:
+            return table
         return table.select([i for i, s in enumerate(table.values("step")) if isinstance(s, int)])
     return memo(events, "steps", compute)
 
@@ -94,15 +97,29 @@ def _step_spans(events: list[Event]) -> tuple[array[float], array[float]]:
 
 
 def _compute_step_spans(events: list[Event]) -> tuple[array[float], array[float]]:
-    by_process: dict[tuple[Any, Any], dict[int, float]] = {}
     table = steps(events)
-    for node, pid, s, t in zip(table.values("node"), table.values("pid"), table.values("step"), table.values("t"),
-                               strict=True):
-        by_process.setdefault((node, pid), {})[s] = t
+    step_no, times = table.values("step"), table.values("t")
+    rows_of: dict[tuple[Any, Any], array[int]] = {}  # process → its rows, in order (8 bytes a step, not a dict entry)
+    for row, key in enumerate(zip(table.values("node"), table.values("pid"), strict=True)):
+        rows = rows_of.get(key)
+        if rows is None:
+            rows = rows_of[key] = array("q")
+        rows.append(row)
     starts, ends = array("d"), array("d")
-    for times in by_process.values():
-        for s, t in times.items():
-            before = times.get(s - 1)
+    for rows in rows_of.values():
+        steps_here = [step_no[r] for r in rows]
+        if all(a < b for a, b in pairwise(steps_here)):
+            # Steps strictly increasing (the usual process): s-1, if this process did it, is the row just before.
+            for (prev, s_prev), (row, s) in pairwise(zip(rows, steps_here, strict=True)):
+                if s_prev == s - 1:
+                    starts.append(times[prev])
+                    ends.append(times[row])
+            continue
+        by_step: dict[int, float] = {}  # a step done twice by one process: its last completion counts
+        for r, s in zip(rows, steps_here, strict=True):
+            by_step[s] = times[r]
+        for s, t in by_step.items():
+            before = by_step.get(s - 1)
             if before is not None:
                 starts.append(before)
                 ends.append(t)

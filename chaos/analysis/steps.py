@@ -14,7 +14,7 @@ Fields of steps the metrics never read are not kept.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate, chain, pairwise
 from operator import itemgetter
 from typing import Any
@@ -31,11 +31,14 @@ class _Missing:
 
 MISSING: Any = _Missing()
 
-# Typed columns: field → (array typecode, the one Python type it holds).
+# Typed columns: field → (array typecode, the one Python type it holds). Integers start at 4 bytes and widen to 8
+# when a value needs it; floats stay 8-byte doubles (a narrower float would change the figures).
 _NUMBERS: dict[str, tuple[str, type]] = {
-    "t": ("d", float), "step": ("q", int), "loss": ("d", float), "duration_s": ("d", float),
-    "comm_s": ("d", float), "samples": ("q", int), "rank": ("q", int), "world_size": ("q", int),
-    "epoch": ("q", int), "dataset_size": ("q", int)}
+    "t": ("d", float), "step": ("i", int), "loss": ("d", float), "duration_s": ("d", float),
+    "comm_s": ("d", float), "samples": ("i", int), "rank": ("i", int), "world_size": ("i", int),
+    "epoch": ("i", int), "dataset_size": ("i", int)}
+# Widening order of integer arrays.
+_WIDER = {"B": "H", "H": "i", "i": "q"}
 # Coded columns: values that repeat across steps (a process, its incarnation), stored as indices into a table.
 _CODED = ("source", "node", "pid", "incarnation")
 FIELDS = (*_NUMBERS, *_CODED, "sample_ids")
@@ -54,10 +57,13 @@ class _Column:
         if self.kind is not None:
             if type(value) is self.kind:
                 try:
-                    self.data.append(value)
+                    self.data.append(value)  # type: ignore[arg-type]
                     return
                 except OverflowError:
-                    pass
+                    if self.data.typecode in _WIDER:  # type: ignore[union-attr]
+                        self.data = array(_WIDER[self.data.typecode], self.data)  # type: ignore[union-attr]
+                        self.append(value)
+                        return
             self.data, self.kind = list(self.data), None
         self.data.append(value)  # type: ignore[arg-type]
 
@@ -68,7 +74,7 @@ class _Column:
             try:
                 self.data.extend(values)  # type: ignore[arg-type]
                 return
-            except OverflowError:  # an int beyond 64 bits: undo, then take the values one by one
+            except OverflowError:  # an int that needs a wider array: undo, then take the values one by one
                 del self.data[before:]
         for v in values:
             self.append(v)
@@ -80,7 +86,7 @@ class _Coded:
     __slots__ = ("_index", "codes", "plain", "values")
 
     def __init__(self) -> None:
-        self.codes = array("l")
+        self.codes = array("B")  # widened as distinct values grow (1 byte a step for up to 256 of them)
         self.values: list[Any] = []
         self._index: dict[tuple[type, Any], int] = {}
         self.plain: list[Any] | None = None  # once a value cannot be a dict key (a list ...): values kept as they are
@@ -96,9 +102,14 @@ class _Coded:
                 self.values.append(value)
         except TypeError:
             self.plain = [self.values[c] for c in self.codes] + [value]
-            self.codes = array("l")
+            self.codes = array("B")
             return
+        self._widen(code)
         self.codes.append(code)
+
+    def _widen(self, code: int) -> None:
+        while code >= 1 << (8 * self.codes.itemsize - (self.codes.typecode == "i")) and self.codes.typecode in _WIDER:
+            self.codes = array(_WIDER[self.codes.typecode], self.codes)
 
     def extend(self, values: list[Any]) -> None:
         """Many values at once. Strings and ints never equal one another, so they can be looked up by value alone
@@ -110,26 +121,37 @@ class _Coded:
                     index[(type(v), v)] = len(self.values)
                     self.values.append(v)
             by_value = {v: code for (_, v), code in index.items() if type(v) in (str, int)}
+            self._widen(len(self.values))
             self.codes.extend([by_value[v] for v in values])
             return
         for v in values:
             self.append(v)
 
-    def get(self) -> Sequence[Any]:
+    def get(self, default: Any = MISSING) -> list[Any]:
+        """Each step's value, ``default`` where absent."""
         if self.plain is not None:
-            return self.plain
-        values = self.values
-        return [values[c] for c in self.codes]
+            return [default if v is MISSING else v for v in self.plain]
+        values = [default if v is MISSING else v for v in self.values]
+        return list(map(values.__getitem__, self.codes))
+
+    def rows_where(self, keep: Callable[[Any], bool]) -> Sequence[int]:
+        """The rows whose value passes ``keep`` (judged once per distinct value); ``range`` when all do."""
+        if self.plain is not None:
+            return [i for i, v in enumerate(self.plain) if keep(None if v is MISSING else v)]
+        ok = [keep(None if v is MISSING else v) for v in self.values]
+        if all(ok):
+            return range(len(self.codes))
+        return [i for i, c in enumerate(self.codes) if ok[c]]
 
 
 class _SampleIds:
-    """Every step's sample ids in one flat array (4 bytes an id where they fit), with each step's offset."""
+    """Every step's sample ids in one flat array (2 bytes an id where they fit), with each step's offset."""
 
     __slots__ = ("flat", "odd", "offsets")
 
     def __init__(self) -> None:
-        self.flat: array[int] = array("i")
-        self.offsets = array("q", [0])
+        self.flat: array[int] = array("H")  # 2 bytes an id while they fit, widened as needed
+        self.offsets = array("q", [0])  # 8 bytes a step: the flat array may pass 2**31 ids
         self.odd: dict[int, Any] = {}  # step row → its value, where that is not a list of machine integers
 
     def append(self, value: Any) -> None:
@@ -140,8 +162,8 @@ class _SampleIds:
                 self.flat.extend(value)
             except (OverflowError, TypeError) as exc:
                 del self.flat[before:]  # what was appended before the value that did not fit
-                if isinstance(exc, OverflowError) and self.flat.typecode == "i":
-                    self.flat = array("q", self.flat)
+                if isinstance(exc, OverflowError) and self.flat.typecode in _WIDER:
+                    self.flat = array(_WIDER[self.flat.typecode], self.flat)
                     self.append(value)
                     return
                 self.odd[row] = tuple(value)
@@ -207,10 +229,9 @@ class StepTable:
 
     def values(self, name: str, default: Any = None) -> Sequence[Any]:
         """Each step's value of a field, ``default`` where it was absent (as ``dict.get(name, default)``)."""
-        if name in self._numbers:
-            data = self._numbers[name].data
-        else:
-            data = self._coded[name].get()
+        if name in self._coded:
+            return self._coded[name].get(default)
+        data = self._numbers[name].data
         if isinstance(data, array):
             return data
         return [default if v is MISSING else v for v in data]
@@ -221,6 +242,17 @@ class StepTable:
         if isinstance(data, array):
             return [True] * self.n
         return [v is not MISSING for v in data]
+
+    def rows_where(self, name: str, keep: Callable[[Any], bool]) -> Sequence[int]:
+        """The rows whose value of a field (``None`` where absent) passes ``keep``; ``range(n)`` when all do
+        (cheap for a coded field: judged once per distinct value)."""
+        if name in self._coded:
+            return self._coded[name].rows_where(keep)
+        return [i for i, v in enumerate(self.values(name)) if keep(v)]
+
+    def typed(self, name: str) -> type | None:
+        """The one type every value of a number field has (``None``: mixed, or absent somewhere)."""
+        return self._numbers[name].kind
 
     def sample_ids(self, row: int) -> Any:
         """A step's sample ids (``None`` where absent or null)."""
@@ -246,7 +278,7 @@ class StepTable:
                 target_coded.plain = [values[i] for i in rows]
             else:
                 target_coded.values = list(coded.values)
-                target_coded.codes = array("l", (coded.codes[i] for i in rows))
+                target_coded.codes = array(coded.codes.typecode, (coded.codes[i] for i in rows))
         for i in rows:
             ids = self._ids.get(i)
             out._ids.append(list(ids) if isinstance(ids, array) else ids)

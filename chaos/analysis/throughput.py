@@ -17,13 +17,13 @@ def throughput(events: list[Event], result: dict[str, Any], nodes: int) -> dict[
     before = first_disruptive_fault_t(events)
     samples_per_step: dict[tuple[Any, int], int] = {}
     shares: list[float] = []
-    first_step: float | None = None
     started = next((e["t"] for e in of_kind(events, Ev.RUN_STARTED)), None)
     table = step_table(events)
+    times = table.values("t")
+    first_step = min(times) if len(times) else None
     for t, inc, s, samples, rank, comm, duration in zip(
-            table.values("t"), table.values("incarnation"), table.values("step"), table.values("samples"),
+            times, table.values("incarnation"), table.values("step"), table.values("samples"),
             table.values("rank", 0), table.values("comm_s"), table.values("duration_s"), strict=True):
-        first_step = t if first_step is None else min(first_step, t)
         if t >= before:
             continue
         key = (inc, s)
