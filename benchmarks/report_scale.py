@@ -16,7 +16,6 @@ import argparse
 import hashlib
 import json
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -132,16 +131,30 @@ def _digest(step: int) -> str:
     return hashlib.sha256(str(step).encode()).hexdigest()
 
 
+# Runs `chaos report` as `python -m chaos` does, then prints its own resource usage as the last line of stderr.
+_MEASURED = """
+import json, resource, sys
+from chaos.cli import main
+try:
+    code = main(sys.argv[1:])
+finally:
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    sys.stderr.write("\\n" + json.dumps([u.ru_utime + u.ru_stime, u.ru_maxrss]) + "\\n")
+sys.exit(code)
+"""
+
+
 def _report(run_dir: Path, fmt: str) -> tuple[float, float, float, str, int]:
-    """(wall s, CPU s, peak RSS MB, output, exit code) of ``chaos report`` in a child process of its own."""
+    """(wall s, CPU s, peak RSS MB, output, exit code) of ``chaos report`` in a child process of its own.
+
+    The child measures itself (``RUSAGE_SELF``): ``RUSAGE_CHILDREN`` would also count the generator's child.
+    """
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "chaos", "report", str(run_dir), "--format", fmt],
+    proc = subprocess.run([sys.executable, "-c", _MEASURED, "report", str(run_dir), "--format", fmt],
                           capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    # RUSAGE_CHILDREN: the largest child so far. Each measured child is forked from this small process (the
-    # history is synthesised in a child too): a child forked from a large parent counts the parent's pages.
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.stdout + proc.stderr, proc.returncode
+    cpu, maxrss_kb = json.loads(proc.stderr.strip().splitlines()[-1])
+    return wall, cpu, maxrss_kb / 1024, proc.stdout + proc.stderr, proc.returncode
 
 
 def main() -> int:
@@ -157,15 +170,13 @@ def main() -> int:
         return 0
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="chaos-report-scale-"))
     measured = []
-    cpu_before = 0.0
     for n_events in sorted(args.events):
         run_dir = tmp / f"soak-{n_events}"
         n = int(subprocess.run([sys.executable, __file__, "--events", str(n_events), "--synthesise-only",
                                 str(run_dir)], capture_output=True, text=True, check=True).stdout)
         size = (run_dir / "events.jsonl").stat().st_size
         print(f"history: {n} events, {size / 1e6:.1f} MB in {run_dir}")
-        wall, cpu_total, peak_mb, out, code = _report(run_dir, args.format)
-        cpu, cpu_before = cpu_total - cpu_before, cpu_total  # RUSAGE_CHILDREN's CPU adds up over children
+        wall, cpu, peak_mb, out, code = _report(run_dir, args.format)
         if code not in (0, 1):
             print(out[-2000:], file=sys.stderr)
             return 2
