@@ -27,32 +27,28 @@ from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path,
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 out = Console(width=None if sys.stdout.isatty() else 120)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one error per line: file:line: field: why
 
 
-def _load(path: str, runtime: str | None = None) -> Any:
-    return load_scenario(resolve_scenario_path(path), runtime=runtime)
+def _load(path: str, runtime: str | None = None, machine: bool = True) -> Any:
+    """The one judgement validate and run share (chaos.admission): schema, plan, program, machine."""
+    from chaos.admission import admit
+
+    return admit(resolve_scenario_path(path), runtime=runtime, machine=machine)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     bad = 0
     for name in args.files:
         try:
-            scenario = _load(name, args.runtime)
+            scenario = _load(name, args.runtime, machine=args.machine)
         except ScenarioInvalid as exc:
             bad += 1
             for e in exc.errors:
-                err.print(f"[red]error[/red] {e}", highlight=False)
+                err.print(f"[red]error[/red] {escape(str(e))}", highlight=False)
             continue
-        if args.machine:
-            from chaos.doctor import advice, unmet
-
-            problems = unmet(scenario)
-            if problems:
-                bad += 1
-                err.print(f"[red]error[/red] {name}: {advice(problems)}", highlight=False)
-                continue
-        out.print(f"[green]ok[/green] {name}: {scenario.name} ({len(scenario.faults)} fault(s))", highlight=False)
+        out.print(f"[green]ok[/green] {escape(name)}: {scenario.name} ({len(scenario.faults)} fault(s))",
+                  highlight=False)
     return EXIT_USAGE if bad else EXIT_PASS
 
 
@@ -132,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             runtime = create_runtime(scenario, run_id, str(run_dir))
             plan = build_plan(scenario, run_id, run_dir, runtime.addressing(scenario))
         except PlanError as exc:
-            err.print(f"[red]error[/red] {args.scenario}: {exc}", highlight=False)
+            err.print(f"[red]error[/red] {escape(args.scenario)}: {escape(str(exc))}", highlight=False)
             return EXIT_USAGE
         if args.json:
             print(json.dumps(plan.to_dict(), indent=2))
@@ -161,7 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 engine.on_update = update
                 result = engine.run()
     except PlanError as exc:
-        err.print(f"[red]error[/red] {args.scenario}: {exc}", highlight=False)
+        err.print(f"[red]error[/red] {escape(args.scenario)}: {escape(str(exc))}", highlight=False)
         return EXIT_USAGE
     except RunInterrupted as exc:
         result = exc.result  # torn down and written: show what was measured, then exit 130
@@ -207,15 +203,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         err.print(f"[red]error[/red] --mtbf: {exc}", highlight=False)
         return EXIT_USAGE
-    analysis = analyze_run(run_dir)  # once: result.json and the report present the same analysis
-    result = write_result(analysis)
-    if args.format == "text":
-        summary(result, out)
-    else:
-        from chaos.reports import write_report
+    try:
+        analysis = analyze_run(run_dir)  # once: result.json and the report present the same analysis
+        result = write_result(analysis)
+        if args.format == "text":
+            summary(result, out)
+        else:
+            from chaos.reports import write_report
 
-        path = write_report(analysis, args.format, args.output, mtbf_s=mtbf)
-        out.print(f"{args.format} report: {path}", highlight=False)
+            path = write_report(analysis, args.format, args.output, mtbf_s=mtbf)
+            out.print(f"{args.format} report: {path}", highlight=False)
+    except ScenarioInvalid:
+        raise  # scenario.yaml itself is damaged: file:line errors, exit 2
+    except Exception as exc:  # a damaged history must give a message, never a traceback
+        err.print(f"[red]error[/red] {escape(str(run_dir))}: cannot analyse this run directory "
+                  f"({type(exc).__name__}: {escape(str(exc))}); `chaos report` reads events.jsonl, scenario.yaml "
+                  "and golden.json", highlight=False)
+        return EXIT_FAIL
     return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
 
 
@@ -421,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args))
     except ScenarioInvalid as exc:
         for e in exc.errors:
-            err.print(f"[red]error[/red] {e}", highlight=False)
+            err.print(f"[red]error[/red] {escape(str(e))}", highlight=False)
         return EXIT_USAGE
     except KeyboardInterrupt:  # explore / compare interrupted: every run was already torn down
         err.print("interrupted", highlight=False)

@@ -63,10 +63,25 @@ def live_view(s: Snapshot) -> Group:
     return Group(head, bar, nodes, faults, log)
 
 
+def history_notes(result: dict[str, Any], console: Console) -> None:
+    """Say what the figures could not rest on: an incomplete history, lines that could not be read."""
+    health = result.get("history") or {}
+    if health.get("complete") is False:
+        console.print(Text("incomplete history: no run_ended event (the engine was killed or is still running); "
+                           "the figures cover what was recorded", style="yellow"))
+    if health.get("unreadable_count"):
+        shown = health.get("unreadable_lines", [])
+        more = health["unreadable_count"] - len(shown)
+        where = ", ".join(map(str, shown)) + (f" and {more} more" if more > 0 else "")
+        console.print(Text(f"{health['unreadable_count']} line(s) of events.jsonl could not be read and were "
+                           f"skipped: line {where}", style="yellow"))
+
+
 def summary(result: dict[str, Any], console: Console) -> None:
     verdict = result["verdict"]
     console.print(Panel(Text(f"{verdict.upper()}  {result['why']}", style=VERDICT_STYLE.get(verdict, "")),
                         title=f"{result['scenario']} · {result['run_id']}", expand=False))
+    history_notes(result, console)
     t = Table(title="faults", show_lines=False)
     for col in ("#", "kind", "target", "step", "restart", "recovery", "catch-up", "lost steps", "lost work",
                 "slowdown"):

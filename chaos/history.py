@@ -7,7 +7,9 @@ it back sorted by the host clock ``t``; nothing else is needed to recompute a ru
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import threading
 import time
@@ -115,3 +117,121 @@ def read_history(path: Path | str) -> list[Event]:
     events = list(iter_history(path))
     events.sort(key=lambda e: e.get("t", 0.0))
     return events
+
+
+@dataclass
+class Unreadable:
+    """The lines of a history that could not be read, for reports to say so instead of silently skipping them."""
+
+    lines: list[int] = field(default_factory=list)  # 1-based line numbers, the first KEEP of them
+    count: int = 0
+    KEEP = 100
+
+    def add(self, line: int) -> None:
+        self.count += 1
+        if len(self.lines) < self.KEEP:
+            self.lines.append(line)
+
+
+def _simple_types(hint: Any) -> tuple[type, ...] | None:
+    """The Python types a JSON value of a declared field may have, or None when not checked here."""
+    import types
+    import typing
+
+    simple = {float: (int, float), int: (int,), str: (str,), bool: (bool,), type(None): (type(None),),
+              list: (list,), dict: (dict,)}
+    args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
+        else (hint,)
+    out: tuple[type, ...] = ()
+    for a in args:
+        a = typing.get_origin(a) or a
+        if a not in simple:
+            return None
+        out += simple[a]
+    return out
+
+
+@functools.cache
+def _field_checks() -> dict[str, list[tuple[str, bool, tuple[type, ...]]]]:
+    """Per event name: (required field, must be present, accepted types), from the declarations in chaos.events.
+
+    Workload events come from user code and analysis indexes their fields (``step``, ``path``), so theirs must
+    all be present; an engine event missing a field (an older engine) is still used, its present fields typed."""
+    import typing
+
+    from chaos.events import FIELDS, WorkloadLine
+
+    workload_keys = WorkloadLine.__required_keys__  # type: ignore[attr-defined]
+    checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]] = {}
+    for ev, declared in FIELDS.items():
+        hints = typing.get_type_hints(declared)
+        required = declared.__required_keys__  # type: ignore[attr-defined]
+        present = workload_keys <= required
+        checks[str(ev)] = [(name, present, _simple_types(hints.get(name)) or (object,)) for name in sorted(required)]
+    return checks
+
+
+def readable(e: Any, checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]]) -> bool:
+    """Whether a parsed line is an event analysis can use: a mapping with a finite numeric ``t``, an ``event``
+    name, and, for a known event, its declared fields of their declared types (see :func:`_field_checks`)."""
+    if not isinstance(e, dict):
+        return False
+    t, name = e.get("t"), e.get("event")
+    if t.__class__ is not float and (t.__class__ is not int):  # bool is neither
+        return False
+    if not math.isfinite(t) or not isinstance(name, str):
+        return False
+    for key, must, accepted in checks.get(name, ()):
+        value = e.get(key, _ABSENT)
+        if value is _ABSENT:
+            if must:
+                return False
+        elif not isinstance(value, accepted) or (value.__class__ is bool and bool not in accepted):
+            return False
+    return True
+
+
+_ABSENT = object()
+
+
+def iter_checked(path: Path | str, unreadable: Unreadable) -> Iterator[Event]:
+    """Like :func:`iter_history` (chunked parse), but every line that is not a usable event (torn, garbage,
+    not UTF-8, a bare number, a non-numeric ``t`` ...) is counted in ``unreadable`` with its line number."""
+    for chunk in iter_checked_chunks(path, unreadable):
+        yield from chunk
+
+
+def iter_checked_chunks(path: Path | str, unreadable: Unreadable) -> Iterator[list[Event]]:
+    """:func:`iter_checked`'s events, a list per megabyte of lines (for readers that handle events in bulk)."""
+    checks = _field_checks()
+    number = 0
+    with open(path, "rb") as f:
+        while True:
+            raw = f.readlines(_CHUNK_BYTES)
+            if not raw:
+                return
+            numbered = []
+            for line in raw:
+                number += 1
+                if line.strip():
+                    numbered.append((number, line))
+            try:
+                chunk = json.loads(b"[" + b",".join(line for _, line in numbered) + b"]")
+                if len(chunk) != len(numbered):  # a line held several values: judge each line alone
+                    raise ValueError("misaligned")
+            except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, misaligned
+                chunk = [_parse_any(line) for _, line in numbered]
+            usable = []
+            for (line_number, _), e in zip(numbered, chunk, strict=True):
+                if readable(e, checks):
+                    usable.append(e)
+                else:
+                    unreadable.add(line_number)
+            yield usable
+
+
+def _parse_any(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None

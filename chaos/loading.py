@@ -29,6 +29,14 @@ _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
+# Bounds on what a scenario file may be, so reading one takes bounded time and memory whatever it holds. A real
+# scenario is a few KB with a handful of faults; these limits are orders of magnitude above that.
+MAX_FILE_BYTES = 1_000_000
+MAX_LIST_ITEMS = 256  # any YAML sequence (faults, command, groups, explore.targets ...)
+MAX_NODES = 20_000  # YAML nodes in the whole document
+MAX_DEPTH = 32  # nesting of mappings and sequences
+
+
 @dataclass(frozen=True)
 class ScenarioError:
     file: str
@@ -95,7 +103,7 @@ def _explain(err: dict[str, Any]) -> str:
     return msg
 
 
-_MESSAGE_FIELD = re.compile(r"^([a-z_]+(?:\[\d+\])?(?:\.[a-z_]+(?:\[\d+\])?)*): (.*)$", re.S)
+_MESSAGE_FIELD = re.compile(r"^([a-z_]+(?:\[\d+\])?(?:\.[A-Za-z_][\w-]*(?:\[\d+\])?)*): (.*)$", re.S)
 
 
 def _field_from_message(message: str) -> tuple[str, tuple[Any, ...], str]:
@@ -122,15 +130,95 @@ def _override_runtime(data: dict[str, Any], runtime: str) -> None:
         cluster["runtime"] = runtime
 
 
+def _bounded(node: yaml.Node, file: str) -> None:
+    """Refuse a list longer than MAX_LIST_ITEMS (faults, command, groups ...), naming its line."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, yaml.SequenceNode):
+            if len(current.value) > MAX_LIST_ITEMS:
+                raise ScenarioInvalid([ScenarioError(
+                    file, current.start_mark.line + 1, "",
+                    f"a list of {len(current.value)} items; at most {MAX_LIST_ITEMS} are accepted")])
+            stack += current.value
+        elif isinstance(current, yaml.MappingNode):
+            stack += [n for pair in current.value for n in pair]
+
+
+class _AliasRefused(yaml.MarkedYAMLError):
+    pass
+
+
+class _NoAliasLoader(_Loader):
+    """Refuses aliases, and documents too deep or of too many values, while composing: one parse, nothing
+    expanded, and the refusal comes as soon as a bound is crossed (see :func:`_compose`)."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+        self._count = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _AliasRefused(problem=f"YAML alias *{event.anchor} is not accepted (aliases can expand without "
+                                "bound); write the value out instead", problem_mark=event.start_mark)
+        self._count += 1
+        if self._count > MAX_NODES:
+            raise _AliasRefused(problem=f"too many values (more than {MAX_NODES})", problem_mark=event.start_mark)
+        if self._depth >= MAX_DEPTH:
+            raise _AliasRefused(problem=f"nested deeper than {MAX_DEPTH} levels", problem_mark=event.start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _compose(text: str, file: str) -> yaml.Node | None:
+    """The YAML node tree, with aliases refused and its size bounded.
+
+    Aliases (``*name``) are refused outright rather than bounded: a few hundred bytes of nested aliases expand
+    to gigabytes (a "billion laughs"), a scenario never needs one (every value can be written out), and a plain
+    rule is easier to explain than an expansion budget. Anchors without aliases are harmless and accepted.
+    """
+    loader = _NoAliasLoader(text)
+    try:
+        root = loader.get_single_node()
+    except _AliasRefused as exc:
+        mark = exc.problem_mark
+        raise ScenarioInvalid([ScenarioError(file, mark.line + 1 if mark else None, "", str(exc.problem))]) from None
+    finally:
+        loader.dispose()
+    if root is not None:
+        _bounded(root, file)
+    return root
+
+
+def _construct(root: yaml.Node) -> Any:
+    loader = _Loader("")
+    try:
+        return loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
 def parse_scenario(text: str, file: str = "<scenario>", runtime: str | None = None) -> Scenario:
     """The validated scenario of a YAML text; ``runtime`` overrides ``cluster.runtime`` (see _override_runtime)."""
+    if len(text) > MAX_FILE_BYTES:
+        raise ScenarioInvalid([ScenarioError(file, None, "", f"larger than {MAX_FILE_BYTES} bytes; a scenario is "
+                                                              "a few KB")])
     try:
-        root = yaml.compose(text, Loader=_Loader)
-        data = yaml.load(text, Loader=_Loader)
+        root = _compose(text, file)
+        data = _construct(root) if root is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise ScenarioInvalid([ScenarioError(file, mark.line + 1 if mark else None, "",
                                              f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+    except RecursionError:
+        raise ScenarioInvalid([ScenarioError(file, None, "", f"nested deeper than {MAX_DEPTH} levels")]) from None
+    except (ValueError, OverflowError) as exc:  # e.g. an integer of more digits than Python reads
+        raise ScenarioInvalid([ScenarioError(file, None, "", f"not a readable value: {exc}")]) from None
     if not isinstance(data, dict):
         raise ScenarioInvalid([ScenarioError(file, 1, "", "expected a mapping with name, cluster, workload, faults")])
     if runtime is not None:
@@ -165,14 +253,39 @@ def parse_scenario(text: str, file: str = "<scenario>", runtime: str | None = No
         raise ScenarioInvalid(errors) from None
 
 
-def load_scenario(path: str | Path, runtime: str | None = None) -> Scenario:
-    """Read and validate a scenario file; ``runtime`` runs it on another runtime than the file names."""
+def read_scenario_text(path: str | Path) -> str:
+    """A scenario file's text: at most MAX_FILE_BYTES, UTF-8, each problem named with the file (and byte offset)."""
     p = Path(path)
     try:
-        text = p.read_text()
+        with open(p, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ScenarioInvalid([ScenarioError(str(p), None, "", f"cannot read file: {exc.strerror}")]) from None
-    return parse_scenario(text, str(p), runtime=runtime)
+    if len(raw) > MAX_FILE_BYTES:
+        raise ScenarioInvalid([ScenarioError(str(p), None, "", f"larger than {MAX_FILE_BYTES} bytes; a scenario "
+                                                                "is a few KB")])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioInvalid([ScenarioError(f"{p}: byte {exc.start}", None, "", "not UTF-8")]) from None
+
+
+def load_scenario(path: str | Path, runtime: str | None = None) -> Scenario:
+    """Read and validate a scenario file; ``runtime`` runs it on another runtime than the file names."""
+    return parse_scenario(read_scenario_text(path), str(path), runtime=runtime)
+
+
+def locate(file: str, text: str, message: str) -> ScenarioError:
+    """An error found after validation (plan, program, machine) whose message starts with a field path
+    (``workload.command: ...``), placed at that field's line like the schema's own errors."""
+    field, clean, explained = _field_from_message(message)
+    try:
+        root = _compose(text, file)
+    except (ScenarioInvalid, yaml.YAMLError):
+        root = None
+    lines = _line_index(root) if root is not None else {}
+    line = next((lines[clean[:n]] for n in range(len(clean), 0, -1) if clean[:n] in lines), None)
+    return ScenarioError(file, line, field, explained)
 
 
 def shipped_scenarios_dir() -> Path:

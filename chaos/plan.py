@@ -131,7 +131,9 @@ def elastic_settings(scenario: Scenario) -> dict[str, Any]:
 
 
 def fmt_arg(v: Any) -> str:
-    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+    from chaos.workload_args import as_text
+
+    return as_text(v)
 
 
 def workload_argv(scenario: Scenario, checkpoint_dir: Path | None, settings: dict[str, Any]) -> list[str]:
@@ -157,10 +159,18 @@ def _is_python(argv: list[str]) -> bool:
 
 
 def _python_script(argv: list[str]) -> list[str]:
-    """torchrun starts a Python script on every node: accept ``[train.py, ...]`` or ``[python, train.py, ...]``."""
+    """torchrun starts a Python script on every node: accept ``[train.py, ...]``, ``[python, train.py, ...]`` or
+    ``[python, -m, package.module, ...]`` (torchrun's own ``-m``); other interpreter options such as ``-c`` have no
+    torchrun equivalent and are refused with what to write instead."""
     if argv[0].endswith(".py"):
         return argv
     if Path(argv[0]).name.startswith("python") and len(argv) > 1:
+        if argv[1] == "-m" and len(argv) > 2:
+            return argv[1:]
+        if argv[1].startswith("-"):
+            raise PlanError(f"workload.command: python {argv[1]} cannot be started by torchrun, which runs a script "
+                            "file (or -m module) on every node; put the code in a file and write "
+                            "command: [python, train.py, ...]")
         return argv[1:]
     raise PlanError("workload.command: an elastic job runs a Python script under torchrun; "
                     "write command: [python, train.py, ...]")
@@ -198,6 +208,7 @@ class Addressing:
 
 
 def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing | None = None) -> Plan:
+    from chaos.paths import confine
     from chaos.registry import rendezvous_backend
     from chaos.scenario import ShippedWorkload
 
@@ -211,6 +222,10 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
     else:
         # relative to the run directory, which is every node's working directory
         checkpoint_dir = (run_dir / w.checkpoint_dir).resolve() if w.checkpoint_dir else None
+    if isinstance(w, ShippedWorkload) and isinstance(w.args.get("checkpoint_dir"), str):
+        checkpoint_dir = (run_dir / w.args["checkpoint_dir"]).resolve()
+    if checkpoint_dir is not None and (why := confine(checkpoint_dir, run_dir, scenario.allow_paths)):
+        raise PlanError(f"checkpoint_dir: {why}")
     pause_on = sorted({f.on.event for f in scenario.faults if f.on is not None})
     base_env = {
         "CHAOS_EVENTS": str(run_dir / "events.jsonl"),
@@ -229,7 +244,8 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
     store: NodePlan | None = None
     if c.mode == "centralized":
         if c.procs_per_node == 1:
-            argv = [python, *_python_script(script)] if _is_python(script) else script
+            # one plain process: the interpreter's own options (python -c, -m) work as written
+            argv = [python, *(script if script[0].endswith(".py") else script[1:])] if _is_python(script) else script
         else:
             argv = [python, "-m", "torch.distributed.run", "--standalone",
                     f"--nproc-per-node={c.procs_per_node}", *script]

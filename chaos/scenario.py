@@ -18,9 +18,11 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BeforeValidator, Discriminator, Field, Tag, TypeAdapter, create_model, model_validator
 
 from chaos.events import ExploreTriggerEvent
+from chaos.paths import check_allowed, check_path
 from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
 from chaos.runtimes.base import CAPABILITIES
 from chaos.spec import EventTrigger, FaultSpec, Seconds, Strict, parse_duration
+from chaos.workload_args import SHIPPED
 
 __all__ = ["EventTrigger", "Fault", "FaultSpec", "Scenario", "Seconds", "make_fault", "parse_duration"]
 
@@ -89,13 +91,25 @@ Cluster = create_model(  # type: ignore[call-overload]
        for name, p in runtime_plugins().items() if p.options is not None})
 
 
+def _args_schema(schema: dict[str, Any]) -> None:
+    """``workload.args`` in ``chaos schema``: the shipped workload's declared arguments (chaos.workload_args)."""
+    schema.pop("additionalProperties", None)
+    declared = SHIPPED["ddp-mlp"]
+    schema["properties"] = {name: arg.json_schema() for name, arg in declared.items()}
+    schema["additionalProperties"] = False
+
+
 class ShippedWorkload(Strict):
     name: Literal["ddp-mlp"] = Field(description="a reference workload shipped in workloads/")
     args: dict[str, str | int | float | bool] = Field(
-        default_factory=dict, description="command-line arguments, e.g. {steps: 800, checkpoint_every: 50}")
+        default_factory=dict, json_schema_extra=_args_schema,
+        description="command-line arguments, e.g. {steps: 800, checkpoint_every: 50}; declared in "
+        "chaos/workload_args.py")
 
 
 class CommandWorkload(Strict):
+    """A user's own training command; the plan runs it in the run directory (relative paths start there)."""
+
     command: list[Arg] = Field(min_length=1, description="the training command; torchrun wraps it in elastic mode")
     progress_regex: str = Field(description="regex with a named group 'step' (and optionally 'loss')")
     checkpoint_dir: str | None = None
@@ -186,6 +200,8 @@ class Expect(Strict):
     checkpoint: CheckpointExpect | None = Field(None, description="checkpoint-correctness verdicts to require")
 
 
+MAX_FAULTS = 64  # a plan of more faults than this is a mistake (and would take longer than any deadline to heal)
+
 _EXPLORABLE = {name: p for name, p in fault_plugins().items() if p.can_generate()}
 
 
@@ -229,19 +245,25 @@ class Scenario(Strict):
     description: str = ""
     cluster: Cluster = Field(default_factory=Cluster)
     workload: Workload
-    faults: list[Fault] = Field(default_factory=list)
+    faults: list[Fault] = Field(default_factory=list, max_length=MAX_FAULTS)
     expect: Expect = Field(default_factory=Expect)
     checks: Checks = Field(default_factory=Checks)
     explore: Explore | None = Field(None, description="bounds for generated fault plans (chaos explore)")
     limits: Limits = Field(default_factory=Limits)
+    allow_paths: list[str] = Field(
+        default_factory=list, description="absolute directories outside the run directory that torch-chaos may "
+        "write and damage files in (e.g. a checkpoint_dir elsewhere); everything else stays in the run directory")
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
-        """What one fault cannot know alone: whether its node exists, and whether the runtime can do it."""
+        """What one section cannot know alone: whether a fault's node exists, whether the runtime can do it,
+        whether the workload's arguments are ones it takes, and whether its paths stay in the blast radius."""
         c = self.cluster
         runtime = runtime_plugins()[c.runtime]
         plugins = fault_plugins()
-        problems = []
+        problems = [f"allow_paths[{i}]: {p}" for i, entry in enumerate(self.allow_paths)
+                    if (p := check_allowed(entry))]
+        problems += self._workload_problems()
         for i, fault in enumerate(self.faults):
             if isinstance(fault.target, int) and fault.target >= c.nodes:
                 problems.append(f"faults[{i}].target: node {fault.target} does not exist "
@@ -259,3 +281,17 @@ class Scenario(Strict):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _workload_problems(self) -> list[str]:
+        w = self.workload
+        if isinstance(w, ShippedWorkload):
+            from chaos.workload_args import problems as arg_problems
+
+            found = [f"workload.args.{name}: {why}" for name, why in arg_problems(SHIPPED[w.name], w.args).items()]
+            directory = w.args.get("checkpoint_dir")
+            if isinstance(directory, str) and (why := check_path(directory, self.allow_paths)):
+                found.append(f"workload.args.checkpoint_dir: {why}")
+            return found
+        if w.checkpoint_dir is not None and (why := check_path(w.checkpoint_dir, self.allow_paths)):
+            return [f"workload.checkpoint_dir: {why}"]
+        return []

@@ -101,6 +101,9 @@ class FaultSpec(Strict):
         if not isinstance(data, dict) or cls is FaultSpec:
             return data
         kind = data.get("kind", "this fault")
+        # Another kind's field at that kind's default says nothing (run directories written before fault kinds
+        # had models of their own carry `one_way: false` on every fault): drop it rather than refuse old runs.
+        data = {k: v for k, v in data.items() if k in cls.model_fields or not _is_foreign_default(k, v)}
         for name in data:
             if name in cls.model_fields and not (
                     (name in ("target", "seed") and cls.TARGET == "none") or (name == "duration"
@@ -142,6 +145,15 @@ class FaultSpec(Strict):
         """The kind's own settings (everything but the shared fields), for plans, reports and plan texts."""
         shared = set(FaultSpec.model_fields)
         return {k: v for k, v in self.model_dump(mode="json", exclude_none=True).items() if k not in shared}
+
+
+def _is_foreign_default(field: str, value: Any) -> bool:
+    """Whether ``value`` is the default of ``field`` in every fault kind that has it (and some kind has it)."""
+    from chaos.registry import fault_plugins
+
+    owners = [p.options.model_fields[field] for p in fault_plugins().values() if field in p.options.model_fields]
+    return bool(owners) and all(not f.is_required() and f.get_default(call_default_factory=True) == value
+                                for f in owners)
 
 
 def _owners_of(field: str) -> list[str]:

@@ -5,7 +5,8 @@ JSON values (an exception becomes ``{"error": its type}``). ``tests/data/analysi
 histories the fast tier's analysis tests build by hand plus synthetic soaks (``benchmarks/report_scale.py``), and
 the figures the code on main computed for each before analysis moved to a column-per-field step table; the test
 (tests/test_analysis_equivalence.py) recomputes them. Re-record (only when a figure's definition changes on
-purpose) with ``python -m tests.analysis_corpus``.
+purpose) with ``python -m tests.analysis_corpus`` (``--refigure``: recompute the figures of the stored histories;
+``--recorded``: the recorded real runs only).
 """
 
 from __future__ import annotations
@@ -214,6 +215,16 @@ def add_recorded() -> None:
     print(f"{len(corpus)} histories in {CORPUS} ({CORPUS.stat().st_size} bytes)")
 
 
+def refigure() -> None:
+    """Recompute every entry's figures with this code, keeping the histories (after a definition changed)."""
+    corpus = [h for h in load_corpus() if "recorded" not in h]
+    for h in corpus:
+        h["figures"], h["figures_loaded"] = figures(h["events"]), figures(loaded(h["events"]))
+    corpus += _recorded()
+    CORPUS.write_bytes(gzip.compress(json.dumps(corpus).encode(), mtime=0))
+    print(f"{len(corpus)} histories in {CORPUS} ({CORPUS.stat().st_size} bytes)")
+
+
 def record() -> None:
     # A test's own long synthetic soak is left out: the soaks below come from the same generator, smaller.
     hand_built = [h for h in _captured_histories() if len(h) < 10_000]
@@ -229,4 +240,4 @@ def record() -> None:
 
 
 if __name__ == "__main__":
-    add_recorded() if sys.argv[1:] == ["--recorded"] else record()
+    {"--recorded": add_recorded, "--refigure": refigure}.get(" ".join(sys.argv[1:]), record)()

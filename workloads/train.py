@@ -37,34 +37,20 @@ from torch import nn
 
 try:
     from chaos import probe
+    from chaos.workload_args import DDP_MLP, add_arguments
 except ImportError:  # the script also runs where torch-chaos is not installed: telemetry is then off
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from chaos import probe
+    from chaos.workload_args import DDP_MLP, add_arguments
 
 CHECKPOINT_NAME = re.compile(r"^step_(\d+)\.pt$")
-BUGS = ("non-atomic-save", "no-optimizer-state", "off-by-one-resume", "stale-checkpoint", "no-digest-check",
-        "reshuffle-on-resume")
 WRITE_CHUNKS = 4
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    # declared once in chaos.workload_args: the scenario schema checks `workload.args` against the same list
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=400, help="global steps to train")
-    p.add_argument("--global-batch", type=int, default=48, help="samples per global step, sharded by rank")
-    p.add_argument("--dataset-size", type=int, default=4800, help="samples per epoch")
-    p.add_argument("--features", type=int, default=32)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=1234, help="model initialisation seed")
-    p.add_argument("--data-seed", type=int, default=4321, help="data and shuffling seed")
-    p.add_argument("--checkpoint-dir", required=True)
-    p.add_argument("--checkpoint-every", type=int, default=25, help="save every K steps")
-    p.add_argument("--keep", type=int, default=3, help="checkpoints to keep")
-    p.add_argument("--step-time-ms", type=float, default=0.0,
-                   help="extra simulated compute per step (sleep), to model a heavier job on a small machine")
-    p.add_argument("--pg-timeout-s", type=float, default=10.0, help="process-group timeout (elastic only)")
-    p.add_argument("--backend", default="gloo", help="gloo (CPU) or nccl (GPU)")
-    p.add_argument("--bug", choices=BUGS, default=None, help="plant a known checkpointing bug")
+    add_arguments(p, DDP_MLP)
     return p.parse_args(argv)
 
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from chaos.analysis.steps import StepTable, time_order
 from chaos.events import Ev
-from chaos.history import Event, iter_chunks
+from chaos.history import Event, Unreadable, iter_checked_chunks
 
 T = TypeVar("T")
 
@@ -29,9 +29,10 @@ class History(list[Event]):
     :func:`step_table` hands out the steps. Treat it as read-only: the index is not updated.
     """
 
-    def __init__(self, events: list[Event], steps: StepTable | None = None):
+    def __init__(self, events: list[Event], steps: StepTable | None = None, unreadable: Unreadable | None = None):
         super().__init__(events)
         self.steps = steps if steps is not None else StepTable()
+        self.unreadable = unreadable or Unreadable()  # lines that were not usable events (reported, not fatal)
         self._by_kind: dict[Any, list[Event]] = {}
         self._memo: dict[str, Any] = {}
         for e in self:
@@ -93,20 +94,24 @@ def of_kinds(events: list[Event], *kinds: Ev) -> list[Event]:
 
 
 def load_events(path: Path | str) -> History:
-    """The history sorted by time: steps in a step table, the other events as dicts (see the module docstring)."""
+    """The history sorted by time: steps in a step table, the other events as dicts (see the module docstring).
+
+    Lines that are not usable events are counted and reported (``History.unreadable``), not fatal.
+    """
     table = StepTable()
     others: list[Event] = []
+    unreadable = Unreadable()
     # Thousands of new dicts per chunk, none in a reference cycle: the cyclic collector would rescan the heap again
     # and again for nothing, so it waits until the parse is done.
     collecting = gc.isenabled()
     gc.disable()
     try:
         step = Ev.STEP_COMPLETED
-        for chunk in iter_chunks(path):
+        for chunk in iter_checked_chunks(path, unreadable):
             table.extend([e for e in chunk if e.get("event") == step])
             others.extend(e for e in chunk if e.get("event") != step)
         others.sort(key=lambda e: e.get("t", 0.0))
-        return History(others, _sorted_by_time(table))
+        return History(others, _sorted_by_time(table), unreadable)
     finally:
         if collecting:
             gc.enable()

@@ -89,7 +89,7 @@ def _end(events: list[Event]) -> Event:
     ends = of_kind(events, Ev.RUN_ENDED)
     if ends:
         return ends[-1]
-    return {"reason": EndReason.ERROR, "why": "the history has no run_ended event (engine killed?)"}
+    return {"reason": EndReason.ERROR, "why": "incomplete history: no run_ended event (the engine was killed?)"}
 
 
 def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden: dict[str, Any] | None

@@ -15,10 +15,11 @@ from typing import Any
 
 from chaos.analysis.breakdown import recovery_breakdowns
 from chaos.analysis.interval import interval_advice, save_cost_s
-from chaos.analysis.load import first_t, load_events
+from chaos.analysis.load import History, first_t, load_events, of_kind
 from chaos.analysis.result_json import build_result
 from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
 from chaos.analysis.throughput import throughput
+from chaos.events import Ev
 from chaos.scenario import Scenario, ShippedWorkload
 
 
@@ -48,15 +49,32 @@ class RunAnalysis:
                                self.result["median_step_s"], max(recoveries) if recoveries else None)
 
 
+def history_health(events: History) -> dict[str, Any]:
+    """What the figures rest on: whether the engine finished the history (``run_ended``; without it the run was
+    cut short, e.g. the engine was killed) and which lines could not be read (skipped, not fatal)."""
+    return {"complete": bool(of_kind(events, Ev.RUN_ENDED)), "unreadable_count": events.unreadable.count,
+            "unreadable_lines": list(events.unreadable.lines)}
+
+
+def _read_golden(path: Path) -> dict[str, Any] | None:
+    """golden.json, or None when it is missing or damaged (the golden comparison then says it was not checked)."""
+    try:
+        golden = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return golden if isinstance(golden, dict) else None
+
+
 def analyze_run(run_dir: str | Path) -> RunAnalysis:
     from chaos.loading import load_scenario
 
     run_dir = Path(run_dir)
     scenario = load_scenario(run_dir / "scenario.yaml")
     golden_path = run_dir / "golden.json"
-    golden = json.loads(golden_path.read_text()) if golden_path.exists() else None
+    golden = _read_golden(golden_path)
     events = load_events(run_dir / "events.jsonl")
     result = build_result(run_dir, scenario, events, golden)
+    result["history"] = history_health(events)
     t0 = first_t(events)
     return RunAnalysis(
         run_dir=run_dir, scenario=scenario, result=result, golden=golden, t0=t0,

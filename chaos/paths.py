@@ -1,0 +1,74 @@
+"""The blast radius: every path torch-chaos writes, corrupts or mounts stays inside the run directory, or inside
+a directory the scenario names in ``allow_paths``.
+
+A fault such as ``corrupt_checkpoint`` damages and deletes files in the checkpoint directory; a checkpoint
+directory of ``../..`` or ``/`` would let it damage anything the user can write. So a path field is judged
+twice: at validation, on its text (a relative path may not climb out of the run directory; an absolute one must
+resolve, symlinks followed, inside an allowed directory), and when the plan is built, on the resolved path under
+the real run directory (:func:`confine`), which also catches symlinks on the way.
+
+The run directory itself is refused as a checkpoint directory: its own ``events.jsonl``, logs and plan would be
+taken for checkpoints (and damaged by checkpoint faults). A subdirectory is required.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from pathlib import Path
+
+RUN_DIR_ITSELF = ("is the run directory itself, whose events.jsonl and logs would be taken for checkpoints; "
+                  "name a subdirectory, e.g. checkpoints")
+
+
+# What torch-chaos itself keeps in a run directory (docs/design.md, "The flow"): never a checkpoint directory.
+RUN_OWN = frozenset({"events.jsonl", "events.jsonl.acks", "logs", "scenario.yaml", "plan.yaml", "result.json",
+                     "golden.json", "report.html", "report.md", "report.json", "report.junit.xml"})
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def check_allowed(entry: str) -> str | None:
+    """What is wrong with one ``allow_paths`` entry, or None."""
+    if not entry or not os.path.isabs(entry):
+        return f"expected an absolute path, got {entry!r}"
+    if os.path.realpath(entry) == "/":
+        return "the filesystem root cannot be allowed; name the directory torch-chaos may write in"
+    return None
+
+
+def check_path(value: str, allow_paths: list[str]) -> str | None:
+    """What is wrong with a path field as written in the scenario (relative to the run directory), or None."""
+    if not value.strip():
+        return "expected a path, got an empty one"
+    if "\0" in value:
+        return "a path cannot contain a NUL character"
+    if os.path.isabs(value):
+        real = os.path.realpath(value)
+        if any(_within(real, os.path.realpath(a)) for a in allow_paths):
+            return None
+        return (f"{value!r} is outside the run directory (it resolves to {real}); torch-chaos writes and damages "
+                "files there, so list the directory in allow_paths to permit it")
+    norm = posixpath.normpath(value)
+    if norm == ".":
+        return f"{value!r} {RUN_DIR_ITSELF}"
+    if norm.split("/")[0] in RUN_OWN:
+        return (f"{value!r} is where torch-chaos keeps the run's own {norm.split('/')[0]}; checkpoint faults would "
+                "damage it. Name another subdirectory, e.g. checkpoints")
+    if norm == ".." or norm.startswith("../"):
+        return (f"{value!r} leaves the run directory; give a subdirectory of it, or an absolute path listed in "
+                "allow_paths")
+    return None
+
+
+def confine(path: Path, run_dir: Path, allow_paths: list[str]) -> str | None:
+    """What is wrong with a resolved path of a run about to start (symlinks followed), or None."""
+    real, run = os.path.realpath(path), os.path.realpath(run_dir)
+    if real == run or _within(run, real):
+        return f"{path} {RUN_DIR_ITSELF}" if real == run else f"{path} contains the run directory"
+    if _within(real, run) or any(_within(real, os.path.realpath(a)) for a in allow_paths):
+        return None
+    return (f"{path} resolves to {real}, outside the run directory {run} and every allow_paths entry; "
+            "torch-chaos refuses to write or damage files there")

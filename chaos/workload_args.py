@@ -1,0 +1,109 @@
+"""The shipped workloads' command-line arguments, declared once (standard library only).
+
+``workloads/train.py`` builds its argparse parser from :data:`DDP_MLP`, and the scenario model checks
+``workload.args`` against the same declaration (``chaos.scenario.ShippedWorkload``), so ``steps: not-a-number``
+is refused by ``chaos validate`` with its file and line instead of failing inside torchrun at run time, and
+``chaos schema`` lists every argument with its type. Imported inside training processes: no third-party imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+_JSON_TYPE = {int: "integer", float: "number", str: "string"}
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One ``--name`` argument: its type, default, help, and the values it accepts."""
+
+    type: type
+    default: Any = None
+    help: str = ""
+    choices: tuple[str, ...] | None = None
+    min: float | None = None  # smallest accepted value (numbers)
+    required: bool = False  # for the command line; the plan always supplies required ones (checkpoint_dir)
+    set_by_plan: bool = False  # torch-chaos passes it; a scenario may override it (checked like any path)
+
+    def json_schema(self) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": _JSON_TYPE[self.type], "description": self.help}
+        if self.choices:
+            schema["enum"] = list(self.choices)
+        if self.min is not None:
+            schema["minimum"] = self.min
+        if self.default is not None:
+            schema["default"] = self.default
+        return schema
+
+
+BUGS = ("non-atomic-save", "no-optimizer-state", "off-by-one-resume", "stale-checkpoint", "no-digest-check",
+        "reshuffle-on-resume")
+
+DDP_MLP: dict[str, Arg] = {
+    "steps": Arg(int, 400, "global steps to train", min=1),
+    "global_batch": Arg(int, 48, "samples per global step, sharded by rank", min=1),
+    "dataset_size": Arg(int, 4800, "samples per epoch", min=1),
+    "features": Arg(int, 32, min=1),
+    "hidden": Arg(int, 256, min=1),
+    "lr": Arg(float, 0.01, min=0),
+    "seed": Arg(int, 1234, "model initialisation seed"),
+    "data_seed": Arg(int, 4321, "data and shuffling seed"),
+    "checkpoint_dir": Arg(str, None, "where checkpoints are written (relative paths: inside the run directory)",
+                          required=True, set_by_plan=True),
+    "checkpoint_every": Arg(int, 25, "save every K steps", min=1),
+    "keep": Arg(int, 3, "checkpoints to keep", min=1),
+    "step_time_ms": Arg(float, 0.0, "extra simulated compute per step (sleep), to model a heavier job on a small "
+                        "machine", min=0),
+    "pg_timeout_s": Arg(float, 10.0, "process-group timeout (elastic only)", min=0, set_by_plan=True),
+    "backend": Arg(str, "gloo", "gloo (CPU) or nccl (GPU)", choices=("gloo", "nccl")),
+    "bug": Arg(str, None, "plant a known checkpointing bug", choices=BUGS),
+}
+
+SHIPPED: dict[str, dict[str, Arg]] = {"ddp-mlp": DDP_MLP}
+
+
+def add_arguments(parser: argparse.ArgumentParser, declared: dict[str, Arg]) -> None:
+    """The workload's parser: one ``--kebab-name`` per declared argument."""
+    for name, arg in declared.items():
+        kwargs: dict[str, Any] = {"type": arg.type, "help": arg.help or None}
+        if arg.choices:
+            kwargs["choices"] = arg.choices
+        if arg.required:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = arg.default
+        parser.add_argument(f"--{name.replace('_', '-')}", **kwargs)
+
+
+def as_text(value: Any) -> str:
+    """How a scenario value is written on the command line (``50.0`` → ``50``); the plan uses the same."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def problems(declared: dict[str, Arg], args: dict[str, Any]) -> dict[str, str]:
+    """What the workload's parser would refuse in ``args`` (name → what was expected), judged on the exact text
+    the plan will pass, so validation and the run agree."""
+    found: dict[str, str] = {}
+    for name, value in args.items():
+        arg = declared.get(name)
+        if arg is None:
+            found[name] = f"unknown argument; the workload takes {', '.join(declared)}"
+            continue
+        if isinstance(value, str) and "\0" in value:
+            found[name] = "a NUL character cannot be passed on a command line"
+            continue
+        if isinstance(value, bool):
+            found[name] = f"expected {_JSON_TYPE[arg.type]}, got {value!r}"
+            continue
+        try:
+            parsed = arg.type(as_text(value))
+        except (TypeError, ValueError, OverflowError):
+            found[name] = f"expected {'an ' if arg.type is int else 'a '}{_JSON_TYPE[arg.type]}, got {value!r}"
+            continue
+        if arg.choices and parsed not in arg.choices:
+            found[name] = f"expected one of {', '.join(arg.choices)}, got {value!r}"
+        elif arg.min is not None and isinstance(parsed, (int, float)) and not parsed >= arg.min:
+            found[name] = f"expected at least {as_text(arg.min)}, got {value!r}"
+    return found
