@@ -14,7 +14,9 @@ a one-line ``why``:
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from itertools import chain as chain_all
 from typing import Any
 
@@ -174,9 +176,12 @@ def _lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
     if not len(table):
         return [], "no step completed"
     step_no = table.values("step")
-    by_incarnation: dict[Any, list[int]] = {}
+    by_incarnation: dict[Any, array[int]] = {}  # rows as 8-byte integers, not a list of int objects
     for row, inc in enumerate(table.values("incarnation")):
-        by_incarnation.setdefault(inc, []).append(row)
+        rows = by_incarnation.get(inc)
+        if rows is None:
+            rows = by_incarnation[inc] = array("q")
+        rows.append(row)
     if not any(by_incarnation.keys()):
         last: dict[int, int] = {}
         for row, s in enumerate(step_no):
@@ -199,7 +204,7 @@ def _lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
         load = loads.get(inc)
         start = load["step"] if load else 0
         chain.append({"incarnation": inc, "a": start, "b": end,
-                      "rows": [r for r in by_incarnation.get(inc, ()) if start < step_no[r] <= end]})
+                      "rows": array("q", (r for r in by_incarnation.get(inc, ()) if start < step_no[r] <= end))})
         if not load:
             break
         origin = [s for s in saves if s["path"] == load["path"] and s["step"] == load["step"] and s["t"] < load["t"]]
@@ -211,11 +216,25 @@ def _lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
     return chain, problem
 
 
+def _each_rank_advances(rows: Sequence[int], step_no: Sequence[Any], ranks: Sequence[Any]) -> bool:
+    """Whether each rank's steps strictly increase along ``rows`` (then no (step, rank) comes twice)."""
+    last: dict[Any, Any] = {}
+    try:
+        for r in rows:
+            rank, s = ranks[r], step_no[r]
+            if rank in last and not s > last[rank]:
+                return False
+            last[rank] = s
+    except TypeError:  # a rank or step that cannot be compared or be a key: take the general path
+        return False
+    return True
+
+
 def exactly_once(events: list[Event]) -> dict[str, Any]:
     chain, problem = lineage(events)
     if not chain:
         return _verdict(None, f"not checked: {problem}")
-    consumed: dict[int, list[int]] = defaultdict(list)  # epoch -> the rows whose sample ids the lineage consumed
+    consumed: dict[int, array[int]] = defaultdict(lambda: array("q"))  # epoch -> rows whose ids the lineage consumed
     dataset_size = None
     missing_steps: list[int] = []
     has_ids = False
@@ -223,12 +242,18 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
     step_no, ranks = table.values("step"), table.values("rank", 0)
     epochs, sizes = table.values("epoch", 0), table.values("dataset_size", MISSING)
     for seg in chain:
-        by_step_rank: dict[tuple[int, Any], int] = {}  # a (step, rank) done twice in one incarnation counts once
-        for r in seg["rows"]:
-            by_step_rank[(step_no[r], ranks[r])] = r
-        present = {s for s, _ in by_step_rank}
+        rows = seg["rows"]
+        if _each_rank_advances(rows, step_no, ranks):  # no (step, rank) twice: every row counts, in order
+            kept: Any = rows
+            present = {step_no[r] for r in rows}
+        else:  # a (step, rank) done twice in one incarnation counts once (its last row, at its first place)
+            by_step_rank: dict[tuple[int, Any], int] = {}
+            for r in rows:
+                by_step_rank[(step_no[r], ranks[r])] = r
+            kept = by_step_rank.values()
+            present = {s for s, _ in by_step_rank}
         missing_steps += [s for s in range(seg["a"] + 1, seg["b"] + 1) if s not in present]
-        for r in by_step_rank.values():
+        for r in kept:
             if table.sample_ids(r) is None:
                 continue
             has_ids = True

@@ -107,17 +107,16 @@ def _compute_step_spans(events: list[Event]) -> tuple[array[float], array[float]
         rows.append(row)
     starts, ends = array("d"), array("d")
     for rows in rows_of.values():
-        steps_here = [step_no[r] for r in rows]
-        if all(a < b for a, b in pairwise(steps_here)):
+        if all(step_no[a] < step_no[b] for a, b in pairwise(rows)):
             # Steps strictly increasing (the usual process): s-1, if this process did it, is the row just before.
-            for (prev, s_prev), (row, s) in pairwise(zip(rows, steps_here, strict=True)):
-                if s_prev == s - 1:
+            for prev, row in pairwise(rows):
+                if step_no[prev] == step_no[row] - 1:
                     starts.append(times[prev])
                     ends.append(times[row])
             continue
         by_step: dict[int, float] = {}  # a step done twice by one process: its last completion counts
-        for r, s in zip(rows, steps_here, strict=True):
-            by_step[s] = times[r]
+        for r in rows:
+            by_step[step_no[r]] = times[r]
         for s, t in by_step.items():
             before = by_step.get(s - 1)
             if before is not None:
@@ -233,7 +232,7 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
         m.restarted = bool(new_pids)
         after: Sequence[int] = all_steps[bisect_right(step_t, t_f):]
         if m.restarted:
-            after = [i for i in after if (nodes[i], pids[i]) in new_pids]
+            after = array("q", (i for i in after if (nodes[i], pids[i]) in new_pids))
         if not after:
             m.note = "the job completed no step after this fault"
             continue
