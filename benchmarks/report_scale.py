@@ -16,7 +16,6 @@ import argparse
 import hashlib
 import json
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -132,31 +131,61 @@ def _digest(step: int) -> str:
     return hashlib.sha256(str(step).encode()).hexdigest()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--events", type=int, default=300_000)
-    ap.add_argument("--format", default="html", help="chaos report format: text, html, md, json, junit")
-    ap.add_argument("--keep", default=None, help="write the run directory here instead of a temporary one")
-    args = ap.parse_args()
-    tmp = Path(args.keep or tempfile.mkdtemp(prefix="chaos-report-scale-"))
-    run_dir = tmp / "soak"
-    n = synthesise(run_dir, args.events)
-    size = (run_dir / "events.jsonl").stat().st_size
-    print(f"history: {n} events, {size / 1e6:.1f} MB in {run_dir}")
-    # In a child process, so that its peak RSS is the report's alone (not the generator's).
+# Runs `chaos report` as `python -m chaos` does, then prints its own resource usage as the last line of stderr.
+_MEASURED = """
+import json, resource, sys
+from chaos.cli import main
+try:
+    code = main(sys.argv[1:])
+finally:
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    sys.stderr.write("\\n" + json.dumps([u.ru_utime + u.ru_stime, u.ru_maxrss]) + "\\n")
+sys.exit(code)
+"""
+
+
+def _report(run_dir: Path, fmt: str) -> tuple[float, float, float, str, int]:
+    """(wall s, CPU s, peak RSS MB, output, exit code) of ``chaos report`` in a child process of its own.
+
+    The child measures itself (``RUSAGE_SELF``): ``RUSAGE_CHILDREN`` would also count the generator's child.
+    """
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "chaos", "report", str(run_dir), "--format", args.format],
+    proc = subprocess.run([sys.executable, "-c", _MEASURED, "report", str(run_dir), "--format", fmt],
                           capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    peak_mb = usage.ru_maxrss / 1024
-    cpu = usage.ru_utime + usage.ru_stime  # less sensitive than wall time to other jobs on a shared machine
-    print(proc.stdout.strip()[-400:])
-    if proc.returncode not in (0, 1):
-        print(proc.stderr[-2000:], file=sys.stderr)
-        return 2
-    print(f"chaos report --format {args.format}: {wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {peak_mb:.0f} MB "
-          f"({wall / n * 1e6:.1f} µs and {peak_mb * 1024 * 1024 / n:.0f} B per event)")
+    cpu, maxrss_kb = json.loads(proc.stderr.strip().splitlines()[-1])
+    return wall, cpu, maxrss_kb / 1024, proc.stdout + proc.stderr, proc.returncode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, nargs="+", default=[300_000],
+                    help="history size(s); with several, also the cost of each further event (smallest to largest)")
+    ap.add_argument("--format", default="html", help="chaos report format: text, html, md, json, junit")
+    ap.add_argument("--keep", default=None, help="write the run directories here instead of a temporary one")
+    ap.add_argument("--synthesise-only", default=None, help=argparse.SUPPRESS)  # DIR: write one history, exit
+    args = ap.parse_args()
+    if args.synthesise_only:
+        print(synthesise(Path(args.synthesise_only), args.events[0]))
+        return 0
+    tmp = Path(args.keep or tempfile.mkdtemp(prefix="chaos-report-scale-"))
+    measured = []
+    for n_events in sorted(args.events):
+        run_dir = tmp / f"soak-{n_events}"
+        n = int(subprocess.run([sys.executable, __file__, "--events", str(n_events), "--synthesise-only",
+                                str(run_dir)], capture_output=True, text=True, check=True).stdout)
+        size = (run_dir / "events.jsonl").stat().st_size
+        print(f"history: {n} events, {size / 1e6:.1f} MB in {run_dir}")
+        wall, cpu, peak_mb, out, code = _report(run_dir, args.format)
+        if code not in (0, 1):
+            print(out[-2000:], file=sys.stderr)
+            return 2
+        print(f"chaos report --format {args.format}: {wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {peak_mb:.0f} MB")
+        measured.append((n, cpu, peak_mb))
+    if len(measured) > 1:
+        (n0, cpu0, mb0), (n1, cpu1, mb1) = measured[0], measured[-1]
+        print(f"each further event ({n0} to {n1}): {(cpu1 - cpu0) / (n1 - n0) * 1e6:.1f} µs CPU, "
+              f"{(mb1 - mb0) * 1024 * 1024 / (n1 - n0):.0f} B of peak RSS")
     if not args.keep:
         shutil.rmtree(tmp)
     return 0

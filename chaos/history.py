@@ -87,6 +87,12 @@ def iter_history(path: Path | str) -> Iterator[Event]:
 
     A line that is not valid JSON (a torn last line: its writer was killed mid-write) is skipped, not fatal.
     """
+    for chunk in iter_chunks(path):
+        yield from chunk
+
+
+def iter_chunks(path: Path | str) -> Iterator[list[Event]]:
+    """The events in file order, a list per megabyte of lines (for readers that handle events in bulk)."""
     with open(path, "rb") as f:
         while True:
             lines = [line for line in f.readlines(_CHUNK_BYTES) if line.strip()]
@@ -96,7 +102,7 @@ def iter_history(path: Path | str) -> Iterator[Event]:
                 chunk: list[Any] = json.loads(b"[" + b",".join(lines) + b"]")
             except json.JSONDecodeError:  # a torn line in this chunk: parse line by line, skip what is broken
                 chunk = [e for e in map(_parse_line, lines) if e is not None]
-            yield from (e for e in chunk if isinstance(e, dict))
+            yield [e for e in chunk if isinstance(e, dict)]
 
 
 def _parse_line(line: bytes) -> Any:
@@ -191,6 +197,12 @@ _ABSENT = object()
 def iter_checked(path: Path | str, unreadable: Unreadable) -> Iterator[Event]:
     """Like :func:`iter_history` (chunked parse), but every line that is not a usable event (torn, garbage,
     not UTF-8, a bare number, a non-numeric ``t`` ...) is counted in ``unreadable`` with its line number."""
+    for chunk in iter_checked_chunks(path, unreadable):
+        yield from chunk
+
+
+def iter_checked_chunks(path: Path | str, unreadable: Unreadable) -> Iterator[list[Event]]:
+    """:func:`iter_checked`'s events, a list per megabyte of lines (for readers that handle events in bulk)."""
     checks = _field_checks()
     number = 0
     with open(path, "rb") as f:
@@ -209,11 +221,13 @@ def iter_checked(path: Path | str, unreadable: Unreadable) -> Iterator[Event]:
                     raise ValueError("misaligned")
             except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, misaligned
                 chunk = [_parse_any(line) for _, line in numbered]
+            usable = []
             for (line_number, _), e in zip(numbered, chunk, strict=True):
                 if readable(e, checks):
-                    yield e
+                    usable.append(e)
                 else:
                     unreadable.add(line_number)
+            yield usable
 
 
 def _parse_any(line: bytes) -> Any:

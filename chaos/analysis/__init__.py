@@ -2,8 +2,9 @@
 
 - ``run``: :func:`analyze_run` parses a run directory once and computes everything below into a ``RunAnalysis``;
   result.json, every report format and ``chaos compare`` present that one object.
-- ``load``: the streaming, compact parse (``load_events``) and the ``History`` index (events by kind, memoised
-  derived structures such as the steps, step spans and lineage).
+- ``load``: the streaming parse (``load_events``) and the ``History`` index (events by kind, memoised derived
+  structures such as the steps, step spans and lineage).
+- ``steps``: the ``StepTable``, every step event as one typed column per field the metrics read.
 - ``metrics``: per-fault recovery, catch-up, lost steps/work, slowdown; goodput; restarts.
 - ``checkpoints``: the four checkpoint-correctness verdicts and the surviving lineage.
 - ``breakdown``: recovery split into phases; ``interval``: checkpoint-interval advice (Young/Daly);

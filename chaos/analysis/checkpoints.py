@@ -14,11 +14,14 @@ a one-line ``why``:
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from itertools import chain as chain_all
 from typing import Any
 
-from chaos.analysis.load import memo, of_kind, of_kinds
+from chaos.analysis.load import memo, of_kind, of_kinds, step_table
+from chaos.analysis.steps import MISSING, StepTable
 from chaos.events import EndReason, Ev, Source
 from chaos.history import Event
 
@@ -27,6 +30,14 @@ def _of(events: list[Event], name: Ev) -> list[Event]:
     """The workload's events of one kind (from the probe, or inferred from a print-only job's output)."""
     return memo(events, f"workload:{name}", lambda: [e for e in of_kind(events, name)
                                                      if e.get("source") in (Source.WORKLOAD, Source.PROGRESS)])
+
+
+def worker_steps(events: list[Event]) -> StepTable:
+    """The workload's steps (from the probe, or inferred from a print-only job's output), in order."""
+    def compute() -> StepTable:
+        table = step_table(events)
+        return table.select(table.rows_where("source", lambda source: source in (Source.WORKLOAD, Source.PROGRESS)))
+    return memo(events, "workload:steps", compute)
 
 
 def _verdict(ok: bool | None, why: str, **details: Any) -> dict[str, Any]:
@@ -108,9 +119,10 @@ def digests_ok(events: list[Event]) -> dict[str, Any]:
 def _restarts(events: list[Event]) -> list[dict[str, Any]]:
     """Every worker incarnation after the first, with the checkpoint it loaded (None = started from scratch)."""
     starts: dict[Any, float] = {}
-    for e in _of(events, Ev.STEP_COMPLETED):
-        key = e.get("incarnation") or (e.get("node"), e.get("pid"))
-        starts.setdefault(key, e["t"])
+    table = worker_steps(events)
+    for inc, node, pid, t in zip(table.values("incarnation"), table.values("node"), table.values("pid"),
+                                 table.values("t"), strict=True):
+        starts.setdefault(inc or (node, pid), t)
     loads = {x["incarnation"]: x for x in _loads_by_incarnation(events)}
     for key, load in loads.items():
         starts[key] = min(starts.get(key, load["t"]), load["t"])
@@ -119,7 +131,7 @@ def _restarts(events: list[Event]) -> list[dict[str, Any]]:
 
 
 def resumed_from_newest_valid(events: list[Event]) -> dict[str, Any]:
-    if not any(e.get("incarnation") for e in _of(events, Ev.STEP_COMPLETED)):
+    if not any(worker_steps(events).values("incarnation")):
         return _verdict(None, "not checked: the workload does not report its incarnation through chaos.probe")
     restarts = _restarts(events)
     if not restarts:
@@ -150,7 +162,8 @@ def resumed_from_newest_valid(events: list[Event]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ lineage
 
 def lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
-    """The incarnations whose steps make up the final model, oldest first, each with its step range (a, b].
+    """The incarnations whose steps make up the final model, oldest first, each with its step range (a, b] and
+    ``rows``: its steps in that range, as row indices into ``worker_steps(events)``.
 
     Followed backwards from the final incarnation through the checkpoint it loaded to the incarnation that
     saved that checkpoint. Without incarnation ids (print-only jobs) it is the last execution of each step.
@@ -159,20 +172,28 @@ def lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
 
 
 def _lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
-    steps = _of(events, Ev.STEP_COMPLETED)
-    if not steps:
+    table = worker_steps(events)
+    if not len(table):
         return [], "no step completed"
-    by_incarnation: dict[Any, list[Event]] = {}
-    for e in steps:
-        by_incarnation.setdefault(e.get("incarnation"), []).append(e)
+    step_no = table.values("step")
+    by_incarnation: dict[Any, array[int]] = {}  # rows as 8-byte integers, not a list of int objects
+    for row, inc in enumerate(table.values("incarnation")):
+        rows = by_incarnation.get(inc)
+        if rows is None:
+            rows = by_incarnation[inc] = array("q")
+        rows.append(row)
     if not any(by_incarnation.keys()):
-        last: dict[int, Event] = {}
-        for e in steps:
-            last[e["step"]] = e
-        return [{"incarnation": None, "a": 0, "b": max(last), "events": list(last.values())}], None
+        last: dict[int, int] = {}
+        for row, s in enumerate(step_no):
+            last[s] = row
+        return [{"incarnation": None, "a": 0, "b": max(last), "rows": list(last.values())}], None
     finished = _of(events, Ev.RUN_FINISHED)
-    final = finished[-1] if finished else max(steps, key=lambda e: e["t"])
-    inc, end = final.get("incarnation"), final["step"]
+    if finished:
+        inc, end = finished[-1].get("incarnation"), finished[-1]["step"]
+    else:
+        times = table.values("t")
+        final = max(range(len(times)), key=times.__getitem__)
+        inc, end = table.values("incarnation")[final], step_no[final]
     loads = {x["incarnation"]: x for x in _loads_by_incarnation(events)}
     saves = _of(events, Ev.CHECKPOINT_SAVE_FINISHED)
     chain: list[dict[str, Any]] = []
@@ -183,7 +204,7 @@ def _lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
         load = loads.get(inc)
         start = load["step"] if load else 0
         chain.append({"incarnation": inc, "a": start, "b": end,
-                      "events": [e for e in by_incarnation.get(inc, ()) if start < e["step"] <= end]})
+                      "rows": array("q", (r for r in by_incarnation.get(inc, ()) if start < step_no[r] <= end))})
         if not load:
             break
         origin = [s for s in saves if s["path"] == load["path"] and s["step"] == load["step"] and s["t"] < load["t"]]
@@ -195,37 +216,61 @@ def _lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
     return chain, problem
 
 
+def _each_rank_advances(rows: Sequence[int], step_no: Sequence[Any], ranks: Sequence[Any]) -> bool:
+    """Whether each rank's steps strictly increase along ``rows`` (then no (step, rank) comes twice)."""
+    last: dict[Any, Any] = {}
+    try:
+        for r in rows:
+            rank, s = ranks[r], step_no[r]
+            if rank in last and not s > last[rank]:
+                return False
+            last[rank] = s
+    except TypeError:  # a rank or step that cannot be compared or be a key: take the general path
+        return False
+    return True
+
+
 def exactly_once(events: list[Event]) -> dict[str, Any]:
     chain, problem = lineage(events)
     if not chain:
         return _verdict(None, f"not checked: {problem}")
-    consumed: dict[int, list[Any]] = defaultdict(list)  # epoch -> the sample-id lists the lineage consumed in it
+    consumed: dict[int, array[int]] = defaultdict(lambda: array("q"))  # epoch -> rows whose ids the lineage consumed
     dataset_size = None
     missing_steps: list[int] = []
     has_ids = False
+    table = worker_steps(events)
+    step_no, ranks = table.values("step"), table.values("rank", 0)
+    epochs, sizes = table.values("epoch", 0), table.values("dataset_size", MISSING)
     for seg in chain:
-        by_step_rank: dict[tuple[int, Any], Event] = {}  # a (step, rank) done twice in one incarnation counts once
-        for e in seg["events"]:
-            by_step_rank[(e["step"], e.get("rank", 0))] = e
-        present = {s for s, _ in by_step_rank}
+        rows = seg["rows"]
+        if _each_rank_advances(rows, step_no, ranks):  # no (step, rank) twice: every row counts, in order
+            kept: Any = rows
+            present = {step_no[r] for r in rows}
+        else:  # a (step, rank) done twice in one incarnation counts once (its last row, at its first place)
+            by_step_rank: dict[tuple[int, Any], int] = {}
+            for r in rows:
+                by_step_rank[(step_no[r], ranks[r])] = r
+            kept = by_step_rank.values()
+            present = {s for s, _ in by_step_rank}
         missing_steps += [s for s in range(seg["a"] + 1, seg["b"] + 1) if s not in present]
-        for e in by_step_rank.values():
-            if e.get("sample_ids") is None:
+        for r in kept:
+            if table.sample_ids(r) is None:
                 continue
             has_ids = True
-            dataset_size = e.get("dataset_size", dataset_size)
-            consumed[int(e.get("epoch", 0))].append(e["sample_ids"])
+            if sizes[r] is not MISSING:
+                dataset_size = sizes[r]
+            consumed[int(epochs[r])].append(r)
     if not has_ids or dataset_size is None:
         return _verdict(None, "not checked: the workload does not report sample_ids and dataset_size")
     duplicates: dict[int, list[int]] = {}
     skipped: dict[int, list[int]] = {}
     complete = []
     last_epoch = max(consumed, default=0)
-    for epoch, id_lists in sorted(consumed.items()):
-        seen_total = sum(map(len, id_lists))
-        distinct = set(chain_all.from_iterable(id_lists))
+    for epoch, rows in sorted(consumed.items()):
+        seen_total = sum(len(table.sample_ids(r)) for r in rows)  # the ids are read from the table as needed
+        distinct = set(chain_all.from_iterable(map(table.sample_ids, rows)))
         if len(distinct) < seen_total:  # counting is needed only when something was consumed twice
-            dup = sorted(i for i, c in Counter(chain_all.from_iterable(id_lists)).items() if c > 1)
+            dup = sorted(i for i, c in Counter(chain_all.from_iterable(map(table.sample_ids, rows))).items() if c > 1)
             duplicates[epoch] = dup
         # an epoch is judged for skips only when the lineage ran through it (the run got past its end)
         ran_through = epoch < last_epoch or seen_total >= dataset_size
@@ -255,10 +300,12 @@ def golden_summary(events: list[Event]) -> dict[str, Any]:
     """What a later faulted run compares with: per-step losses, final state digest, world size."""
     losses: dict[int, float] = {}
     world_sizes = set()
-    for e in _of(events, Ev.STEP_COMPLETED):
-        if e.get("loss") is not None and e.get("rank", 0) == 0:
-            losses[e["step"]] = e["loss"]
-        world_sizes.add(e.get("world_size", 1))
+    table = worker_steps(events)
+    for s, loss, rank, world_size in zip(table.values("step"), table.values("loss"), table.values("rank", 0),
+                                         table.values("world_size", 1), strict=True):
+        if loss is not None and rank == 0:
+            losses[s] = loss
+        world_sizes.add(world_size)
     finished = _of(events, Ev.RUN_FINISHED)
     return {"losses": {str(k): v for k, v in sorted(losses.items())},
             "state_sha256": finished[-1].get("state_sha256") if finished else None,
@@ -276,19 +323,23 @@ def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: flo
                         mode="not_checked")
     finished = _of(events, Ev.RUN_FINISHED)
     chain, _ = lineage(events)
-    steps = [e for seg in chain for e in seg["events"]]
-    if not finished and not any(e.get("source") == Source.PROGRESS for e in steps):
+    rows = [r for seg in chain for r in seg["rows"]]
+    table = worker_steps(events)
+    sources = table.values("source")
+    if not finished and not any(sources[r] == Source.PROGRESS for r in rows):
         return _verdict(None, "not checked: the run did not finish", mode="not_checked")
     run_losses: dict[int, float] = {}
     not_finite: list[int] = []  # the probe records a NaN or infinite loss as null
     world_sizes = set()
-    for e in steps:
-        if e.get("rank", 0) == 0 and "loss" in e:
-            if e["loss"] is None:
-                not_finite.append(e["step"])
+    step_no, ranks, world_size = table.values("step"), table.values("rank", 0), table.values("world_size", 1)
+    losses, has_loss = table.values("loss"), table.has("loss")
+    for r in rows:
+        if ranks[r] == 0 and has_loss[r]:
+            if losses[r] is None:
+                not_finite.append(step_no[r])
             else:
-                run_losses[e["step"]] = e["loss"]
-        world_sizes.add(e.get("world_size", 1))
+                run_losses[step_no[r]] = losses[r]
+        world_sizes.add(world_size[r])
     ws_changed = sorted(world_sizes) != golden["world_sizes"]
     tol = rtol if ws_changed else 0.0
     g_losses = {int(k): v for k, v in golden["losses"].items()}

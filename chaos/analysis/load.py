@@ -1,64 +1,51 @@
-"""Reading a history for analysis: one streaming parse into compact records.
+"""Reading a history for analysis: one streaming parse into a step table and a short list of other events.
 
-Almost every line of a long run is a ``step_completed`` (one per rank per step). Parsed line by line, each cost
-~3.5 KB (a dict with its own copy of every key string, its own copies of repeated values, a list of boxed
-sample ids), so a 300k-event soak held 1 GB. Here key strings are shared (the chunked parse of
-``chaos.history.iter_history``), repeated values (node, source, incarnation, pid) are shared, and sample ids are
-packed in an ``array``: ~0.8 KB per step. Steps stay plain dicts, because every metric reads events with
-``dict.get`` many times: a dict-like class with slots, half the size, made analysis 5x slower.
+Almost every line of a long run is a ``step_completed`` (one per rank per step). Kept as parsed dicts, even with
+shared keys and values, each cost ~1 KB (a 300k-event soak held 350 MB). Here the file is parsed a chunk at a
+time (``chaos.history.iter_history``) and each step is appended to a :class:`~chaos.analysis.steps.StepTable`
+(a column per field, typed arrays) and its dict dropped, so memory grows by what the metrics need of a step
+(about a hundred bytes), not by the step's dict. The other events (checkpoints, faults, restarts: a few per
+hundred steps) stay dicts, indexed by kind.
 """
 
 from __future__ import annotations
 
 import gc
-from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from chaos.analysis.steps import StepTable, time_order
 from chaos.events import Ev
-from chaos.history import Event, Unreadable, iter_checked
+from chaos.history import Event, Unreadable, iter_checked_chunks
 
 T = TypeVar("T")
 
-# Fields of a step whose values repeat across lines (node names, sources, incarnation ids, pids).
-_SHARED = ("source", "event", "node", "pid", "incarnation")
-
-
-class _Compactor:
-    """Shrinks parsed step events in place: repeated values shared, sample ids packed."""
-
-    def __init__(self) -> None:
-        self._shared: dict[Any, Any] = {}
-
-    def step(self, e: Event) -> Event:
-        share = self._shared.setdefault
-        for k in _SHARED:
-            v = e.get(k)
-            if v is not None:
-                e[k] = share(v, v)
-        ids = e.get("sample_ids")
-        if isinstance(ids, list):
-            e["sample_ids"] = _pack(ids)
-        return e
-
 
 class History(list[Event]):
-    """A sorted history that hands out its events of one kind without a pass over all of them each time.
+    """A sorted history: its events other than steps (a list, indexed by kind) and its steps (a :class:`StepTable`).
 
-    Analysis asks for the steps, the faults, the loads ... many times; :func:`of_kind` answers from an index
-    built once. Treat it as read-only: the index is not updated.
+    Analysis asks for the faults, the loads ... many times; :func:`of_kind` answers from an index built once, and
+    :func:`step_table` hands out the steps. Treat it as read-only: the index is not updated.
     """
 
-    def __init__(self, events: list[Event], unreadable: Unreadable | None = None):
+    def __init__(self, events: list[Event], steps: StepTable | None = None, unreadable: Unreadable | None = None):
         super().__init__(events)
+        self.steps = steps if steps is not None else StepTable()
         self.unreadable = unreadable or Unreadable()  # lines that were not usable events (reported, not fatal)
         self._by_kind: dict[Any, list[Event]] = {}
         self._memo: dict[str, Any] = {}
         for e in self:
             self._by_kind.setdefault(e.get("event"), []).append(e)
 
+    @property
+    def n_events(self) -> int:
+        """Every event of the history, steps included."""
+        return len(self) + len(self.steps)
+
     def of(self, kind: Ev) -> list[Event]:
+        if kind == Ev.STEP_COMPLETED:
+            raise TypeError("a History keeps its steps in a StepTable: use chaos.analysis.load.step_table")
         return self._by_kind.get(kind, [])
 
     def memo(self, key: str, compute: Callable[[], T]) -> T:
@@ -66,6 +53,22 @@ class History(list[Event]):
         if key not in self._memo:
             self._memo[key] = compute()
         return self._memo[key]  # type: ignore[no-any-return]
+
+
+def step_table(events: list[Event]) -> StepTable:
+    """Every ``step_completed`` of the history, in order (built from the events when they are a plain list)."""
+    if isinstance(events, History):
+        return events.steps
+    return StepTable.of(e for e in events if e.get("event") == Ev.STEP_COMPLETED)
+
+
+def first_t(events: list[Event]) -> float:
+    """Time of the history's first event (the plots' origin), 0.0 for an empty one."""
+    times = [events[0].get("t", 0.0)] if events else []
+    table = step_table(events) if isinstance(events, History) else None
+    if table is not None and len(table):
+        times.append(table.values("t", 0.0)[0])
+    return min(times, default=0.0)
 
 
 def memo(events: list[Event], key: str, compute: Callable[[], T]) -> T:
@@ -90,30 +93,34 @@ def of_kinds(events: list[Event], *kinds: Ev) -> list[Event]:
     return [e for e in events if e.get("event") in wanted]
 
 
-def _pack(ids: list[Any]) -> Any:
-    for typecode in ("i", "q"):  # 4 bytes an id when they fit, else 8
-        try:
-            return array(typecode, ids)
-        except OverflowError:
-            continue
-        except TypeError:
-            break
-    return tuple(ids)  # ids that are not machine integers: kept as they are
-
-
 def load_events(path: Path | str) -> History:
-    """The history sorted by time, with step events compact (see the module docstring)."""
-    compactor = _Compactor()
-    unreadable = Unreadable()  # lines that are not usable events: counted and reported, not fatal
-    # Hundreds of thousands of new dicts, none in a reference cycle: the cyclic collector would rescan the growing
-    # heap again and again for nothing (a third of the load time), so it waits until they are all built.
+    """The history sorted by time: steps in a step table, the other events as dicts (see the module docstring).
+
+    Lines that are not usable events are counted and reported (``History.unreadable``), not fatal.
+    """
+    table = StepTable()
+    others: list[Event] = []
+    unreadable = Unreadable()
+    # Thousands of new dicts per chunk, none in a reference cycle: the cyclic collector would rescan the heap again
+    # and again for nothing, so it waits until the parse is done.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        events = [compactor.step(e) if e.get("event") == Ev.STEP_COMPLETED else e
-                  for e in iter_checked(path, unreadable)]
-        events.sort(key=lambda e: e.get("t", 0.0))
-        return History(events, unreadable)
+        step = Ev.STEP_COMPLETED
+        for chunk in iter_checked_chunks(path, unreadable):
+            table.extend([e for e in chunk if e.get("event") == step])
+            others.extend(e for e in chunk if e.get("event") != step)
+        others.sort(key=lambda e: e.get("t", 0.0))
+        return History(others, _sorted_by_time(table), unreadable)
     finally:
         if collecting:
             gc.enable()
+
+
+def _sorted_by_time(table: StepTable) -> StepTable:
+    """The steps in time order (the file is in write order; writers on several processes race by microseconds).
+
+    The same stable order as sorting all events by ``t``: steps keep their relative order.
+    """
+    order = time_order(table.values("t", 0.0))
+    return table if isinstance(order, range) else table.select(order)

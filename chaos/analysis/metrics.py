@@ -9,11 +9,13 @@ from __future__ import annotations
 import statistics
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from typing import Any
 
-from chaos.analysis.load import History, memo, of_kind
+from chaos.analysis.load import History, memo, of_kind, step_table
+from chaos.analysis.steps import StepTable, time_order
 from chaos.events import Ev, Source
 from chaos.history import Event
 
@@ -46,19 +48,23 @@ class FaultMetrics:
 _WORKER_SOURCES = (Source.WORKLOAD, Source.PROGRESS)
 
 
-def steps(events: list[Event]) -> list[Event]:
-    """Step completions with an integer global step, in time order."""
-    return memo(events, "steps", lambda: [e for e in of_kind(events, Ev.STEP_COMPLETED)
-                                          if isinstance(e.get("step"), int)])
+def steps(events: list[Event]) -> StepTable:
+    """Step completions with an integer global step, in the history's order (time order once loaded)."""
+    def compute() -> StepTable:
+        table = step_table(events)
+        if table.typed("step") is int:
+            return table
+        return table.select([i for i, s in enumerate(table.values("step")) if isinstance(s, int)])
+    return memo(events, "steps", compute)
 
 
 def step_completion_times(events: list[Event]) -> dict[int, float]:
     """Job-level completion time of each global step: its first completion by any rank (in any incarnation)."""
     out: dict[int, float] = {}
-    for e in steps(events):
-        s = e["step"]
-        if s not in out or e["t"] < out[s]:
-            out[s] = e["t"]
+    table = steps(events)
+    for s, t in zip(table.values("step"), table.values("t"), strict=True):
+        if s not in out or t < out[s]:
+            out[s] = t
     return out
 
 
@@ -91,13 +97,28 @@ def _step_spans(events: list[Event]) -> tuple[array[float], array[float]]:
 
 
 def _compute_step_spans(events: list[Event]) -> tuple[array[float], array[float]]:
-    by_process: dict[tuple[Any, Any], dict[int, float]] = {}
-    for e in steps(events):
-        by_process.setdefault((e.get("node"), e.get("pid")), {})[e["step"]] = e["t"]
+    table = steps(events)
+    step_no, times = table.values("step"), table.values("t")
+    rows_of: dict[tuple[Any, Any], array[int]] = {}  # process → its rows, in order (8 bytes a step, not a dict entry)
+    for row, key in enumerate(zip(table.values("node"), table.values("pid"), strict=True)):
+        rows = rows_of.get(key)
+        if rows is None:
+            rows = rows_of[key] = array("q")
+        rows.append(row)
     starts, ends = array("d"), array("d")
-    for times in by_process.values():
-        for s, t in times.items():
-            before = times.get(s - 1)
+    for rows in rows_of.values():
+        if all(step_no[a] < step_no[b] for a, b in pairwise(rows)):
+            # Steps strictly increasing (the usual process): s-1, if this process did it, is the row just before.
+            for prev, row in pairwise(rows):
+                if step_no[prev] == step_no[row] - 1:
+                    starts.append(times[prev])
+                    ends.append(times[row])
+            continue
+        by_step: dict[int, float] = {}  # a step done twice by one process: its last completion counts
+        for r in rows:
+            by_step[step_no[r]] = times[r]
+        for s, t in by_step.items():
+            before = by_step.get(s - 1)
             if before is not None:
                 starts.append(before)
                 ends.append(t)
@@ -165,9 +186,9 @@ def restarts_after_completion(events: list[Event]) -> int:
     return sum(1 for e in _worker_starts(events) if e.get("rank", 0) == 0 and e["t"] > done)
 
 
-def _start_of(e: Event, fallback: float | None) -> float:
-    d = e.get("duration_s")
-    return e["t"] - (d if isinstance(d, (int, float)) else (fallback or 0.0))
+def _start_of(t: float, d: Any, fallback: float | None) -> float:
+    """When a step began: its completion ``t`` less its own ``duration_s`` ``d`` (else ``fallback``)."""
+    return t - (d if isinstance(d, (int, float)) else (fallback or 0.0))
 
 
 def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
@@ -178,9 +199,12 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
     """
     injected = sorted(faults_injected(events), key=lambda e: e["t"])
     healed = {e["fault_id"]: e["t"] for e in of_kind(events, Ev.FAULT_HEALED)}
-    all_steps = sorted(steps(events), key=lambda e: e["t"])
-    step_t = [e["t"] for e in all_steps]
-    highest_by_index = _running_max(e["step"] for e in all_steps)
+    table = steps(events)
+    times, step_no, durations = table.values("t"), table.values("step"), table.values("duration_s")
+    nodes, pids = table.values("node"), table.values("pid")
+    all_steps = time_order(times)  # row indices
+    step_t = times if isinstance(all_steps, range) else [times[i] for i in all_steps]
+    highest_by_index = _running_max(step_no[i] for i in all_steps)
     starts = sorted(_worker_starts(events), key=lambda e: e["t"])
     start_t = [e["t"] for e in starts]
     loads = of_kind(events, Ev.CHECKPOINT_LOADED)
@@ -206,37 +230,38 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
         new_pids = {(e.get("node"), e.get("pid"))
                     for e in starts[bisect_right(start_t, t_f):bisect_left(start_t, window_end)]}
         m.restarted = bool(new_pids)
-        after = all_steps[bisect_right(step_t, t_f):]
+        after: Sequence[int] = all_steps[bisect_right(step_t, t_f):]
         if m.restarted:
-            after = [e for e in after if (e.get("node"), e.get("pid")) in new_pids]
+            after = array("q", (i for i in after if (nodes[i], pids[i]) in new_pids))
         if not after:
             m.note = "the job completed no step after this fault"
             continue
         first = after[0]
-        m.recovery_s = first["t"] - t_f
+        first_t, first_step = times[first], step_no[first]
+        m.recovery_s = first_t - t_f
         if m.restarted:
             new_loads = [e for e in loads if e["t"] > t_f and (e.get("node"), e.get("pid")) in new_pids]
             if new_loads:
                 m.resumed_from = new_loads[0]["step"]
                 m.resume_evidence = f"checkpoint_loaded: {new_loads[0].get('path')}"
             else:
-                m.resumed_from = first["step"] - 1
-                on_disk = [e for e in of_kind(events, Ev.CHECKPOINT_SEEN) if e["t"] < first["t"]]
-                m.resume_evidence = (f"inferred from the first step printed after the restart ({first['step']})"
+                m.resumed_from = first_step - 1
+                on_disk = [e for e in of_kind(events, Ev.CHECKPOINT_SEEN) if e["t"] < first_t]
+                m.resume_evidence = (f"inferred from the first step printed after the restart ({first_step})"
                                      + (f"; newest checkpoint on disk then: {on_disk[-1]['path']}" if on_disk else
                                         "; no checkpoint on disk"))
         else:
-            m.resumed_from = highest if highest is not None else first["step"] - 1
+            m.resumed_from = highest if highest is not None else first_step - 1
         h = highest if highest is not None else 0
         m.lost_steps = max(0, h - m.resumed_from)
         target_step = h + 1
-        caught = next((e for e in after if e["step"] >= target_step), None)
+        caught = next((i for i in after if step_no[i] >= target_step), None)
         if caught is not None:
-            m.catch_up_s = caught["t"] - t_f
+            m.catch_up_s = times[caught] - t_f
         if m.lost_steps:
-            redo = [e for e in after if e["step"] <= h]
+            redo = [i for i in after if step_no[i] <= h]
             if redo:
-                m.lost_work_s = max(e["t"] for e in redo) - _start_of(redo[0], median)
+                m.lost_work_s = max(times[i] for i in redo) - _start_of(times[redo[0]], durations[redo[0]], median)
         else:
             m.lost_work_s = 0.0
         t_heal = m.t_healed
@@ -263,15 +288,18 @@ def goodput(events: list[Event]) -> dict[str, Any]:
     if not times or median is None:
         return {"goodput": None, "median_step_s": median, "median_basis": basis, "steps_completed": 0,
                 "step_executions": 0, "training_time_s": None}
-    all_steps = steps(events)
-    first = min(all_steps, key=lambda e: e["t"]) if not isinstance(events, History) else all_steps[0]  # sorted
-    actual = max(times.values()) - _start_of(first, median)
+    table = steps(events)
+    t = table.values("t")
+    first = 0 if isinstance(events, History) else min(range(len(t)), key=t.__getitem__)  # a History is sorted
+    actual = max(times.values()) - _start_of(t[first], table.values("duration_s")[first], median)
     useful = max(times)
     return {
         "goodput": (useful * median / actual) if actual > 0 else None,
         "median_step_s": median,
         "median_basis": basis,
         "steps_completed": useful,
-        "step_executions": len({(e.get("pid"), e["step"]) for e in all_steps if e.get("rank", 0) == 0}),
+        "step_executions": len({(pid, s) for pid, s, rank in zip(table.values("pid"), table.values("step"),
+                                                                  table.values("rank", 0), strict=True)
+                                if rank == 0}),
         "training_time_s": actual,
     }

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos.analysis.breakdown import recovery_breakdowns
-from chaos.analysis.checkpoints import lineage
 from chaos.analysis.interval import interval_advice, save_cost_s
-from chaos.analysis.load import History, load_events, of_kind
+from chaos.analysis.load import History, first_t, load_events, of_kind
 from chaos.analysis.result_json import build_result
 from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
 from chaos.analysis.throughput import throughput
@@ -76,8 +75,7 @@ def analyze_run(run_dir: str | Path) -> RunAnalysis:
     events = load_events(run_dir / "events.jsonl")
     result = build_result(run_dir, scenario, events, golden)
     result["history"] = history_health(events)
-    t0 = events[0]["t"] if events else 0.0
-    chain, _ = lineage(events)
+    t0 = first_t(events)
     return RunAnalysis(
         run_dir=run_dir, scenario=scenario, result=result, golden=golden, t0=t0,
         breakdowns=recovery_breakdowns(events, result["faults"]),
@@ -85,5 +83,5 @@ def analyze_run(run_dir: str | Path) -> RunAnalysis:
         save_cost_s=save_cost_s(events),
         progress=progress_by_node(events, t0),
         worker_starts=worker_round_starts(events, t0),
-        losses=lineage_losses(chain),
+        losses=lineage_losses(events),
     )

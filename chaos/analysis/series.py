@@ -7,16 +7,20 @@ lowest and the highest value in their order of time, so a restart's drop in the 
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterator, Sequence
+from itertools import pairwise
 from typing import Any
 
-from chaos.analysis.load import of_kind
+from chaos.analysis.checkpoints import lineage, worker_steps
+from chaos.analysis.load import of_kind, step_table
 from chaos.events import Ev, Source
 from chaos.history import Event
 
 MAX_POINTS = 2000  # per series; about two per horizontal pixel of the report's figures
 
 
-def downsample(points: list[tuple[float, float]], max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
+def downsample(points: Sequence[tuple[float, float]], max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
     """At most ``max_points`` of ``points`` (ordered by x): each bucket's min and max of y, in x order."""
     if len(points) <= max_points:
         return list(points)
@@ -38,10 +42,46 @@ Series = list[tuple[float, float]]
 
 def progress_by_node(events: list[Event], t0: float, max_points: int = MAX_POINTS) -> dict[str, Series]:
     """(seconds since t0, global step) of every step completion, per node, downsampled."""
-    by_node: dict[str, list[tuple[float, float]]] = {}
-    for e in of_kind(events, Ev.STEP_COMPLETED):
-        by_node.setdefault(str(e.get("node")), []).append((e["t"] - t0, e["step"]))
-    return {node: downsample(sorted(points), max_points) for node, points in sorted(by_node.items())}
+    table = step_table(events)
+    times, step_no = table.values("t"), table.values("step")
+    rows_of: dict[str, array[int]] = {}  # node → its rows (8 bytes a point until the bucket's pairs are made)
+    for row, node in enumerate(table.values("node")):
+        name = str(node)
+        rows = rows_of.get(name)
+        if rows is None:
+            rows = rows_of[name] = array("q")
+        rows.append(row)
+    out: dict[str, Series] = {}
+    for node, rows in sorted(rows_of.items()):
+        points = _Points(rows, times, step_no, t0)
+        out[node] = downsample(points if points.in_order() else sorted(points), max_points)
+    return out
+
+
+class _Points(Sequence[tuple[float, float]]):
+    """(t - t0, step) of some rows, made when read: a long series is not held as tuples to be downsampled."""
+
+    def __init__(self, rows: array[int], times: Sequence[float], step_no: Sequence[Any], t0: float):
+        self.rows, self.times, self.step_no, self.t0 = rows, times, step_no, t0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [(self.times[r] - self.t0, self.step_no[r]) for r in self.rows[i]]
+        r = self.rows[i]
+        return self.times[r] - self.t0, self.step_no[r]
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        return ((self.times[r] - self.t0, self.step_no[r]) for r in self.rows)
+
+    def in_order(self) -> bool:
+        """Whether the points are already as ``sorted`` would put them (the usual case: rows in time order)."""
+        try:
+            return all(a <= b for a, b in pairwise(self))
+        except TypeError:
+            return False
 
 
 def worker_round_starts(events: list[Event], t0: float) -> list[float]:
@@ -50,8 +90,11 @@ def worker_round_starts(events: list[Event], t0: float) -> list[float]:
             and e.get("source") == Source.WORKLOAD]
 
 
-def lineage_losses(chain: list[dict[str, Any]], max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
+def lineage_losses(events: list[Event], max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
     """(step, loss) of rank 0 along the surviving lineage, downsampled."""
-    run = sorted((e["step"], e["loss"]) for seg in chain for e in seg["events"]
-                 if e.get("loss") is not None and e.get("rank", 0) == 0)
+    chain, _ = lineage(events)
+    table = worker_steps(events)
+    step_no, losses, ranks = table.values("step"), table.values("loss"), table.values("rank", 0)
+    run = sorted((step_no[r], losses[r]) for seg in chain for r in seg["rows"]
+                 if losses[r] is not None and ranks[r] == 0)
     return downsample(run, max_points)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from chaos.analysis.load import of_kind
+from chaos.analysis.load import of_kind, step_table
 from chaos.analysis.metrics import first_disruptive_fault_t
 from chaos.events import Ev
 from chaos.history import Event
@@ -17,16 +17,19 @@ def throughput(events: list[Event], result: dict[str, Any], nodes: int) -> dict[
     before = first_disruptive_fault_t(events)
     samples_per_step: dict[tuple[Any, int], int] = {}
     shares: list[float] = []
-    first_step: float | None = None
     started = next((e["t"] for e in of_kind(events, Ev.RUN_STARTED)), None)
-    for e in of_kind(events, Ev.STEP_COMPLETED):
-        first_step = e["t"] if first_step is None else min(first_step, e["t"])
-        if e["t"] >= before:
+    table = step_table(events)
+    times = table.values("t")
+    first_step = min(times) if len(times) else None
+    for t, inc, s, samples, rank, comm, duration in zip(
+            times, table.values("incarnation"), table.values("step"), table.values("samples"),
+            table.values("rank", 0), table.values("comm_s"), table.values("duration_s"), strict=True):
+        if t >= before:
             continue
-        key = (e.get("incarnation"), e["step"])
-        samples_per_step[key] = samples_per_step.get(key, 0) + int(e.get("samples") or 0)
-        if e.get("rank", 0) == 0 and e.get("comm_s") is not None and e.get("duration_s"):
-            shares.append(e["comm_s"] / e["duration_s"])
+        key = (inc, s)
+        samples_per_step[key] = samples_per_step.get(key, 0) + int(samples or 0)
+        if rank == 0 and comm is not None and duration:
+            shares.append(comm / duration)
     median = result["median_step_s"]
     disruptive = [f for f in result["faults"] if f.get("disruptive", True) and f.get("injected", True)]
     first = disruptive[0] if disruptive else {}
