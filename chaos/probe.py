@@ -29,6 +29,9 @@ _ENV_NODE = "CHAOS_NODE"
 _ENV_PAUSE_ON = "CHAOS_PAUSE_ON"
 _ENV_PAUSE_AT_STEPS = "CHAOS_PAUSE_AT_STEPS"
 _ENV_PAUSE_TIMEOUT = "CHAOS_PAUSE_TIMEOUT_S"
+# The engine refreshes this file (chaos/engine/heartbeat.py) twice a second while it runs; stale = engine gone.
+_HEARTBEAT_FILE = "engine.alive"
+_ENGINE_GONE_S = 3.0
 
 _lock = threading.Lock()
 _fd: int | None = None
@@ -93,11 +96,25 @@ def _json_safe(value: Any) -> Any:
 
 
 def _wait_for_ack(path: str, event_id: str) -> None:
-    ack = os.path.join(path + ".acks", event_id)
+    """Hold until the engine acknowledges, it is gone (its heartbeat stale), or the safety timeout.
+
+    Without an engine the job goes on: a dead engine must not freeze training (documented in docs/design.md,
+    "The probe")."""
+    acks = path + ".acks"
+    ack, heartbeat = os.path.join(acks, event_id), os.path.join(acks, _HEARTBEAT_FILE)
     deadline = time.monotonic() + float(os.environ.get(_ENV_PAUSE_TIMEOUT, "10"))
+    next_check = 0.0
     while time.monotonic() < deadline:
         if os.path.exists(ack):
             return
+        now = time.monotonic()
+        if now >= next_check:
+            next_check = now + 0.2
+            try:
+                if time.time() - os.stat(heartbeat).st_mtime > _ENGINE_GONE_S:
+                    return  # the engine stopped refreshing it: killed
+            except OSError:
+                pass  # no heartbeat (an older engine): only the safety timeout applies
         time.sleep(0.005)
 
 

@@ -77,3 +77,37 @@ def test_pause_waits_for_the_engine_ack(tmp_path: Path, monkeypatch: pytest.Monk
     waited = time.monotonic() - t0
     t.join()
     assert waited >= 0.25
+
+
+def test_a_held_job_goes_on_when_the_engine_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live engine's heartbeat keeps the job held until the ack; once it goes stale (engine killed) the job
+    is released within seconds, long before the safety timeout."""
+    from chaos.engine.heartbeat import HEARTBEAT_FILE, Heartbeat
+
+    events = tmp_path / "events.jsonl"
+    acks = Path(str(events) + ".acks")
+    acks.mkdir()
+    monkeypatch.setenv("CHAOS_EVENTS", str(events))
+    monkeypatch.setenv("CHAOS_PAUSE_ON", "checkpoint_save_started")
+    monkeypatch.setenv("CHAOS_PAUSE_TIMEOUT_S", "60")
+    beat = Heartbeat(acks)
+    beat.start()
+    try:
+        def engine() -> None:  # alive, slow to answer (a slow fault injection): the job must wait for it
+            time.sleep(4.0)
+            (acks / json.loads(events.read_text().splitlines()[-1])["id"]).touch()
+
+        t = threading.Thread(target=engine)
+        t.start()
+        t0 = time.monotonic()
+        probe.checkpoint_save_started(5, "x.pt")
+        assert time.monotonic() - t0 >= 3.9, "released early although the engine was alive"
+        t.join()
+    finally:
+        beat._stop.set()  # the engine dies without cleaning up: its heartbeat file stays, going stale
+        beat._thread.join()
+    assert (acks / HEARTBEAT_FILE).exists()
+    t0 = time.monotonic()
+    probe.checkpoint_save_started(6, "y.pt")
+    waited = time.monotonic() - t0
+    assert 1.0 <= waited < 10, waited  # noticed within seconds, not after the 60 s safety timeout

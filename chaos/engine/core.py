@@ -24,6 +24,7 @@ import yaml
 from chaos import __version__
 from chaos.analysis.result_json import write_result
 from chaos.engine.end import End, EndDetector
+from chaos.engine.heartbeat import Heartbeat
 from chaos.engine.nodes import NodeOrchestrator, NodeState
 from chaos.engine.progress import CheckpointWatcher, LogProgress, NodeLogs, ProgressObserver
 from chaos.engine.scheduler import FaultScheduler, FaultState
@@ -81,6 +82,7 @@ class RunParts:
         events_path.touch()
         acks_dir = Path(str(events_path) + ".acks")  # the probe waits for its held events to be acknowledged here
         acks_dir.mkdir()
+        self.heartbeat = Heartbeat(acks_dir)
         self.runtime = create_runtime(scenario, run_id, str(run_dir))
         self.plan = build_plan(scenario, run_id, run_dir, self.runtime.addressing(scenario))
         if self.plan.checkpoint_dir is not None:
@@ -150,6 +152,7 @@ class Engine:
                                     environment=environment(parts.runtime, parts.plan), plan=parts.plan.to_dict(),
                                     golden=golden)
                 parts.runtime.prepare(parts.plan)
+                parts.heartbeat.start()
                 self._enter(Phase.RUNNING)
                 parts.nodes.start_cluster()
                 while (outcome := self._tick(parts)) is None:
@@ -204,6 +207,7 @@ class Engine:
             parts.history.write(Ev.RUN_ENDED, reason=end.reason.value, why=end.why, max_step=parts.progress.max_step)
             parts.faults.heal_all()
             cleaned = parts.runtime.teardown()
+            parts.heartbeat.stop()
             parts.history.write(Ev.TEARDOWN, killed=len(cleaned))
             parts.history.close()
             self._enter(Phase.FINISHED)
