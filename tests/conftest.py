@@ -95,20 +95,20 @@ def _locked(path: str, mode: int) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _share_the_machine(request: pytest.FixtureRequest) -> Iterator[None]:
-    """At most two things at once on the machine, and never beside a test that must be alone.
+    """One real cluster at a time, alone on the machine; fast-tier tests in parallel with each other only.
 
-    The two xdist workers each take a group (a test file, or one runtime of the matrix) and run its tests under a
-    shared lock: two real clusters at once. Measured on 2 cores: quickstart's recovery_s 11.2 s beside a
-    network-delay run against 9.2 s alone (bound 30 s), the delay's slowdown 87x against 73x (bound 2x), both in
-    93 s against about 134 s one after the other. Files marked ``alone`` compare the machine's global state
-    (every torch-chaos process, the host's iptables rules and qdiscs): they hold the lock exclusively for the
-    whole file (``_alone_module``), so they wait for one test at most, not one per test. A fast-tier test runs
-    beside at most one cluster."""
+    Real-cluster tests hold the session's lock exclusively, fast-tier tests share it. Two clusters side by side
+    on 2 cores looked affordable in a quiet measurement (quickstart's recovery_s 11.2 s beside a network-delay run
+    against 9.2 s alone), but in a whole-suite run they pushed measured recoveries past their documented bounds
+    (docker elastic-freeze 47.5 s against 45 s, a quickstart 25.6 s against 30 s): a verdict on timing must not
+    depend on what the suite runs beside it. Files marked ``alone`` hold the lock for the whole file
+    (``_alone_module``)."""
     path = _share_lock(request.config)
     if path is None or request.node.get_closest_marker("alone"):
         yield
         return
-    with _locked(path, fcntl.LOCK_SH):
+    cluster = request.node.get_closest_marker("integration") is not None
+    with _locked(path, fcntl.LOCK_EX if cluster else fcntl.LOCK_SH):
         yield
 
 
