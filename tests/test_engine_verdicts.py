@@ -172,3 +172,14 @@ def test_a_job_that_cannot_start_is_an_error_with_its_last_lines(tmp_path: Path)
     assert result["why"].startswith("the workload failed to start")
     assert "No such file or directory: 'data/train.csv'" in result["why"]
     assert time.monotonic() - t0 < 60  # decided from the exits, long before the startup timeout
+
+
+def test_a_script_without_loss_is_told_why_it_has_no_golden_comparison(tmp_path: Path) -> None:
+    text = f"""\
+name: no-loss
+cluster: {{mode: centralized, nodes: 1}}
+workload: {{command: [python, {BROKEN / 'print_steps.py'}, '10'], progress_regex: 'step (?P<step>\\d+)'}}
+"""
+    result = Engine(parse_scenario(text), out_dir=tmp_path).run()
+    verdict = result["checkpoint"]["matches_golden"]
+    assert verdict["ok"] is None and "prints no loss" in verdict["why"] and "checks.golden is off" not in verdict["why"]

@@ -8,6 +8,7 @@ and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()``
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_comple
 from chaos.analysis.planned import missing_promises, not_injected
 from chaos.events import EndReason, Ev
 from chaos.history import Event
-from chaos.scenario import Bound, Scenario
+from chaos.scenario import Bound, CommandWorkload, Scenario
 
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
@@ -109,6 +110,13 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         "faults_injected": len(injected),
     }
     checkpoint = checkpoint_verdicts(events, golden, scenario.checks.loss_rtol)
+    if golden is None and scenario.checks.golden:  # asked for, but no summary: never "checks.golden is off"
+        w = scenario.workload
+        prints_no_loss = isinstance(w, CommandWorkload) and "loss" not in re.compile(w.progress_regex).groupindex
+        checkpoint["matches_golden"]["why"] = (
+            "not checked: the script prints no loss (progress_regex has no 'loss' group), so a golden run would "
+            "have nothing to compare" if prints_no_loss else
+            "not checked: the golden run did not finish (interrupted or failed before its summary was written)")
     expectations = evaluate_expectations(scenario, summary, faults)
     expectations += evaluate_checkpoint_expectations(scenario, checkpoint)
     reason = end.get("reason", EndReason.ERROR)

@@ -159,7 +159,10 @@ class Engine:
                     time.sleep(POLL_S)
                 end = outcome
             except (Interrupted, KeyboardInterrupt) as exc:
-                end = End(EndReason.INTERRUPTED, f"interrupted by {exc or 'SIGINT'}")
+                # A stop during the golden run arrives as that run's RunInterrupted, already worded.
+                why = str(exc) if isinstance(exc, RunInterrupted) else f"interrupted by {exc or 'SIGINT'}"
+                end = End(EndReason.INTERRUPTED, why + (" (during the golden run)" if self.phase is Phase.GOLDEN
+                                                         else ""))
                 self.note(end.why)
             except Exception as exc:  # an engine bug must still end in teardown and a result
                 end = End(EndReason.ERROR, f"engine error: {type(exc).__name__}: {exc}")
