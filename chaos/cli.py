@@ -427,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         for e in exc.errors:
             err.print(f"[red]error[/red] {escape(str(e))}", highlight=False)
         return EXIT_USAGE
+    except BrokenPipeError:  # `chaos ... | head`: the reader left early; nothing went wrong here
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        return EXIT_PASS
     except KeyboardInterrupt:  # explore / compare interrupted: every run was already torn down
         err.print("interrupted", highlight=False)
         return EXIT_INTERRUPTED
