@@ -20,6 +20,7 @@ from chaos.cli import main
 from chaos.compare import write_comparison
 from chaos.history import read_history
 from chaos.reports import write_report
+from tests.comparison import assert_centralized_vs_elastic
 from tests.data.record import RECORDINGS
 from tests.data.recorded import expand, recorded_names
 
@@ -133,23 +134,7 @@ def test_report_cli_and_interval_advice(runs: dict[str, Path]) -> None:
 
 
 def test_centralized_against_elastic(runs: dict[str, Path], tmp_path: Path) -> None:
-    paths = write_comparison([runs["centralized-crash"], runs["quickstart"]], tmp_path / "cmp")
-    data = json.loads(paths["json"].read_text())
-    c, e = data["columns"]
-    assert c["mode"] == "centralized" and e["mode"] == "elastic"
-    for col in (c, e):
-        for key in ("steps_per_s", "samples_per_s", "time_to_first_step_s", "recovery_s", "goodput",
-                    "node_seconds_per_step", "comm_share"):
-            assert col[key] is not None and col[key] >= 0, (col["label"], key)
-    assert c["comm_share"] == 0, "a single process does not communicate"
-    assert 0 < e["comm_share"] < 1
-    # the measured samples/s follow from the global batch of the shipped workload (48 samples per step)
-    assert c["samples_per_s"] == pytest.approx(48 * c["steps_per_s"], rel=1e-6)
-    faster = max((c, e), key=lambda col: col["steps_per_s"])
-    assert data["conclusions"][0].startswith(f"{faster['label']} is the fastest")
-    md = paths["md"].read_text()
-    assert "| communication share of a step (median) |" in md and "## Conclusions" in md
-    assert "<table>" in paths["html"].read_text()
+    assert_centralized_vs_elastic(write_comparison([runs["centralized-crash"], runs["quickstart"]], tmp_path / "cmp"))
 
 
 def test_html_report_in_headless_chromium(runs: dict[str, Path]) -> None:

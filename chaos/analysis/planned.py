@@ -9,12 +9,16 @@ verdict ``error``: a run must never pass because its fault silently never fired.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from chaos.analysis.load import of_kind
+from chaos.analysis.metrics import FaultMetrics
 from chaos.events import Ev
 from chaos.history import Event
 
+# An injected fault's keys (chaos.analysis.metrics.FaultMetrics), every figure null: the fault never happened.
+_NO_FIGURES: dict[str, Any] = {**{f.name: None for f in fields(FaultMetrics)}, "restarted": False}
 _OUTCOMES = {Ev.FAULT_SKIPPED: "skipped", Ev.FAULT_FAILED: "failed", Ev.FAULT_NOT_REACHED: "not_reached"}
 
 
@@ -41,12 +45,9 @@ def not_injected(events: list[Event], injected_ids: set[int]) -> list[dict[str, 
         outcome, reason, e = why.get(f["id"], ("unknown", "the history does not say what became of it" + (
             "" if ended else " (it ends before the run did: engine killed?)"), {}))
         out.append({
-            "id": f["id"], "kind": f.get("kind"), "target": e.get("target", f.get("target")),
+            **_NO_FIGURES, "id": f["id"], "kind": f.get("kind"), "target": e.get("target", f.get("target")),
             "disruptive": e.get("disruptive", True), "injected": False, "outcome": outcome,
             "why_not_injected": reason, "optional": bool(f.get("optional")), "trigger": f.get("trigger"),
-            "mechanism": None, "t_injected": None, "t_healed": None, "highest_step_before": None,
-            "restarted": False, "resumed_from": None, "resume_evidence": None, "recovery_s": None,
-            "catch_up_s": None, "lost_steps": None, "lost_work_s": None, "slowdown": None, "note": None,
         })
     return out
 
