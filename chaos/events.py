@@ -48,6 +48,7 @@ class Source(StrEnum):
     ENGINE = "engine"  # the chaos engine (orchestration, faults, the run's start and end)
     WORKLOAD = "workload"  # a training process, through chaos.probe
     PROGRESS = "progress"  # the engine on behalf of a workload without the probe (its printed progress, its files)
+    STORAGE = "storage"  # the storage layer serving the checkpoint directory (docs/design.md, "The storage layer")
 
 
 class Ev(StrEnum):
@@ -78,6 +79,8 @@ class Ev(StrEnum):
     RUN_FINISHED = "run_finished"
     # -- progress (source "progress": the engine watching a workload's checkpoint directory)
     CHECKPOINT_SEEN = "checkpoint_seen"
+    # -- storage (source "storage": the storage layer; it also writes the CHECKPOINT_* events above for any script)
+    STORAGE_OP_FAILED = "storage_op_failed"
 
 
 class EndReason(StrEnum):
@@ -284,6 +287,17 @@ class CheckpointSeen(Line):
     mtime: float
 
 
+class StorageOpFailed(Line):
+    """The storage layer answered an operation with an injected error (a storage fault)."""
+
+    node: str | None
+    pid: int
+    path: str
+    op: str  # write | fsync | read | rename | open | create
+    errno: str  # the errno's name, e.g. "ENOSPC"
+    fault_id: int
+
+
 # Each event's field declaration (for documentation, ``chaos`` tooling and tests that check the writers).
 FIELDS: dict[Ev, type] = {
     Ev.RUN_STARTED: RunStarted,
@@ -308,6 +322,7 @@ FIELDS: dict[Ev, type] = {
     Ev.CHECKPOINT_REJECTED: CheckpointRejected,
     Ev.RUN_FINISHED: RunFinished,
     Ev.CHECKPOINT_SEEN: CheckpointSeen,
+    Ev.STORAGE_OP_FAILED: StorageOpFailed,
 }
 
 
