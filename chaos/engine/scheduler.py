@@ -23,6 +23,10 @@ from chaos.history import Event, HistoryWriter
 from chaos.plan import STORE_NODE, Plan
 from chaos.runtimes.base import Runtime
 from chaos.scenario import Fault
+from chaos.storage.layer import StorageLayer
+
+# Sources whose held events (an ``id``) wait for the engine's acknowledgement: the probe and the storage layer.
+HELD_BY = frozenset({Source.WORKLOAD, Source.STORAGE})
 
 
 @dataclass
@@ -49,7 +53,8 @@ def random_node(seed: int | None, nodes: int) -> int:
 
 class FaultScheduler:
     def __init__(self, specs: list[Fault], runtime: Runtime, plan: Plan, history: HistoryWriter, acks_dir: Path,
-                 nodes: NodeOrchestrator, progress: ProgressObserver, note: Callable[[str], None]):
+                 nodes: NodeOrchestrator, progress: ProgressObserver, note: Callable[[str], None],
+                 storage: StorageLayer | None = None):
         self._runtime = runtime
         self._plan = plan
         self._history = history
@@ -57,6 +62,7 @@ class FaultScheduler:
         self._nodes = nodes
         self._progress = progress
         self._note = note
+        self._storage = storage
         self.faults = [FaultState(i, f) for i, f in enumerate(specs)]
 
     # ------------------------------------------------------------------ triggers
@@ -86,7 +92,7 @@ class FaultScheduler:
     def release(self, events: list[Event]) -> None:
         """Acknowledge the job's held events (the probe waits after them) once this tick's faults have landed."""
         for e in events:
-            if "id" in e and e.get("source") == Source.WORKLOAD:
+            if "id" in e and e.get("source") in HELD_BY:
                 (self._acks_dir / str(e["id"])).touch()
 
     # ------------------------------------------------------------------ inject
@@ -115,7 +121,8 @@ class FaultScheduler:
             self._history.write(Ev.FAULT_SKIPPED, **base, why=f"{node} is {status}")
             self._note(f"skipped {f.spec.kind} on {node}: it is {status}")
             return
-        ctx = FaultContext(self._runtime, f.spec, node, self._plan.checkpoint_dir, self._plan, fault_id=f.index)
+        ctx = FaultContext(self._runtime, f.spec, node, self._plan.checkpoint_dir, self._plan, fault_id=f.index,
+                           storage=self._storage.control if self._storage is not None else None)
         try:
             mechanism = impl.inject(ctx)
         except Interrupted:
@@ -163,12 +170,23 @@ class FaultScheduler:
                 assert spec.on is not None
                 seen = progress.event_counts.get(spec.on.event, 0)
                 why = (f"{spec.on.event} #{spec.on.occurrence} never happened (the job emitted it {seen} time(s)"
-                       + ("; a script without the probe emits no such event" if seen == 0 else "") + ")")
+                       + (f"; {self._no_event_why()}" if seen == 0 else "") + ")")
             f.move_to(FaultStatus.SKIPPED)
             where = f"node{spec.target}" if isinstance(spec.target, int) else spec.target
             self._history.write(Ev.FAULT_NOT_REACHED, fault_id=f.index, kind=spec.kind, target=where,
                                 disruptive=fault_kind(spec.kind).disruptive, why=why)
             self._note(f"{spec.kind} never happened: {why}")
+
+    def _no_event_why(self) -> str:
+        """Why a job may have emitted no checkpoint event at all, true to this run's storage layer."""
+        layer = self._storage.kind if self._storage is not None else "off"
+        where = self._plan.checkpoint_dir
+        if layer == "off":
+            return ("no storage layer watched the checkpoint directory (a command workload needs checkpoint_dir), "
+                    "so only the probe reports checkpoint events")
+        if layer == "inotify":
+            return f"the inotify watcher on {where} saw no such file operation (it sees no loads)"
+        return f"the storage layer saw no such operation in {where}: the job saved or loaded elsewhere, or never"
 
     # ------------------------------------------------------------------ heal
     def heal_due(self, now: float) -> None:
