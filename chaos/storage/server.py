@@ -409,10 +409,13 @@ def mount_options(run_id: str) -> dict[str, Any]:
 
 
 def serve(mount: str, events: str, control: str | None, backing: str | None = None, run_id: str = "run",
-          pause_on: frozenset[str] = frozenset(), engine_pid: int | None = None) -> None:
-    """Mount and serve until unmounted (``fusermount3 -u``) or signalled; blocks."""
+          pause_on: frozenset[str] = frozenset(), engine_pid: int | None = None,
+          rules_class: type[Rules] = Rules) -> None:
+    """Mount and serve until unmounted (``fusermount3 -u``) or signalled; blocks.
+
+    ``rules_class`` gets the backing directory as a path that reaches the bytes underneath the mount."""
     backing_fd = os.open(backing or mount, os.O_RDONLY | os.O_DIRECTORY)
-    rules = Rules(Path(f"/proc/{os.getpid()}/fd/{backing_fd}"))
+    rules = rules_class(Path(f"/proc/{os.getpid()}/fd/{backing_fd}"))
     server = StorageServer(backing_fd, os.path.abspath(mount), Recorder(events, pause_on), rules, control,
                            engine_pid)
     server.reload_rules()
