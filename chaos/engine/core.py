@@ -94,7 +94,8 @@ class RunParts:
         (run_dir / "plan.yaml").write_text(yaml.safe_dump(self.plan.to_dict(), sort_keys=False))
         self.history = HistoryWriter(events_path)
         # Mounted just before the first node starts, unmounted after teardown (docs/design.md, "The storage layer").
-        self.storage = StorageLayer(choose_layer(scenario), self.plan, self.history)
+        self.storage = StorageLayer(choose_layer(scenario), self.plan, self.history,
+                                    {n.name: self.runtime.log_path(n.name) for n in self.plan.nodes})
         w = scenario.workload
         scraped = isinstance(w, CommandWorkload)  # a command may not use the probe: follow its output and files
         self.progress = ProgressObserver(

@@ -22,11 +22,13 @@ from chaos.faults import FaultContext, fault_kind
 from chaos.history import Event, HistoryWriter
 from chaos.plan import STORE_NODE, Plan
 from chaos.runtimes.base import Runtime
-from chaos.scenario import Fault
+from chaos.scenario import Fault, ShippedWorkload
 from chaos.storage.layer import StorageLayer
 
 # Sources whose held events (an ``id``) wait for the engine's acknowledgement: the probe and the storage layer.
 HELD_BY = frozenset({Source.WORKLOAD, Source.STORAGE})
+TRIGGER_SOURCES = frozenset({Source.WORKLOAD, Source.PROGRESS, Source.STORAGE})
+TRIGGER_SOURCES_PROBE = frozenset({Source.WORKLOAD})
 
 
 @dataclass
@@ -63,12 +65,19 @@ class FaultScheduler:
         self._progress = progress
         self._note = note
         self._storage = storage
+        # Which sources' events count for ``on:`` triggers: the shipped workload reports its checkpoints through
+        # the probe, so the storage layer's events of the same operations (when a storage fault mounts it) would
+        # count each save twice; any other workload may have either, and both count.
+        shipped = isinstance(getattr(getattr(plan, "scenario", None), "workload", None), ShippedWorkload)
+        self._trigger_sources = TRIGGER_SOURCES_PROBE if shipped else TRIGGER_SOURCES
+        self._trigger_counts: dict[str, int] = {}
         self.faults = [FaultState(i, f) for i, f in enumerate(specs)]
 
     # ------------------------------------------------------------------ triggers
     def fire_due(self, now: float, new_events: list[Event]) -> None:
         """Inject every pending fault whose trigger is met by now or by one of this tick's new events."""
         progress = self._progress
+        triggers = [e for e in new_events if e.get("source") in self._trigger_sources]
         for f in self.faults:
             if f.status is not FaultStatus.PENDING:
                 continue
@@ -80,14 +89,16 @@ class FaultScheduler:
                 fire = progress.max_step >= spec.at_step
             else:
                 assert spec.on is not None
-                matching = [e for e in new_events
-                            if e.get("event") == spec.on.event and e.get("source") != Source.ENGINE]
-                seen_before = progress.event_counts.get(spec.on.event, 0) - len(matching)
+                matching = [e for e in triggers if e.get("event") == spec.on.event]
+                seen_before = self._trigger_counts.get(spec.on.event, 0)
                 idx = spec.on.occurrence - seen_before - 1
                 fire = 0 <= idx < len(matching)
                 trigger_event = matching[idx] if fire else None
             if fire:
                 self._inject(f, trigger_event)
+        for e in triggers:
+            name = str(e.get("event"))
+            self._trigger_counts[name] = self._trigger_counts.get(name, 0) + 1
 
     def release(self, events: list[Event]) -> None:
         """Acknowledge the job's held events (the probe waits after them) once this tick's faults have landed."""
@@ -168,7 +179,7 @@ class FaultScheduler:
                        f"{progress.max_step})")
             else:
                 assert spec.on is not None
-                seen = progress.event_counts.get(spec.on.event, 0)
+                seen = self._trigger_counts.get(spec.on.event, 0)
                 why = (f"{spec.on.event} #{spec.on.occurrence} never happened (the job emitted it {seen} time(s)"
                        + (f"; {self._no_event_why()}" if seen == 0 else "") + ")")
             f.move_to(FaultStatus.SKIPPED)

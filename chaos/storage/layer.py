@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from chaos.machine import APT, Check
@@ -96,8 +97,9 @@ def choose(scenario: Scenario) -> Layer:
 class StorageLayer:
     """One run's layer: ``start()`` before the first node, ``stop()`` after the last (idempotent)."""
 
-    def __init__(self, kind: Layer, plan: Plan, history: HistoryWriter):
+    def __init__(self, kind: Layer, plan: Plan, history: HistoryWriter, logs: dict[str, Path] | None = None):
         self.kind: Layer = kind
+        self.logs = logs or {}  # each node's log (the runtime's log_path): the server reads printed steps there
         self.plan = plan
         self.history = history
         self.directory = plan.checkpoint_dir
@@ -109,6 +111,8 @@ class StorageLayer:
             self.kind = "off"
 
     def start(self) -> None:
+        from chaos.scenario import CommandWorkload
+
         if self.kind == "off":
             return
         assert self.directory is not None
@@ -126,6 +130,10 @@ class StorageLayer:
                 "--run-id", self.plan.run_id, "--engine-pid", str(os.getpid())]
         if self.plan.pause_on:
             argv += ["--pause-on", ",".join(self.plan.pause_on)]
+        workload = self.plan.scenario.workload
+        if isinstance(workload, CommandWorkload):  # the server reads the steps printed: a save's step
+            argv += ["--progress-regex", workload.progress_regex]
+            argv += [f"--log={name}={path}" for name, path in self.logs.items()]
         env = {**os.environ, TREE_VAR: f"{MARK_PREFIX}/{self.plan.run_id}", ENGINE_VAR: str(os.getpid())}
         env.pop("CHAOS_NODE", None)
         with open(log, "ab") as out:

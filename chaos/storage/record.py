@@ -6,8 +6,11 @@ line gets an ``id`` and the calling filesystem operation waits for ``<events>.ac
 heartbeat to go stale, or for the safety timeout. Holding the operation holds the job inside its ``open`` or
 ``write``: a crash triggered on ``checkpoint_save_started`` lands while the file is being written.
 
-It also reads the history back (incrementally, only the lines it needs): the highest step each node has
-completed (the ``step`` of a save whose file name has no number) and the step of every finished save by digest
+It also reads back, incrementally and only when a save needs it, the step the job is at: the last
+``step_completed`` of each node in the history (the probe writes it as the step ends) and, for ``command:``
+workloads, the last progress line of each node's log (read here directly: the engine's own scrape of the logs
+runs at its 20 ms tick, and a script that prints its step and saves at once would be a step behind). That is
+the ``step`` of a save whose file name has no number. And it keeps the step of every finished save by digest
 (the ``step`` of a load).
 """
 
@@ -19,9 +22,11 @@ import re
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from chaos.events import Ev, Source
+from chaos.history import FileTail
 
 HEARTBEAT_FILE = "engine.alive"  # chaos/engine/heartbeat.py
 ENGINE_GONE_S = 3.0
@@ -37,15 +42,19 @@ def step_in_name(path: str) -> int | None:
 
 class Recorder:
     def __init__(self, events_path: str, pause_on: frozenset[str] = frozenset(),
-                 hold_timeout_s: float = HOLD_TIMEOUT_S):
+                 hold_timeout_s: float = HOLD_TIMEOUT_S, progress_regex: str | None = None,
+                 logs: dict[str, str] | None = None):
         self.path = events_path
+        self.regex = re.compile(progress_regex) if progress_regex else None
+        self.logs = {node: FileTail(Path(path)) for node, path in (logs or {}).items()}
         self.pause_on = pause_on
         self.hold_timeout_s = hold_timeout_s
         self._fd = os.open(events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._read_lock = threading.Lock()
         self._offset = 0
         self._partial = b""
-        self.node_step: dict[str, int] = {}
+        self.node_step: dict[str, int] = {}  # the last step each node completed
+        self.job_step: int | None = None  # the last step any node completed
         self.step_of_digest: dict[str, int | None] = {}
 
     def emit(self, event: str, hold: bool = True, **fields: Any) -> None:
@@ -109,7 +118,8 @@ class Recorder:
         if e is None or e.get("event") != Ev.STEP_COMPLETED or not isinstance(e.get("step"), int):
             return
         node = str(e.get("node"))
-        self.node_step[node] = max(self.node_step.get(node, 0), e["step"])
+        self.node_step[node] = e["step"]
+        self.job_step = e["step"]
 
     def _saved(self, line: bytes) -> None:
         e = self._parse(line)
@@ -118,9 +128,24 @@ class Recorder:
         step = e.get("step")
         self.step_of_digest[e["sha256"]] = step if isinstance(step, int) else None
 
+    def _scrape_logs(self) -> None:
+        if self.regex is None:
+            return
+        rank_group = "rank" in self.regex.groupindex
+        for node, tail in self.logs.items():
+            for line in tail.read_lines():
+                m = self.regex.search(line)
+                if m is None or (rank_group and m.group("rank") not in (None, "0")):
+                    continue
+                self.node_step[node] = self.job_step = int(m.group("step"))
+
     def last_step(self, node: str | None) -> int | None:
+        """The step the caller's node last completed, else the job's last step (steps are global), else None."""
         self.catch_up()
-        return self.node_step.get(str(node)) if node is not None else None
+        with self._read_lock:
+            self._scrape_logs()
+            found = self.node_step.get(str(node)) if node is not None else None
+            return found if found is not None else self.job_step
 
     def saved_step(self, sha256: str) -> tuple[bool, int | None]:
         """Whether a save finished with this digest, and its step."""

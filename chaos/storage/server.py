@@ -410,13 +410,14 @@ def mount_options(run_id: str) -> dict[str, Any]:
 
 def serve(mount: str, events: str, control: str | None, backing: str | None = None, run_id: str = "run",
           pause_on: frozenset[str] = frozenset(), engine_pid: int | None = None,
-          rules_class: type[Rules] = Rules) -> None:
+          rules_class: type[Rules] = Rules, progress_regex: str | None = None,
+          logs: dict[str, str] | None = None) -> None:
     """Mount and serve until unmounted (``fusermount3 -u``) or signalled; blocks.
 
     ``rules_class`` gets the backing directory as a path that reaches the bytes underneath the mount."""
     backing_fd = os.open(backing or mount, os.O_RDONLY | os.O_DIRECTORY)
     rules = rules_class(Path(f"/proc/{os.getpid()}/fd/{backing_fd}"))
-    server = StorageServer(backing_fd, os.path.abspath(mount), Recorder(events, pause_on), rules, control,
-                           engine_pid)
+    recorder = Recorder(events, pause_on, progress_regex=progress_regex, logs=logs)
+    server = StorageServer(backing_fd, os.path.abspath(mount), recorder, rules, control, engine_pid)
     server.reload_rules()
     fuse.FUSE(server, mount, foreground=True, **mount_options(run_id))
