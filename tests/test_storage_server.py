@@ -209,3 +209,44 @@ def test_a_rule_change_without_a_server_is_an_error_not_a_silent_fault(tmp_path:
     monkeypatch.setattr("chaos.storage.control.ACK_TIMEOUT_S", 0.2)
     with pytest.raises(StorageNotAcknowledged, match="did not confirm rules version 1"):
         StorageControl(tmp_path / "control").apply({"fault_id": 1, "kind": "io_error"})
+
+
+def _marked_server(tmp_path: Path, name: str, engine: int) -> tuple[subprocess.Popen[bytes], Path]:
+    from chaos.marks import ENGINE_VAR, TREE_VAR
+    from chaos.storage.layer import MARK_PREFIX
+
+    mount = tmp_path / name
+    mount.mkdir()
+    (tmp_path / f"{name}.jsonl").touch()
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.storage", "serve", "--mount", str(mount), "--events",
+                             str(tmp_path / f"{name}.jsonl"), "--run-id", name],
+                            env={**os.environ, TREE_VAR: f"{MARK_PREFIX}/{name}", ENGINE_VAR: str(engine)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not is_mounted(str(mount)):
+        assert proc.poll() is None and time.monotonic() < deadline, "the server did not mount"
+        time.sleep(0.02)
+    return proc, mount
+
+
+def test_cleanup_unmounts_orphaned_and_dead_mounts_and_leaves_a_live_engines_alone(tmp_path: Path) -> None:
+    from chaos.storage.layer import cleanup
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid whose engine is gone
+    orphan, orphan_mount = _marked_server(tmp_path, f"orphan-{os.getpid()}", gone.pid)
+    crashed, crashed_mount = _marked_server(tmp_path, f"crashed-{os.getpid()}", os.getpid())
+    live, live_mount = _marked_server(tmp_path, f"live-{os.getpid()}", os.getpid())
+    crashed.kill()  # the server died: its mount answers "transport endpoint is not connected"
+    crashed.wait(5)
+    try:
+        removed = cleanup(None, only_orphans=True)
+        assert f"storage server {orphan.pid}" in removed
+        assert f"storage mount {orphan_mount}" in removed and f"storage mount {crashed_mount}" in removed
+        assert not is_mounted(str(orphan_mount)) and not is_mounted(str(crashed_mount))
+        assert is_mounted(str(live_mount)) and live.poll() is None, "a live engine's layer was removed"
+        assert not [r for r in cleanup(None, only_orphans=True) if str(tmp_path) in r]  # idempotent
+    finally:
+        unmount(str(live_mount))
+        live.wait(5)
+        orphan.wait(5)

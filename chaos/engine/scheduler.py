@@ -192,9 +192,14 @@ class FaultScheduler:
         """Why a job may have emitted no checkpoint event at all, true to this run's storage layer."""
         layer = self._storage.kind if self._storage is not None else "off"
         where = self._plan.checkpoint_dir
+        scenario = getattr(self._plan, "scenario", None)
+        if layer == "off" and isinstance(getattr(scenario, "workload", None), ShippedWorkload):
+            return "the shipped workload reports its checkpoints through the probe, and reported none"
+        if layer == "off" and getattr(getattr(scenario, "storage", None), "layer", None) == "off":
+            return "storage.layer is off, so only a script calling the probe reports checkpoint events"
         if layer == "off":
-            return ("no storage layer watched the checkpoint directory (a command workload needs checkpoint_dir), "
-                    "so only the probe reports checkpoint events")
+            return ("a script without the probe emits no such event unless torch-chaos watches its checkpoint "
+                    "directory: set workload.checkpoint_dir")
         if layer == "inotify":
             return f"the inotify watcher on {where} saw no such file operation (it sees no loads)"
         return f"the storage layer saw no such operation in {where}: the job saved or loaded elsewhere, or never"
