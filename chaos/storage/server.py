@@ -39,6 +39,8 @@ PROGRESS_FIRST = 1 << 20  # checkpoint_write_progress when a handle's written by
 PROGRESS_EVERY = 16 << 20  # ... then every 16 MiB
 RULES_POLL_S = 0.02
 MAX_WRITE = 1 << 20
+# Threads serving requests: held and stalled operations each keep one (libfuse's default is 10).
+MAX_THREADS = 64
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
 
 
@@ -50,7 +52,8 @@ class Handle:
     relpath: str
     caller: Caller
     writable: bool
-    saving: bool  # a checkpoint_save_started was written for it (created, or opened with truncation)
+    saving: bool  # it starts a checkpoint save (created, or opened with truncation)
+    announced: bool = False  # its checkpoint_save_started was written
     step: int | None = None
     written: int = 0
     next_progress: int = PROGRESS_FIRST
@@ -180,9 +183,19 @@ class StorageServer(fuse.Operations):
             h.hasher = hashlib.sha256()
         with self._handles_lock:
             self.handles[fd] = h
-        if saving:
-            self.emit(Ev.CHECKPOINT_SAVE_STARTED, relpath, caller, step=h.step)
         return fd
+
+    def announce(self, h: Handle, hold: bool = True) -> None:
+        """Write a save's ``checkpoint_save_started`` (once), held if paused on.
+
+        Not in ``create``/``open``: the kernel holds the directory's lock through a create, so a save held there
+        would hold every other process's lookups and creates in the checkpoint directory. At its first write (or
+        its close, for an empty file) only the file is held, and nothing has been written yet."""
+        with h.lock:
+            first = h.saving and not h.announced
+            h.announced = True
+        if first:
+            self.emit(Ev.CHECKPOINT_SAVE_STARTED, h.relpath, h.caller, hold=hold, step=h.step)
 
     # ------------------------------------------------------------------ metadata
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
@@ -289,6 +302,8 @@ class StorageServer(fuse.Operations):
         h = self.handles.get(fh)
         if h is None or self.ours(h.caller):
             return os.pwrite(fh, data, offset)
+        if not h.announced:
+            self.announce(h)
         self.obey("write", h.relpath, h.caller, len(data))
         n = os.pwrite(fh, data, offset)
         progress = None
@@ -314,9 +329,11 @@ class StorageServer(fuse.Operations):
     def flush(self, path: str, fh: int) -> int:
         h = self.handles.get(fh)
         if h is not None:
-            tid = fuse.fuse_get_context()[2]
+            dying = exiting(fuse.fuse_get_context()[2])
+            if not h.announced:
+                self.announce(h, hold=not dying)
             with h.lock:
-                h.clean = not exiting(tid)
+                h.clean = not dying
         return 0
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
@@ -334,6 +351,8 @@ class StorageServer(fuse.Operations):
             h = self.handles.pop(fh, None)
         try:
             if h is not None and not self.ours(h.caller):
+                if not h.announced:
+                    self.announce(h, hold=False)
                 with self._rules_lock:
                     self.rules.check("release", h.relpath, h.caller.node)
                 if h.saving and h.clean:
@@ -385,7 +404,8 @@ class StorageServer(fuse.Operations):
         if step is None:
             known, step = self.recorder.saved_step(sha)
             step = step if known else self.recorder.last_step(caller.node)
-        self.emit(Ev.CHECKPOINT_SAVE_FINISHED, dst, caller, sha256=sha, bytes=size, step=step,
+        # never held: the kernel holds both directories' locks through a rename
+        self.emit(Ev.CHECKPOINT_SAVE_FINISHED, dst, caller, hold=False, sha256=sha, bytes=size, step=step,
                   renamed_from=self.full(src))
         return 0
 
@@ -402,7 +422,7 @@ class StorageServer(fuse.Operations):
 def mount_options(run_id: str) -> dict[str, Any]:
     """How the mount shows in /proc/mounts (``torch-chaos-<run>`` on ``fuse.torch-chaos``: chaos cleanup finds it)
     and who may use it (every user when root: containers' processes are other users on some machines)."""
-    options: dict[str, Any] = {"fsname": f"torch-chaos-{run_id}", "subtype": "torch-chaos"}
+    options: dict[str, Any] = {"fsname": f"torch-chaos-{run_id}", "subtype": "torch-chaos", "max_threads": MAX_THREADS}
     if os.geteuid() == 0:
         options["allow_other"] = True
     return options
