@@ -198,6 +198,12 @@ except OSError as exc:
         proc = start_as(f"import os; f = open({str(mount / 'stall.pt')!r}, 'wb'); f.write(b'x'); os.fsync(f.fileno())")
         time.sleep(0.5)
         assert proc.poll() is None, "fsync did not stall while the rule was installed"
+        killed = start_as(f"import os; f = open({str(mount / 'stall2.pt')!r}, 'wb'); f.write(b'x'); "
+                          "os.fsync(f.fileno())")
+        time.sleep(0.5)
+        killed.kill()  # a crash during a stalled fsync: the process dies now, not when the stall is healed
+        assert killed.wait(5) == -9
+        assert proc.poll() is None
         control.remove(9)
         assert proc.wait(10) == 0
     [failed] = [e for e in events(tmp_path) if e["event"] == "storage_op_failed"]
@@ -250,3 +256,20 @@ def test_cleanup_unmounts_orphaned_and_dead_mounts_and_leaves_a_live_engines_alo
         unmount(str(live_mount))
         live.wait(5)
         orphan.wait(5)
+
+
+def test_a_writer_killed_while_held_writes_nothing_more(tmp_path: Path) -> None:
+    """The crash a hold was for: the data the kernel had already handed over is not written after the kill."""
+    with mounted(tmp_path, pause_on=frozenset({"checkpoint_save_started"})) as mount:
+        proc = start_as(f"open({str(mount / 'snapshot.pt')!r}, 'wb').write(b'x' * 4096)")
+        deadline = time.monotonic() + 10
+        while not events(tmp_path):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        [held] = events(tmp_path)
+        proc.kill()
+        proc.wait(10)
+        (tmp_path / "events.jsonl.acks" / held["id"]).touch()
+        time.sleep(0.5)
+        assert (mount / "snapshot.pt").stat().st_size == 0
+    assert [e["event"] for e in events(tmp_path)] == ["checkpoint_save_started"]

@@ -22,6 +22,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,11 @@ class Recorder:
         self.job_step: int | None = None  # the last step any node completed
         self.step_of_digest: dict[str, int | None] = {}
 
-    def emit(self, event: str, hold: bool = True, **fields: Any) -> None:
-        """Write one line; when ``event`` is paused on (and ``hold``), wait for the engine's acknowledgement."""
+    def emit(self, event: str, hold: bool = True, gone: Callable[[], bool] | None = None, **fields: Any) -> bool:
+        """Write one line; when ``event`` is paused on (and ``hold``), wait for the engine's acknowledgement, or
+        until ``gone()`` says the held caller is dying (a killed process waits for the server's answer).
+
+        Returns whether it held."""
         record: dict[str, Any] = {"t": time.time(), "source": Source.STORAGE, "event": event, **fields}
         held = hold and event in self.pause_on
         if held:
@@ -68,9 +72,10 @@ class Recorder:
             with self._read_lock:
                 self.step_of_digest[fields["sha256"]] = fields.get("step")
         if held:
-            self._wait(record["id"])
+            self._wait(record["id"], gone)
+        return held
 
-    def _wait(self, event_id: str) -> None:
+    def _wait(self, event_id: str, gone: Callable[[], bool] | None) -> None:
         acks = self.path + ".acks"
         ack, heartbeat = os.path.join(acks, event_id), os.path.join(acks, HEARTBEAT_FILE)
         deadline = time.monotonic() + self.hold_timeout_s
@@ -80,9 +85,11 @@ class Recorder:
                 return
             now = time.monotonic()
             if now >= next_check:
-                next_check = now + 0.2
+                next_check = now + 0.02
+                if gone is not None and gone():
+                    return
                 try:
-                    if time.time() - os.stat(heartbeat).st_mtime > ENGINE_GONE_S:
+                    if time.time() - os.stat(heartbeat).st_mtime > ENGINE_GONE_S:  # the engine was killed
                         return
                 except OSError:
                     pass

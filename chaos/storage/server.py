@@ -41,6 +41,7 @@ RULES_POLL_S = 0.02
 MAX_WRITE = 1 << 20
 # Threads serving requests: held and stalled operations each keep one (libfuse's default is 10).
 MAX_THREADS = 64
+HOLD_GRACE_S = 0.05
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
 
 
@@ -99,8 +100,23 @@ class StorageServer(fuse.Operations):
         """An operation of the engine itself (a fault acting on the bytes): not recorded, not ruled."""
         return self.engine_pid is not None and caller.pid == self.engine_pid
 
-    def emit(self, event: str, relpath: str, caller: Caller, hold: bool = True, **fields: Any) -> None:
-        self.recorder.emit(event, hold=hold, node=caller.node, pid=caller.pid, path=self.full(relpath), **fields)
+    def emit(self, event: str, relpath: str, caller: Caller, hold: bool = True, **fields: Any) -> bool:
+        """Record one event; returns whether it held the calling operation."""
+        tid = fuse.fuse_get_context()[2] if hold else 0
+        return self.recorder.emit(event, hold=hold, gone=lambda: exiting(tid), node=caller.node, pid=caller.pid,
+                                  path=self.full(relpath), **fields)
+
+    @staticmethod
+    def survived(grace_s: float = 0.0) -> None:
+        """After a hold, a delay or a stall: a caller killed meanwhile (the fault the hold was for) gets nothing
+        done. The kernel handed its data over before it died; writing it now would finish the save the crash
+        was meant to cut short. ``grace_s`` after a hold: the engine acknowledges right after its kill returned,
+        and a container's processes die a few milliseconds after its init."""
+        tid = fuse.fuse_get_context()[2]
+        if not exiting(tid) and grace_s > 0:
+            time.sleep(grace_s)
+        if exiting(tid):
+            raise fuse.FuseOSError(errno.EINTR)
 
     def obey(self, op: str, relpath: str, caller: Caller, nbytes: int = 0) -> None:
         """Ask the rules about ``op`` and do what they say: sleep, stall while the rule lasts, or fail it."""
@@ -109,14 +125,19 @@ class StorageServer(fuse.Operations):
         self.reload_rules()
         with self._rules_lock:
             out: Outcome = self.rules.check(op, relpath, caller.node, nbytes)
+        tid = fuse.fuse_get_context()[2]
         if out.delay_s > 0:
-            time.sleep(out.delay_s)
-        while out.stall and not self._stop.is_set():
+            end = time.monotonic() + out.delay_s
+            while (left := end - time.monotonic()) > 0 and not exiting(tid):
+                time.sleep(min(left, RULES_POLL_S))
+        while out.stall and not self._stop.is_set() and not exiting(tid):
             self.reload_rules()
             with self._rules_lock:
                 if not self.rules.stalled(out.fault_id):
                     break
             time.sleep(RULES_POLL_S)
+        if out.delay_s > 0 or out.stall:
+            self.survived()
         if out.errno:
             code = getattr(errno, out.errno, errno.EIO)
             self.emit(Ev.STORAGE_OP_FAILED, relpath, caller, hold=False, op=op, errno=out.errno,
@@ -194,8 +215,8 @@ class StorageServer(fuse.Operations):
         with h.lock:
             first = h.saving and not h.announced
             h.announced = True
-        if first:
-            self.emit(Ev.CHECKPOINT_SAVE_STARTED, h.relpath, h.caller, hold=hold, step=h.step)
+        if first and self.emit(Ev.CHECKPOINT_SAVE_STARTED, h.relpath, h.caller, hold=hold, step=h.step):
+            self.survived(HOLD_GRACE_S)
 
     # ------------------------------------------------------------------ metadata
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
@@ -294,8 +315,9 @@ class StorageServer(fuse.Operations):
                 if first:
                     sha, size_now = self.digest(h.relpath)
                     known, step = self.recorder.saved_step(sha)
-                    self.emit(Ev.CHECKPOINT_LOADED, h.relpath, h.caller, sha256=sha, bytes=size_now,
-                              step=step if known else None)
+                    if self.emit(Ev.CHECKPOINT_LOADED, h.relpath, h.caller, sha256=sha, bytes=size_now,
+                                 step=step if known else None):
+                        self.survived(HOLD_GRACE_S)
         return os.pread(fh, size, offset)
 
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
