@@ -18,7 +18,6 @@ through unrecorded and unruled: they are faults, recorded by the engine, not sav
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import threading
@@ -31,6 +30,7 @@ import mfusepy as fuse
 
 from chaos.events import Ev
 from chaos.storage.control import APPLIED_FILE, RULES_FILE
+from chaos.storage.digests import Digests
 from chaos.storage.identity import Caller, Callers, exiting
 from chaos.storage.record import Recorder, step_in_name
 from chaos.storage.rules import Outcome, Rules
@@ -58,9 +58,8 @@ class Handle:
     step: int | None = None
     written: int = 0
     next_progress: int = PROGRESS_FIRST
-    hasher: Any = None  # running sha256 while every write continues the previous one from offset 0
-    end: int = 0
     clean: bool = False  # closed by a live process after its last write
+    closed_path: str | None = None  # where it was when closed (a rename may move it before its release)
     read_seen: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -80,6 +79,7 @@ class StorageServer(fuse.Operations):
         self.engine_pid = engine_pid
         self.callers = Callers()
         self.handles: dict[int, Handle] = {}
+        self.digests = Digests()
         self._handles_lock = threading.Lock()
         self._rules_lock = threading.Lock()
         self._rules_stamp: tuple[int, int] | None = None
@@ -180,16 +180,7 @@ class StorageServer(fuse.Operations):
                 continue
 
     def digest(self, relpath: str) -> tuple[str, int]:
-        h = hashlib.sha256()
-        size = 0
-        fd = os.open(relpath, os.O_RDONLY, dir_fd=self.root)
-        try:
-            while chunk := os.read(fd, 4 << 20):
-                h.update(chunk)
-                size += len(chunk)
-        finally:
-            os.close(fd)
-        return h.hexdigest(), size
+        return self.digests.of_path(self.root, relpath)
 
     def step_for(self, relpath: str, caller: Caller) -> int | None:
         step = step_in_name(relpath)
@@ -201,7 +192,6 @@ class StorageServer(fuse.Operations):
         h = Handle(fd, relpath, caller, writable, saving)
         if saving:
             h.step = self.step_for(relpath, caller)
-            h.hasher = hashlib.sha256()
         with self._handles_lock:
             self.handles[fd] = h
         return fd
@@ -283,11 +273,6 @@ class StorageServer(fuse.Operations):
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
         if fh is not None:
             os.ftruncate(fh, length)
-            h = self.handles.get(fh)
-            if h is not None:
-                with h.lock:
-                    if length != h.end:
-                        h.hasher = None  # no longer one sequential stream: digest the file at close
         else:
             os.truncate(os.path.join(f"/proc/self/fd/{self.root}", self.rel(path)), length)
         return 0
@@ -332,12 +317,6 @@ class StorageServer(fuse.Operations):
         with h.lock:
             h.clean = False
             h.written += n
-            if h.hasher is not None:
-                if offset == h.end:
-                    h.hasher.update(data[:n])
-                else:
-                    h.hasher = None
-            h.end = max(h.end, offset + n)
             if h.saving and h.written >= h.next_progress:
                 while h.next_progress <= h.written:
                     h.next_progress += PROGRESS_EVERY
@@ -356,6 +335,9 @@ class StorageServer(fuse.Operations):
                 self.announce(h, hold=not dying)
             with h.lock:
                 h.clean = not dying
+                h.closed_path = h.relpath
+            if h.saving and not dying:
+                self.digests.expect(fh)
         return 0
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
@@ -380,17 +362,16 @@ class StorageServer(fuse.Operations):
                 if h.saving and h.clean:
                     self._finished(h)
         finally:
+            if h is not None and h.saving:
+                self.digests.arrived(fh)
             os.close(fh)
         return 0
 
     def _finished(self, h: Handle) -> None:
-        size = os.fstat(h.fd).st_size
-        if h.hasher is not None and size == h.end:
-            sha = h.hasher.hexdigest()
-        else:
-            sha, size = self.digest(h.relpath)
-        self.emit(Ev.CHECKPOINT_SAVE_FINISHED, h.relpath, h.caller, hold=False, sha256=sha, bytes=size,
-                  step=h.step)
+        """The save closed cleanly: its digest (read back through the handle, off the writer's path) and event."""
+        sha, size = self.digests.of_handle(h.fd)
+        self.emit(Ev.CHECKPOINT_SAVE_FINISHED, h.closed_path or h.relpath, h.caller, hold=False, sha256=sha,
+                  bytes=size, step=h.step)
 
     def unlink(self, path: str) -> int:
         rel, caller = self.rel(path), self.caller()
@@ -435,6 +416,7 @@ class StorageServer(fuse.Operations):
         """Large writes (fewer round trips per checkpoint), then the rules watcher."""
         if conn is not None:
             conn.max_write = MAX_WRITE
+            conn.max_readahead = MAX_WRITE
         threading.Thread(target=self.watch_rules, name="torch-chaos-storage-rules", daemon=True).start()
 
     def destroy(self, path: str) -> None:
