@@ -46,6 +46,10 @@ def test_which_layer_a_run_gets(monkeypatch: pytest.MonkeyPatch) -> None:
     assert choose(scenario()) == "inotify"  # auto falls back
     assert choose(scenario("storage: {layer: fuse}\n")) == "fuse"  # and fuse asked for is required:
     assert needs_fuse(scenario("storage: {layer: fuse}\n")) and not needs_fuse(scenario())
+    # a trigger the watcher could not hold needs FUSE under auto; inotify asked for explicitly accepts it
+    held = "faults: [{kind: crash, target: 0, on: {event: checkpoint_save_started}}]\n"
+    assert needs_fuse(scenario(held)) and not needs_fuse(scenario(held + "storage: {layer: inotify}\n"))
+    assert not needs_fuse(scenario("faults: [{kind: crash, target: 0, on: {event: checkpoint_save_finished}}]\n"))
 
 
 @pytest.mark.parametrize(("directory", "said"), [

@@ -72,16 +72,30 @@ def wanted(scenario: Scenario) -> bool:
     return any(STORAGE_LAYER in plugins[f.kind].needs for f in scenario.faults)
 
 
+# Checkpoint events that only the FUSE layer holds (or sees at all: loads) for a script without the probe.
+HELD_TRIGGERS = frozenset({"checkpoint_save_started", "checkpoint_write_progress", "checkpoint_loaded"})
+
+
 def needs_fuse(scenario: Scenario) -> bool:
-    """FUSE is required (not a fallback) when asked for, or when a fault acts through the mount."""
+    """FUSE is required, not a fallback: when asked for, when a fault acts through the mount, or (``auto``) when a
+    ``command:`` workload's fault is triggered on a checkpoint event the inotify watcher could not hold (it would
+    fire late, after the save it was aimed at) or would never see (a load). ``storage.layer: inotify`` accepts that
+    explicitly; ``off`` leaves checkpoint events to a script that calls the probe."""
     from chaos.registry import fault_plugins
     from chaos.runtimes.base import STORAGE_LAYER
+    from chaos.scenario import CommandWorkload
 
-    if scenario.storage.layer == "off":
+    asked = scenario.storage.layer
+    if asked == "off":
         return False
     plugins = fault_plugins()
-    return (scenario.storage.layer == "fuse" and wanted(scenario)) or any(
-        STORAGE_LAYER in plugins[f.kind].needs for f in scenario.faults)
+    if any(STORAGE_LAYER in plugins[f.kind].needs for f in scenario.faults):
+        return True
+    if asked == "fuse":
+        return wanted(scenario)
+    w = scenario.workload
+    return asked == "auto" and isinstance(w, CommandWorkload) and w.checkpoint_dir is not None and any(
+        f.on is not None and f.on.event in HELD_TRIGGERS for f in scenario.faults)
 
 
 def choose(scenario: Scenario) -> Layer:
