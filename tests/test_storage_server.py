@@ -273,3 +273,19 @@ def test_a_writer_killed_while_held_writes_nothing_more(tmp_path: Path) -> None:
         time.sleep(0.5)
         assert (mount / "snapshot.pt").stat().st_size == 0
     assert [e["event"] for e in events(tmp_path)] == ["checkpoint_save_started"]
+
+
+def test_every_reader_of_a_file_opened_at_once_is_a_load(tmp_path: Path) -> None:
+    """Two ranks resuming open the snapshot together and share the page cache: the second's reads may never
+    reach the server, and it still loaded the file (recorded at its close then)."""
+    with mounted(tmp_path) as mount:
+        as_node(f"open({str(mount / 'snapshot.pt')!r}, 'wb').write(b'y' * 300_000)")
+        as_node(f"""
+a, b = open({str(mount / 'snapshot.pt')!r}, 'rb'), open({str(mount / 'snapshot.pt')!r}, 'rb')
+assert a.read() == b.read()
+a.close(); b.close()
+""", node="node2")
+        time.sleep(0.3)  # releases arrive after close returned
+    loads = [e for e in events(tmp_path) if e["event"] == "checkpoint_loaded"]
+    assert len(loads) == 2 and {e["node"] for e in loads} == {"node2"}, loads
+    assert all(e["sha256"] == hashlib.sha256(b"y" * 300_000).hexdigest() and e["step"] is None for e in loads)

@@ -294,16 +294,23 @@ class StorageServer(fuse.Operations):
         h = self.handles.get(fh)
         if h is not None and not self.ours(h.caller):
             self.obey("read", h.relpath, h.caller, size)
-            if not h.writable and not h.read_seen:
-                with h.lock:
-                    first, h.read_seen = not h.read_seen, True
-                if first:
-                    sha, size_now = self.digest(h.relpath)
-                    known, step = self.recorder.saved_step(sha)
-                    if self.emit(Ev.CHECKPOINT_LOADED, h.relpath, h.caller, sha256=sha, bytes=size_now,
-                                 step=step if known else None):
-                        self.survived(HOLD_GRACE_S)
+            if not h.writable and not h.read_seen and self.loaded(h):
+                self.survived(HOLD_GRACE_S)
         return os.pread(fh, size, offset)
+
+    def loaded(self, h: Handle, hold: bool = True) -> bool:
+        """A read-only handle's ``checkpoint_loaded`` (once): at its first read that reaches the server, else at
+        its close. Two processes that open a file at once share the kernel's page cache: the second one's reads
+        may never reach the server, yet it loaded the file (both ranks of a job resuming, measured). Returns
+        whether it held."""
+        with h.lock:
+            first, h.read_seen = not h.read_seen, True
+        if not first:
+            return False
+        sha, size = self.digests.of_handle(h.fd)
+        known, step = self.recorder.saved_step(sha)
+        return self.emit(Ev.CHECKPOINT_LOADED, h.relpath, h.caller, hold=hold, sha256=sha, bytes=size,
+                         step=step if known else None)
 
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
         h = self.handles.get(fh)
@@ -357,6 +364,8 @@ class StorageServer(fuse.Operations):
             if h is not None and not self.ours(h.caller):
                 if not h.announced:
                     self.announce(h, hold=False)
+                if not h.writable and not h.read_seen:
+                    self.loaded(h, hold=False)
                 with self._rules_lock:
                     self.rules.check("release", h.relpath, h.caller.node)
                 if h.saving and h.clean:
