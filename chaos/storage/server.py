@@ -427,6 +427,17 @@ class StorageServer(fuse.Operations):
             conn.max_write = MAX_WRITE
             conn.max_readahead = MAX_WRITE
         threading.Thread(target=self.watch_rules, name="torch-chaos-storage-rules", daemon=True).start()
+        threading.Thread(target=self.widen_readahead, name="torch-chaos-storage-readahead", daemon=True).start()
+
+    def widen_readahead(self) -> None:
+        """Loads read 128 KiB per request (the kernel's default readahead for a FUSE mount, which ``init`` can
+        only lower): raise it to 1 MiB where this process may (root), best effort. Runs once the mount answers."""
+        try:
+            st = os.stat(self.mount)  # served once INIT is answered: never from inside init itself
+            with open(f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb", "w") as f:
+                f.write(str(MAX_WRITE >> 10))
+        except OSError:
+            pass
 
     def destroy(self, path: str) -> None:
         self._stop.set()
