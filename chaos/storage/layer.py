@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import psutil
+
 from chaos.machine import APT, Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked, marked_processes, orphaned
 from chaos.storage.control import StorageControl
@@ -186,12 +188,18 @@ class StorageLayer:
                 unmount(str(self.directory))  # a server killed mid-unmount leaves a dead mount
 
 
+def _run_of(proc: psutil.Process) -> str | None:
+    try:
+        return str(proc.environ().get(TREE_VAR, "")).removeprefix(f"{MARK_PREFIX}/")
+    except (psutil.Error, OSError):
+        return None
+
+
 def cleanup(run_id: str | None, only_orphans: bool) -> list[str]:
     """``chaos cleanup``: end orphaned servers (their engine is gone) and unmount their stale mounts."""
     prefix = f"{MARK_PREFIX}/{run_id}" if run_id else MARK_PREFIX
     removed = [f"storage server {p.pid}" for p in kill_marked(prefix, only_orphans=only_orphans)]
-    live = {p.environ().get(TREE_VAR, "").removeprefix(f"{MARK_PREFIX}/")
-            for p in marked_processes(MARK_PREFIX) if not orphaned(p)} if only_orphans else set()
+    live = {_run_of(p) for p in marked_processes(MARK_PREFIX) if not orphaned(p)} if only_orphans else set()
     for m in chaos_mounts():
         if (run_id is None or m.run_id == run_id) and m.run_id not in live and unmount(m.path):
             removed.append(f"storage mount {m.path}")
