@@ -15,7 +15,7 @@ from chaos.engine.progress import ProgressObserver
 from chaos.engine.scheduler import FaultScheduler
 from chaos.engine.states import FaultStatus
 from chaos.events import Ev
-from chaos.history import HistoryWriter, read_history
+from chaos.history import HistoryWriter, _field_checks, read_history, readable
 from chaos.loading import ScenarioInvalid, parse_scenario
 from chaos.scenario import make_fault
 from chaos.storage import layer as layer_module
@@ -153,6 +153,7 @@ def test_the_inotify_fallback_records_saves_renames_and_deletions(tmp_path: Path
         ("checkpoint_deleted", "tmp", None, None), ("checkpoint_save_finished", "last.pt", None, 10),
         ("checkpoint_deleted", "ckpt_20.pt", 20, None)]
     assert all(e["source"] == "storage" and e["node"] is None for e in read_history(tmp_path / "events.jsonl"))
+    assert all(readable(e, _field_checks()) for e in read_history(tmp_path / "events.jsonl"))
 
 
 def test_a_saves_step_is_the_nodes_last_printed_or_reported_step(tmp_path: Path) -> None:

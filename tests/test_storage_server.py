@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from chaos.history import _field_checks, readable
 from chaos.storage.control import StorageControl, StorageNotAcknowledged
 from chaos.storage.layer import fuse_problem
 from chaos.storage.mounts import is_mounted, unmount
@@ -131,6 +132,7 @@ os.replace({str(mount / 'ckpt_40.pt.tmp')!r}, {str(mount / 'ckpt_40.pt')!r})
     assert by_event["checkpoint_loaded", "ckpt_40.pt"]["bytes"] == len(payload)
     assert by_event["checkpoint_write_progress", "ckpt_40.pt.tmp"]["written"] >= 1 << 20
     assert all(e["source"] == "storage" and e["path"].startswith(str(tmp_path / "ckpt")) for e in events(tmp_path))
+    assert all(readable(e, _field_checks()) for e in events(tmp_path)), "a line analysis would drop"
     assert not (tmp_path / "ckpt" / "ckpt_40.pt").exists()
 
 
@@ -149,6 +151,7 @@ os.kill(os.getpid(), signal.SIGKILL)
         size = (mount / "model.pt").stat().st_size
     names = [e["event"] for e in events(tmp_path)]
     assert names[0] == "checkpoint_save_started" and "checkpoint_save_finished" not in names, names
+    assert all(readable(e, _field_checks()) for e in events(tmp_path)), "null steps are declared, not unreadable"
     [loaded] = [e for e in events(tmp_path) if e["event"] == "checkpoint_loaded"]
     assert loaded["step"] is None and loaded["bytes"] == size == 2 << 20  # torn: never saved completely
     # a number-less name takes the node's last recorded step: none was recorded here

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 
 import psutil
 
+from chaos.events import Ev
 from chaos.machine import APT, Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked, marked_processes, orphaned
 from chaos.storage.control import StorageControl
@@ -75,7 +76,7 @@ def wanted(scenario: Scenario) -> bool:
 
 
 # Checkpoint events that only the FUSE layer holds (or sees at all: loads) for a script without the probe.
-HELD_TRIGGERS = frozenset({"checkpoint_save_started", "checkpoint_write_progress", "checkpoint_loaded"})
+HELD_TRIGGERS = frozenset({Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_WRITE_PROGRESS, Ev.CHECKPOINT_LOADED})
 
 
 def needs_fuse(scenario: Scenario) -> bool:
