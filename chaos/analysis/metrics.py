@@ -207,7 +207,9 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
     highest_by_index = _running_max(step_no[i] for i in all_steps)
     starts = sorted(_worker_starts(events), key=lambda e: e["t"])
     start_t = [e["t"] for e in starts]
-    loads = of_kind(events, Ev.CHECKPOINT_LOADED)
+    # The job's own reports of what it loaded; the storage layer's loads (source "storage", a null step for a torn
+    # file) are for the checkpoint verdicts, and would otherwise race the probe's for the same process.
+    loads = [e for e in of_kind(events, Ev.CHECKPOINT_LOADED) if e.get("source") != Source.STORAGE]
     median, _ = median_step_time(events)
     done = completion_time(events)
     out = []
