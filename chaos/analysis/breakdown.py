@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.analysis.load import of_kinds
-from chaos.events import Ev
+from chaos.events import Ev, Source
 from chaos.history import Event
 
 _PHASE_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)
@@ -13,7 +13,8 @@ _PHASE_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_L
 
 def recovery_breakdowns(events: list[Event], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One breakdown per disruptive fault of ``faults`` (result.json's entries)."""
-    marks = of_kinds(events, *_PHASE_EVENTS)
+    # The job's own marks: the storage layer's checkpoint_loaded is the first read, not the end of a load.
+    marks = [e for e in of_kinds(events, *_PHASE_EVENTS) if e.get("source") != Source.STORAGE]
     return [recovery_breakdown(marks, f) for f in faults if f.get("disruptive", True) and f.get("injected", True)]
 
 

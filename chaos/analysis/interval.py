@@ -18,10 +18,13 @@ from chaos.history import Event
 
 
 def save_cost_s(events: list[Event]) -> float | None:
-    """Median wall time of a checkpoint save (save started → save finished, same process and step)."""
-    started = {(e.get("pid"), e["step"]): e["t"] for e in of_kind(events, Ev.CHECKPOINT_SAVE_STARTED)}
-    costs = [e["t"] - started[(e.get("pid"), e["step"])] for e in of_kind(events, Ev.CHECKPOINT_SAVE_FINISHED)
-             if (e.get("pid"), e["step"]) in started]
+    """Median wall time of a checkpoint save (save started → save finished, same process and step, as one source
+    reported both: the probe's, or the storage layer's for a script without it)."""
+    def key(e: Event) -> tuple[object, ...]:
+        return e.get("source"), e.get("pid"), e["step"]
+
+    started = {key(e): e["t"] for e in of_kind(events, Ev.CHECKPOINT_SAVE_STARTED)}
+    costs = [e["t"] - started[key(e)] for e in of_kind(events, Ev.CHECKPOINT_SAVE_FINISHED) if key(e) in started]
     return statistics.median(costs) if costs else None
 
 
