@@ -198,3 +198,16 @@ def test_a_torn_load_the_layer_saw_does_not_break_the_recovery_figures() -> None
     ]
     [fault] = fault_metrics(history)
     assert fault.resumed_from == 5 and fault.lost_steps == 5
+
+
+def test_a_print_only_scripts_save_cost_comes_from_the_layer_and_a_probe_jobs_from_the_probe() -> None:
+    from chaos.analysis.interval import save_cost_s
+
+    def save(source: str, t0: float, t1: float) -> list[dict[str, Any]]:
+        base = {"source": source, "node": "node0", "pid": 7, "path": "/c/ckpt_5.pt", "step": 5}
+        return [{"t": t0, "event": "checkpoint_save_started", **base},
+                {"t": t1, "event": "checkpoint_save_finished", "sha256": "a", "bytes": 1, **base}]
+
+    assert save_cost_s(save("storage", 1.0, 1.25)) == 0.25
+    # the same save seen by both: the probe's report is the job's own
+    assert save_cost_s(save("workload", 1.0, 1.5) + save("storage", 1.1, 1.3)) == 0.5
