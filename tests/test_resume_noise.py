@@ -1,0 +1,138 @@
+"""The golden comparison against the measured noise of a clean resume (chaos.analysis.noise), on synthetic
+histories of a print-only job: bitwise, within_noise, diverged (against the band and beyond the ceiling), and
+"not checked" with its reason when the control run is missing or untrusted. Each checker is shown passing a
+correct history and failing the broken one beside it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chaos.analysis.checkpoints import control_request, first_resume_step, matches_golden
+from chaos.analysis.noise import BAND_CEILING, BAND_FACTOR, BAND_FLOOR, band
+from chaos.events import EndReason, Ev, Source
+
+N, RESUMED = 60, 40  # 60 steps; node crashed after step 45, resumed from the checkpoint of step 40
+
+
+def loss(step: int) -> float:
+    return 1.0 / step
+
+
+def noisy(rel: float) -> dict[int, float]:
+    """A clean resume's noise: nothing at the first resumed step, then growing to ``rel`` relative."""
+    return {s: loss(s) * (1 + rel * min(1.0, (s - RESUMED - 1) / 10)) for s in range(RESUMED + 1, N + 1)}
+
+
+def history(after_resume: dict[int, float] | None = None, restart: bool = True) -> list[dict[str, Any]]:
+    """What the engine writes for a print-only job: scraped steps, a new process after the crash."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+
+    def ev(event: str, **fields: Any) -> None:
+        nonlocal t
+        t += 1
+        events.append({"t": t, "event": event, **fields})
+
+    ev(Ev.PROCESS_STARTED, source=Source.PROGRESS, node="node0", pid="node0:1")
+    last = 45 if restart else N
+    for s in range(1, last + 1):
+        ev(Ev.STEP_COMPLETED, source=Source.PROGRESS, node="node0", pid="node0:1", step=s,
+           loss=(after_resume or {}).get(s, loss(s)) if not restart else loss(s))
+    if restart:
+        ev(Ev.FAULT_INJECTED, source=Source.ENGINE, fault_id=0, kind="crash", target="node1", disruptive=True)
+        ev(Ev.PROCESS_STARTED, source=Source.PROGRESS, node="node0", pid="node0:2")
+        for s in range(RESUMED + 1, N + 1):
+            ev(Ev.STEP_COMPLETED, source=Source.PROGRESS, node="node0", pid="node0:2", step=s,
+               loss=(after_resume or {}).get(s, loss(s)))
+    ev(Ev.RUN_ENDED, source=Source.ENGINE, reason=EndReason.COMPLETED)
+    return events
+
+
+def golden() -> dict[str, Any]:
+    return {"losses": {str(s): loss(s) for s in range(1, N + 1)}, "world_sizes": [1], "steps": N,
+            "completed": True, "trusted": True, "state_sha256": None, "run_dir": "golden"}
+
+
+def control(rel: float, **extra: Any) -> dict[str, Any]:
+    losses = {s: loss(s) for s in range(1, N + 1)} | noisy(rel)
+    return {"losses": {str(s): v for s, v in losses.items()}, "world_sizes": [1], "steps": N, "completed": True,
+            "trusted": True, "run_dir": "control", "resumed_from": RESUMED, "resume_step": RESUMED, **extra}
+
+
+def test_the_band_is_k_times_the_floor_between_its_floor_and_ceiling() -> None:
+    assert band(0.0) == BAND_FLOOR
+    assert band(1e-6) == pytest.approx(BAND_FACTOR * 1e-6)
+    assert band(1.0) == BAND_CEILING
+    assert BAND_FLOOR < BAND_CEILING
+
+
+def test_bitwise_needs_no_control_run() -> None:
+    events = history()
+    v = matches_golden(events, golden())
+    assert v["ok"] and v["mode"] == "bitwise"
+    assert control_request(events, golden(), None) is None  # the reference workload never pays for a control
+
+
+def test_a_clean_resume_within_the_measured_noise_passes() -> None:
+    events = history(noisy(1e-6))
+    assert first_resume_step(events) == RESUMED
+    assert control_request(events, golden(), None) == RESUMED  # not bitwise, below the ceiling: measure
+    v = matches_golden(events, golden(), control=control(1e-6))
+    assert v["ok"] and v["mode"] == "within_noise", v
+    assert v["noise_floor_rel"] == pytest.approx(1e-6)
+    assert v["band_rel"] == pytest.approx(BAND_FACTOR * 1e-6) and v["tolerance_source"] == "measured"
+    assert v["times_noise_floor"] == pytest.approx(1.0)
+    assert v["first_differing_step"] == RESUMED + 2 and v["control_resumed_from"] == RESUMED
+    assert "within the band 1e-05" in v["why"] and "noise floor 1e-06" in v["why"]
+
+
+def test_a_small_real_bug_beyond_the_band_fails_with_its_size_in_floors() -> None:
+    bug = noisy(1e-6) | {s: loss(s) * (1 + 2e-4) for s in range(50, N + 1)}  # e.g. a learning rate restored wrong
+    v = matches_golden(history(bug), golden(), control=control(1e-6))
+    assert v["ok"] is False and v["mode"] == "diverged", v
+    assert v["first_divergent_step"] == 50
+    assert v["times_noise_floor"] == pytest.approx(200, rel=1e-3)
+    assert "beyond the noise band at step 50" in v["why"] and "200x the noise floor" in v["why"]
+
+
+def test_a_bug_beyond_the_ceiling_fails_without_a_control_run() -> None:
+    bug = {s: loss(s) * 1.05 for s in range(RESUMED + 2, N + 1)}  # optimizer state not restored: ~1e-2 and more
+    events = history(bug)
+    assert control_request(events, golden(), None) is None
+    v = matches_golden(events, golden())
+    assert v["ok"] is False and v["mode"] == "diverged" and v["first_divergent_step"] == RESUMED + 2
+    assert "beyond any resume noise" in v["why"] and v["tolerance_rel"] == BAND_CEILING
+
+
+def test_a_control_that_stayed_bitwise_leaves_the_band_floor() -> None:
+    assert matches_golden(history(noisy(5e-7)), golden(), control=control(0.0))["mode"] == "within_noise"
+    v = matches_golden(history(noisy(5e-6)), golden(), control=control(0.0))
+    assert v["mode"] == "diverged" and v["band_rel"] == BAND_FLOOR and v["times_noise_floor"] is None
+    assert "measured bitwise" in v["why"]
+
+
+def test_without_a_trusted_control_the_comparison_is_not_checked_and_says_why() -> None:
+    events = history(noisy(1e-6))
+    missing = matches_golden(events, golden())
+    assert missing["ok"] is None and missing["mode"] == "not_checked"
+    assert "no control run measured" in missing["why"]
+    untrusted = matches_golden(events, golden(), control=control(
+        1e-6, trusted=False, untrusted_why="the control run restarted 2 time(s) during training and 0 after it"))
+    assert untrusted["ok"] is None and "cannot be trusted: the control run restarted 2" in untrusted["why"]
+
+
+def test_a_pinned_tolerance_replaces_the_measurement() -> None:
+    events = history(noisy(1e-6))
+    assert control_request(events, golden(), 1e-5) is None
+    v = matches_golden(events, golden(), rtol=1e-5)
+    assert v["ok"] and v["mode"] == "within_tolerance" and v["tolerance_source"] == "checks.loss_rtol"
+    assert matches_golden(events, golden(), rtol=1e-7)["mode"] == "diverged"
+
+
+def test_a_difference_without_any_restart_is_not_resume_noise() -> None:
+    events = history(noisy(1e-6), restart=False)
+    assert first_resume_step(events) is None and control_request(events, golden(), None) is None
+    v = matches_golden(events, golden(), control=control(1e-6))
+    assert v["ok"] is False and "no worker restarted" in v["why"]
