@@ -5,13 +5,19 @@ correct history and failing the broken one beside it."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chaos.analysis.checkpoints import control_request, first_resume_step, matches_golden
 from chaos.analysis.noise import BAND_CEILING, BAND_FACTOR, BAND_FLOOR, band
+from chaos.analysis.result_json import analyze
 from chaos.events import EndReason, Ev, Source
+from chaos.reports import write_report
+from tests.data.recorded import expand
 
 N, RESUMED = 60, 40  # 60 steps; node crashed after step 45, resumed from the checkpoint of step 40
 
@@ -136,3 +142,72 @@ def test_a_difference_without_any_restart_is_not_resume_noise() -> None:
     assert first_resume_step(events) is None and control_request(events, golden(), None) is None
     v = matches_golden(events, golden(), control=control(1e-6))
     assert v["ok"] is False and "no worker restarted" in v["why"]
+
+
+# ---------------------------------------------------------------- on recorded real runs (tests/data/histories)
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    into = tmp_path_factory.mktemp("noise")
+    return {name: expand(name, into) for name in ("plain-ddp-crash", "plain-ddp-no-optimizer-state")}
+
+
+def test_recorded_stock_ddp_crash_is_within_the_measured_noise(recorded: dict[str, Path]) -> None:
+    """A real node crash of tests/byo/plain_ddp.py: not bitwise, equal to its control run's divergence."""
+    result = analyze(recorded["plain-ddp-crash"])
+    v = result["checkpoint"]["matches_golden"]
+    assert result["verdict"] == "pass" and v["mode"] == "within_noise", v
+    assert 1e-8 < v["noise_floor_rel"] < 1e-5 and v["band_rel"] == pytest.approx(BAND_FACTOR * v["noise_floor_rel"])
+    assert v["times_noise_floor"] == pytest.approx(1.0)  # a clean resume from the same checkpoint is deterministic
+    assert v["faulted_resumed_from"] == v["control_resumed_from"] == 100
+    assert result["control_run"] and result["schema_version"] == 6
+
+
+def test_recorded_stock_ddp_crash_without_its_control_is_not_checked(recorded: dict[str, Path],
+                                                                     tmp_path: Path) -> None:
+    run_dir = shutil.copytree(recorded["plain-ddp-crash"], tmp_path / "no-control")
+    (run_dir / "control.json").unlink()
+    v = analyze(run_dir)["checkpoint"]["matches_golden"]
+    assert v["ok"] is None and "no control run measured" in v["why"]
+    control = json.loads((recorded["plain-ddp-crash"] / "control.json").read_text())
+    (run_dir / "control.json").write_text(json.dumps({**control, "trusted": False,
+                                                      "untrusted_why": "the control run restarted 2 time(s)"}))
+    v = analyze(run_dir)["checkpoint"]["matches_golden"]
+    assert v["ok"] is None and "cannot be trusted: the control run restarted 2 time(s)" in v["why"]
+
+
+def test_recorded_run_with_a_small_planted_drift_is_diverged_in_floors(recorded: dict[str, Path],
+                                                                       tmp_path: Path) -> None:
+    """The checker can fail on the same real run: a drift of 1e-4 from step 130 on (a bug far smaller than any
+    measured) is beyond the band; a control 100 times quieter still leaves the band's floor (1e-6)."""
+    run_dir = shutil.copytree(recorded["plain-ddp-crash"], tmp_path / "drift")
+    lines = []
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e["event"] == Ev.STEP_COMPLETED and e["step"] >= 130 and e.get("loss") is not None:
+            e["loss"] *= 1 + 1e-4
+        lines.append(json.dumps(e))
+    (run_dir / "events.jsonl").write_text("\n".join(lines) + "\n")
+    v = analyze(run_dir)["checkpoint"]["matches_golden"]
+    assert v["ok"] is False and v["mode"] == "diverged" and v["first_divergent_step"] == 130, v
+    assert v["times_noise_floor"] > 100 and "x the noise floor" in v["why"]
+
+    quiet = shutil.copytree(recorded["plain-ddp-crash"], tmp_path / "quiet")
+    control = json.loads((quiet / "control.json").read_text())
+    gold = json.loads((quiet / "golden.json").read_text())["losses"]
+    control["losses"] = {s: gold[s] + (v - gold[s]) / 100 for s, v in control["losses"].items()}
+    (quiet / "control.json").write_text(json.dumps(control))
+    v = analyze(quiet)["checkpoint"]["matches_golden"]
+    assert v["mode"] == "within_noise" and v["band_rel"] == BAND_FLOOR, v
+
+
+def test_recorded_planted_bug_is_diverged_and_every_report_says_which(recorded: dict[str, Path]) -> None:
+    result = analyze(recorded["plain-ddp-no-optimizer-state"])
+    v = result["checkpoint"]["matches_golden"]
+    assert result["verdict"] == "fail" and v["mode"] == "diverged" and v["first_divergent_step"] == 102
+    assert v["max_rel_loss_diff"] > 100 * BAND_CEILING and result["control_run"] is None
+    for name, mode in (("plain-ddp-crash", "ok (within_noise)"), ("plain-ddp-no-optimizer-state",
+                                                                  "FAILED (diverged)")):
+        md = write_report(recorded[name], "md").read_text()
+        assert mode in md, md
+        assert mode.split(" ")[1] in write_report(recorded[name], "html").read_text()
