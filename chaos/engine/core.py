@@ -180,7 +180,7 @@ class Engine:
                 self._finish(parts, end)
         interrupted = end.reason is EndReason.INTERRUPTED
         if not interrupted and end.reason is EndReason.COMPLETED:
-            interrupted = self._control()
+            interrupted = self._control(parts)
         result = RunResult(write_result(self.run_dir), self.run_dir)
         if interrupted:
             raise RunInterrupted(result)
@@ -204,7 +204,7 @@ class Engine:
             self.note(f"golden run not trusted: {summary.get('untrusted_why')}")
         return {"key": summary.get("key"), "run_dir": summary.get("run_dir"), "cached": summary.get("cached")}
 
-    def _control(self) -> bool:
+    def _control(self, parts: RunParts) -> bool:
         """After a completed run whose losses differ from the golden run's by less than any noise band could
         allow: run (or reuse) the control run that measures a clean resume's noise, and keep its summary in
         ``control.json`` so the run directory alone recomputes the verdict. Returns whether the user stopped it."""
@@ -215,6 +215,7 @@ class Engine:
         if step is None:
             return False
         self.note(f"control run: the same job resumed once from step {step}, to measure a clean resume's noise")
+        self._update(parts)  # the live view says what the wait is for
         try:
             with signals_interrupt():
                 summary = self.control(self.scenario, step)
