@@ -255,8 +255,9 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
             # one plain process: the interpreter's own options (python -c, -m) work as written
             argv = [python, *(script if script[0].endswith(".py") else script[1:])] if _is_python(script) else script
         else:
+            # torchrun starts a script: `[python, train.py]` would make it run a file named "python"
             argv = [python, "-m", "torch.distributed.run", "--standalone",
-                    f"--nproc-per-node={c.procs_per_node}", *script]
+                    f"--nproc-per-node={c.procs_per_node}", *_python_script(script)]
         nodes.append(NodePlan("node0", 0, argv, {**base_env, "CHAOS_NODE": "node0"}))
         return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, None, settings, pause_on, net.addresses)
 

@@ -57,3 +57,12 @@ def test_env_as_a_command_is_judged_alike_by_validate_and_run(tmp_path: Path,
     missing = write(tmp_path, f"  command: [env, X=1, {sys.executable}, /nonexistent/train.py]\n", "centralized", 1)
     assert main(["validate", "--no-machine", str(missing)]) == 2
     assert main(["run", "--dry-run", str(missing)]) == 2
+
+
+def test_a_centralized_multi_process_job_gives_torchrun_the_script(tmp_path: Path) -> None:
+    """`[python, train.py]` under `torchrun --standalone`: torchrun must get train.py, not a file named python."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"name: c\ncluster: {{mode: centralized, nodes: 1, procs_per_node: 3}}\nworkload:\n"
+                    f"  command: [python, {SCRIPT}, --steps, 5]\n  progress_regex: 'step=(?P<step>\\d+)'\n")
+    [node] = build_plan(admit(path, machine=False), "r", tmp_path / "run").nodes
+    assert node.argv[node.argv.index("--nproc-per-node=3") + 1:] == [str(SCRIPT), "--steps", "5"]
