@@ -211,3 +211,42 @@ def test_recorded_planted_bug_is_diverged_and_every_report_says_which(recorded: 
         md = write_report(recorded[name], "md").read_text()
         assert mode in md, md
         assert mode.split(" ")[1] in write_report(recorded[name], "html").read_text()
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_the_engine_asks_for_a_control_run_only_when_needed_and_keeps_it(tmp_path: Path) -> None:
+    """A real toy job (print-only, crashed once, re-run from scratch by the engine) against stand-in golden
+    summaries: bitwise asks for no control run; a 1e-7 difference asks for one at the resume step, keeps its
+    summary in control.json, and the verdict comes out within_noise from the run directory alone."""
+    from chaos.engine import Engine
+    from chaos.loading import parse_scenario
+
+    script = Path(__file__).resolve().parent / "broken" / "print_steps.py"
+    scenario = parse_scenario(f"""\
+name: toy-noise
+cluster: {{mode: centralized, nodes: 1, node_restart: {{policy: on-failure, delay_s: 0.2}}}}
+workload:
+  command: [python, {script}, '20']
+  progress_regex: 'step (?P<step>\\d+) \\| loss (?P<loss>[0-9.]+)'
+faults: [{{kind: crash, target: 0, at_step: 3}}]
+""")
+    printed = {s: float(f"{1.0 / s:.4f}") for s in range(1, 21)}
+
+    def summary(scale: float) -> dict[str, Any]:
+        return {"losses": {str(s): v * scale for s, v in printed.items()}, "world_sizes": [1], "steps": 20,
+                "completed": True, "trusted": True, "state_sha256": None, "run_dir": f"x{scale}", "cached": True,
+                "resumed_from": 0}
+
+    asked: list[int] = []
+    bitwise = Engine(scenario, out_dir=tmp_path, golden=lambda s: summary(1.0),
+                     control=lambda s, step: asked.append(step) or summary(1.0)).run()
+    assert bitwise["checkpoint"]["matches_golden"]["mode"] == "bitwise" and asked == []
+
+    engine = Engine(scenario, out_dir=tmp_path, golden=lambda s: summary(1 + 1e-7),
+                    control=lambda s, step: asked.append(step) or summary(1 + 2e-7))
+    result = engine.run()
+    assert asked == [0]  # re-run from scratch: the control resumes from step 0 too
+    v = result["checkpoint"]["matches_golden"]
+    assert v["mode"] == "within_noise" and v["noise_floor_rel"] == pytest.approx(1e-7, rel=0.01), v
+    assert json.loads((engine.run_dir / "control.json").read_text())["run_dir"] == f"x{1 + 2e-7}"
+    assert analyze(engine.run_dir)["checkpoint"]["matches_golden"] == v

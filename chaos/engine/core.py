@@ -222,6 +222,9 @@ class Engine:
         except (Interrupted, KeyboardInterrupt) as exc:
             self.note(f"control run stopped ({exc or 'SIGINT'}): the golden comparison is not checked")
             return True
+        except Exception as exc:  # the faulted run's result must still be written; the verdict says not checked
+            self.note(f"control run failed: {type(exc).__name__}: {exc}; the golden comparison is not checked")
+            return False
         (self.run_dir / CONTROL_FILE).write_text(json.dumps(summary, indent=1))
         self.note(f"control run {'reused' if summary.get('cached') else 'done'}: {summary.get('run_dir')}")
         if summary.get("trusted") is False:
