@@ -193,6 +193,29 @@ def _resumed_print_only(events: list[Event]) -> dict[str, Any]:
                     restarts=checked)
 
 
+def restart_loop_cause(events: list[Event]) -> str | None:
+    """The checkpoint the job kept loading after its last progress (a crash loop on a damaged file), with what is
+    wrong with it; None when no load followed the last new step."""
+    table = worker_steps(events)
+    steps, times = table.values("step"), table.values("t")
+    if not len(table):
+        return None
+    top = max(steps)
+    stalled_since = min(t for s, t in zip(steps, times, strict=True) if s == top)
+    loads = [x for x in _loads_by_incarnation(events) if x["t"] > stalled_since]
+    if not loads:
+        return None
+    paths = Counter(x["path"] for x in loads)
+    path, _ = paths.most_common(1)[0]
+    mine = [x for x in loads if x["path"] == path]
+    who = (f"{len(mine)} worker process(es)" if checkpoint_source(events) == Source.STORAGE else
+           f"{len(mine)} worker round(s)")
+    problem = next((p for p in (_load_problem(events, x)[1] for x in mine) if p), None)
+    name = os.path.basename(str(path))
+    return (f"after step {top} (its last new step) {who} loaded {name} (step {mine[-1]['step']})"
+            f"{': ' + problem if problem else ''}")
+
+
 # ------------------------------------------------------------------------------------------ lineage
 
 def lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
