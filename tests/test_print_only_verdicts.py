@@ -139,9 +139,9 @@ def test_torn_file_loaded_is_named_with_path_and_step() -> None:
     digests = v["digests_ok"]
     assert digests["ok"] is False and digests["verdict"] == "loaded_corrupt"
     assert "step 200 (ckpt_200.pt)" in digests["why"] and "never finished (torn or partial file)" in digests["why"]
-    resumed = v["resumed_from_newest_valid"]
-    assert resumed["ok"] is False and resumed["verdict"] == "resumed_from_invalid"
-    assert "ckpt_200.pt (step 200)" in resumed["why"] and "ckpt_150.pt (step 150)" in resumed["why"]
+    # one cause, one failed verdict: it did pick the newest file (torn is the digest's finding)
+    assert v["resumed_from_newest_valid"]["ok"] is True
+    assert v["resumed_from_newest_valid"]["restarts"][0]["loaded_path"].endswith("ckpt_200.pt")
 
 
 def test_overwritten_snapshot_torn_by_a_crash_mid_save() -> None:

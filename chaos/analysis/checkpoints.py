@@ -158,8 +158,6 @@ def resumed_from_newest_valid(events: list[Event]) -> dict[str, Any]:
         entry = {"t": at, "loaded_step": loaded, "newest_valid_step": best["step"] if best else None}
         if best is not None and loaded is None:
             entry["problem"] = "lost_all_progress"
-        elif best is not None and r["load"]["path"] not in available:
-            entry["problem"] = "resumed_from_invalid"
         elif best is not None and loaded is not None and loaded < best["step"]:
             entry["problem"] = "resumed_from_stale"
         checked.append(entry)
@@ -168,8 +166,6 @@ def resumed_from_newest_valid(events: list[Event]) -> dict[str, Any]:
         b = bad[0]
         what = {"lost_all_progress": f"started from scratch while the checkpoint of step {b['newest_valid_step']} "
                                      "was valid",
-                "resumed_from_invalid": f"loaded step {b['loaded_step']}, which was not complete and intact, while "
-                                        f"step {b['newest_valid_step']} was",
                 "resumed_from_stale": f"loaded step {b['loaded_step']} while step {b['newest_valid_step']} was "
                                       "complete and intact"}[b["problem"]]
         return _verdict(False, f"{b['problem']}: {what}", restarts=checked, verdict=b["problem"])

@@ -65,6 +65,9 @@ def loads_visible(events: list[Event]) -> tuple[bool, str]:
     if layer == "off":
         return False, ("no storage layer served the checkpoint directory (storage_layer: off) and the job reports "
                        "no checkpoint through chaos.probe")
+    if any(e.get("source") == Source.WORKLOAD for e in of_kind(events, Ev.PROCESS_STARTED)):
+        return False, ("the job reported no checkpoint save or load through chaos.probe and no storage layer "
+                       "recorded its checkpoint files")
     return False, ("the job reports no checkpoint through chaos.probe and no storage layer recorded its "
                    "checkpoint files")
 

@@ -125,7 +125,11 @@ def _load_of(events: list[Event], rnd: Round) -> Event | None:
 
 
 def restart_checks(events: list[Event]) -> list[dict[str, Any]]:
-    """Each restart (round after the first): what it loaded vs the newest checkpoint complete and intact then."""
+    """Each restart (round after the first): what it loaded vs the newest checkpoint complete and intact then.
+
+    Loading a file that was not complete and intact (a torn save) is ``digests_ok``'s finding, not this one's:
+    one cause, one failed verdict.
+    """
     out = []
     for rnd in rounds(events)[1:]:
         load = _load_of(events, rnd)
@@ -142,10 +146,6 @@ def restart_checks(events: list[Event]) -> list[dict[str, Any]]:
             if load is None:
                 entry["problem"] = "lost_all_progress"
                 entry["why"] = f"started from scratch while {newest_text}"
-            elif load.get("path") not in available:
-                entry["problem"] = "resumed_from_invalid"
-                entry["why"] = (f"loaded {_describe(load['path'], entry['loaded_step'])}, which was not complete "
-                                f"and intact (torn, overwritten or damaged), while {newest_text}")
             elif entry["loaded_step"] is not None and entry["loaded_step"] < best["step"]:
                 entry["problem"] = "resumed_from_stale"
                 entry["why"] = f"loaded {_describe(load['path'], entry['loaded_step'])} while {newest_text}"
