@@ -216,3 +216,36 @@ def test_a_crash_loop_on_a_torn_file_names_the_file() -> None:
     cause = restart_loop_cause(events)
     assert cause is not None and "ckpt_200.pt (step 200)" in cause and "torn or partial file" in cause
     assert worker_restarts(events) == 4
+
+
+def snapshot_job(resume_at: int) -> list[dict[str, Any]]:
+    """The PyTorch DDP tutorial's style: one ``snapshot.pt`` rewritten every 5 epochs of 10 steps; its step is the
+    progress printed when the save began (the storage layer's rule for a name without a number)."""
+    s = Script()
+    for k in range(1, 171):
+        s.step(k)
+        if k % 50 == 0:
+            s.save("snapshot.pt")
+    return s.crash().load("snapshot.pt").step(resume_at, 200).end()
+
+
+def test_an_unnumbered_snapshot_gets_one_step_of_slack_and_still_catches_a_skipped_epoch() -> None:
+    ok = verdicts(snapshot_job(151))
+    assert ok["resumed_from_newest_valid"]["ok"] is True and ok["exactly_once"]["ok"] is None
+    [_, resumed] = ok["exactly_once"]["lineage"]
+    assert resumed["checkpoint_step"] == 150 and resumed["step_from"] == "printed progress (±1 step)"
+    # the print and the save race by a step: 150 again is within the slack, not called a bug
+    assert verdicts(snapshot_job(150))["exactly_once"]["ok"] is None
+    skipped = verdicts(snapshot_job(161))["exactly_once"]  # resumed one epoch too late
+    assert skipped["ok"] is False and skipped["steps_skipped"][:3] == [151, 152, 153]
+    twice = verdicts(snapshot_job(101))["exactly_once"]  # resumed one snapshot interval too early
+    assert twice["ok"] is False and twice["verdict"] == "steps_trained_twice"
+    assert "step(s) 101-150 trained twice" in twice["why"]
+
+
+def test_a_round_that_died_before_loading_is_not_lost_progress() -> None:
+    s = trained(170).crash()
+    s._add(Ev.PROCESS_STARTED, Source.PROGRESS, node="node0", pid="node0:2")  # died in its rendezvous
+    s.round, s.pids = 2, [500, 501]
+    v = verdicts(s.load("ckpt_150.pt").step(151, 160).end())["resumed_from_newest_valid"]
+    assert v["ok"] is True and v["restarts"][0]["note"] == "died before loading anything or training a step"

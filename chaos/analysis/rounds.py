@@ -94,15 +94,6 @@ def _round_of(out: list[Round], start_t: list[float], t: float) -> int | None:
     return before if before >= 0 and not out[before].inferred else None
 
 
-def pending_loads(events: list[Event]) -> list[Event]:
-    """Storage loads after the last round's start that no round took: a round that never printed a step."""
-    out = rounds(events)
-    last = out[-1].t if out else float("-inf")
-    taken = {id(e) for r in out for e in r.loads}
-    return [e for e in checkpoint_events(events, Ev.CHECKPOINT_LOADED)
-            if e.get("source") == Source.STORAGE and e["t"] > last and id(e) not in taken]
-
-
 def _describe(path: str, step: int | None) -> str:
     return f"{os.path.basename(str(path))} (step {step if step is not None else 'unknown'})"
 
@@ -143,7 +134,9 @@ def restart_checks(events: list[Event]) -> list[dict[str, Any]]:
                                  "first_step_after": rnd.first_step}
         if best is not None:
             newest_text = f"{_describe(best['path'], best['step'])} was complete and intact"
-            if load is None:
+            if load is None and rnd.first_step is None:
+                entry["note"] = "died before loading anything or training a step"
+            elif load is None:
                 entry["problem"] = "lost_all_progress"
                 entry["why"] = f"started from scratch while {newest_text}"
             elif entry["loaded_step"] is not None and entry["loaded_step"] < best["step"]:
