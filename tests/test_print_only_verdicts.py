@@ -10,9 +10,12 @@ on a correct resume and to fail, with its cause, on the mistake it exists to cat
 from __future__ import annotations
 
 import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 from chaos.analysis.checkpoints import checkpoint_verdicts, restart_loop_cause
+from chaos.analysis.load import load_events
 from chaos.analysis.metrics import fault_metrics, worker_restarts
 from chaos.events import EndReason, Ev, Source
 
@@ -249,3 +252,18 @@ def test_a_round_that_died_before_loading_is_not_lost_progress() -> None:
     s.round, s.pids = 2, [500, 501]
     v = verdicts(s.load("ckpt_150.pt").step(151, 160).end())["resumed_from_newest_valid"]
     assert v["ok"] is True and v["restarts"][0]["note"] == "died before loading anything or training a step"
+
+
+def test_loaded_from_a_file_the_storage_layers_null_fields_are_kept(tmp_path: Path) -> None:
+    """``node``/``step`` null is the storage layer's contract (a torn file's load has no step): such lines are
+    read, not skipped as unreadable, and the verdicts on the loaded history equal those on the event list."""
+    s = trained(160)
+    s.step(161, 200).save("ckpt_200.pt", finish=False)
+    events = s.crash().load("ckpt_200.pt").step(1, 5).end()
+    next(e for e in events if e["event"] == Ev.CHECKPOINT_LOADED)["node"] = None  # the caller's node unknown
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    history = load_events(path)
+    assert history.unreadable.count == 0
+    assert verdicts(history) == verdicts(events)
+    assert verdicts(history)["digests_ok"]["ok"] is False
