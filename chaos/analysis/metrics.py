@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any
 
-from chaos.analysis.ckpt_source import checkpoint_events
+from chaos.analysis.ckpt_source import checkpoint_events, checkpoint_source
 from chaos.analysis.load import History, memo, of_kind, step_table
 from chaos.analysis.rounds import intended_step, rounds
 from chaos.analysis.steps import StepTable, time_order
@@ -210,7 +210,8 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
     starts = sorted(_worker_starts(events), key=lambda e: e["t"])
     start_t = [e["t"] for e in starts]
     loads = checkpoint_events(events, Ev.CHECKPOINT_LOADED)
-    storage_loads = {r.key: r for r in rounds(events) if r.loads}  # rounds of a job judged from the storage layer
+    storage_loads = ({r.key: r for r in rounds(events) if r.loads}  # rounds of a job judged from the storage layer
+                     if checkpoint_source(events) == Source.STORAGE else {})
     median, _ = median_step_time(events)
     done = completion_time(events)
     out = []
