@@ -73,11 +73,13 @@ def _rounds(events: list[Event]) -> list[Round]:
         if rnd.first_t is None or times[r] < rnd.first_t:
             rnd.first_t, rnd.first_step = times[r], step_no[r]
         rnd.last_t = times[r] if rnd.last_t is None else max(rnd.last_t, times[r])
-    savers = {(e.get("node"), e.get("pid")) for e in checkpoint_events(events, Ev.CHECKPOINT_SAVE_STARTED,
-                                                                     Ev.CHECKPOINT_SAVE_FINISHED)}
+    first_save: dict[tuple[Any, Any], float] = {}
+    for e in checkpoint_events(events, Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED):
+        first_save.setdefault((e.get("node"), e.get("pid")), e["t"])
     start_t = [r.t for r in out]
     for load in checkpoint_events(events, Ev.CHECKPOINT_LOADED):
-        if load.get("source") != Source.STORAGE or (load.get("node"), load.get("pid")) in savers:
+        if load.get("source") != Source.STORAGE or first_save.get((load.get("node"), load.get("pid")),
+                                                                  float("inf")) < load["t"]:
             continue  # the probe's loads carry their own process; a saver reading its own file back is no resume
         i = _round_of(out, start_t, load["t"])
         if i is not None:
