@@ -89,8 +89,8 @@ def _load_problem(events: list[Event], load: dict[str, Any]) -> tuple[str | None
     if last is None or recorded is None:
         return recorded, "its save never finished (torn or partial file)"
     if overwritten and load["sha256"] != recorded:
-        return recorded, (f"a later save (step {overwritten[-1].get('step')}) started over it and never finished "
-                          "(torn or partial file)")
+        return recorded, (f"a later save (step {overwritten[-1].get('step')}) started over it and never finished: "
+                          "the bytes read match no completed save (torn, partial or unverified file)")
     if load["sha256"] is None:
         return recorded, "the load never completed (the job died loading it)"
     if load["sha256"] != recorded:
