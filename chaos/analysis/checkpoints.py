@@ -364,7 +364,8 @@ def _steps_once(events: list[Event]) -> dict[str, Any]:
     steps = step_continuity(events)
     if not steps["checked"]:
         return _verdict(None, f"not checked: {steps['why']}; {PROBE_CALL}")
-    details = {k: steps[k] for k in ("lineage", "steps_trained_twice", "steps_skipped", "print_stride")}
+    details = {k: steps[k] for k in ("lineage", "steps_trained_twice", "steps_skipped", "steps_trained_twice_count",
+                                     "steps_skipped_count", "print_stride")}
     if steps["problems"]:
         kind = "steps_trained_twice" if steps["steps_trained_twice"] else "steps_skipped"
         return _verdict(False, f"{kind}: {steps['problems'][0]}", verdict=kind, **details)
