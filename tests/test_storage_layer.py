@@ -174,3 +174,40 @@ def test_a_saves_step_is_the_nodes_last_printed_or_reported_step(tmp_path: Path)
     assert recorder.saved_step("ab") == (True, 50) and recorder.saved_step("cd") == (False, None)
     assert step_in_name("ckpt_000150.pt") == 150 and step_in_name("run3/ckpt_e2_s40.pt") == 40
     assert step_in_name("snapshot.pt") is None
+
+
+def test_a_torn_load_the_layer_saw_does_not_break_the_recovery_figures() -> None:
+    """A probe job on local shares its pids with the layer's events: the layer's load of a torn file (step null)
+    must not become the fault's resume step."""
+    from chaos.analysis.metrics import fault_metrics
+
+    steps = [{"t": 2.0 + i / 10, "source": "workload", "event": "step_completed", "node": "node0", "pid": 10,
+              "rank": 0, "step": i + 1, "loss": 1.0} for i in range(10)]
+    history = [
+        {"t": 1.1, "source": "workload", "event": "process_started", "node": "node0", "pid": 10, "rank": 0},
+        *steps,
+        {"t": 3.5, "source": "engine", "event": "fault_injected", "fault_id": 0, "kind": "crash", "target": "node0",
+         "disruptive": True, "mechanism": "SIGKILL", "details": {}, "trigger_event": None, "max_step": 10},
+        {"t": 4.0, "source": "workload", "event": "process_started", "node": "node0", "pid": 11, "rank": 0},
+        {"t": 4.1, "source": "storage", "event": "checkpoint_loaded", "node": "node0", "pid": 11,
+         "path": "/c/ckpt_5.pt", "step": None, "sha256": "a", "bytes": 3},
+        {"t": 4.2, "source": "workload", "event": "checkpoint_loaded", "node": "node0", "pid": 11, "rank": 0,
+         "path": "/c/ckpt_5.pt", "step": 5, "sha256": "a"},
+        {"t": 4.5, "source": "workload", "event": "step_completed", "node": "node0", "pid": 11, "rank": 0,
+         "step": 6, "loss": 1.0},
+    ]
+    [fault] = fault_metrics(history)
+    assert fault.resumed_from == 5 and fault.lost_steps == 5
+
+
+def test_a_print_only_scripts_save_cost_comes_from_the_layer_and_a_probe_jobs_from_the_probe() -> None:
+    from chaos.analysis.interval import save_cost_s
+
+    def save(source: str, t0: float, t1: float) -> list[dict[str, Any]]:
+        base = {"source": source, "node": "node0", "pid": 7, "path": "/c/ckpt_5.pt", "step": 5}
+        return [{"t": t0, "event": "checkpoint_save_started", **base},
+                {"t": t1, "event": "checkpoint_save_finished", "sha256": "a", "bytes": 1, **base}]
+
+    assert save_cost_s(save("storage", 1.0, 1.25)) == 0.25
+    # the same save seen by both: the probe's report is the job's own
+    assert save_cost_s(save("workload", 1.0, 1.5) + save("storage", 1.1, 1.3)) == 0.5
