@@ -20,6 +20,11 @@ from typing import Any
 
 from chaos.events import Source
 
+try:  # a history of 300k lines is parsed ~3x faster by orjson (same values; a line it refuses is re-read by json)
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - orjson is a dependency; the stdlib parser gives the same events
+    _fast_loads = json.loads
+
 Event = dict[str, Any]
 
 
@@ -99,7 +104,7 @@ def iter_chunks(path: Path | str) -> Iterator[list[Event]]:
             if not lines:
                 return
             try:
-                chunk: list[Any] = json.loads(b"[" + b",".join(lines) + b"]")
+                chunk: list[Any] = _fast_loads(b"[" + b",".join(lines) + b"]")
             except json.JSONDecodeError:  # a torn line in this chunk: parse line by line, skip what is broken
                 chunk = [e for e in map(_parse_line, lines) if e is not None]
             yield [e for e in chunk if isinstance(e, dict)]
@@ -169,7 +174,8 @@ def _field_checks() -> dict[str, list[tuple[str, bool, tuple[type, ...]]]]:
             required = declared.__required_keys__  # type: ignore[attr-defined]
             present = bool(prefix) or workload_keys <= required  # the storage layer writes every declared field
             checks[prefix + str(ev)] = [(name, present, _simple_types(hints.get(name)) or (object,))
-                                        for name in sorted(required)]
+                                        for name in sorted(required)
+                                        if name not in ("t", "event")]  # readable() checks these two first
     return checks
 
 
@@ -225,7 +231,7 @@ def iter_checked_chunks(path: Path | str, unreadable: Unreadable) -> Iterator[li
                 if line.strip():
                     numbered.append((number, line))
             try:
-                chunk = json.loads(b"[" + b",".join(line for _, line in numbered) + b"]")
+                chunk = _fast_loads(b"[" + b",".join(line for _, line in numbered) + b"]")
                 if len(chunk) != len(numbered):  # a line held several values: judge each line alone
                     raise ValueError("misaligned")
             except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, misaligned
