@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaos.analysis.load import of_kinds
+from chaos.analysis.ckpt_source import checkpoint_events
+from chaos.analysis.load import of_kind
 from chaos.events import Ev, Source
 from chaos.history import Event
 
@@ -14,7 +15,8 @@ _PHASE_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_L
 def recovery_breakdowns(events: list[Event], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One breakdown per disruptive fault of ``faults`` (result.json's entries)."""
     # The job's own marks: the storage layer's checkpoint_loaded is the first read, not the end of a load.
-    marks = [e for e in of_kinds(events, *_PHASE_EVENTS) if e.get("source") != Source.STORAGE]
+    marks = of_kind(events, Ev.PROCESS_STARTED) + [e for e in checkpoint_events(events, *_PHASE_EVENTS[1:])
+                                                   if e.get("source") != Source.STORAGE]
     return [recovery_breakdown(marks, f) for f in faults if f.get("disruptive", True) and f.get("injected", True)]
 
 
@@ -39,10 +41,10 @@ def recovery_breakdown(events: list[Event], fault: dict[str, Any]) -> dict[str, 
     if starts:
         phases.append(("detection + rendezvous + worker start", min(starts) - t))
         t = min(starts)
-    if load_started:
+    if load_started and min(load_started) >= t:
         phases.append(("worker init (imports, process group)", min(load_started) - t))
         t = min(load_started)
-    if loaded:
+    if loaded and max(loaded) >= t:  # a print-only job's start is inferred at its first step, after its loads
         phases.append(("checkpoint load", max(loaded) - t))
         t = max(loaded)
     phases.append(("first step", end - t))
