@@ -3,7 +3,6 @@ tests share the machine over the xdist workers (two real clusters at once at mos
 machine's global state alone)."""
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import shutil
@@ -165,15 +164,6 @@ def network_objects() -> set[str]:
     return found
 
 
-def _served(path: str) -> bool:
-    """Whether some live server answers the mount (a dead one's says ENOTCONN)."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        return exc.errno != errno.ENOTCONN
-    return True
-
-
 def storage_mounts(ours_or_dead: Callable[[str], bool]) -> set[str]:
     """The storage layer's FUSE mounts whose engine is this process or dead, or that nobody serves any more.
 
@@ -181,7 +171,7 @@ def storage_mounts(ours_or_dead: Callable[[str], bool]) -> set[str]:
     is that test's to check."""
     from chaos.marks import ENGINE_VAR, TREE_VAR
     from chaos.storage.layer import MARK_PREFIX
-    from chaos.storage.mounts import chaos_mounts
+    from chaos.storage.mounts import chaos_mounts, served
 
     engines: dict[str, str] = {}
     for p in marked_processes(MARK_PREFIX):
@@ -192,7 +182,7 @@ def storage_mounts(ours_or_dead: Callable[[str], bool]) -> set[str]:
         engines[env.get(TREE_VAR, "").removeprefix(MARK_PREFIX + "/")] = env.get(ENGINE_VAR, "")
     found = set()
     for m in chaos_mounts():
-        leaked = ours_or_dead(engines[m.run_id]) if m.run_id in engines else not _served(m.path)
+        leaked = ours_or_dead(engines[m.run_id]) if m.run_id in engines else not served(m.path)
         if leaked:
             found.add(f"storage mount {m.path}")
     return found

@@ -249,12 +249,15 @@ def test_cleanup_unmounts_orphaned_and_dead_mounts_and_leaves_a_live_engines_alo
     crashed.kill()  # the server died: its mount answers "transport endpoint is not connected"
     crashed.wait(5)
     try:
-        removed = cleanup(None, only_orphans=True)
+        # Each run by name: a cleanup of every run would also take the unmarked mounts of this file's other tests,
+        # which may be running at this moment in another pytest worker.
+        runs = [f"orphan-{os.getpid()}", f"crashed-{os.getpid()}", f"live-{os.getpid()}"]
+        removed = [r for run in runs for r in cleanup(run, only_orphans=True)]
         assert f"storage server {orphan.pid}" in removed
         assert f"storage mount {orphan_mount}" in removed and f"storage mount {crashed_mount}" in removed
         assert not is_mounted(str(orphan_mount)) and not is_mounted(str(crashed_mount))
         assert is_mounted(str(live_mount)) and live.poll() is None, "a live engine's layer was removed"
-        assert not [r for r in cleanup(None, only_orphans=True) if str(tmp_path) in r]  # idempotent
+        assert not [r for run in runs for r in cleanup(run, only_orphans=True)]  # idempotent
     finally:
         unmount(str(live_mount))
         live.wait(5)

@@ -3,6 +3,8 @@ and unmount them. Shared by the engine's teardown and ``chaos cleanup``."""
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -51,3 +53,12 @@ def unmount(path: str) -> bool:
         else:
             subprocess.run(["umount", *(["-l"] if "-z" in args else []), path], capture_output=True, check=False)
     return not is_mounted(path)
+
+
+def served(path: str) -> bool:
+    """Whether some live server answers the mount (a dead one's says ENOTCONN)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno != errno.ENOTCONN
+    return True
