@@ -18,15 +18,17 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
+from chaos.events import EndReason
 from chaos.explore import fault_strategy
 from chaos.faults.base import FaultContext
 from chaos.loading import parse_scenario
 from chaos.registry import fault_kind, fault_plugins
 from chaos.runtimes.base import STORAGE_LAYER
-from chaos.scenario import Explore
+from chaos.scenario import Explore, Limits, make_fault
 from chaos.storage import control
 from chaos.storage.control import APPLIED_FILE, RULES_FILE, StorageControl, StorageNotAcknowledged
 from chaos.storage.rules import Rules
+from tests.test_engine_parts import Run
 
 KINDS = ("disk_full", "io_error", "slow_io", "fsync_stall", "lost_writes")
 
@@ -229,3 +231,39 @@ def test_explore_generates_valid_storage_faults(plan: list[Any]) -> None:
             assert f.target in (0, 1) and f.duration is None
         else:
             assert f.target is None and f.duration is not None and 1 <= f.duration <= 3
+
+
+# ---------------------------------------------------------------------------------------------------- in the engine
+
+def test_in_the_engine_a_storage_fault_targets_storage_and_fails_clearly_without_the_layer(tmp_path: Path) -> None:
+    run = Run(tmp_path, [make_fault(kind="disk_full", at_step=5)], nodes=1)
+    run.nodes.start_cluster()
+    run.job("step_completed", step=5, pid=7)
+    run.tick(now=1.0)
+    failed = [e for e in run.engine_events() if e["event"] == "fault_failed"]
+    assert len(failed) == 1 and failed[0]["target"] == "storage", failed
+    assert "storage layer is not serving" in failed[0]["why"]
+
+
+def test_a_hung_run_names_the_process_the_storage_layer_holds(tmp_path: Path) -> None:
+    run = Run(tmp_path, [], nodes=2)
+    run.nodes.start_cluster()
+    run.job("step_completed", step=150, pid=7, t=1.0)
+    run.job("step_completed", step=150, pid=8, node="node1", t=1.0)
+    stalled = {"source": "storage", "op": "fsync", "fault_id": 0}
+    run.job("storage_op_stalled", pid=7, path="/run/checkpoints/.step_00000150.pt.tmp", t=1.5, **stalled)
+    run.job("storage_op_stalled", pid=8, node="node1", path="/run/checkpoints/other", t=1.2, **stalled)
+    run.job("step_completed", step=151, pid=8, node="node1", t=1.6)  # node1 went on: no longer held
+    run.tick(now=2.0)
+    hung = run.end.check(now=1.6 + Limits().stall_timeout_s + 1, started=0.0)
+    assert hung is not None and hung.reason is EndReason.HUNG
+    assert "node0 (pid 7) blocked in fsync of .step_00000150.pt.tmp" in hung.why and "storage fault 0" in hung.why
+    assert "node1" not in hung.why
+    # without a stall the why is as before (no false blame)
+    (tmp_path / "quiet").mkdir()
+    quiet = Run(tmp_path / "quiet", [], nodes=1)
+    quiet.nodes.start_cluster()
+    quiet.job("step_completed", step=3, pid=7, t=1.0)
+    quiet.tick(now=2.0)
+    why = quiet.end.check(now=1.0 + Limits().stall_timeout_s + 1, started=0.0).why  # type: ignore[union-attr]
+    assert why == f"no step for {Limits().stall_timeout_s:g}s (stuck at step 3)"
