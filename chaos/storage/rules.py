@@ -5,7 +5,8 @@ The server calls :meth:`Rules.check` before every operation it serves and obeys 
 :meth:`Rules.truncated`, :meth:`Rules.removed`) so that rules with state can follow: ``disk_full`` counts the bytes
 written since it was injected, ``lost_writes`` needs each file's length at its last fsync. One :class:`Rules`
 lives in the server for the whole run; a new ``rules.json`` version is installed with :meth:`Rules.install`,
-which keeps the per-file and per-rule state.
+which keeps the per-file and per-rule state. Thread-safe: a multithreaded server may call it from every
+operation's thread (one lock, held for microseconds; never while the server sleeps or stalls).
 
 Pure but for two things: :meth:`Rules.install` of a new ``lost_writes`` rule truncates the node's unsynced files
 in the backing directory (the power loss) and writes what it did to the rule's ``report`` path, which the fault
@@ -25,6 +26,7 @@ import errno as errno_names
 import json
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -99,6 +101,7 @@ class Rules:
         self.files: dict[str, FileState] = {}
         self._state: dict[int, RuleState] = {}
         self._clock = clock
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ rules.json
     def install(self, document: dict[str, Any]) -> None:
@@ -108,73 +111,78 @@ class Rules:
         new ``lost_writes`` rule is the power loss itself, applied here, once. Raises :class:`RuleError` for a
         rule it cannot enforce, before changing anything (the server then does not acknowledge the version, and
         the fault is recorded as failed)."""
-        rules = sorted((dict(r) for r in document.get("rules", [])), key=lambda r: int(r["fault_id"]))
-        for rule in rules:
-            _validate(rule)
-        fresh = [r for r in rules if int(r["fault_id"]) not in self._state]
-        self.version = int(document.get("version", 0))
-        self.rules = rules
-        live = {int(r["fault_id"]) for r in rules}
-        self._state = {fid: s for fid, s in self._state.items() if fid in live}
-        for rule in fresh:
-            self._state[int(rule["fault_id"])] = RuleState(rng=random.Random(int(rule["fault_id"])))
-            if rule["kind"] == "lost_writes":
-                self._power_loss(rule)
+        with self._lock:
+            rules = sorted((dict(r) for r in document.get("rules", [])), key=lambda r: int(r["fault_id"]))
+            for rule in rules:
+                _validate(rule)
+            fresh = [r for r in rules if int(r["fault_id"]) not in self._state]
+            self.version = int(document.get("version", 0))
+            self.rules = rules
+            live = {int(r["fault_id"]) for r in rules}
+            self._state = {fid: s for fid, s in self._state.items() if fid in live}
+            for rule in fresh:
+                self._state[int(rule["fault_id"])] = RuleState(rng=random.Random(int(rule["fault_id"])))
+                if rule["kind"] == "lost_writes":
+                    self._power_loss(rule)
 
     def stalled(self, fault_id: int | None) -> bool:
         """Whether the rule that stalled an operation is still installed (the server re-asks while it waits)."""
-        return any(rule.get("fault_id") == fault_id for rule in self.rules)
+        with self._lock:
+            return any(rule.get("fault_id") == fault_id for rule in self.rules)
 
     # ------------------------------------------------------------------ before an operation
     def check(self, op: str, relpath: str, node: str | None, nbytes: int = 0) -> Outcome:
         """Before serving ``op`` on ``relpath`` (relative to the checkpoint directory) for a process of ``node``;
         ``nbytes``: the size of a write or read."""
-        if op == "open_write" and relpath not in self.files:
-            self.files[relpath] = FileState(durable=self._size(relpath))
-        delay, stall_id = 0.0, None
-        for rule in self.rules:
-            if not _matches(rule, op, relpath, node):
-                continue
-            fid, kind = int(rule["fault_id"]), rule["kind"]
-            state = self._state[fid]
-            if kind == "disk_full" and op == "write" and nbytes > 0 and \
-                    state.written + nbytes > int(rule.get("after_bytes", 0)):
-                return Outcome(errno="ENOSPC", fault_id=fid)
-            if kind == "io_error":
-                count = rule.get("count")
-                if (count is None or state.failures < int(count)) and \
-                        state.rng.random() < float(rule.get("probability", 1.0)):
-                    state.failures += 1
-                    return Outcome(errno=str(rule.get("errno", "EIO")), fault_id=fid)
-            if kind == "slow_io":
-                delay += float(rule.get("latency_ms", 0.0)) / 1000.0
-                bps = rule.get("bandwidth_bps")
-                if bps and op in ("write", "read") and nbytes > 0:
-                    now = self._clock()
-                    start = max(now, state.busy_until)
-                    state.busy_until = start + nbytes / float(bps)
-                    delay += state.busy_until - now
-            if kind == "fsync_stall" and stall_id is None:
-                stall_id = fid
-        if op == "unlink":
-            self.files.pop(relpath, None)
-        if delay == 0.0 and stall_id is None:
-            return PASS
-        return Outcome(delay_s=delay, stall=stall_id is not None, fault_id=stall_id)
+        with self._lock:
+            if op == "open_write" and relpath not in self.files:
+                self.files[relpath] = FileState(durable=self._size(relpath))
+            delay, stall_id = 0.0, None
+            for rule in self.rules:
+                if not _matches(rule, op, relpath, node):
+                    continue
+                fid, kind = int(rule["fault_id"]), rule["kind"]
+                state = self._state[fid]
+                if kind == "disk_full" and op == "write" and nbytes > 0 and \
+                        state.written + nbytes > int(rule.get("after_bytes", 0)):
+                    return Outcome(errno="ENOSPC", fault_id=fid)
+                if kind == "io_error":
+                    count = rule.get("count")
+                    if (count is None or state.failures < int(count)) and \
+                            state.rng.random() < float(rule.get("probability", 1.0)):
+                        state.failures += 1
+                        return Outcome(errno=str(rule.get("errno", "EIO")), fault_id=fid)
+                if kind == "slow_io":
+                    delay += float(rule.get("latency_ms", 0.0)) / 1000.0
+                    bps = rule.get("bandwidth_bps")
+                    if bps and op in ("write", "read") and nbytes > 0:
+                        now = self._clock()
+                        start = max(now, state.busy_until)
+                        state.busy_until = start + nbytes / float(bps)
+                        delay += state.busy_until - now
+                if kind == "fsync_stall" and stall_id is None:
+                    stall_id = fid
+            if op == "unlink":
+                self.files.pop(relpath, None)
+            if delay == 0.0 and stall_id is None:
+                return PASS
+            return Outcome(delay_s=delay, stall=stall_id is not None, fault_id=stall_id)
 
     # ------------------------------------------------------------------ after an operation
     def wrote(self, relpath: str, node: str | None, offset: int, nbytes: int) -> None:
         """``nbytes`` were written at ``offset`` of ``relpath`` by ``node``."""
-        state = self.files.setdefault(relpath, FileState())
-        state.dirty_nodes.add(node)
-        state.last_write = self._clock()
-        for rule in self.rules:
-            if rule["kind"] == "disk_full" and _matches(rule, "write", relpath, node):
-                self._state[int(rule["fault_id"])].written += nbytes
+        with self._lock:
+            state = self.files.setdefault(relpath, FileState())
+            state.dirty_nodes.add(node)
+            state.last_write = self._clock()
+            for rule in self.rules:
+                if rule["kind"] == "disk_full" and _matches(rule, "write", relpath, node):
+                    self._state[int(rule["fault_id"])].written += nbytes
 
     def synced(self, relpath: str) -> None:
         """``relpath`` was fsynced (fdatasync counts too): everything written so far is durable."""
-        self.files[relpath] = FileState(durable=self._size(relpath))
+        with self._lock:
+            self.files[relpath] = FileState(durable=self._size(relpath))
 
     def truncated(self, relpath: str, length: int, node: str | None = None) -> None:
         """``relpath`` was cut to ``length`` bytes (an open with O_TRUNC, or ftruncate) by ``node``.
@@ -182,21 +190,24 @@ class Rules:
         Not durable until the next fsync, but power loss cannot bring back bytes that are gone: the durable
         length becomes at most ``length`` (a file rewritten in place without fsync comes back empty, the
         zero-length file of ext4)."""
-        state = self.files.setdefault(relpath, FileState(durable=length))
-        state.durable = min(state.durable, length)
-        state.dirty_nodes.add(node)
-        state.last_write = self._clock()
+        with self._lock:
+            state = self.files.setdefault(relpath, FileState(durable=length))
+            state.durable = min(state.durable, length)
+            state.dirty_nodes.add(node)
+            state.last_write = self._clock()
 
     def renamed(self, old: str, new: str) -> None:
         """Per-file state follows a rename (the file it replaced is gone)."""
-        state = self.files.pop(old, None)
-        self.files.pop(new, None)
-        if state is not None:
-            self.files[new] = state
+        with self._lock:
+            state = self.files.pop(old, None)
+            self.files.pop(new, None)
+            if state is not None:
+                self.files[new] = state
 
     def removed(self, relpath: str) -> None:
         """``relpath`` was unlinked (also done by ``check("unlink")`` when no rule failed it)."""
-        self.files.pop(relpath, None)
+        with self._lock:
+            self.files.pop(relpath, None)
 
     # ------------------------------------------------------------------ lost_writes
     def _power_loss(self, rule: dict[str, Any]) -> None:
@@ -209,10 +220,11 @@ class Rules:
         for relpath, state in sorted(self.files.items()):
             if node not in state.dirty_nodes or not fnmatchcase(relpath, paths):
                 continue
-            if writeback is not None and now - state.last_write >= float(writeback):
-                state.dirty_nodes.clear()  # the kernel had written it back by then
-                continue
             path = self.backing / relpath
+            if writeback is not None and now - state.last_write >= float(writeback):
+                state.durable = self._size(relpath)  # the kernel had written it back by then
+                state.dirty_nodes.clear()
+                continue
             try:
                 size = path.stat().st_size
                 if size > state.durable:
