@@ -276,3 +276,33 @@ def test_lost_writes_paths_and_writeback(backing: Path) -> None:
     # old.pt was written back 40 s ago; new.log is outside the rule's paths
     assert [c["path"] for c in cut] == ["new.pt"]
     assert (backing / "old.pt").stat().st_size == 10 and (backing / "new.log").stat().st_size == 10
+
+
+def test_data_written_back_is_durable_for_a_later_power_loss(backing: Path) -> None:
+    clock = Clock()
+    r = Rules(backing, clock=clock)
+    create(r, backing, "a.pt")
+    write(r, backing, "a.pt", b"a" * 10)
+    clock.t += 60
+    assert power_loss(r, backing, 1, "node0", writeback_s=30) == []  # written back: kept
+    write(r, backing, "a.pt", b"b" * 5, offset=10)
+    cut = power_loss(r, backing, 2, "node0")
+    assert cut == [{"path": "a.pt", "bytes": 15, "kept": 10}]
+
+
+def test_concurrent_server_threads_count_every_byte(tmp_path: Path) -> None:
+    import threading
+
+    r = rules_with(tmp_path, {"fault_id": 0, "kind": "disk_full", "after_bytes": 10**9})
+
+    def writer(i: int) -> None:
+        for _ in range(2000):
+            r.check("write", f"f{i}.pt", "node0", 1)
+            r.wrote(f"f{i}.pt", "node0", 0, 1)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert r._state[0].written == 8000
