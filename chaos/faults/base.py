@@ -41,7 +41,8 @@ class FaultContext:
     details: dict[str, Any] = field(default_factory=dict)
     # What a fault must keep to undo itself (rules, helper processes); never written to the history.
     handles: list[Any] = field(default_factory=list)
-    # The storage layer's rules (docs/design.md, "The storage layer"); None when it does not serve this run.
+    # The storage layer's rules (chaos.storage.control.StorageControl): how storage faults act; None without the
+    # FUSE layer (docs/design.md, "The storage layer").
     storage: StorageControl | None = None
 
 

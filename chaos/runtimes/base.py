@@ -37,7 +37,7 @@ CAPABILITIES = {
     FREEZE: "stop every process of a node and resume it later",
     NODE_NETWORK: "a network stack per node (a namespace the engine can enter with host tools)",
     CHECKPOINT_STORAGE: "the checkpoint directory is reachable from the engine's host",
-    STORAGE_LAYER: "the checkpoint directory can be served through torch-chaos's storage layer (FUSE)",
+    STORAGE_LAYER: "the nodes see the storage layer's FUSE mount of the checkpoint directory",
 }
 
 
