@@ -159,16 +159,22 @@ def _field_checks() -> dict[str, list[tuple[str, bool, tuple[type, ...]]]]:
     all be present; an engine event missing a field (an older engine) is still used, its present fields typed."""
     import typing
 
-    from chaos.events import FIELDS, WorkloadLine
+    from chaos.events import FIELDS, STORAGE_FIELDS, WorkloadLine
 
     workload_keys = WorkloadLine.__required_keys__  # type: ignore[attr-defined]
     checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]] = {}
-    for ev, declared in FIELDS.items():
-        hints = typing.get_type_hints(declared)
-        required = declared.__required_keys__  # type: ignore[attr-defined]
-        present = workload_keys <= required
-        checks[str(ev)] = [(name, present, _simple_types(hints.get(name)) or (object,)) for name in sorted(required)]
+    for prefix, declarations in (("", FIELDS), (STORAGE_PREFIX, STORAGE_FIELDS)):
+        for ev, declared in declarations.items():
+            hints = typing.get_type_hints(declared)
+            required = declared.__required_keys__  # type: ignore[attr-defined]
+            present = bool(prefix) or workload_keys <= required  # the storage layer writes every declared field
+            checks[prefix + str(ev)] = [(name, present, _simple_types(hints.get(name)) or (object,))
+                                        for name in sorted(required)]
     return checks
+
+
+# Checks of the storage layer's own declarations (chaos.events.STORAGE_FIELDS) are keyed "storage:<event>".
+STORAGE_PREFIX = f"{Source.STORAGE}:"
 
 
 def readable(e: Any, checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]]) -> bool:
@@ -181,7 +187,10 @@ def readable(e: Any, checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]]
         return False
     if not math.isfinite(t) or not isinstance(name, str):
         return False
-    for key, must, accepted in checks.get(name, ()):
+    spec = checks.get(name, ())
+    if e.get("source") == Source.STORAGE:
+        spec = checks.get(STORAGE_PREFIX + name, spec)
+    for key, must, accepted in spec:
         value = e.get(key, _ABSENT)
         if value is _ABSENT:
             if must:

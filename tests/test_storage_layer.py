@@ -15,7 +15,7 @@ from chaos.engine.progress import ProgressObserver
 from chaos.engine.scheduler import FaultScheduler
 from chaos.engine.states import FaultStatus
 from chaos.events import Ev
-from chaos.history import HistoryWriter, read_history
+from chaos.history import HistoryWriter, _field_checks, read_history, readable
 from chaos.loading import ScenarioInvalid, parse_scenario
 from chaos.scenario import make_fault
 from chaos.storage import layer as layer_module
@@ -46,6 +46,10 @@ def test_which_layer_a_run_gets(monkeypatch: pytest.MonkeyPatch) -> None:
     assert choose(scenario()) == "inotify"  # auto falls back
     assert choose(scenario("storage: {layer: fuse}\n")) == "fuse"  # and fuse asked for is required:
     assert needs_fuse(scenario("storage: {layer: fuse}\n")) and not needs_fuse(scenario())
+    # a trigger the watcher could not hold needs FUSE under auto; inotify asked for explicitly accepts it
+    held = "faults: [{kind: crash, target: 0, on: {event: checkpoint_save_started}}]\n"
+    assert needs_fuse(scenario(held)) and not needs_fuse(scenario(held + "storage: {layer: inotify}\n"))
+    assert not needs_fuse(scenario("faults: [{kind: crash, target: 0, on: {event: checkpoint_save_finished}}]\n"))
 
 
 @pytest.mark.parametrize(("directory", "said"), [
@@ -149,3 +153,24 @@ def test_the_inotify_fallback_records_saves_renames_and_deletions(tmp_path: Path
         ("checkpoint_deleted", "tmp", None, None), ("checkpoint_save_finished", "last.pt", None, 10),
         ("checkpoint_deleted", "ckpt_20.pt", 20, None)]
     assert all(e["source"] == "storage" and e["node"] is None for e in read_history(tmp_path / "events.jsonl"))
+    assert all(readable(e, _field_checks()) for e in read_history(tmp_path / "events.jsonl"))
+
+
+def test_a_saves_step_is_the_nodes_last_printed_or_reported_step(tmp_path: Path) -> None:
+    from chaos.storage.record import Recorder, step_in_name
+
+    history, log = tmp_path / "events.jsonl", tmp_path / "node1.log"
+    history.write_text("".join(json.dumps(e) + "\n" for e in [
+        {"t": 1, "source": "workload", "event": "step_completed", "node": "node0", "step": 170},
+        {"t": 2, "source": "workload", "event": "step_completed", "node": "node0", "step": 51},  # after a restart
+        {"t": 3, "source": "workload", "event": "checkpoint_save_finished", "node": "node0", "step": 50,
+         "sha256": "ab"}]))
+    log.write_text("[rank1] step 7\n[rank0] Epoch 1 | step 40\n[rank0] Epoch 1 | st")  # the last line unfinished
+    recorder = Recorder(str(history), progress_regex=r"\[rank(?P<rank>\d+)\].* step (?P<step>\d+)",
+                        logs={"node1": str(log)})
+    assert recorder.last_step("node0") == 51  # the last, not the highest: the job resumed
+    assert recorder.last_step("node1") == 40  # rank 0's line; rank 1's is not the job's step
+    assert recorder.last_step("node9") == 40 and recorder.last_step(None) == 40  # else the job's last step
+    assert recorder.saved_step("ab") == (True, 50) and recorder.saved_step("cd") == (False, None)
+    assert step_in_name("ckpt_000150.pt") == 150 and step_in_name("run3/ckpt_e2_s40.pt") == 40
+    assert step_in_name("snapshot.pt") is None

@@ -34,8 +34,12 @@ def _start_time(tid: int) -> str:
     return tail[19].decode() if len(tail) > 19 else ""
 
 
+SIGKILL_BIT = 1 << 8  # signal 9 in /proc/<tid>/status's pending masks
+
+
 def exiting(tid: int) -> bool:
-    """Whether the thread is on its way out (PF_EXITING: killed, or exiting with files still open), or gone.
+    """Whether the thread is on its way out (PF_EXITING: killed, or exiting with files still open; or a SIGKILL
+    pending), or gone.
 
     A file closed by the kernel while its process dies was not closed by the program: a save cut short."""
     stat = _read(f"/proc/{tid}/stat")
@@ -43,9 +47,14 @@ def exiting(tid: int) -> bool:
         return True
     tail = stat[stat.rfind(b")") + 2:].split()
     try:
-        return bool(int(tail[6]) & 0x4) or tail[0] in (b"Z", b"X")
+        if int(tail[6]) & 0x4 or tail[0] in (b"Z", b"X"):
+            return True
     except (IndexError, ValueError):
         return True
+    for line in _read(f"/proc/{tid}/status").splitlines():
+        if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & SIGKILL_BIT:
+            return True
+    return False
 
 
 class Callers:

@@ -22,6 +22,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from chaos.history import FileTail
 HEARTBEAT_FILE = "engine.alive"  # chaos/engine/heartbeat.py
 ENGINE_GONE_S = 3.0
 HOLD_TIMEOUT_S = 10.0
+READ_CHUNK = 4 << 20
 _NUMBER = re.compile(r"\d+")
 
 
@@ -57,8 +59,11 @@ class Recorder:
         self.job_step: int | None = None  # the last step any node completed
         self.step_of_digest: dict[str, int | None] = {}
 
-    def emit(self, event: str, hold: bool = True, **fields: Any) -> None:
-        """Write one line; when ``event`` is paused on (and ``hold``), wait for the engine's acknowledgement."""
+    def emit(self, event: str, hold: bool = True, gone: Callable[[], bool] | None = None, **fields: Any) -> bool:
+        """Write one line; when ``event`` is paused on (and ``hold``), wait for the engine's acknowledgement, or
+        until ``gone()`` says the held caller is dying (a killed process waits for the server's answer).
+
+        Returns whether it held."""
         record: dict[str, Any] = {"t": time.time(), "source": Source.STORAGE, "event": event, **fields}
         held = hold and event in self.pause_on
         if held:
@@ -68,9 +73,10 @@ class Recorder:
             with self._read_lock:
                 self.step_of_digest[fields["sha256"]] = fields.get("step")
         if held:
-            self._wait(record["id"])
+            self._wait(record["id"], gone)
+        return held
 
-    def _wait(self, event_id: str) -> None:
+    def _wait(self, event_id: str, gone: Callable[[], bool] | None) -> None:
         acks = self.path + ".acks"
         ack, heartbeat = os.path.join(acks, event_id), os.path.join(acks, HEARTBEAT_FILE)
         deadline = time.monotonic() + self.hold_timeout_s
@@ -80,9 +86,11 @@ class Recorder:
                 return
             now = time.monotonic()
             if now >= next_check:
-                next_check = now + 0.2
+                next_check = now + 0.02
+                if gone is not None and gone():
+                    return
                 try:
-                    if time.time() - os.stat(heartbeat).st_mtime > ENGINE_GONE_S:
+                    if time.time() - os.stat(heartbeat).st_mtime > ENGINE_GONE_S:  # the engine was killed
                         return
                 except OSError:
                     pass
@@ -92,19 +100,20 @@ class Recorder:
         """Read what the history gained since the last call: steps per node, and digests of finished saves."""
         with self._read_lock:
             try:
-                with open(self.path, "rb") as f:
-                    f.seek(self._offset)
-                    chunk = f.read()
+                f = open(self.path, "rb")
             except OSError:
                 return
-            self._offset += len(chunk)
-            lines = (self._partial + chunk).split(b"\n")
-            self._partial = lines.pop()
-            for line in lines:
-                if b'"step_completed"' in line:
-                    self._step(line)
-                elif b'"checkpoint_save_finished"' in line:
-                    self._saved(line)
+            with f:
+                f.seek(self._offset)
+                while chunk := f.read(READ_CHUNK):  # a long history is read a few MiB at a time
+                    self._offset += len(chunk)
+                    lines = (self._partial + chunk).split(b"\n")
+                    self._partial = lines.pop()
+                    for line in lines:
+                        if b'"step_completed"' in line:
+                            self._step(line)
+                        elif b'"checkpoint_save_finished"' in line:
+                            self._saved(line)
 
     def _parse(self, line: bytes) -> dict[str, Any] | None:
         try:
