@@ -267,3 +267,32 @@ def test_a_hung_run_names_the_process_the_storage_layer_holds(tmp_path: Path) ->
     quiet.tick(now=2.0)
     why = quiet.end.check(now=1.0 + Limits().stall_timeout_s + 1, started=0.0).why  # type: ignore[union-attr]
     assert why == f"no step for {Limits().stall_timeout_s:g}s (stuck at step 3)"
+
+
+def test_resume_step_comes_from_the_jobs_own_loads_and_never_from_a_stepless_one() -> None:
+    """Seen for real: the layer's checkpoint_loaded of a digest sidecar (step 256, from 'sha256' in its name) or of
+    an emptied file (step null) was taken as the resume step (256, or a TypeError that lost the whole result)."""
+    from chaos.analysis.metrics import fault_metrics
+
+    def history(*loads: dict[str, Any]) -> list[dict[str, Any]]:
+        base = {"node": "node0", "rank": 0}
+        return [
+            {"t": 1.0, "source": "workload", "event": "process_started", "pid": 1, **base},
+            *({"t": 1.0 + s / 100, "source": "workload", "event": "step_completed", "step": s, "pid": 1, **base}
+              for s in range(1, 171)),
+            {"t": 3.0, "source": "engine", "event": "fault_injected", "fault_id": 0, "kind": "lost_writes",
+             "target": "node0", "disruptive": True, "mechanism": "m"},
+            {"t": 4.0, "source": "workload", "event": "process_started", "pid": 2, **base},
+            *loads,
+            *({"t": 5.0 + s / 100, "source": "workload", "event": "step_completed", "step": s, "pid": 2, **base}
+              for s in range(151, 200)),
+        ]
+
+    layer = {"source": "storage", "event": "checkpoint_loaded", "pid": 2, "node": "node0", "sha256": "x", "bytes": 1}
+    probe = {"t": 4.6, "source": "workload", "event": "checkpoint_loaded", "pid": 2, "node": "node0", "step": 150,
+             "path": "step_00000150.pt", "sha256": "x"}
+    sidecar = {"t": 4.4, "path": "step_00000150.pt.sha256", "step": 256, **layer}
+    emptied = {"t": 4.3, "path": "step_00000100.pt", "step": None, **layer}
+    assert fault_metrics(history(emptied, sidecar, probe))[0].resumed_from == 150  # the probe's own load
+    print_only = fault_metrics(history(emptied, {**sidecar, "step": 150}))[0]
+    assert print_only.resumed_from == 150 and print_only.lost_steps == 20  # no probe: the layer's, stepless skipped

@@ -191,6 +191,15 @@ def _start_of(t: float, d: Any, fallback: float | None) -> float:
     return t - (d if isinstance(d, (int, float)) else (fallback or 0.0))
 
 
+def _resume_loads(events: list[Event]) -> list[Event]:
+    """The loads a resume step is read from: the job's own (probe) ones when it reports any, else the storage
+    layer's (docs/design.md, "The storage layer"); only those that say which step they hold (the layer writes
+    ``step: null`` for a file it never saw saved whole, such as a digest sidecar or a torn file)."""
+    loads = [e for e in of_kind(events, Ev.CHECKPOINT_LOADED) if isinstance(e.get("step"), int)]
+    own = [e for e in loads if e.get("source") == Source.WORKLOAD]
+    return own or loads
+
+
 def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
     """Per fault: recovery, catch-up, lost steps and work, slowdown (see the metric definitions).
 
@@ -207,7 +216,7 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
     highest_by_index = _running_max(step_no[i] for i in all_steps)
     starts = sorted(_worker_starts(events), key=lambda e: e["t"])
     start_t = [e["t"] for e in starts]
-    loads = of_kind(events, Ev.CHECKPOINT_LOADED)
+    loads = _resume_loads(events)
     median, _ = median_step_time(events)
     done = completion_time(events)
     out = []

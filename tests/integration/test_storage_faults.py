@@ -49,10 +49,7 @@ def run(name: str) -> tuple[dict[str, Any], Path]:
 
 
 # Known and reported, outside the fault kinds (docs/design.md, "The storage layer", "Measured"): strict, so the fix
-# shows as an XPASS failure and these marks go.
-RESUMED_FROM_SIDECAR = pytest.mark.xfail(
-    strict=True, reason="per-fault resumed_from reads the storage layer's checkpoint_loaded of the digest sidecar "
-    "(step 256 from 'sha256' in its name) instead of the probe's (chaos/analysis/metrics.py, chaos/storage/record.py)")
+# shows as an XPASS failure and the mark goes.
 NO_STALL_EVENT = pytest.mark.xfail(
     strict=True, reason="the storage server does not write storage_op_stalled yet, so the hung why names no node")
 
@@ -71,7 +68,6 @@ def test_documented_verdict(name: str) -> None:
     assert "storage layer" in fault["mechanism"]
 
 
-@RESUMED_FROM_SIDECAR
 def test_a_full_disk_fails_the_save_in_the_layer_and_the_job_resumes_from_the_previous_checkpoint() -> None:
     result, run_dir = run("storage/disk-full-during-save")
     history = read_history(run_dir / "events.jsonl")
@@ -93,7 +89,6 @@ def test_a_stalled_fsync_hangs_the_job_and_names_the_node() -> None:
     assert result["end_reason"] == "hung" and "node0" in result["why"] and "fsync" in result["why"], result["why"]
 
 
-@RESUMED_FROM_SIDECAR
 def test_power_loss_cuts_only_what_was_never_fsynced() -> None:
     correct, _ = run("storage/lost-writes")
     broken, _ = run("storage/lost-writes-no-fsync")
