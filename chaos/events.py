@@ -81,6 +81,7 @@ class Ev(StrEnum):
     CHECKPOINT_SEEN = "checkpoint_seen"
     # -- storage (source "storage": the storage layer; it also writes the CHECKPOINT_* events above for any script)
     STORAGE_OP_FAILED = "storage_op_failed"
+    STORAGE_OP_STALLED = "storage_op_stalled"
 
 
 class EndReason(StrEnum):
@@ -298,6 +299,16 @@ class StorageOpFailed(Line):
     fault_id: int
 
 
+class StorageOpStalled(Line):
+    """The storage layer began blocking an operation under a stalling rule (fsync_stall) until the rule goes."""
+
+    node: str | None
+    pid: int
+    path: str
+    op: str  # fsync
+    fault_id: int
+
+
 class StorageLine(Line):
     """Fields of every checkpoint event the storage layer writes (source ``storage``; docs/design.md, "The storage
     layer"): the probe's event names, with what a filesystem can and cannot know."""
@@ -358,6 +369,7 @@ FIELDS: dict[Ev, type] = {
     Ev.RUN_FINISHED: RunFinished,
     Ev.CHECKPOINT_SEEN: CheckpointSeen,
     Ev.STORAGE_OP_FAILED: StorageOpFailed,
+    Ev.STORAGE_OP_STALLED: StorageOpStalled,
 }
 
 

@@ -21,13 +21,15 @@ from chaos.runtimes.base import (
     KILL,
     KILL_WORKERS,
     NODE_NETWORK,
+    STORAGE_LAYER,
     Runtime,
     Unsupported,
 )
 from chaos.spec import EventTrigger, FaultSpec, Seconds, Strict
 
 __all__ = [
-    "CAPABILITIES", "CHECKPOINT_STORAGE", "FREEZE", "KILL", "KILL_WORKERS", "NODE_NETWORK", "Addressing", "Check",
+    "CAPABILITIES", "CHECKPOINT_STORAGE", "FREEZE", "KILL", "KILL_WORKERS", "NODE_NETWORK", "STORAGE_LAYER",
+    "Addressing", "Check",
     "EventTrigger", "FaultContext", "FaultKind", "FaultSpec", "NodePlan", "Plan", "RendezvousBackend", "Runtime",
     "Seconds", "Strict", "Unsupported",
 ]

@@ -39,7 +39,7 @@ class Arg:
 
 
 BUGS = ("non-atomic-save", "no-optimizer-state", "off-by-one-resume", "stale-checkpoint", "no-digest-check",
-        "reshuffle-on-resume")
+        "reshuffle-on-resume", "no-fsync")
 
 DDP_MLP: dict[str, Arg] = {
     "steps": Arg(int, 400, "global steps to train", min=1),

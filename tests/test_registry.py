@@ -42,7 +42,7 @@ def chaos(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complet
 
 def test_builtins_register_through_entry_points() -> None:
     assert {"crash", "kill_worker", "freeze", "corrupt_checkpoint", "delay", "loss", "bandwidth", "partition",
-            "isolate"} <= set(fault_plugins())
+            "isolate", "disk_full", "io_error", "slow_io", "fsync_stall", "lost_writes"} <= set(fault_plugins())
     assert {"local", "netns", "docker"} <= set(runtime_plugins())
     assert "c10d" in rendezvous_plugins()
     schema = json.dumps(Scenario.model_json_schema())

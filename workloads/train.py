@@ -6,7 +6,8 @@ how often the job restarted), and the loss is normalised by the *global* batch. 
 resumed from a checkpoint must end with the same weights as a fault-free run: that is what the checkers test.
 
 Checkpoints are written atomically (temporary file, fsync, rename, fsync of the directory) with a sha256
-sidecar, the last ``--keep`` are kept, and resume takes the newest checkpoint whose digest verifies.
+sidecar (fsynced too: a checkpoint whose sidecar a power loss took back is rejected), the last ``--keep`` are
+kept, and resume takes the newest checkpoint whose digest verifies.
 
 ``--bug NAME`` plants one realistic checkpointing mistake, so the checkers can be shown to catch it:
   non-atomic-save      torch.save straight to the final path; resume trusts whatever file is newest
@@ -15,6 +16,7 @@ sidecar, the last ``--keep`` are kept, and resume takes the newest checkpoint wh
   stale-checkpoint     unpadded file names chosen lexicographically, so step_50 beats step_100
   no-digest-check      loads the newest checkpoint without verifying its sha256
   reshuffle-on-resume  the data order depends on whether the job was resumed
+  no-fsync             never fsyncs: the saves it reports done are lost when the node loses power
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ def checkpoint_name(step: int, bug: str | None) -> str:
     return f"step_{step}.pt" if bug == "stale-checkpoint" else f"step_{step:08d}.pt"
 
 
-def _write_in_chunks(path: Path, data: bytes, step: int, final: Path) -> None:
+def _write_in_chunks(path: Path, data: bytes, step: int, final: Path, sync: bool = True) -> None:
     """Write and fsync ``data``, reporting progress halfway (where a mid-write fault is triggered)."""
     chunk = max(1, len(data) // WRITE_CHUNKS)
     with open(path, "wb") as f:
@@ -156,7 +158,8 @@ def _write_in_chunks(path: Path, data: bytes, step: int, final: Path) -> None:
             f.flush()
             if offset == chunk * (WRITE_CHUNKS // 2):
                 probe.checkpoint_write_progress(step, str(final), offset, len(data))
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
 
 
 def save_checkpoint(directory: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -171,13 +174,18 @@ def save_checkpoint(directory: Path, step: int, model: nn.Module, optimizer: tor
         _write_in_chunks(final, data, step, final)  # a crash now leaves a torn file under the final name
     else:
         tmp = directory / f".{final.name}.tmp"
-        _write_in_chunks(tmp, data, step, final)
+        _write_in_chunks(tmp, data, step, final, sync=args.bug != "no-fsync")
         os.replace(tmp, final)
     sidecar = directory / f"{final.name}.sha256"
     sidecar_tmp = directory / f".{sidecar.name}.tmp"
-    sidecar_tmp.write_text(json.dumps({"sha256": digest, "step": step, "bytes": len(data)}))
+    with open(sidecar_tmp, "w") as f:
+        f.write(json.dumps({"sha256": digest, "step": step, "bytes": len(data)}))
+        f.flush()
+        if args.bug != "no-fsync":
+            os.fsync(f.fileno())
     os.replace(sidecar_tmp, sidecar)
-    _fsync_dir(directory)
+    if args.bug != "no-fsync":
+        _fsync_dir(directory)
     probe.checkpoint_save_finished(step, str(final), digest, bytes=len(data))
     for old_step, old in list_checkpoints(directory, args.bug)[args.keep:]:
         old.unlink(missing_ok=True)

@@ -62,5 +62,6 @@ class EndDetector:
         if progress.first_step_t is None and now - started > limits.startup_timeout_s:
             return End(EndReason.HUNG, f"no training step within {limits.startup_timeout_s:g}s of the start")
         if progress.first_step_t is not None and now - progress.last_progress_t > limits.stall_timeout_s:
-            return End(EndReason.HUNG, f"no step for {limits.stall_timeout_s:g}s (stuck at step {progress.max_step})")
+            return End(EndReason.HUNG, f"no step for {limits.stall_timeout_s:g}s (stuck at step {progress.max_step})"
+                       + progress.blocked_text(now))
         return None

@@ -225,6 +225,15 @@ class ProgressObserver:
         self.rank0_starts = 0
         self.starts_since_progress = 0
         self.event_counts: dict[str, int] = {}  # events of the job (not the engine's own), by name
+        # Processes the storage layer is holding in a stalled operation, by (node, pid), until they step again.
+        self.blocked: dict[tuple[object, object], Event] = {}
+
+    def blocked_text(self, now: float) -> str:
+        """Who the storage layer is holding in a stalled operation (for a hung run's why), or ""."""
+        parts = [f"{e.get('node')} (pid {e.get('pid')}) blocked in {e.get('op')} of "
+                 f"{Path(str(e.get('path'))).name} for {now - e['t']:.0f}s by storage fault {e.get('fault_id')}"
+                 for e in sorted(self.blocked.values(), key=lambda e: e["t"])]
+        return "; " + "; ".join(parts) if parts else ""
 
     @property
     def restarts(self) -> int:
@@ -269,6 +278,9 @@ class ProgressObserver:
             if e["step"] > self.max_step:
                 self.max_step = e["step"]
                 self.starts_since_progress = 0
+            self.blocked.pop((e.get("node"), e.get("pid")), None)
+        elif kind == Ev.STORAGE_OP_STALLED:
+            self.blocked[(e.get("node"), e.get("pid"))] = e
         elif kind == Ev.PROCESS_STARTED and e.get("rank", 0) == 0:
             self.rank0_starts += 1
             if self.rank0_starts > 1:

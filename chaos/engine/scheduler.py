@@ -21,7 +21,7 @@ from chaos.events import Ev, Source
 from chaos.faults import FaultContext, fault_kind
 from chaos.history import Event, HistoryWriter
 from chaos.plan import STORE_NODE, Plan
-from chaos.runtimes.base import Runtime
+from chaos.runtimes.base import NODE_NETWORK, Runtime
 from chaos.scenario import Fault, ShippedWorkload
 from chaos.storage.layer import StorageLayer
 
@@ -124,7 +124,7 @@ class FaultScheduler:
         impl = fault_kind(f.spec.kind)
         node = self._resolve_target(f, trigger_event)
         f.node = node
-        where = node or ("network" if impl.lasts_until_healed else "storage")
+        where = node or ("network" if NODE_NETWORK in impl.needs else "storage")
         base = {"fault_id": f.index, "kind": f.spec.kind, "target": where, "disruptive": impl.disruptive}
         if node is not None and node != STORE_NODE and self._nodes.status(node) is not NodeStatus.RUNNING:
             status = self._nodes.status(node)

@@ -1,22 +1,50 @@
 """What each filesystem operation suffers under the active storage faults (docs/design.md, "The storage layer").
 
 The server calls :meth:`Rules.check` before every operation it serves and obeys the :class:`Outcome`; it tells
-:class:`Rules` what happened (bytes written, fsyncs) so that rules with state (``disk_full`` counting bytes,
-``lost_writes`` tracking unsynced data) can follow. One :class:`Rules` lives in the server for the whole run; a new
-``rules.json`` version is installed with :meth:`Rules.install`, which keeps the per-file state.
+:class:`Rules` what happened (:meth:`Rules.wrote`, :meth:`Rules.synced`, :meth:`Rules.renamed`,
+:meth:`Rules.truncated`, :meth:`Rules.removed`) so that rules with state can follow: ``disk_full`` counts the bytes
+written since it was injected, ``lost_writes`` needs each file's length at its last fsync. One :class:`Rules`
+lives in the server for the whole run; a new ``rules.json`` version is installed with :meth:`Rules.install`,
+which keeps the per-file and per-rule state. Thread-safe: a multithreaded server may call it from every
+operation's thread (one lock, held for microseconds; never while the server sleeps or stalls).
 
-Status: interface only; the storage fault kinds fill it in.
+Pure but for two things: :meth:`Rules.install` of a new ``lost_writes`` rule truncates the node's unsynced files
+in the backing directory (the power loss) and writes what it did to the rule's ``report`` path, which the fault
+reads back for the history; and :meth:`Rules.check` of ``open_write`` reads a file's size (its durable length,
+when the layer meets the file for the first time).
+
+Rule fields shared by every kind: ``fault_id``, ``kind``, ``paths`` (a glob on the path relative to the
+checkpoint directory; ``*`` also matches ``/``), ``node`` (only operations of processes of that node; ``null``
+= every node, and the only value that matches callers whose node is unknown). Rules are consulted in
+``fault_id`` order: the first error wins (an error is answered at once: neither delayed nor stalled); otherwise
+the delays of every matching rule add up, and a stalling rule blocks the operation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import errno as errno_names
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 # Operations the server asks about. ``open_write``: create, or open for writing (with or without truncation);
 # ``open_read``: open read-only.
 OPS = ("open_write", "open_read", "write", "read", "fsync", "rename", "unlink", "release")
+
+# The operation names a rule's ``ops`` may use, and the server operations each covers.
+RULE_OPS: dict[str, tuple[str, ...]] = {
+    "write": ("write",), "fsync": ("fsync",), "read": ("read",), "rename": ("rename",),
+    "open": ("open_write", "open_read"), "open_write": ("open_write",), "open_read": ("open_read",),
+    "unlink": ("unlink",),
+}
+KINDS = ("disk_full", "io_error", "slow_io", "fsync_stall", "lost_writes")
 
 
 @dataclass(frozen=True)
@@ -33,30 +61,216 @@ class Outcome:
 PASS = Outcome()
 
 
+@dataclass
+class FileState:
+    """What power loss would do to one file: cut it back to ``durable`` bytes if one of ``dirty_nodes`` loses
+    power before the next fsync."""
+
+    durable: int = 0  # length at the last fsync (or when first seen, for a file that existed untouched)
+    dirty_nodes: set[str | None] = field(default_factory=set)
+    last_write: float = 0.0  # clock() of the last write (for a rule's ``writeback_s``)
+
+
+@dataclass
+class RuleState:
+    """What one rule has counted since it was installed (kept across installs while the rule stays)."""
+
+    written: int = 0  # disk_full: bytes written to matching files
+    failures: int = 0  # io_error: operations failed so far (for ``count``)
+    busy_until: float = 0.0  # slow_io: when the bandwidth cap is free again (clock seconds)
+    rng: random.Random = field(default_factory=random.Random)
+
+
+class RuleError(ValueError):
+    """A rule the layer cannot enforce (an unknown kind or errno): refused at install, so the fault fails."""
+
+
+def errno_value(name: str) -> int:
+    """The number of an errno name (``ENOSPC`` -> 28); :class:`RuleError` for a name this system lacks."""
+    value = getattr(errno_names, name, None)
+    if not isinstance(value, int) or not name.startswith("E"):
+        raise RuleError(f"unknown errno {name!r}")
+    return value
+
+
 class Rules:
-    def __init__(self, backing: Path):
+    def __init__(self, backing: Path, clock: Callable[[], float] = time.monotonic):
         self.backing = backing  # the directory holding the real bytes (lost_writes truncates files there)
         self.version = 0
         self.rules: list[dict[str, Any]] = []
+        self.files: dict[str, FileState] = {}
+        self._state: dict[int, RuleState] = {}
+        self._clock = clock
+        self._lock = threading.RLock()
 
+    # ------------------------------------------------------------------ rules.json
     def install(self, document: dict[str, Any]) -> None:
-        """A new ``rules.json`` (``{"version": n, "rules": [...]}``) takes effect for the next operation."""
-        self.version = int(document.get("version", 0))
-        self.rules = list(document.get("rules", []))
+        """A new ``rules.json`` (``{"version": n, "rules": [...]}``) takes effect for the next operation.
 
-    def check(self, op: str, relpath: str, node: str | None, nbytes: int = 0) -> Outcome:
-        """Before serving ``op`` on ``relpath`` (relative to the checkpoint directory) for a process of ``node``."""
-        return PASS
+        A rule seen for the first time starts its counters at zero (``disk_full`` counts from its injection); a
+        new ``lost_writes`` rule is the power loss itself, applied here, once. Raises :class:`RuleError` for a
+        rule it cannot enforce, before changing anything (the server then does not acknowledge the version, and
+        the fault is recorded as failed)."""
+        with self._lock:
+            rules = sorted((dict(r) for r in document.get("rules", [])), key=lambda r: int(r["fault_id"]))
+            for rule in rules:
+                _validate(rule)
+            fresh = [r for r in rules if int(r["fault_id"]) not in self._state]
+            self.version = int(document.get("version", 0))
+            self.rules = rules
+            live = {int(r["fault_id"]) for r in rules}
+            self._state = {fid: s for fid, s in self._state.items() if fid in live}
+            for rule in fresh:
+                self._state[int(rule["fault_id"])] = RuleState(rng=random.Random(int(rule["fault_id"])))
+                if rule["kind"] == "lost_writes":
+                    self._power_loss(rule)
 
     def stalled(self, fault_id: int | None) -> bool:
         """Whether the rule that stalled an operation is still installed (the server re-asks while it waits)."""
-        return any(rule.get("fault_id") == fault_id for rule in self.rules)
+        with self._lock:
+            return any(rule.get("fault_id") == fault_id for rule in self.rules)
 
+    # ------------------------------------------------------------------ before an operation
+    def check(self, op: str, relpath: str, node: str | None, nbytes: int = 0) -> Outcome:
+        """Before serving ``op`` on ``relpath`` (relative to the checkpoint directory) for a process of ``node``;
+        ``nbytes``: the size of a write or read."""
+        with self._lock:
+            if op == "open_write" and relpath not in self.files:
+                self.files[relpath] = FileState(durable=self._size(relpath))
+            delay, stall_id = 0.0, None
+            for rule in self.rules:
+                if not _matches(rule, op, relpath, node):
+                    continue
+                fid, kind = int(rule["fault_id"]), rule["kind"]
+                state = self._state[fid]
+                if kind == "disk_full" and op == "write" and nbytes > 0 and \
+                        state.written + nbytes > int(rule.get("after_bytes", 0)):
+                    return Outcome(errno="ENOSPC", fault_id=fid)
+                if kind == "io_error":
+                    count = rule.get("count")
+                    if (count is None or state.failures < int(count)) and \
+                            state.rng.random() < float(rule.get("probability", 1.0)):
+                        state.failures += 1
+                        return Outcome(errno=str(rule.get("errno", "EIO")), fault_id=fid)
+                if kind == "slow_io":
+                    delay += float(rule.get("latency_ms", 0.0)) / 1000.0
+                    bps = rule.get("bandwidth_bps")
+                    if bps and op in ("write", "read") and nbytes > 0:
+                        now = self._clock()
+                        start = max(now, state.busy_until)
+                        state.busy_until = start + nbytes / float(bps)
+                        delay += state.busy_until - now
+                if kind == "fsync_stall" and stall_id is None:
+                    stall_id = fid
+            if op == "unlink":
+                self.files.pop(relpath, None)
+            if delay == 0.0 and stall_id is None:
+                return PASS
+            return Outcome(delay_s=delay, stall=stall_id is not None, fault_id=stall_id)
+
+    # ------------------------------------------------------------------ after an operation
     def wrote(self, relpath: str, node: str | None, offset: int, nbytes: int) -> None:
         """``nbytes`` were written at ``offset`` of ``relpath`` by ``node``."""
+        with self._lock:
+            state = self.files.setdefault(relpath, FileState())
+            state.dirty_nodes.add(node)
+            state.last_write = self._clock()
+            for rule in self.rules:
+                if rule["kind"] == "disk_full" and _matches(rule, "write", relpath, node):
+                    self._state[int(rule["fault_id"])].written += nbytes
 
     def synced(self, relpath: str) -> None:
-        """``relpath`` was fsynced: everything written so far is durable."""
+        """``relpath`` was fsynced (fdatasync counts too): everything written so far is durable."""
+        with self._lock:
+            self.files[relpath] = FileState(durable=self._size(relpath))
+
+    def truncated(self, relpath: str, length: int, node: str | None = None) -> None:
+        """``relpath`` was cut to ``length`` bytes (an open with O_TRUNC, or ftruncate) by ``node``.
+
+        Not durable until the next fsync, but power loss cannot bring back bytes that are gone: the durable
+        length becomes at most ``length`` (a file rewritten in place without fsync comes back empty, the
+        zero-length file of ext4)."""
+        with self._lock:
+            state = self.files.setdefault(relpath, FileState(durable=length))
+            state.durable = min(state.durable, length)
+            state.dirty_nodes.add(node)
+            state.last_write = self._clock()
 
     def renamed(self, old: str, new: str) -> None:
-        """Per-file state follows a rename."""
+        """Per-file state follows a rename (the file it replaced is gone)."""
+        with self._lock:
+            state = self.files.pop(old, None)
+            self.files.pop(new, None)
+            if state is not None:
+                self.files[new] = state
+
+    def removed(self, relpath: str) -> None:
+        """``relpath`` was unlinked (also done by ``check("unlink")`` when no rule failed it)."""
+        with self._lock:
+            self.files.pop(relpath, None)
+
+    # ------------------------------------------------------------------ lost_writes
+    def _power_loss(self, rule: dict[str, Any]) -> None:
+        """Cut every file with unsynced data of the rule's node back to its length at its last fsync."""
+        node = rule.get("node")
+        writeback = rule.get("writeback_s")
+        now = self._clock()
+        cut: list[dict[str, Any]] = []
+        paths = str(rule.get("paths") or "*")
+        for relpath, state in sorted(self.files.items()):
+            if node not in state.dirty_nodes or not fnmatchcase(relpath, paths):
+                continue
+            path = self.backing / relpath
+            if writeback is not None and now - state.last_write >= float(writeback):
+                state.durable = self._size(relpath)  # the kernel had written it back by then
+                state.dirty_nodes.clear()
+                continue
+            try:
+                size = path.stat().st_size
+                if size > state.durable:
+                    os.truncate(path, state.durable)
+                    cut.append({"path": relpath, "bytes": size, "kept": state.durable})
+            except OSError as exc:  # removed meanwhile: nothing to lose
+                if path.exists():
+                    cut.append({"path": relpath, "error": str(exc)})
+            state.dirty_nodes.clear()
+        report = rule.get("report")
+        if report:
+            tmp = Path(f"{report}.tmp")
+            tmp.write_text(json.dumps({"fault_id": rule["fault_id"], "node": node, "truncated": cut}))
+            os.replace(tmp, report)
+
+    def _size(self, relpath: str) -> int:
+        try:
+            return (self.backing / relpath).stat().st_size
+        except OSError:
+            return 0
+
+
+def _validate(rule: dict[str, Any]) -> None:
+    if "fault_id" not in rule or rule.get("kind") not in KINDS:
+        raise RuleError(f"a rule needs a fault_id and a kind among {', '.join(KINDS)}: {rule}")
+    for op in rule.get("ops") or ():
+        if op not in RULE_OPS:
+            raise RuleError(f"unknown operation {op!r} (expected one of {', '.join(RULE_OPS)})")
+    if rule["kind"] == "io_error":
+        errno_value(str(rule.get("errno", "EIO")))
+
+
+def _matches(rule: dict[str, Any], op: str, relpath: str, node: str | None) -> bool:
+    """Whether ``rule`` applies to ``op`` on ``relpath`` by ``node`` (its paths, node and operations)."""
+    if rule.get("node") is not None and rule["node"] != node:
+        return False
+    if not fnmatchcase(relpath, str(rule.get("paths") or "*")):
+        return False
+    kind = rule["kind"]
+    if kind == "disk_full":
+        return op == "write"
+    if kind == "fsync_stall":
+        return op == "fsync"
+    if kind == "lost_writes":
+        return False
+    ops = rule.get("ops")
+    if not ops:
+        return op != "release" and op != "unlink"
+    return any(op in RULE_OPS[name] for name in ops)
