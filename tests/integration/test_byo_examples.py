@@ -63,4 +63,6 @@ def test_missing_optimizer_state_diverges_far_above_the_noise_floor() -> None:
     result, run_dir = run_scenario(byo("per-step-no-optimizer-state"))
     golden = result["checkpoint"]["matches_golden"]
     assert result["verdict"] == "fail" and golden["ok"] is False, verdicts(result, run_dir)
-    assert golden["mode"] == "diverged" and golden["first_divergent_step"] == 151, golden
+    # the loss printed at step N is computed before step N's update: 151 still matches, 152 is the first that
+    # feels Adam's lost moments (measured: relative difference 0.0948 there)
+    assert golden["mode"] == "diverged" and golden["first_divergent_step"] == 152, golden
