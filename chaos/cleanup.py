@@ -9,6 +9,7 @@ Idempotent: a second call finds nothing. By default only the leftovers of runs w
 from __future__ import annotations
 
 from chaos.registry import fault_plugins, runtime_plugins
+from chaos.storage.layer import cleanup as storage_cleanup
 
 
 def cleanup(run_id: str | None = None, only_orphans: bool = True) -> list[str]:
@@ -17,4 +18,6 @@ def cleanup(run_id: str | None = None, only_orphans: bool = True) -> list[str]:
         removed += runtime.cleanup(run_id, only_orphans)
     for kind in fault_plugins().values():
         removed += kind.cleanup(run_id, only_orphans)
+    # Last: a storage layer's mount, once nothing (a node, a container) uses it any more.
+    removed += storage_cleanup(run_id, only_orphans)
     return removed

@@ -8,10 +8,14 @@ halfway through.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from chaos.machine import Check, merge
 from chaos.plan import PlanError
 from chaos.registry import fault_plugins, load_errors, rendezvous_plugins, runtime_plugins
 from chaos.scenario import Scenario
+from chaos.storage.layer import machine_checks as storage_checks
+from chaos.storage.layer import needs_fuse
 
 __all__ = ["Check", "MachineUnfit", "advice", "machine_checks", "require", "unmet"]
 
@@ -29,6 +33,7 @@ def machine_checks() -> list[Check]:
         checks += kind.machine_checks()
     for backend in rendezvous_plugins().values():
         checks += backend.machine_checks()
+    checks += storage_checks()
     checks += [Check(f"plug-in {e.name}", False, f"{e.group}: {e.target} failed to load: {e.error}",
                      "fix or uninstall the package that registers it") for e in load_errors()]
     return merge(checks)
@@ -43,6 +48,8 @@ def unmet(scenario: Scenario) -> list[Check]:
         checks += fault_plugins()[kind].machine_checks()
     if c.mode == "elastic":
         checks += rendezvous_plugins()[c.rendezvous.backend].machine_checks()
+    if needs_fuse(scenario):
+        checks += [replace(ch, required=True) for ch in storage_checks()]
     return [ch for ch in merge(checks) if ch.required and not ch.ok]
 
 

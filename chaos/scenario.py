@@ -20,7 +20,7 @@ from pydantic import BeforeValidator, Discriminator, Field, Tag, TypeAdapter, cr
 from chaos.events import ExploreTriggerEvent
 from chaos.paths import check_allowed, check_path
 from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
-from chaos.runtimes.base import CAPABILITIES
+from chaos.runtimes.base import CAPABILITIES, STORAGE_LAYER
 from chaos.spec import EventTrigger, FaultSpec, Seconds, Strict, parse_duration
 from chaos.workload_args import SHIPPED
 
@@ -186,6 +186,14 @@ class Checks(Strict):
                                    "advice in reports (e.g. 6h)")
 
 
+class Storage(Strict):
+    """How torch-chaos watches the checkpoint directory (docs/design.md, "The storage layer")."""
+
+    layer: Literal["auto", "fuse", "inotify", "off"] = Field(
+        "auto", description="auto: the FUSE passthrough where this machine has FUSE, else the inotify watcher; fuse: "
+        "require FUSE; inotify: save and delete events at coarser timing (no loads, holds or storage faults); off")
+
+
 class Expect(Strict):
     completes: bool | None = Field(None, description="the job must (true) or must not (false) finish all steps")
     recovery_s: Bound | None = None
@@ -250,6 +258,7 @@ class Scenario(Strict):
     checks: Checks = Field(default_factory=Checks)
     explore: Explore | None = Field(None, description="bounds for generated fault plans (chaos explore)")
     limits: Limits = Field(default_factory=Limits)
+    storage: Storage = Field(default_factory=Storage)
     allow_paths: list[str] = Field(
         default_factory=list, description="absolute directories outside the run directory that torch-chaos may "
         "write and damage files in (e.g. a checkpoint_dir elsewhere); everything else stays in the run directory")
@@ -277,6 +286,9 @@ class Scenario(Strict):
                                 f"{c.runtime} runtime does not give; set cluster.runtime: {' or '.join(able)}"
                                 if able else f"faults[{i}].kind: {fault.kind} needs {need}, which no installed "
                                 "runtime gives")
+            if STORAGE_LAYER in plugin.needs and self.storage.layer in ("inotify", "off"):
+                problems.append(f"faults[{i}].kind: {fault.kind} acts through the storage layer's FUSE mount, which "
+                                f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")
             problems += [f"faults[{i}].{problem}" for problem in plugin.check(fault, self)]
         if problems:
             raise ValueError("\n".join(problems))

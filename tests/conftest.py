@@ -7,7 +7,7 @@ import fcntl
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import psutil
@@ -150,6 +150,7 @@ def network_objects() -> set[str]:
                 owner = {}
             if ours_or_dead(str(owner.get("engine_pid", ""))):
                 found.add(f"netns {ns}")
+    found |= storage_mounts(ours_or_dead)
     try:
         c = client()
     except DockerUnavailable:
@@ -161,6 +162,23 @@ def network_objects() -> set[str]:
         if ours_or_dead((n.get("Labels") or {}).get(ENGINE_LABEL, "")):
             found.add(f"network {n['Id']}")
     return found
+
+
+def storage_mounts(ours_or_dead: Callable[[str], bool]) -> set[str]:
+    """The storage layer's FUSE mounts whose server is gone, or whose engine is this process or dead."""
+    from chaos.marks import ENGINE_VAR, TREE_VAR
+    from chaos.storage.layer import MARK_PREFIX
+    from chaos.storage.mounts import chaos_mounts
+
+    engines: dict[str, str] = {}
+    for p in marked_processes(MARK_PREFIX):
+        try:
+            env = p.environ()
+        except (psutil.Error, OSError):
+            continue
+        engines[env.get(TREE_VAR, "").removeprefix(MARK_PREFIX + "/")] = env.get(ENGINE_VAR, "")
+    return {f"storage mount {m.path}" for m in chaos_mounts()
+            if m.run_id not in engines or ours_or_dead(engines[m.run_id])}
 
 
 @pytest.fixture

@@ -38,6 +38,8 @@ from chaos.run_result import RunResult
 from chaos.runtimes import create_runtime
 from chaos.runtimes.base import Runtime
 from chaos.scenario import CommandWorkload, Scenario
+from chaos.storage.layer import StorageLayer
+from chaos.storage.layer import choose as choose_layer
 
 POLL_S = 0.02
 DEFAULT_STEPS = 400  # the shipped workloads' default ``steps`` (for the live view's progress bar)
@@ -63,11 +65,11 @@ def new_run_id(scenario: Scenario) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{scenario.name}-{uuid.uuid4().hex[:6]}"
 
 
-def environment(runtime: Runtime, plan: Plan) -> dict[str, Any]:
+def environment(runtime: Runtime, plan: Plan, storage_layer: str = "off") -> dict[str, Any]:
     return {
         "torch_chaos": __version__, "torch": torch_version(), "python": platform.python_version(),
         "platform": platform.platform(), "cpus": os.cpu_count(), **runtime.describe(),
-        "mode": plan.scenario.cluster.mode, "elastic_settings": plan.elastic,
+        "mode": plan.scenario.cluster.mode, "elastic_settings": plan.elastic, "storage_layer": storage_layer,
     }
 
 
@@ -91,6 +93,9 @@ class RunParts:
             yaml.safe_dump(scenario.model_dump(mode="json", exclude_none=True), sort_keys=False))
         (run_dir / "plan.yaml").write_text(yaml.safe_dump(self.plan.to_dict(), sort_keys=False))
         self.history = HistoryWriter(events_path)
+        # Mounted just before the first node starts, unmounted after teardown (docs/design.md, "The storage layer").
+        self.storage = StorageLayer(choose_layer(scenario), self.plan, self.history,
+                                    {n.name: self.runtime.log_path(n.name) for n in self.plan.nodes})
         w = scenario.workload
         scraped = isinstance(w, CommandWorkload)  # a command may not use the probe: follow its output and files
         self.progress = ProgressObserver(
@@ -102,7 +107,7 @@ class RunParts:
             node_logs=NodeLogs({n.name: self.runtime.log_path(n.name) for n in self.plan.nodes}))
         self.nodes = NodeOrchestrator(self.runtime, self.plan, scenario.cluster.node_restart, self.history, note)
         self.faults = FaultScheduler(scenario.faults, self.runtime, self.plan, self.history, acks_dir, self.nodes,
-                                     self.progress, note)
+                                     self.progress, note, storage=self.storage)
         self.end = EndDetector(scenario.limits, self.nodes, self.progress)
         self.target_steps = None if scraped else int(w.args.get("steps", DEFAULT_STEPS))
 
@@ -149,9 +154,10 @@ class Engine:
                 self.started = time.time()  # the deadline counts from the faulted run, not the golden one
                 parts.progress.begin(self.started)
                 parts.history.write(Ev.RUN_STARTED, run_id=self.run_id, scenario=self.scenario.name,
-                                    environment=environment(parts.runtime, parts.plan), plan=parts.plan.to_dict(),
-                                    golden=golden)
+                                    environment=environment(parts.runtime, parts.plan, parts.storage.kind),
+                                    plan=parts.plan.to_dict(), golden=golden)
                 parts.runtime.prepare(parts.plan)
+                parts.storage.start()  # before the first node: every process sees the mount
                 parts.heartbeat.start()
                 self._enter(Phase.RUNNING)
                 parts.nodes.start_cluster()
@@ -191,6 +197,7 @@ class Engine:
 
     def _tick(self, parts: RunParts) -> End | None:
         now = time.time()
+        parts.storage.poll()
         new_events = parts.progress.drain()
         parts.faults.fire_due(now, new_events)
         parts.faults.release(new_events)  # after firing: a held job resumes with its fault in place
@@ -210,6 +217,10 @@ class Engine:
             parts.history.write(Ev.RUN_ENDED, reason=end.reason.value, why=end.why, max_step=parts.progress.max_step)
             parts.faults.heal_all()
             cleaned = parts.runtime.teardown()
+            try:
+                parts.storage.stop()  # after the nodes are gone: nothing holds a file open on the mount
+            except Exception as exc:
+                self.note(f"storage layer: {type(exc).__name__}: {exc} (`chaos cleanup` unmounts it)")
             parts.heartbeat.stop()
             parts.history.write(Ev.TEARDOWN, killed=len(cleaned))
             parts.history.close()

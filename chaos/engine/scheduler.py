@@ -22,7 +22,13 @@ from chaos.faults import FaultContext, fault_kind
 from chaos.history import Event, HistoryWriter
 from chaos.plan import STORE_NODE, Plan
 from chaos.runtimes.base import Runtime
-from chaos.scenario import Fault
+from chaos.scenario import Fault, ShippedWorkload
+from chaos.storage.layer import StorageLayer
+
+# Sources whose held events (an ``id``) wait for the engine's acknowledgement: the probe and the storage layer.
+HELD_BY = frozenset({Source.WORKLOAD, Source.STORAGE})
+TRIGGER_SOURCES = frozenset({Source.WORKLOAD, Source.PROGRESS, Source.STORAGE})
+TRIGGER_SOURCES_PROBE = frozenset({Source.WORKLOAD})
 
 
 @dataclass
@@ -49,7 +55,8 @@ def random_node(seed: int | None, nodes: int) -> int:
 
 class FaultScheduler:
     def __init__(self, specs: list[Fault], runtime: Runtime, plan: Plan, history: HistoryWriter, acks_dir: Path,
-                 nodes: NodeOrchestrator, progress: ProgressObserver, note: Callable[[str], None]):
+                 nodes: NodeOrchestrator, progress: ProgressObserver, note: Callable[[str], None],
+                 storage: StorageLayer | None = None):
         self._runtime = runtime
         self._plan = plan
         self._history = history
@@ -57,12 +64,20 @@ class FaultScheduler:
         self._nodes = nodes
         self._progress = progress
         self._note = note
+        self._storage = storage
+        # Which sources' events count for ``on:`` triggers: the shipped workload reports its checkpoints through
+        # the probe, so the storage layer's events of the same operations (when a storage fault mounts it) would
+        # count each save twice; any other workload may have either, and both count.
+        shipped = isinstance(getattr(getattr(plan, "scenario", None), "workload", None), ShippedWorkload)
+        self._trigger_sources = TRIGGER_SOURCES_PROBE if shipped else TRIGGER_SOURCES
+        self._trigger_counts: dict[str, int] = {}
         self.faults = [FaultState(i, f) for i, f in enumerate(specs)]
 
     # ------------------------------------------------------------------ triggers
     def fire_due(self, now: float, new_events: list[Event]) -> None:
         """Inject every pending fault whose trigger is met by now or by one of this tick's new events."""
         progress = self._progress
+        triggers = [e for e in new_events if e.get("source") in self._trigger_sources]
         for f in self.faults:
             if f.status is not FaultStatus.PENDING:
                 continue
@@ -74,19 +89,21 @@ class FaultScheduler:
                 fire = progress.max_step >= spec.at_step
             else:
                 assert spec.on is not None
-                matching = [e for e in new_events
-                            if e.get("event") == spec.on.event and e.get("source") != Source.ENGINE]
-                seen_before = progress.event_counts.get(spec.on.event, 0) - len(matching)
+                matching = [e for e in triggers if e.get("event") == spec.on.event]
+                seen_before = self._trigger_counts.get(spec.on.event, 0)
                 idx = spec.on.occurrence - seen_before - 1
                 fire = 0 <= idx < len(matching)
                 trigger_event = matching[idx] if fire else None
             if fire:
                 self._inject(f, trigger_event)
+        for e in triggers:
+            name = str(e.get("event"))
+            self._trigger_counts[name] = self._trigger_counts.get(name, 0) + 1
 
     def release(self, events: list[Event]) -> None:
         """Acknowledge the job's held events (the probe waits after them) once this tick's faults have landed."""
         for e in events:
-            if "id" in e and e.get("source") == Source.WORKLOAD:
+            if "id" in e and e.get("source") in HELD_BY:
                 (self._acks_dir / str(e["id"])).touch()
 
     # ------------------------------------------------------------------ inject
@@ -115,7 +132,8 @@ class FaultScheduler:
             self._history.write(Ev.FAULT_SKIPPED, **base, why=f"{node} is {status}")
             self._note(f"skipped {f.spec.kind} on {node}: it is {status}")
             return
-        ctx = FaultContext(self._runtime, f.spec, node, self._plan.checkpoint_dir, self._plan, fault_id=f.index)
+        ctx = FaultContext(self._runtime, f.spec, node, self._plan.checkpoint_dir, self._plan, fault_id=f.index,
+                           storage=self._storage.control if self._storage is not None else None)
         try:
             mechanism = impl.inject(ctx)
         except Interrupted:
@@ -161,14 +179,30 @@ class FaultScheduler:
                        f"{progress.max_step})")
             else:
                 assert spec.on is not None
-                seen = progress.event_counts.get(spec.on.event, 0)
+                seen = self._trigger_counts.get(spec.on.event, 0)
                 why = (f"{spec.on.event} #{spec.on.occurrence} never happened (the job emitted it {seen} time(s)"
-                       + ("; a script without the probe emits no such event" if seen == 0 else "") + ")")
+                       + (f"; {self._no_event_why()}" if seen == 0 else "") + ")")
             f.move_to(FaultStatus.SKIPPED)
             where = f"node{spec.target}" if isinstance(spec.target, int) else spec.target
             self._history.write(Ev.FAULT_NOT_REACHED, fault_id=f.index, kind=spec.kind, target=where,
                                 disruptive=fault_kind(spec.kind).disruptive, why=why)
             self._note(f"{spec.kind} never happened: {why}")
+
+    def _no_event_why(self) -> str:
+        """Why a job may have emitted no checkpoint event at all, true to this run's storage layer."""
+        layer = self._storage.kind if self._storage is not None else "off"
+        where = self._plan.checkpoint_dir
+        scenario = getattr(self._plan, "scenario", None)
+        if layer == "off" and isinstance(getattr(scenario, "workload", None), ShippedWorkload):
+            return "the shipped workload reports its checkpoints through the probe, and reported none"
+        if layer == "off" and getattr(getattr(scenario, "storage", None), "layer", None) == "off":
+            return "storage.layer is off, so only a script calling the probe reports checkpoint events"
+        if layer == "off":
+            return ("a script without the probe emits no such event unless torch-chaos watches its checkpoint "
+                    "directory: set workload.checkpoint_dir")
+        if layer == "inotify":
+            return f"the inotify watcher on {where} saw no such file operation (it sees no loads)"
+        return f"the storage layer saw no such operation in {where}: the job saved or loaded elsewhere, or never"
 
     # ------------------------------------------------------------------ heal
     def heal_due(self, now: float) -> None:

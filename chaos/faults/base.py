@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from chaos.plan import Plan
     from chaos.runtimes.base import Runtime
     from chaos.scenario import Explore, Scenario
+    from chaos.storage.control import StorageControl
 
 
 @dataclass
@@ -40,6 +41,9 @@ class FaultContext:
     details: dict[str, Any] = field(default_factory=dict)
     # What a fault must keep to undo itself (rules, helper processes); never written to the history.
     handles: list[Any] = field(default_factory=list)
+    # The storage layer's rules (chaos.storage.control.StorageControl): how storage faults act; None without the
+    # FUSE layer (docs/design.md, "The storage layer").
+    storage: StorageControl | None = None
 
 
 class FaultKind(ABC):

@@ -30,12 +30,14 @@ KILL_WORKERS = "kill_workers"
 FREEZE = "freeze"
 NODE_NETWORK = "node_network"
 CHECKPOINT_STORAGE = "checkpoint_storage"
+STORAGE_LAYER = "storage_layer"
 CAPABILITIES = {
     KILL: "SIGKILL a node's whole process tree",
     KILL_WORKERS: "kill a node's worker processes and leave its launcher alive",
     FREEZE: "stop every process of a node and resume it later",
     NODE_NETWORK: "a network stack per node (a namespace the engine can enter with host tools)",
     CHECKPOINT_STORAGE: "the checkpoint directory is reachable from the engine's host",
+    STORAGE_LAYER: "the nodes see the storage layer's FUSE mount of the checkpoint directory",
 }
 
 

@@ -31,7 +31,15 @@ from chaos.plan import (
     Plan,
     node_names,
 )
-from chaos.runtimes.base import CHECKPOINT_STORAGE, FREEZE, KILL, KILL_WORKERS, NODE_NETWORK, Runtime
+from chaos.runtimes.base import (
+    CHECKPOINT_STORAGE,
+    FREEZE,
+    KILL,
+    KILL_WORKERS,
+    NODE_NETWORK,
+    STORAGE_LAYER,
+    Runtime,
+)
 from chaos.spec import Strict
 
 if TYPE_CHECKING:
@@ -124,7 +132,7 @@ class DockerOptions(Strict):
 class DockerRuntime(Runtime):
     name = "docker"
     summary = "one container per node on an internal network (needs dockerd and `chaos image build`)"
-    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, NODE_NETWORK, CHECKPOINT_STORAGE})
+    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, NODE_NETWORK, CHECKPOINT_STORAGE, STORAGE_LAYER})
     options = DockerOptions
     cleanup_order = 10  # containers first: their processes carry marks too, a paused one dies only with it
 

@@ -19,13 +19,13 @@ import psutil
 
 from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked, marked_processes, signal_all
 from chaos.plan import NodePlan
-from chaos.runtimes.base import CHECKPOINT_STORAGE, FREEZE, KILL, KILL_WORKERS, Runtime
+from chaos.runtimes.base import CHECKPOINT_STORAGE, FREEZE, KILL, KILL_WORKERS, STORAGE_LAYER, Runtime
 
 
 class LocalRuntime(Runtime):
     name = "local"
     summary = "process trees on this machine, sharing its loopback (no daemon, no root)"
-    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE})
+    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE, STORAGE_LAYER})
     cleanup_order = 60  # after containers, whose processes carry marks too
 
     @classmethod

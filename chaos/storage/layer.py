@@ -1,0 +1,185 @@
+"""The engine's side of the storage layer: which layer a run gets, and starting and stopping it.
+
+:func:`choose` decides (``storage.layer`` in the scenario: ``auto`` = FUSE where this machine has it, else the
+inotify watcher; ``fuse``; ``inotify``; ``off``) for runs with a checkpoint directory torch-chaos should watch: a
+``command:`` workload's ``checkpoint_dir``, or any run with a fault kind that needs the storage layer
+(:data:`chaos.runtimes.base.STORAGE_LAYER`). :class:`StorageLayer` mounts before the first node starts and
+unmounts after the last one is gone, always (the engine calls :meth:`StorageLayer.stop` in its teardown). The
+bytes never move: the server serves the directory's own contents from underneath its mount, so after the unmount
+(or after ``chaos cleanup`` removed the mount of a crashed engine) the files are simply there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from chaos.machine import APT, Check
+from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked, marked_processes, orphaned
+from chaos.storage.control import StorageControl
+from chaos.storage.mounts import chaos_mounts, is_mounted, unmount
+
+if TYPE_CHECKING:
+    from chaos.history import HistoryWriter
+    from chaos.plan import Plan
+    from chaos.scenario import Scenario
+
+Layer = Literal["fuse", "inotify", "off"]
+MARK_PREFIX = "storage"  # servers carry CHAOS_TREE=storage/<run>: found by cleanup, untouched by node teardown
+MOUNT_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 5.0
+CONTROL_DIR = ".storage"  # in the run directory: rules.json and applied
+
+
+def fuse_problem() -> str | None:
+    """Why this machine cannot serve a FUSE mount, or None."""
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing (a container without --device /dev/fuse, or no fuse module)"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 is missing"
+    try:
+        import mfusepy  # noqa: F401  (loads libfuse3)
+    except (ImportError, OSError) as exc:  # mfusepy raises EnvironmentError without libfuse
+        return f"libfuse3 or mfusepy is missing ({exc})"
+    return None
+
+
+def machine_checks() -> list[Check]:
+    problem = fuse_problem()
+    return [Check("storage layer (FUSE)", problem is None,
+                  "fuse: checkpoint directories are served through torch-chaos's FUSE passthrough" if problem is None
+                  else f"{problem}; runs fall back to the inotify watcher (no loads, holds or storage faults)",
+                  "" if problem is None else f"{APT} fuse3 libfuse3-3 && pip install mfusepy (containers: "
+                  "--device /dev/fuse --cap-add SYS_ADMIN)", required=False)]
+
+
+def wanted(scenario: Scenario) -> bool:
+    """Whether the run has a checkpoint directory torch-chaos should watch through the layer."""
+    from chaos.registry import fault_plugins
+    from chaos.runtimes.base import STORAGE_LAYER
+    from chaos.scenario import CommandWorkload
+
+    w = scenario.workload
+    if isinstance(w, CommandWorkload) and w.checkpoint_dir is not None:
+        return True
+    plugins = fault_plugins()
+    return any(STORAGE_LAYER in plugins[f.kind].needs for f in scenario.faults)
+
+
+def needs_fuse(scenario: Scenario) -> bool:
+    """FUSE is required (not a fallback) when asked for, or when a fault acts through the mount."""
+    from chaos.registry import fault_plugins
+    from chaos.runtimes.base import STORAGE_LAYER
+
+    if scenario.storage.layer == "off":
+        return False
+    plugins = fault_plugins()
+    return (scenario.storage.layer == "fuse" and wanted(scenario)) or any(
+        STORAGE_LAYER in plugins[f.kind].needs for f in scenario.faults)
+
+
+def choose(scenario: Scenario) -> Layer:
+    """The layer this run gets on this machine."""
+    asked = scenario.storage.layer
+    if asked == "off" or not wanted(scenario):
+        return "off"
+    if asked in ("fuse", "inotify"):
+        return asked
+    return "fuse" if fuse_problem() is None else "inotify"
+
+
+class StorageLayer:
+    """One run's layer: ``start()`` before the first node, ``stop()`` after the last (idempotent)."""
+
+    def __init__(self, kind: Layer, plan: Plan, history: HistoryWriter, logs: dict[str, Path] | None = None):
+        self.kind: Layer = kind
+        self.logs = logs or {}  # each node's log (the runtime's log_path): the server reads printed steps there
+        self.plan = plan
+        self.history = history
+        self.directory = plan.checkpoint_dir
+        self.control_dir = plan.run_dir / CONTROL_DIR
+        self.control: StorageControl | None = None
+        self.watcher: object | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        if self.directory is None:
+            self.kind = "off"
+
+    def start(self) -> None:
+        from chaos.scenario import CommandWorkload
+
+        if self.kind == "off":
+            return
+        assert self.directory is not None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.kind == "inotify":
+            from chaos.storage.watcher import InotifyWatcher
+
+            self.watcher = InotifyWatcher(self.directory, self.history)
+            return
+        self.control_dir.mkdir(exist_ok=True)
+        log = self.plan.run_dir / "logs" / "storage.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "chaos.storage", "serve", "--mount", str(self.directory),
+                "--events", str(self.plan.run_dir / "events.jsonl"), "--control", str(self.control_dir),
+                "--run-id", self.plan.run_id, "--engine-pid", str(os.getpid())]
+        if self.plan.pause_on:
+            argv += ["--pause-on", ",".join(self.plan.pause_on)]
+        workload = self.plan.scenario.workload
+        if isinstance(workload, CommandWorkload):  # the server reads the steps printed: a save's step
+            argv += ["--progress-regex", workload.progress_regex]
+            argv += [f"--log={name}={path}" for name, path in self.logs.items()]
+        env = {**os.environ, TREE_VAR: f"{MARK_PREFIX}/{self.plan.run_id}", ENGINE_VAR: str(os.getpid())}
+        env.pop("CHAOS_NODE", None)
+        with open(log, "ab") as out:
+            self._proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=env, start_new_session=True)
+        deadline = time.monotonic() + MOUNT_TIMEOUT_S
+        while not is_mounted(str(self.directory)):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+                raise RuntimeError(f"the storage layer did not mount {self.directory}: "
+                                   + (" / ".join(tail) or "no output"))
+            time.sleep(0.02)
+        self.control = StorageControl(self.control_dir)
+
+    def poll(self) -> None:
+        """Each engine tick: the inotify watcher turns what happened into events (FUSE needs nothing)."""
+        if self.watcher is not None:
+            self.watcher.poll()  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        """Unmount and end the server (after the nodes are gone); safe to call twice, and after a failed start."""
+        if self.watcher is not None:
+            self.watcher.close()  # type: ignore[attr-defined]
+            self.watcher = None
+        if self.directory is not None and self.kind == "fuse":
+            unmount(str(self.directory))
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            if self.directory is not None:
+                unmount(str(self.directory))  # a server killed mid-unmount leaves a dead mount
+
+
+def cleanup(run_id: str | None, only_orphans: bool) -> list[str]:
+    """``chaos cleanup``: end orphaned servers (their engine is gone) and unmount their stale mounts."""
+    prefix = f"{MARK_PREFIX}/{run_id}" if run_id else MARK_PREFIX
+    removed = [f"storage server {p.pid}" for p in kill_marked(prefix, only_orphans=only_orphans)]
+    live = {p.environ().get(TREE_VAR, "").removeprefix(f"{MARK_PREFIX}/")
+            for p in marked_processes(MARK_PREFIX) if not orphaned(p)} if only_orphans else set()
+    for m in chaos_mounts():
+        if (run_id is None or m.run_id == run_id) and m.run_id not in live and unmount(m.path):
+            removed.append(f"storage mount {m.path}")
+    return removed
+

@@ -1,0 +1,161 @@
+"""The storage layer's side of the history: its event lines, its holds, and what it reads back.
+
+Lines go to the run's ``events.jsonl`` exactly as :mod:`chaos.probe` writes them (one ``os.write`` per line on an
+``O_APPEND`` descriptor, source ``storage``), and an event named in ``CHAOS_PAUSE_ON`` is held the same way: the
+line gets an ``id`` and the calling filesystem operation waits for ``<events>.acks/<id>``, for the engine's
+heartbeat to go stale, or for the safety timeout. Holding the operation holds the job inside its ``open`` or
+``write``: a crash triggered on ``checkpoint_save_started`` lands while the file is being written.
+
+It also reads back, incrementally and only when a save needs it, the step the job is at: the last
+``step_completed`` of each node in the history (the probe writes it as the step ends) and, for ``command:``
+workloads, the last progress line of each node's log (read here directly: the engine's own scrape of the logs
+runs at its 20 ms tick, and a script that prints its step and saves at once would be a step behind). That is
+the ``step`` of a save whose file name has no number. And it keeps the step of every finished save by digest
+(the ``step`` of a load).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from chaos.events import Ev, Source
+from chaos.history import FileTail
+
+HEARTBEAT_FILE = "engine.alive"  # chaos/engine/heartbeat.py
+ENGINE_GONE_S = 3.0
+HOLD_TIMEOUT_S = 10.0
+_NUMBER = re.compile(r"\d+")
+
+
+def step_in_name(path: str) -> int | None:
+    """The last number in the file name (``ckpt_150.pt`` -> 150), or None."""
+    numbers = _NUMBER.findall(os.path.basename(path))
+    return int(numbers[-1]) if numbers else None
+
+
+class Recorder:
+    def __init__(self, events_path: str, pause_on: frozenset[str] = frozenset(),
+                 hold_timeout_s: float = HOLD_TIMEOUT_S, progress_regex: str | None = None,
+                 logs: dict[str, str] | None = None):
+        self.path = events_path
+        self.regex = re.compile(progress_regex) if progress_regex else None
+        self.logs = {node: FileTail(Path(path)) for node, path in (logs or {}).items()}
+        self.pause_on = pause_on
+        self.hold_timeout_s = hold_timeout_s
+        self._fd = os.open(events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._read_lock = threading.Lock()
+        self._offset = 0
+        self._partial = b""
+        self.node_step: dict[str, int] = {}  # the last step each node completed
+        self.job_step: int | None = None  # the last step any node completed
+        self.step_of_digest: dict[str, int | None] = {}
+
+    def emit(self, event: str, hold: bool = True, gone: Callable[[], bool] | None = None, **fields: Any) -> bool:
+        """Write one line; when ``event`` is paused on (and ``hold``), wait for the engine's acknowledgement, or
+        until ``gone()`` says the held caller is dying (a killed process waits for the server's answer).
+
+        Returns whether it held."""
+        record: dict[str, Any] = {"t": time.time(), "source": Source.STORAGE, "event": event, **fields}
+        held = hold and event in self.pause_on
+        if held:
+            record["id"] = uuid.uuid4().hex
+        os.write(self._fd, (json.dumps(record, default=str) + "\n").encode())
+        if event == Ev.CHECKPOINT_SAVE_FINISHED and fields.get("sha256"):
+            with self._read_lock:
+                self.step_of_digest[fields["sha256"]] = fields.get("step")
+        if held:
+            self._wait(record["id"], gone)
+        return held
+
+    def _wait(self, event_id: str, gone: Callable[[], bool] | None) -> None:
+        acks = self.path + ".acks"
+        ack, heartbeat = os.path.join(acks, event_id), os.path.join(acks, HEARTBEAT_FILE)
+        deadline = time.monotonic() + self.hold_timeout_s
+        next_check = 0.0
+        while time.monotonic() < deadline:
+            if os.path.exists(ack):
+                return
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + 0.02
+                if gone is not None and gone():
+                    return
+                try:
+                    if time.time() - os.stat(heartbeat).st_mtime > ENGINE_GONE_S:  # the engine was killed
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.005)
+
+    def catch_up(self) -> None:
+        """Read what the history gained since the last call: steps per node, and digests of finished saves."""
+        with self._read_lock:
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(self._offset)
+                    chunk = f.read()
+            except OSError:
+                return
+            self._offset += len(chunk)
+            lines = (self._partial + chunk).split(b"\n")
+            self._partial = lines.pop()
+            for line in lines:
+                if b'"step_completed"' in line:
+                    self._step(line)
+                elif b'"checkpoint_save_finished"' in line:
+                    self._saved(line)
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        try:
+            e = json.loads(line)
+        except ValueError:
+            return None
+        return e if isinstance(e, dict) else None
+
+    def _step(self, line: bytes) -> None:
+        e = self._parse(line)
+        if e is None or e.get("event") != Ev.STEP_COMPLETED or not isinstance(e.get("step"), int):
+            return
+        node = str(e.get("node"))
+        self.node_step[node] = e["step"]
+        self.job_step = e["step"]
+
+    def _saved(self, line: bytes) -> None:
+        e = self._parse(line)
+        if e is None or e.get("event") != Ev.CHECKPOINT_SAVE_FINISHED or not isinstance(e.get("sha256"), str):
+            return
+        step = e.get("step")
+        self.step_of_digest[e["sha256"]] = step if isinstance(step, int) else None
+
+    def _scrape_logs(self) -> None:
+        if self.regex is None:
+            return
+        rank_group = "rank" in self.regex.groupindex
+        for node, tail in self.logs.items():
+            for line in tail.read_lines():
+                m = self.regex.search(line)
+                if m is None or (rank_group and m.group("rank") not in (None, "0")):
+                    continue
+                self.node_step[node] = self.job_step = int(m.group("step"))
+
+    def last_step(self, node: str | None) -> int | None:
+        """The step the caller's node last completed, else the job's last step (steps are global), else None."""
+        self.catch_up()
+        with self._read_lock:
+            self._scrape_logs()
+            found = self.node_step.get(str(node)) if node is not None else None
+            return found if found is not None else self.job_step
+
+    def saved_step(self, sha256: str) -> tuple[bool, int | None]:
+        """Whether a save finished with this digest, and its step."""
+        self.catch_up()
+        with self._read_lock:
+            return sha256 in self.step_of_digest, self.step_of_digest.get(sha256)

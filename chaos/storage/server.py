@@ -1,0 +1,465 @@
+"""The FUSE passthrough that serves a checkpoint directory and records what every process does with it.
+
+``python -m chaos.storage serve`` runs :func:`serve`: the directory's real bytes (``--backing``, by default the
+mount directory itself, reached through a descriptor opened before the mount covers it) are served at ``--mount``.
+Each operation is attributed to the caller's node (:mod:`chaos.storage.identity`), first put to the storage
+faults' :class:`~chaos.storage.rules.Rules` (fail it, delay it, stall it), then done, then recorded
+(:mod:`chaos.storage.record`). The events and their fields are the contract in docs/design.md, "The storage
+layer".
+
+Why the close decides a save: the kernel closes a killed process's files for it, so a save cut short by a crash
+also ends in ``flush``/``release``. ``flush`` runs in the closing thread's context: a thread that is exiting
+(PF_EXITING) did not close its file, it died with it open, and no ``checkpoint_save_finished`` is written.
+
+Operations from the engine's own process (``--engine-pid``: a ``corrupt_checkpoint`` fault damaging a file) pass
+through unrecorded and unruled: they are faults, recorded by the engine, not saves.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mfusepy as fuse
+
+from chaos.events import Ev
+from chaos.storage.control import APPLIED_FILE, RULES_FILE
+from chaos.storage.identity import Caller, Callers, exiting
+from chaos.storage.record import Recorder, step_in_name
+from chaos.storage.rules import Outcome, Rules
+
+PROGRESS_FIRST = 1 << 20  # checkpoint_write_progress when a handle's written bytes first pass 1 MiB ...
+PROGRESS_EVERY = 16 << 20  # ... then every 16 MiB
+RULES_POLL_S = 0.02
+MAX_WRITE = 1 << 20
+# Threads serving requests: held and stalled operations each keep one (libfuse's default is 10).
+MAX_THREADS = 64
+HOLD_GRACE_S = 0.05
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
+
+
+@dataclass
+class Handle:
+    """One open file: who opened it, and what the layer knows of the bytes written through it."""
+
+    fd: int
+    relpath: str
+    caller: Caller
+    writable: bool
+    saving: bool  # it starts a checkpoint save (created, or opened with truncation)
+    announced: bool = False  # its checkpoint_save_started was written
+    step: int | None = None
+    written: int = 0
+    next_progress: int = PROGRESS_FIRST
+    hasher: Any = None  # running sha256 while every write continues the previous one from offset 0
+    end: int = 0
+    clean: bool = False  # closed by a live process after its last write
+    read_seen: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class StorageServer(fuse.Operations):
+    """The passthrough; one instance per mount, called from libfuse's threads."""
+
+    use_ns = True
+
+    def __init__(self, backing_fd: int, mount: str, recorder: Recorder, rules: Rules, control: str | None,
+                 engine_pid: int | None = None):
+        self.root = backing_fd
+        self.mount = mount.rstrip("/")
+        self.recorder = recorder
+        self.rules = rules
+        self.control = control
+        self.engine_pid = engine_pid
+        self.callers = Callers()
+        self.handles: dict[int, Handle] = {}
+        self._handles_lock = threading.Lock()
+        self._rules_lock = threading.Lock()
+        self._rules_stamp: tuple[int, int] | None = None
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def rel(path: str) -> str:
+        return path.lstrip("/") or "."
+
+    def full(self, relpath: str) -> str:
+        return f"{self.mount}/{relpath}"
+
+    def caller(self) -> Caller:
+        return self.callers.of(fuse.fuse_get_context()[2])
+
+    def ours(self, caller: Caller) -> bool:
+        """An operation of the engine itself (a fault acting on the bytes): not recorded, not ruled."""
+        return self.engine_pid is not None and caller.pid == self.engine_pid
+
+    def emit(self, event: str, relpath: str, caller: Caller, hold: bool = True, **fields: Any) -> bool:
+        """Record one event; returns whether it held the calling operation."""
+        tid = fuse.fuse_get_context()[2] if hold else 0
+        return self.recorder.emit(event, hold=hold, gone=lambda: exiting(tid), node=caller.node, pid=caller.pid,
+                                  path=self.full(relpath), **fields)
+
+    @staticmethod
+    def survived(grace_s: float = 0.0) -> None:
+        """After a hold, a delay or a stall: a caller killed meanwhile (the fault the hold was for) gets nothing
+        done. The kernel handed its data over before it died; writing it now would finish the save the crash
+        was meant to cut short. ``grace_s`` after a hold: the engine acknowledges right after its kill returned,
+        and a container's processes die a few milliseconds after its init."""
+        tid = fuse.fuse_get_context()[2]
+        if not exiting(tid) and grace_s > 0:
+            time.sleep(grace_s)
+        if exiting(tid):
+            raise fuse.FuseOSError(errno.EINTR)
+
+    def obey(self, op: str, relpath: str, caller: Caller, nbytes: int = 0) -> None:
+        """Ask the rules about ``op`` and do what they say: sleep, stall while the rule lasts, or fail it."""
+        if self.ours(caller):
+            return
+        self.reload_rules()
+        with self._rules_lock:
+            out: Outcome = self.rules.check(op, relpath, caller.node, nbytes)
+        tid = fuse.fuse_get_context()[2]
+        if out.delay_s > 0:
+            end = time.monotonic() + out.delay_s
+            while (left := end - time.monotonic()) > 0 and not exiting(tid):
+                time.sleep(min(left, RULES_POLL_S))
+        while out.stall and not self._stop.is_set() and not exiting(tid):
+            self.reload_rules()
+            with self._rules_lock:
+                if not self.rules.stalled(out.fault_id):
+                    break
+            time.sleep(RULES_POLL_S)
+        if out.delay_s > 0 or out.stall:
+            self.survived()
+        if out.errno:
+            code = getattr(errno, out.errno, errno.EIO)
+            self.emit(Ev.STORAGE_OP_FAILED, relpath, caller, hold=False, op=op, errno=out.errno,
+                      fault_id=out.fault_id)
+            raise fuse.FuseOSError(code)
+
+    def reload_rules(self) -> None:
+        """Install a changed ``rules.json`` and say so in ``applied`` (the engine waits for that)."""
+        if self.control is None:
+            return
+        path = os.path.join(self.control, RULES_FILE)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        stamp = (st.st_ino, st.st_mtime_ns)
+        if stamp == self._rules_stamp:
+            return
+        try:
+            with open(path) as f:
+                document = json.load(f)
+        except (OSError, ValueError):
+            return  # being replaced: the next look reads the new one
+        with self._rules_lock:
+            if stamp == self._rules_stamp:
+                return
+            self.rules.install(document)
+            self._rules_stamp = stamp
+            tmp = os.path.join(self.control, f".{APPLIED_FILE}.tmp")
+            with open(tmp, "w") as f:
+                f.write(str(self.rules.version))
+            os.replace(tmp, os.path.join(self.control, APPLIED_FILE))
+
+    def watch_rules(self) -> None:
+        """Background: apply a new rules file within ``RULES_POLL_S`` even when no operation comes."""
+        while not self._stop.wait(RULES_POLL_S):
+            try:
+                self.reload_rules()
+            except Exception:  # a bad rules file must not kill the server; the engine times out and says so
+                continue
+
+    def digest(self, relpath: str) -> tuple[str, int]:
+        h = hashlib.sha256()
+        size = 0
+        fd = os.open(relpath, os.O_RDONLY, dir_fd=self.root)
+        try:
+            while chunk := os.read(fd, 4 << 20):
+                h.update(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
+        return h.hexdigest(), size
+
+    def step_for(self, relpath: str, caller: Caller) -> int | None:
+        step = step_in_name(relpath)
+        return step if step is not None else self.recorder.last_step(caller.node)
+
+    def _new_handle(self, fd: int, relpath: str, caller: Caller, flags: int, created: bool) -> int:
+        writable = bool(flags & _WRITE_FLAGS)
+        saving = writable and (created or bool(flags & os.O_TRUNC)) and not self.ours(caller)
+        h = Handle(fd, relpath, caller, writable, saving)
+        if saving:
+            h.step = self.step_for(relpath, caller)
+            h.hasher = hashlib.sha256()
+        with self._handles_lock:
+            self.handles[fd] = h
+        return fd
+
+    def announce(self, h: Handle, hold: bool = True) -> None:
+        """Write a save's ``checkpoint_save_started`` (once), held if paused on.
+
+        Not in ``create``/``open``: the kernel holds the directory's lock through a create, so a save held there
+        would hold every other process's lookups and creates in the checkpoint directory. At its first write (or
+        its close, for an empty file) only the file is held, and nothing has been written yet."""
+        with h.lock:
+            first = h.saving and not h.announced
+            h.announced = True
+        if first and self.emit(Ev.CHECKPOINT_SAVE_STARTED, h.relpath, h.caller, hold=hold, step=h.step):
+            self.survived(HOLD_GRACE_S)
+
+    # ------------------------------------------------------------------ metadata
+    def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+        try:
+            st = os.fstat(fh) if fh is not None else os.stat(self.rel(path), dir_fd=self.root,
+                                                              follow_symlinks=False)
+        except OSError as exc:
+            raise fuse.FuseOSError(exc.errno or errno.EIO) from None
+        return {"st_mode": st.st_mode, "st_ino": st.st_ino, "st_nlink": st.st_nlink, "st_uid": st.st_uid,
+                "st_gid": st.st_gid, "st_size": st.st_size, "st_atime": st.st_atime_ns,
+                "st_mtime": st.st_mtime_ns, "st_ctime": st.st_ctime_ns, "st_blocks": st.st_blocks,
+                "st_blksize": st.st_blksize}
+
+    def readdir(self, path: str, fh: int) -> list[str]:
+        rel = self.rel(path)
+        fd = os.open(rel, os.O_RDONLY | os.O_DIRECTORY, dir_fd=self.root) if rel != "." else os.dup(self.root)
+        try:
+            return [".", "..", *os.listdir(fd)]
+        finally:
+            os.close(fd)
+
+    def statfs(self, path: str) -> dict[str, Any]:
+        st = os.fstatvfs(self.root)
+        return {key: getattr(st, key) for key in ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail",
+                                                   "f_ffree", "f_files", "f_flag", "f_frsize", "f_namemax")}
+
+    def access(self, path: str, amode: int) -> int:
+        if not os.access(self.rel(path), amode, dir_fd=self.root):
+            raise fuse.FuseOSError(errno.EACCES)
+        return 0
+
+    def chmod(self, path: str, mode: int) -> int:
+        os.chmod(self.rel(path), mode, dir_fd=self.root)
+        return 0
+
+    def chown(self, path: str, uid: int, gid: int) -> int:
+        os.chown(self.rel(path), uid, gid, dir_fd=self.root, follow_symlinks=False)
+        return 0
+
+    def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
+        os.utime(self.rel(path), ns=times, dir_fd=self.root, follow_symlinks=False) if times else \
+            os.utime(self.rel(path), dir_fd=self.root, follow_symlinks=False)
+        return 0
+
+    def mkdir(self, path: str, mode: int) -> int:
+        os.mkdir(self.rel(path), mode, dir_fd=self.root)
+        return 0
+
+    def rmdir(self, path: str) -> int:
+        os.rmdir(self.rel(path), dir_fd=self.root)
+        return 0
+
+    def readlink(self, path: str) -> str:
+        return os.readlink(self.rel(path), dir_fd=self.root)
+
+    def symlink(self, target: str, source: str) -> int:
+        os.symlink(source, self.rel(target), dir_fd=self.root)
+        return 0
+
+    def link(self, target: str, source: str) -> int:
+        os.link(self.rel(source), self.rel(target), src_dir_fd=self.root, dst_dir_fd=self.root)
+        return 0
+
+    def truncate(self, path: str, length: int, fh: int | None = None) -> int:
+        if fh is not None:
+            os.ftruncate(fh, length)
+            h = self.handles.get(fh)
+            if h is not None:
+                with h.lock:
+                    if length != h.end:
+                        h.hasher = None  # no longer one sequential stream: digest the file at close
+        else:
+            os.truncate(os.path.join(f"/proc/self/fd/{self.root}", self.rel(path)), length)
+        return 0
+
+    # ------------------------------------------------------------------ files
+    def create(self, path: str, mode: int, flags: int = os.O_WRONLY) -> int:
+        rel, caller = self.rel(path), self.caller()
+        self.obey("open_write", rel, caller)
+        fd = os.open(rel, flags | os.O_CREAT, mode, dir_fd=self.root)
+        return self._new_handle(fd, rel, caller, flags, created=True)
+
+    def open(self, path: str, flags: int) -> int:
+        rel, caller = self.rel(path), self.caller()
+        self.obey("open_write" if flags & _WRITE_FLAGS else "open_read", rel, caller)
+        fd = os.open(rel, flags, dir_fd=self.root)
+        return self._new_handle(fd, rel, caller, flags, created=False)
+
+    def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+        h = self.handles.get(fh)
+        if h is not None and not self.ours(h.caller):
+            self.obey("read", h.relpath, h.caller, size)
+            if not h.writable and not h.read_seen:
+                with h.lock:
+                    first, h.read_seen = not h.read_seen, True
+                if first:
+                    sha, size_now = self.digest(h.relpath)
+                    known, step = self.recorder.saved_step(sha)
+                    if self.emit(Ev.CHECKPOINT_LOADED, h.relpath, h.caller, sha256=sha, bytes=size_now,
+                                 step=step if known else None):
+                        self.survived(HOLD_GRACE_S)
+        return os.pread(fh, size, offset)
+
+    def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
+        h = self.handles.get(fh)
+        if h is None or self.ours(h.caller):
+            return os.pwrite(fh, data, offset)
+        if not h.announced:
+            self.announce(h)
+        self.obey("write", h.relpath, h.caller, len(data))
+        n = os.pwrite(fh, data, offset)
+        progress = None
+        with h.lock:
+            h.clean = False
+            h.written += n
+            if h.hasher is not None:
+                if offset == h.end:
+                    h.hasher.update(data[:n])
+                else:
+                    h.hasher = None
+            h.end = max(h.end, offset + n)
+            if h.saving and h.written >= h.next_progress:
+                while h.next_progress <= h.written:
+                    h.next_progress += PROGRESS_EVERY
+                progress = h.written
+        with self._rules_lock:
+            self.rules.wrote(h.relpath, h.caller.node, offset, n)
+        if progress is not None:
+            self.emit(Ev.CHECKPOINT_WRITE_PROGRESS, h.relpath, h.caller, written=progress, step=h.step)
+        return n
+
+    def flush(self, path: str, fh: int) -> int:
+        h = self.handles.get(fh)
+        if h is not None:
+            dying = exiting(fuse.fuse_get_context()[2])
+            if not h.announced:
+                self.announce(h, hold=not dying)
+            with h.lock:
+                h.clean = not dying
+        return 0
+
+    def fsync(self, path: str, datasync: int, fh: int) -> int:
+        h = self.handles.get(fh)
+        if h is not None:
+            self.obey("fsync", h.relpath, h.caller)
+        os.fdatasync(fh) if datasync else os.fsync(fh)
+        if h is not None and not self.ours(h.caller):
+            with self._rules_lock:
+                self.rules.synced(h.relpath)
+        return 0
+
+    def release(self, path: str, fh: int) -> int:
+        with self._handles_lock:
+            h = self.handles.pop(fh, None)
+        try:
+            if h is not None and not self.ours(h.caller):
+                if not h.announced:
+                    self.announce(h, hold=False)
+                with self._rules_lock:
+                    self.rules.check("release", h.relpath, h.caller.node)
+                if h.saving and h.clean:
+                    self._finished(h)
+        finally:
+            os.close(fh)
+        return 0
+
+    def _finished(self, h: Handle) -> None:
+        size = os.fstat(h.fd).st_size
+        if h.hasher is not None and size == h.end:
+            sha = h.hasher.hexdigest()
+        else:
+            sha, size = self.digest(h.relpath)
+        self.emit(Ev.CHECKPOINT_SAVE_FINISHED, h.relpath, h.caller, hold=False, sha256=sha, bytes=size,
+                  step=h.step)
+
+    def unlink(self, path: str) -> int:
+        rel, caller = self.rel(path), self.caller()
+        self.obey("unlink", rel, caller)
+        os.unlink(rel, dir_fd=self.root)
+        if not self.ours(caller):
+            self.emit(Ev.CHECKPOINT_DELETED, rel, caller, hold=False, step=step_in_name(rel))
+        return 0
+
+    def rename(self, old: str, new: str) -> int:
+        src, dst, caller = self.rel(old), self.rel(new), self.caller()
+        self.obey("rename", src, caller)
+        replaced = os.path.lexists(os.path.join(f"/proc/self/fd/{self.root}", dst))
+        os.rename(src, dst, src_dir_fd=self.root, dst_dir_fd=self.root)
+        with self._handles_lock:
+            for h in self.handles.values():
+                if h.relpath == src:
+                    h.relpath = dst
+        if self.ours(caller):
+            return 0
+        with self._rules_lock:
+            self.rules.renamed(src, dst)
+        try:
+            sha, size = self.digest(dst)
+        except IsADirectoryError:
+            return 0
+        if replaced:
+            self.emit(Ev.CHECKPOINT_DELETED, dst, caller, hold=False, step=step_in_name(dst),
+                      replaced_by=self.full(src))
+        self.emit(Ev.CHECKPOINT_DELETED, src, caller, hold=False, step=step_in_name(src),
+                  renamed_to=self.full(dst))
+        step = step_in_name(dst)
+        if step is None:
+            known, step = self.recorder.saved_step(sha)
+            step = step if known else self.recorder.last_step(caller.node)
+        # never held: the kernel holds both directories' locks through a rename
+        self.emit(Ev.CHECKPOINT_SAVE_FINISHED, dst, caller, hold=False, sha256=sha, bytes=size, step=step,
+                  renamed_from=self.full(src))
+        return 0
+
+    def init_with_config(self, conn: Any, config: Any) -> None:
+        """Large writes (fewer round trips per checkpoint), then the rules watcher."""
+        if conn is not None:
+            conn.max_write = MAX_WRITE
+        threading.Thread(target=self.watch_rules, name="torch-chaos-storage-rules", daemon=True).start()
+
+    def destroy(self, path: str) -> None:
+        self._stop.set()
+
+
+def mount_options(run_id: str) -> dict[str, Any]:
+    """How the mount shows in /proc/mounts (``torch-chaos-<run>`` on ``fuse.torch-chaos``: chaos cleanup finds it)
+    and who may use it (every user when root: containers' processes are other users on some machines)."""
+    options: dict[str, Any] = {"fsname": f"torch-chaos-{run_id}", "subtype": "torch-chaos", "max_threads": MAX_THREADS}
+    if os.geteuid() == 0:
+        options["allow_other"] = True
+    return options
+
+
+def serve(mount: str, events: str, control: str | None, backing: str | None = None, run_id: str = "run",
+          pause_on: frozenset[str] = frozenset(), engine_pid: int | None = None,
+          rules_class: type[Rules] = Rules, progress_regex: str | None = None,
+          logs: dict[str, str] | None = None) -> None:
+    """Mount and serve until unmounted (``fusermount3 -u``) or signalled; blocks.
+
+    ``rules_class`` gets the backing directory as a path that reaches the bytes underneath the mount."""
+    backing_fd = os.open(backing or mount, os.O_RDONLY | os.O_DIRECTORY)
+    rules = rules_class(Path(f"/proc/{os.getpid()}/fd/{backing_fd}"))
+    recorder = Recorder(events, pause_on, progress_regex=progress_regex, logs=logs)
+    server = StorageServer(backing_fd, os.path.abspath(mount), recorder, rules, control, engine_pid)
+    server.reload_rules()
+    fuse.FUSE(server, mount, foreground=True, **mount_options(run_id))
