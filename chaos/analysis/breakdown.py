@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaos.analysis.load import of_kinds
+from chaos.analysis.ckpt_source import checkpoint_events
+from chaos.analysis.load import of_kind
 from chaos.events import Ev
 from chaos.history import Event
 
@@ -13,7 +14,7 @@ _PHASE_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_L
 
 def recovery_breakdowns(events: list[Event], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One breakdown per disruptive fault of ``faults`` (result.json's entries)."""
-    marks = of_kinds(events, *_PHASE_EVENTS)
+    marks = of_kind(events, Ev.PROCESS_STARTED) + checkpoint_events(events, *_PHASE_EVENTS[1:])
     return [recovery_breakdown(marks, f) for f in faults if f.get("disruptive", True) and f.get("injected", True)]
 
 
@@ -38,10 +39,10 @@ def recovery_breakdown(events: list[Event], fault: dict[str, Any]) -> dict[str, 
     if starts:
         phases.append(("detection + rendezvous + worker start", min(starts) - t))
         t = min(starts)
-    if load_started:
+    if load_started and min(load_started) >= t:
         phases.append(("worker init (imports, process group)", min(load_started) - t))
         t = min(load_started)
-    if loaded:
+    if loaded and max(loaded) >= t:  # a print-only job's start is inferred at its first step, after its loads
         phases.append(("checkpoint load", max(loaded) - t))
         t = max(loaded)
     phases.append(("first step", end - t))

@@ -14,13 +14,22 @@ a one-line ``why``:
 
 from __future__ import annotations
 
+import os
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from itertools import chain as chain_all
 from typing import Any
 
-from chaos.analysis.load import memo, of_kind, of_kinds, step_table
+from chaos.analysis.ckpt_source import (
+    available_at,
+    checkpoint_events,
+    checkpoint_source,
+    loads_visible,
+    newest,
+)
+from chaos.analysis.load import memo, of_kind, step_table
+from chaos.analysis.rounds import intended_step, restart_checks, step_continuity
 from chaos.analysis.steps import MISSING, StepTable
 from chaos.events import EndReason, Ev, Source
 from chaos.history import Event
@@ -47,70 +56,72 @@ def _verdict(ok: bool | None, why: str, **details: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ availability
 
 def _available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
-    """Checkpoints complete and intact at time ``t``: saves finished, minus deleted or damaged ones."""
-    available: dict[str, dict[str, Any]] = {}
-    for e in of_kinds(events, Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED, Ev.CHECKPOINT_DELETED,
-                      Ev.FAULT_INJECTED):
-        if e["t"] >= t:
-            break
-        kind = e.get("event")
-        if kind == Ev.CHECKPOINT_SAVE_FINISHED and e.get("source") == Source.WORKLOAD:
-            available[e["path"]] = {"step": e["step"], "sha256": e["sha256"], "path": e["path"]}
-        elif kind == Ev.CHECKPOINT_SAVE_STARTED and e.get("source") == Source.WORKLOAD:
-            available.pop(e["path"], None)  # being overwritten: not complete until it finishes again
-        elif kind == Ev.CHECKPOINT_DELETED:
-            available.pop(e["path"], None)
-        elif kind == Ev.FAULT_INJECTED and isinstance(e.get("details"), dict):
-            # Any fault kind (a plug-in too) names the checkpoint files it damaged or removed: `path` or `paths`.
-            damaged = e["details"].get("paths")
-            for path in ([e["details"]["path"]] if e["details"].get("path") else []) + (
-                    damaged if isinstance(damaged, list) else []):
-                available.pop(str(path), None)
-    return available
+    """Checkpoints complete and intact at time ``t`` (see ``chaos.analysis.ckpt_source.available_at``)."""
+    return available_at(events, t)
 
 
 def _loads_by_incarnation(events: list[Event]) -> list[dict[str, Any]]:
-    """One entry per incarnation that started loading a checkpoint: what it tried, and what it got."""
+    """One entry per incarnation that started loading a checkpoint (the probe), or per process and file (the
+    storage layer): what it tried, and what it got."""
     out: dict[Any, dict[str, Any]] = {}
-    for e in of_kinds(events, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED):
+    storage = checkpoint_source(events) == Source.STORAGE
+    for e in checkpoint_events(events, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED):
         kind = e.get("event")
-        if kind not in (Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED) or e.get("source") != Source.WORKLOAD:
-            continue
-        key = e.get("incarnation") or (e.get("node"), e.get("pid"))
-        entry = out.setdefault(key, {"incarnation": key, "t": e["t"], "step": e["step"], "path": e["path"],
+        key = (e.get("node"), e.get("pid"), e.get("path")) if storage else (
+            e.get("incarnation") or (e.get("node"), e.get("pid")))
+        step = intended_step(events, e) if storage else e["step"]
+        entry = out.setdefault(key, {"incarnation": key, "t": e["t"], "step": step, "path": e["path"],
                                      "sha256": None})
         if kind == Ev.CHECKPOINT_LOADED:
             entry["sha256"] = entry["sha256"] or e.get("sha256")
     return sorted(out.values(), key=lambda x: x["t"])
 
 
+def _load_problem(events: list[Event], load: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(the digest recorded by the file's last finished save, what is wrong with the bytes the job loaded)."""
+    saves = [e for e in checkpoint_events(events, Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED)
+             if e.get("path") == load["path"] and e["t"] < load["t"]]
+    finished = [e for e in saves if e.get("event") == Ev.CHECKPOINT_SAVE_FINISHED]
+    last = finished[-1] if finished else None
+    recorded = last.get("sha256") if last else None
+    overwritten = [e for e in saves if e.get("event") == Ev.CHECKPOINT_SAVE_STARTED and (last is None or
+                                                                                         e["t"] > last["t"])]
+    if last is None or recorded is None:
+        return recorded, "its save never finished (torn or partial file)"
+    if overwritten and load["sha256"] != recorded:
+        return recorded, (f"a later save (step {overwritten[-1].get('step')}) started over it and never finished "
+                          "(torn or partial file)")
+    if load["sha256"] is None:
+        return recorded, "the load never completed (the job died loading it)"
+    if load["sha256"] != recorded:
+        older = [e for e in finished if e.get("sha256") == load["sha256"]]
+        if older:
+            return recorded, (f"it holds the bytes of an older save (step {older[-1].get('step')}), not of its "
+                              f"last (step {last.get('step')})")
+        return recorded, "the loaded bytes differ from those saved (corrupted on storage)"
+    return recorded, None
+
+
 def digests_ok(events: list[Event]) -> dict[str, Any]:
+    visible, how = loads_visible(events)
+    if not visible:
+        return _verdict(None, f"not checked: {how}", loads=[])
     loads = _loads_by_incarnation(events)
     if not loads:
         return _verdict(True, "no checkpoint was loaded", loads=[])
     checked = []
     for load in loads:
-        saved = _available_at(events, load["t"]).get(load["path"])
-        recorded = None
-        if saved is None:
-            finished = [e for e in _of(events, Ev.CHECKPOINT_SAVE_FINISHED)
-                        if e["path"] == load["path"] and e["t"] < load["t"]]
-            recorded = finished[-1]["sha256"] if finished else None
-        else:
-            recorded = saved["sha256"]
+        recorded, problem = _load_problem(events, load)
         entry = {"step": load["step"], "path": load["path"], "recorded_sha256": recorded,
                  "loaded_sha256": load["sha256"]}
-        if recorded is None:
-            entry["problem"] = "its save never finished (torn or partial file)"
-        elif load["sha256"] is None:
-            entry["problem"] = "the load never completed (the job died loading it)"
-        elif load["sha256"] != recorded:
-            entry["problem"] = "the loaded bytes differ from those saved (corrupted on storage)"
+        if problem:
+            entry["problem"] = problem
         checked.append(entry)
     bad = [entry for entry in checked if "problem" in entry]
     if bad:
         first = bad[0]
-        return _verdict(False, f"loaded_corrupt: checkpoint of step {first['step']}: {first['problem']}",
+        return _verdict(False, f"loaded_corrupt: checkpoint of step {first['step']} "
+                               f"({os.path.basename(str(first['path']))}): {first['problem']}",
                         loads=checked, verdict="loaded_corrupt")
     return _verdict(True, f"all {len(checked)} loaded checkpoint(s) matched the digest recorded at save time",
                     loads=checked)
@@ -131,6 +142,8 @@ def _restarts(events: list[Event]) -> list[dict[str, Any]]:
 
 
 def resumed_from_newest_valid(events: list[Event]) -> dict[str, Any]:
+    if checkpoint_source(events) != Source.WORKLOAD and not any(worker_steps(events).values("incarnation")):
+        return _resumed_print_only(events)
     if not any(worker_steps(events).values("incarnation")):
         return _verdict(None, "not checked: the workload does not report its incarnation through chaos.probe")
     restarts = _restarts(events)
@@ -140,23 +153,63 @@ def resumed_from_newest_valid(events: list[Event]) -> dict[str, Any]:
     for r in restarts:
         at = r["load"]["t"] if r["load"] else r["t"]
         available = _available_at(events, at)
-        newest = max(available.values(), key=lambda c: c["step"], default=None)
+        best = newest(available)
         loaded = r["load"]["step"] if r["load"] else None
-        entry = {"t": at, "loaded_step": loaded, "newest_valid_step": newest["step"] if newest else None}
-        if newest is not None and loaded is None:
+        entry = {"t": at, "loaded_step": loaded, "newest_valid_step": best["step"] if best else None}
+        if best is not None and loaded is None:
             entry["problem"] = "lost_all_progress"
-        elif newest is not None and loaded is not None and loaded < newest["step"]:
+        elif best is not None and loaded is not None and loaded < best["step"]:
             entry["problem"] = "resumed_from_stale"
         checked.append(entry)
     bad = [entry for entry in checked if "problem" in entry]
     if bad:
         b = bad[0]
-        what = (f"started from scratch while the checkpoint of step {b['newest_valid_step']} was valid"
-                if b["problem"] == "lost_all_progress" else
-                f"loaded step {b['loaded_step']} while step {b['newest_valid_step']} was complete and intact")
+        what = {"lost_all_progress": f"started from scratch while the checkpoint of step {b['newest_valid_step']} "
+                                     "was valid",
+                "resumed_from_stale": f"loaded step {b['loaded_step']} while step {b['newest_valid_step']} was "
+                                      "complete and intact"}[b["problem"]]
         return _verdict(False, f"{b['problem']}: {what}", restarts=checked, verdict=b["problem"])
     return _verdict(True, f"each of {len(checked)} restart(s) resumed from the newest valid checkpoint",
                     restarts=checked)
+
+
+def _resumed_print_only(events: list[Event]) -> dict[str, Any]:
+    """A job without the probe's incarnations: its rounds (inferred restarts) and the storage layer's loads."""
+    visible, how = loads_visible(events)
+    if not visible:
+        return _verdict(None, f"not checked: {how}, so the checkpoint each restart loaded is unknown")
+    checked = restart_checks(events)
+    if not checked:
+        return _verdict(True, "the job never restarted", restarts=[])
+    bad = [entry for entry in checked if "problem" in entry]
+    if bad:
+        b = bad[0]
+        return _verdict(False, f"{b['problem']}: {b['why']}", restarts=checked, verdict=b["problem"])
+    return _verdict(True, f"each of {len(checked)} restart(s) resumed from the newest valid checkpoint",
+                    restarts=checked)
+
+
+def restart_loop_cause(events: list[Event]) -> str | None:
+    """The checkpoint the job kept loading after its last progress (a crash loop on a damaged file), with what is
+    wrong with it; None when no load followed the last new step."""
+    table = worker_steps(events)
+    steps, times = table.values("step"), table.values("t")
+    if not len(table):
+        return None
+    top = max(steps)
+    stalled_since = min(t for s, t in zip(steps, times, strict=True) if s == top)
+    loads = [x for x in _loads_by_incarnation(events) if x["t"] > stalled_since]
+    if not loads:
+        return None
+    paths = Counter(x["path"] for x in loads)
+    path, _ = paths.most_common(1)[0]
+    mine = [x for x in loads if x["path"] == path]
+    who = (f"{len(mine)} worker process(es)" if checkpoint_source(events) == Source.STORAGE else
+           f"{len(mine)} worker round(s)")
+    problem = next((p for p in (_load_problem(events, x)[1] for x in mine) if p), None)
+    name = os.path.basename(str(path))
+    return (f"after step {top} (its last new step) {who} loaded {name} (step {mine[-1]['step']})"
+            f"{': ' + problem if problem else ''}")
 
 
 # ------------------------------------------------------------------------------------------ lineage
@@ -195,7 +248,7 @@ def _lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
         final = max(range(len(times)), key=times.__getitem__)
         inc, end = table.values("incarnation")[final], step_no[final]
     loads = {x["incarnation"]: x for x in _loads_by_incarnation(events)}
-    saves = _of(events, Ev.CHECKPOINT_SAVE_FINISHED)
+    saves = checkpoint_events(events, Ev.CHECKPOINT_SAVE_FINISHED)
     chain: list[dict[str, Any]] = []
     problem = None
     seen = set()
@@ -261,7 +314,7 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
                 dataset_size = sizes[r]
             consumed[int(epochs[r])].append(r)
     if not has_ids or dataset_size is None:
-        return _verdict(None, "not checked: the workload does not report sample_ids and dataset_size")
+        return _steps_once(events)
     duplicates: dict[int, list[int]] = {}
     skipped: dict[int, list[int]] = {}
     complete = []
@@ -292,6 +345,34 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
         return _verdict(False, f"{n_dup} sample(s) consumed twice and {n_skip} skipped in the surviving lineage"
                                f"{where}", **details)
     return _verdict(True, f"every sample consumed exactly once in {len(complete)} complete epoch(s)", **details)
+
+
+PROBE_CALL = ("one probe call per step, chaos.probe.step_completed(step, sample_ids=..., epoch=..., "
+              "dataset_size=...), would check every sample")
+
+
+def _steps_once(events: list[Event]) -> dict[str, Any]:
+    """Without sample ids: the step-level half of the question for a job judged from the storage layer (was a
+    step trained twice or skipped at a restart?). A failure is proven; a pass is not claimed for the samples."""
+    if any(worker_steps(events).values("incarnation")) or checkpoint_source(events) == Source.WORKLOAD:
+        return _verdict(None, f"not checked: the workload does not report sample_ids and dataset_size; "
+                              f"{PROBE_CALL}")
+    visible, how = loads_visible(events)
+    if not visible:
+        return _verdict(None, f"not checked: {how}, so the step each restart resumed from is unknown; "
+                              f"{PROBE_CALL}")
+    steps = step_continuity(events)
+    if not steps["checked"]:
+        return _verdict(None, f"not checked: {steps['why']}; {PROBE_CALL}")
+    details = {k: steps[k] for k in ("lineage", "steps_trained_twice", "steps_skipped", "print_stride")}
+    if steps["problems"]:
+        kind = "steps_trained_twice" if steps["steps_trained_twice"] else "steps_skipped"
+        return _verdict(False, f"{kind}: {steps['problems'][0]}", verdict=kind, **details)
+    resumed = [seg for seg in steps["lineage"] if seg.get("checkpoint_step") is not None]
+    said = "; ".join(f"resumed at step {seg['first_step']} from a checkpoint holding step {seg['checkpoint_step']}"
+                     for seg in resumed[:3])
+    return _verdict(None, f"not checked for samples: no step trained twice or skipped in the surviving lineage"
+                          f"{' (' + said + ')' if said else ''}; {PROBE_CALL}", **details)
 
 
 # ------------------------------------------------------------------------------------------ golden

@@ -12,16 +12,17 @@ import math
 import statistics
 from typing import Any
 
-from chaos.analysis.load import of_kind
+from chaos.analysis.ckpt_source import checkpoint_events
 from chaos.events import Ev
 from chaos.history import Event
 
 
 def save_cost_s(events: list[Event]) -> float | None:
     """Median wall time of a checkpoint save (save started → save finished, same process and step)."""
-    started = {(e.get("pid"), e["step"]): e["t"] for e in of_kind(events, Ev.CHECKPOINT_SAVE_STARTED)}
-    costs = [e["t"] - started[(e.get("pid"), e["step"])] for e in of_kind(events, Ev.CHECKPOINT_SAVE_FINISHED)
-             if (e.get("pid"), e["step"]) in started]
+    started = {(e.get("pid"), e.get("step")): e["t"] for e in checkpoint_events(events, Ev.CHECKPOINT_SAVE_STARTED)}
+    costs = [e["t"] - started[(e.get("pid"), e.get("step"))]
+             for e in checkpoint_events(events, Ev.CHECKPOINT_SAVE_FINISHED)
+             if (e.get("pid"), e.get("step")) in started]
     return statistics.median(costs) if costs else None
 
 

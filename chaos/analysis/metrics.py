@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any
 
+from chaos.analysis.ckpt_source import checkpoint_events, checkpoint_source
 from chaos.analysis.load import History, memo, of_kind, step_table
+from chaos.analysis.rounds import intended_step, rounds
 from chaos.analysis.steps import StepTable, time_order
 from chaos.events import Ev, Source
 from chaos.history import Event
@@ -207,7 +209,9 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
     highest_by_index = _running_max(step_no[i] for i in all_steps)
     starts = sorted(_worker_starts(events), key=lambda e: e["t"])
     start_t = [e["t"] for e in starts]
-    loads = of_kind(events, Ev.CHECKPOINT_LOADED)
+    loads = checkpoint_events(events, Ev.CHECKPOINT_LOADED)
+    storage_loads = ({r.key: r for r in rounds(events) if r.loads}  # rounds of a job judged from the storage layer
+                     if checkpoint_source(events) == Source.STORAGE else {})
     median, _ = median_step_time(events)
     done = completion_time(events)
     out = []
@@ -241,9 +245,13 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
         m.recovery_s = first_t - t_f
         if m.restarted:
             new_loads = [e for e in loads if e["t"] > t_f and (e.get("node"), e.get("pid")) in new_pids]
+            stored = [storage_loads[k] for k in sorted(new_pids, key=str) if k in storage_loads]
             if new_loads:
                 m.resumed_from = new_loads[0]["step"]
                 m.resume_evidence = f"checkpoint_loaded: {new_loads[0].get('path')}"
+            elif stored and (held := intended_step(events, stored[0].loads[0])) is not None:
+                m.resumed_from = held
+                m.resume_evidence = f"checkpoint_loaded (storage layer): {stored[0].loads[0].get('path')}"
             else:
                 m.resumed_from = first_step - 1
                 on_disk = [e for e in of_kind(events, Ev.CHECKPOINT_SEEN) if e["t"] < first_t]

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chaos.analysis.checkpoints import checkpoint_verdicts
+from chaos.analysis.checkpoints import checkpoint_verdicts, restart_loop_cause
 from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
 from chaos.analysis.planned import missing_promises, not_injected
@@ -122,6 +122,9 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     reason = end.get("reason", EndReason.ERROR)
     if reason in _END_VERDICTS:
         verdict, why = _END_VERDICTS[reason], end.get("why", reason)
+        cause = restart_loop_cause(events) if reason in (EndReason.RESTART_LOOP, EndReason.HUNG) else None
+        if cause:  # the file a crash loop kept dying on (the error the workers printed is in the engine's why)
+            why += f"; {cause}"
     elif missing:  # a run whose planned fault did not happen proves nothing about that fault: never a pass
         verdict = "error"
         why = "planned fault(s) did not happen: " + "; ".join(

@@ -55,8 +55,10 @@ class EndDetector:
         if now - started > limits.deadline_s:
             return End(EndReason.DEADLINE, f"deadline of {limits.deadline_s:g}s reached at step {progress.max_step}")
         if progress.starts_since_progress >= limits.restart_loop_restarts:
+            error = logs.error() if logs is not None else None
             return End(EndReason.RESTART_LOOP, f"{progress.starts_since_progress} worker restarts without progress "
-                                               f"past step {progress.max_step}")
+                                               f"past step {progress.max_step}"
+                       + (f"; the workers died of {error}" if error else ""))
         if progress.first_step_t is None and now - started > limits.startup_timeout_s:
             return End(EndReason.HUNG, f"no training step within {limits.startup_timeout_s:g}s of the start")
         if progress.first_step_t is not None and now - progress.last_progress_t > limits.stall_timeout_s:

@@ -22,8 +22,13 @@ CHECKPOINT_SCAN_S = 0.25
 class LogProgress:
     """Command workloads without the probe: each printed progress line becomes a ``step_completed`` event.
 
-    A step number lower than the last one printed on that node means new worker processes (a restart),
-    recorded as an inferred ``process_started`` so that recovery is measured as for instrumented jobs.
+    Each new worker round is recorded as an inferred ``process_started`` (pid ``<node>:<n>``), so that recovery,
+    restarts and restart loops are measured as for instrumented jobs. A round shows as: a printed step number
+    lower than (or equal to) the last one printed on that node; a new worker pid reading a checkpoint through the
+    storage layer after the current round printed (a job that resumes exactly at the next step prints no lower
+    number); or torchrun's agent reporting dead workers. A round that dies before printing anything (a crash loop
+    on a damaged checkpoint) is recorded when the next failure proves it ran (it loaded, or the same node failed
+    again), so such a loop counts its restarts instead of looking like a hang.
     """
 
     def __init__(self, progress_regex: str, log_paths: Mapping[str, Path], history: HistoryWriter):
@@ -33,55 +38,124 @@ class LogProgress:
         self._incarnation = dict.fromkeys(log_paths, 0)
         self._last_step = dict.fromkeys(log_paths, 0)
         self._history = history
+        self._printer: str | None = None  # the node whose log printed the last step (rank 0's)
+        self._progressed = False  # the current round printed a step
+        self._pending = False  # a new round began (evidence seen); its start is written when it shows
+        self._failed: set[str] = set()  # nodes whose workers died since the pending round began
+        self._loaded_in_pending = False  # a new worker pid read a checkpoint since the pending round began
+        self._storage_pids: set[tuple[object, object]] = set()  # processes the storage layer saw save or load
 
-    def scrape(self) -> None:
+    def scrape(self, node_logs: NodeLogs | None = None) -> None:
+        """Read the new log lines; ``node_logs`` gets every line too (the failures and last lines it keeps)."""
         for name, tail in self._tails.items():
             for line in tail.read_lines():
-                m = self._regex.search(line)
-                if not m:
+                if node_logs is not None and node_logs.feed(name, line):
+                    self.worker_failed(name)
                     continue
-                step = int(m.group("step"))
-                rank = int(m.group("rank")) if self._rank_group and m.group("rank") is not None else None
-                if rank not in (None, 0):
-                    continue  # one line per step: rank 0's (every rank prints the same global step)
-                inc = self._incarnation[name]
-                if step <= self._last_step[name] or inc == 0:
-                    inc += 1
-                    self._incarnation[name] = inc
-                    self._history.write(Ev.PROCESS_STARTED, source=Source.PROGRESS, node=name, pid=f"{name}:{inc}")
-                self._last_step[name] = step
-                loss = m.groupdict().get("loss")
-                self._history.write(Ev.STEP_COMPLETED, source=Source.PROGRESS, node=name, pid=f"{name}:{inc}",
-                                    step=step, loss=float(loss) if loss else None)
+                m = self._regex.search(line)
+                if m:
+                    self._printed(name, m)
+
+    def _printed(self, name: str, m: re.Match[str]) -> None:
+        step = int(m.group("step"))
+        rank = int(m.group("rank")) if self._rank_group and m.group("rank") is not None else None
+        if rank not in (None, 0):
+            return  # one line per step: rank 0's (every rank prints the same global step)
+        if self._pending or step <= self._last_step[name] or self._incarnation[name] == 0:
+            self._start(name)
+            self._pending = False
+        self._printer, self._progressed = name, True
+        self._last_step[name] = step
+        loss = m.groupdict().get("loss")
+        self._history.write(Ev.STEP_COMPLETED, source=Source.PROGRESS, node=name,
+                            pid=f"{name}:{self._incarnation[name]}", step=step, loss=float(loss) if loss else None)
+
+    def _start(self, name: str) -> None:
+        self._incarnation[name] += 1
+        self._history.write(Ev.PROCESS_STARTED, source=Source.PROGRESS, node=name,
+                            pid=f"{name}:{self._incarnation[name]}")
+
+    def _begin_round(self) -> None:
+        self._pending, self._progressed, self._failed, self._loaded_in_pending = True, False, set(), False
+
+    def worker_failed(self, name: str) -> None:
+        """torchrun's agent on ``name`` reported dead workers: the round ended (the agent starts the next)."""
+        if self._printer is None:
+            return  # before the first step: a failed start, judged by the end detector from the node logs
+        if self._pending and (name in self._failed or self._loaded_in_pending):
+            self._start(self._printer)  # the pending round ran (it loaded, or this node failed again) and died
+            self._begin_round()
+        elif not self._pending:
+            self._begin_round()
+        self._failed.add(name)
+
+    def observe(self, e: Event) -> None:
+        """A history line: the storage layer's loads by new worker pids are evidence of a new round."""
+        if e.get("source") != Source.STORAGE or e.get("event") not in (
+                Ev.CHECKPOINT_LOADED, Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED):
+            return
+        key = (e.get("node"), e.get("pid"))
+        if key in self._storage_pids:
+            return
+        self._storage_pids.add(key)
+        if e.get("event") != Ev.CHECKPOINT_LOADED or self._printer is None:
+            return
+        if self._pending:
+            self._loaded_in_pending = True
+        elif self._progressed:  # a new process reads a checkpoint after this round printed: workers restarted
+            self._begin_round()
+            self._loaded_in_pending = True
 
 
 # torchrun's agent logs every worker that dies (at ERROR level, so it shows with default logging):
 #   "... failed (exitcode: 1) local_rank: 0 (pid: 32542) of binary: /usr/bin/python"
 _WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+# The exception a worker died of: the last line of a Python traceback ("RuntimeError: ...").
+_ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b.*)")
 LAST_LINES = 8
 
 
 class NodeLogs:
-    """The nodes' own output, read as it grows: the launcher's worker failures, and each node's last lines.
+    """The nodes' own output, read as it grows: the launcher's worker failures, each node's last lines and the
+    last exception a worker printed.
 
     A job that cannot start (a missing file, an import error, a bad argument) never completes a step and often
     never reaches the probe: only torchrun's log says its workers keep dying. That is what lets the end detector
     call it a failed start at once, with the lines that explain it, instead of waiting for the startup timeout.
+    For a ``command:`` workload the lines come from :class:`LogProgress` (one read of each log, in order) for the
+    whole run, so a crash loop after the first step is seen too; otherwise they are read until the first step.
     """
 
     def __init__(self, log_paths: Mapping[str, Path]):
         self._tails = {name: FileTail(path) for name, path in log_paths.items()}
         self.last_lines: dict[str, deque[str]] = {name: deque(maxlen=LAST_LINES) for name in log_paths}
         self.worker_failures: dict[str, list[int]] = {name: [] for name in log_paths}  # exit codes, in order
+        self.last_error: dict[str, str] = {}  # node -> the last exception line a worker printed
 
     def read(self) -> None:
         for name, tail in self._tails.items():
             for line in tail.read_lines():
-                if line.strip():
-                    self.last_lines[name].append(line.rstrip()[:300])
-                m = _WORKER_FAILED.search(line)
-                if m:
-                    self.worker_failures[name].append(int(m.group(1)))
+                self.feed(name, line)
+
+    def feed(self, name: str, line: str) -> bool:
+        """Take one line of ``name``'s log; True when it reports dead workers."""
+        if not line.strip():
+            return False
+        self.last_lines[name].append(line.rstrip()[:300])
+        if ("Error" in line or "Exception" in line) and (err := _ERROR_LINE.match(line)):
+            self.last_error[name] = err.group(1).strip()[:300]
+        if "exitcode" not in line:
+            return False
+        m = _WORKER_FAILED.search(line)
+        if m:
+            self.worker_failures.setdefault(name, []).append(int(m.group(1)))
+        return m is not None
+
+    def error(self) -> str | None:
+        """The exception the workers last died of (of the node that failed most), if one was printed."""
+        counts = {n: len(codes) for n, codes in self.worker_failures.items()}
+        name = max(self.last_error, key=lambda n: counts.get(n, 0), default=None)
+        return f"{name}: {self.last_error[name]}" if name is not None else None
 
     def explain(self, name: str | None = None) -> str:
         """The failures per node and the last lines of the node that failed most (or of ``name``)."""
@@ -162,13 +236,19 @@ class ProgressObserver:
 
     def drain(self) -> list[Event]:
         """The job's new history events (after turning new log lines and checkpoint files into events)."""
+        events = list(self._tail.read_new())
         if self._log_progress is not None:
-            self._log_progress.scrape()  # written to the history; observed when the tail reads it back
+            for e in events:  # the storage layer's loads tell it of new worker rounds before their first print
+                self._log_progress.observe(e)
+            self._log_progress.scrape(self.node_logs)  # written to the history; read back just below
+            more = list(self._tail.read_new())
+            for e in more:
+                self._log_progress.observe(e)
+            events += more
+        elif self.node_logs is not None and self.first_step_t is None:
+            self.node_logs.read()  # only needed until the job has started: a failed start is judged from it
         if self._checkpoints is not None:
             self._checkpoints.scan()
-        if self.node_logs is not None and self.first_step_t is None:
-            self.node_logs.read()  # only needed until the job has started: a failed start is judged from it
-        events = list(self._tail.read_new())
         for e in events:
             self._observe(e)
         return events

@@ -1,0 +1,104 @@
+"""Which checkpoint events a run's verdicts and metrics read: the probe's, or the storage layer's (never both).
+
+A job that reports its checkpoints through ``chaos.probe`` (the shipped workload) is also seen by the storage layer
+when one serves its checkpoint directory: the same save would then count twice, once with the job's step and once
+with the file's. The job's own account decides (docs/design.md, "The storage layer"); a script that never imports
+``chaos`` is judged from the storage layer's events. Every verdict and metric that reads checkpoint events asks
+:func:`checkpoint_events`, so they all read the same source.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.analysis.load import memo, of_kind, of_kinds
+from chaos.events import Ev, Source
+from chaos.history import Event
+
+CHECKPOINT_EVENTS = (Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_WRITE_PROGRESS, Ev.CHECKPOINT_SAVE_FINISHED,
+                     Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED, Ev.CHECKPOINT_DELETED,
+                     Ev.CHECKPOINT_REJECTED)
+
+
+def checkpoint_source(events: list[Event]) -> Source | None:
+    """``workload`` when the job reported any checkpoint event through the probe, else ``storage`` when the storage
+    layer recorded any, else None (nothing about checkpoints is known)."""
+    def compute() -> Source | None:
+        sources = {e.get("source") for kind in CHECKPOINT_EVENTS for e in of_kind(events, kind)}
+        if Source.WORKLOAD in sources:
+            return Source.WORKLOAD
+        return Source.STORAGE if Source.STORAGE in sources else None
+    return memo(events, "checkpoint_source", compute)
+
+
+def checkpoint_events(events: list[Event], *kinds: Ev) -> list[Event]:
+    """The checkpoint events of ``kinds`` from the chosen source, in time order."""
+    def compute() -> list[Event]:
+        source = checkpoint_source(events)
+        return [e for e in of_kinds(events, *kinds) if e.get("source") == source] if source else []
+    return memo(events, "checkpoint_events:" + ",".join(kinds), compute)
+
+
+def storage_layer(events: list[Event]) -> str | None:
+    """``environment.storage_layer`` of ``run_started``: ``fuse``, ``inotify``, ``off``, or None (not recorded)."""
+    started = of_kind(events, Ev.RUN_STARTED)
+    environment: Any = started[0].get("environment") if started else None
+    layer = environment.get("storage_layer") if isinstance(environment, dict) else None
+    return layer if isinstance(layer, str) else None
+
+
+def loads_visible(events: list[Event]) -> tuple[bool, str]:
+    """Whether the history can show the checkpoints the job loaded, and why (the reason a verdict is not checked).
+
+    The probe reports the job's own loads; the storage layer sees reads only when it serves the directory through
+    FUSE (its inotify fallback sees files appear, not being read).
+    """
+    source = checkpoint_source(events)
+    if source == Source.WORKLOAD:
+        return True, "the job reports its checkpoints through chaos.probe"
+    layer = storage_layer(events)
+    if layer == "fuse" or any(e.get("source") == Source.STORAGE for e in of_kind(events, Ev.CHECKPOINT_LOADED)):
+        return True, "the storage layer saw every read of the checkpoint directory"
+    if layer == "inotify":
+        return False, ("the storage layer ran as an inotify watcher (no /dev/fuse or libfuse3): it sees files "
+                       "saved, not files read")
+    if layer == "off":
+        return False, ("no storage layer served the checkpoint directory (storage_layer: off) and the job reports "
+                       "no checkpoint through chaos.probe")
+    if any(e.get("source") == Source.WORKLOAD for e in of_kind(events, Ev.PROCESS_STARTED)):
+        return False, ("the job reported no checkpoint save or load through chaos.probe and no storage layer "
+                       "recorded its checkpoint files")
+    return False, ("the job reports no checkpoint through chaos.probe and no storage layer recorded its "
+                   "checkpoint files")
+
+
+def available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
+    """Checkpoints complete and intact at time ``t``: saves finished (of the chosen source), minus those being
+    overwritten (a later save started), deleted, or named damaged by a fault (``details.path`` / ``paths``)."""
+    available: dict[str, dict[str, Any]] = {}
+    source = checkpoint_source(events)
+    for e in of_kinds(events, Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED, Ev.CHECKPOINT_DELETED,
+                      Ev.FAULT_INJECTED):
+        if e["t"] >= t:
+            break
+        kind = e.get("event")
+        if kind == Ev.FAULT_INJECTED:
+            if isinstance(e.get("details"), dict):
+                # Any fault kind (a plug-in too) names the checkpoint files it damaged or removed: `path` or `paths`.
+                damaged = e["details"].get("paths")
+                for path in ([e["details"]["path"]] if e["details"].get("path") else []) + (
+                        damaged if isinstance(damaged, list) else []):
+                    available.pop(str(path), None)
+        elif e.get("source") != source:
+            continue
+        elif kind == Ev.CHECKPOINT_SAVE_FINISHED:
+            available[e["path"]] = {"step": e.get("step"), "sha256": e.get("sha256"), "path": e["path"], "t": e["t"]}
+        else:  # save started (being overwritten: not complete until it finishes again) or deleted
+            available.pop(e["path"], None)
+    return available
+
+
+def newest(available: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The available checkpoint of the highest known step (a save whose step is unknown cannot be ranked)."""
+    return max((c for c in available.values() if isinstance(c.get("step"), int)), key=lambda c: c["step"],
+               default=None)
