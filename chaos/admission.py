@@ -29,6 +29,13 @@ def program_problem(scenario: Scenario) -> str | None:
     argv = list(w.command)
     if any("\0" in arg for arg in argv):
         return "an argument contains a NUL character, which no command line can carry"
+    if Path(argv[0]).name == "env":  # `env NAME=value ... program`: judge the program it starts
+        rest = argv[1:]
+        while rest and "=" in rest[0] and not rest[0].startswith("-"):
+            rest = rest[1:]
+        if not rest or rest[0].startswith("-"):
+            return None  # env's own options: nothing more to judge here (workload.env is the simpler way)
+        argv = rest
     first = argv[0]
     if Path(first).name.startswith("python") and not first.endswith(".py"):
         if len(argv) < 2 or argv[1].startswith("-"):

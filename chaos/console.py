@@ -125,6 +125,9 @@ def summary(result: dict[str, Any], console: Console) -> None:
         ok = entry.get("ok")
         mark = (Text("ok", style="green") if ok else Text("not checked", style="dim") if ok is None
                 else Text("FAILED", style="bold red"))
+        mode = entry.get("mode")
+        if mode and mode != "not_checked":
+            mark.append(f" ({mode})")
         checks.add_row(name, mark, entry.get("why", ""))
     if result.get("checkpoint"):
         console.print(checks)

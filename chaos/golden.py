@@ -11,6 +11,13 @@ same golden run compute it once (the second waits, then reuses it).
 A golden run that restarted (a worker crashed, even after the job had finished) is not a trustworthy reference:
 it is run once more, and if that one restarts too its summary says ``trusted: false`` and is not cached.
 
+The *control run* (chaos.analysis.noise says why it exists) is the golden job resumed once at a given step with
+the same world size: ``kill_worker`` on node0 (elastic: its agent restarts the workers, the other agents rejoin,
+the store in node0's agent survives) or a crash of the single node replaced at once by the engine (centralized:
+there is no agent to restart anything), right after the step the faulted run resumed from plus one, so it
+resumes from the same checkpoint. It is cached beside the golden run under ``<key>-control-<step>/`` with the same
+lock discipline, and trusted only with exactly its one planned restart.
+
 This module runs nothing itself: the caller passes how to run a scenario (the engine passes itself), so the
 golden cache does not import the engine.
 """
@@ -28,14 +35,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from chaos.analysis.checkpoints import golden_summary
-from chaos.history import read_history
+from chaos.analysis.checkpoints import first_resume_step, golden_summary
+from chaos.history import Event, read_history
 from chaos.plan import SHIPPED_WORKLOADS
-from chaos.scenario import Checks, CommandWorkload, Expect, NodeRestart, Scenario
+from chaos.scenario import Checks, CommandWorkload, Expect, NodeRestart, Scenario, make_fault
 
 CACHE_ENV = "TORCH_CHAOS_GOLDEN_CACHE"
 SUMMARY_FILE = "golden.json"
-ATTEMPTS = 2  # a golden run that restarted is run once more, not until it happens to be clean
+CONTROL_FILE = "control.json"
+ATTEMPTS = 2  # a golden or control run that restarted unprovoked is run once more, not until it happens to be clean
+# torchrun's agent logs every worker that dies (as chaos.engine.progress reads it live): in a golden run any such
+# line is an unprovoked restart even when the job printed nothing afterwards; in a control run, any but the
+# planned SIGKILL (-9), e.g. gloo's abort at exit (-6).
+_WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 
 # Arguments of the shipped workload that change how and when it saves or breaks, never what a fault-free run
 # computes (the planted bugs only act on resume), so they stay out of the key.
@@ -46,6 +58,8 @@ NUMERICALLY_NEUTRAL_ARGS = {"checkpoint_dir", "checkpoint_every", "keep", "bug",
 ScenarioRunner = Callable[[Scenario, Path], Path]
 # What the engine calls for a scenario's golden summary (a GoldenCache, or a stand-in in tests).
 GoldenRunner = Callable[[Scenario], dict[str, Any]]
+# What the engine calls for a control run's summary: the scenario and the step its clean resume starts from.
+ControlRunner = Callable[[Scenario, int], dict[str, Any]]
 
 
 def wants_golden(scenario: Scenario) -> bool:
@@ -68,6 +82,8 @@ def golden_key(scenario: Scenario) -> str:
     c = scenario.cluster
     if isinstance(w, CommandWorkload):
         workload: dict[str, Any] = {"command": w.command, "progress_regex": w.progress_regex}
+        if w.env:  # a variable can change what the job computes (a seed, a precision switch, a thread count)
+            workload["env"] = dict(sorted(w.env.items()))
         script = next((Path(a) for a in w.command if a.endswith(".py") and Path(a).is_file()), None)
     else:
         workload = {"name": w.name, "args": {k: v for k, v in sorted(w.args.items())
@@ -116,9 +132,59 @@ def _locked(path: Path, on_wait: Callable[[str], None] | None = None) -> Iterato
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def control_scenario(scenario: Scenario, resume_step: int) -> Scenario:
+    """The golden job with one clean resume from the checkpoint of ``resume_step``: a kill right after step
+    ``resume_step + 1`` (held there by the probe, or as soon as the engine reads it from a print-only job)."""
+    base = golden_scenario(scenario)
+    c = base.cluster
+    if c.mode == "centralized":
+        fault = make_fault(kind="crash", target=0, at_step=resume_step + 1)
+        cluster = c.model_copy(update={"node_restart": NodeRestart(policy="on-failure", delay_s=0.5, max_restarts=1)})
+    else:
+        fault = make_fault(kind="kill_worker", target=0, at_step=resume_step + 1)
+        cluster = c.model_copy(update={"max_restarts": 1}) if c.max_restarts == 0 else c
+    return base.model_copy(update={"name": f"{scenario.name}-control", "faults": [fault], "cluster": cluster})
+
+
 def restarts_of(result: dict[str, Any]) -> int:
     """Worker restarts of a fault-free run, during training or after the job had finished."""
     return int(result.get("restarts") or 0) + int(result.get("restarts_after_completion") or 0)
+
+
+def logged_worker_failures(run_dir: Path) -> list[int]:
+    """Exit codes of the workers torchrun's agents reported dead in the run's node logs."""
+    codes = []
+    for log in sorted((run_dir / "logs").glob("*.log")):
+        with contextlib.suppress(OSError):
+            codes += [int(m.group(1)) for m in _WORKER_FAILED.finditer(log.read_text(errors="replace"))]
+    return codes
+
+
+def golden_problem(run_dir: Path, result: dict[str, Any], events: list[Event]) -> str | None:
+    """Why a completed golden run is not a fault-free reference, or None."""
+    restarts = restarts_of(result)
+    if restarts:
+        return f"restarted {restarts} time(s)"
+    failed = logged_worker_failures(run_dir)
+    if failed:
+        return f"had {len(failed)} worker(s) die (exit codes {sorted(set(failed))}) although nothing was injected"
+    return None
+
+
+def control_problem(run_dir: Path, result: dict[str, Any], events: list[Event]) -> str | None:
+    """Why a completed control run is not one clean resume, or None."""
+    faults = result.get("faults") or [{}]
+    if not faults[0].get("injected"):
+        return f"its planned kill did not happen ({faults[0].get('why_not_injected', 'no fault recorded')})"
+    restarts, after = int(result.get("restarts") or 0), int(result.get("restarts_after_completion") or 0)
+    if restarts != 1 or after:
+        return f"restarted {restarts} time(s) during training and {after} after it (1 planned)"
+    unplanned = [c for c in logged_worker_failures(run_dir) if c != -9]
+    if unplanned:
+        return f"had worker(s) die unprovoked (exit codes {sorted(set(unplanned))})"
+    if first_resume_step(events) is None:
+        return "shows no resumed worker in its history"
+    return None
 
 
 class GoldenCache:
@@ -131,36 +197,52 @@ class GoldenCache:
         self.on_wait = on_wait  # told when another process holds the key's lock (the wait can be a minute)
 
     def __call__(self, scenario: Scenario) -> dict[str, Any]:
-        key = golden_key(scenario)
+        return self._cached(golden_key(scenario), SUMMARY_FILE,
+                            lambda home: self._compute(golden_scenario(scenario), home, "fault-free", golden_problem))
+
+    def control(self, scenario: Scenario, resume_step: int) -> dict[str, Any]:
+        """The control run's summary for a clean resume from ``resume_step`` (cached like the golden run)."""
+        def compute(home: Path) -> dict[str, Any]:
+            summary = self._compute(control_scenario(scenario, resume_step), home, "control", control_problem)
+            summary["resume_step"] = resume_step
+            return summary
+
+        return self._cached(f"{golden_key(scenario)}-control-{resume_step}", CONTROL_FILE, compute)
+
+    def _cached(self, key: str, filename: str, compute: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
         home = self.directory / key
-        summary_path = home / SUMMARY_FILE
+        summary_path = home / filename
         with _locked(self.directory / f"{key}.lock", self.on_wait):
             if summary_path.exists():
                 summary = json.loads(summary_path.read_text())
                 summary["cached"] = True
                 return summary
             home.mkdir(parents=True, exist_ok=True)
-            summary = self._compute(golden_scenario(scenario), home)
+            summary = compute(home)
             summary["key"] = key
-            if summary["completed"] and summary["trusted"]:  # a failed or untrusted golden run is not cached
-                tmp = home / f".{SUMMARY_FILE}.tmp"
+            if summary["completed"] and summary["trusted"]:  # a failed or untrusted run is not cached
+                tmp = home / f".{filename}.tmp"
                 tmp.write_text(json.dumps(summary))
                 os.replace(tmp, summary_path)
             return summary
 
-    def _compute(self, scenario: Scenario, home: Path) -> dict[str, Any]:
+    def _compute(self, scenario: Scenario, home: Path, what: str,
+                 problem_of: Callable[[Path, dict[str, Any], list[Event]], str | None]) -> dict[str, Any]:
         tried: list[str] = []
         for _ in range(ATTEMPTS):
             run_dir = self.run_scenario(scenario, home)
-            summary = golden_summary(read_history(run_dir / "events.jsonl"))
-            summary.update(run_dir=str(run_dir), cached=False, trusted=True)
+            events = read_history(run_dir / "events.jsonl")
+            summary = golden_summary(events)
+            summary.update(run_dir=str(run_dir), cached=False, trusted=True,
+                           resumed_from=first_resume_step(events))
             result_path = run_dir / "result.json"
             result = json.loads(result_path.read_text()) if result_path.exists() else {}
-            restarts = restarts_of(result)
-            if not summary["completed"] or restarts == 0:
+            problem = problem_of(run_dir, result, events) if summary["completed"] else None
+            if problem is None:
                 if tried:
                     summary["retried_after"] = tried
-                break  # a failed golden run is reported as such; running it again would not make it a reference
-            tried.append(f"{run_dir.name} restarted {restarts} time(s)")
-            summary.update(trusted=False, untrusted_why=f"the fault-free run restarted: {'; '.join(tried)}")
+                break  # a failed run is reported as such; running it again would not make it a reference
+            tried.append(f"{run_dir.name} {problem}")
+            summary.update(trusted=False, untrusted_why=f"the {what} run {problem} ({len(tried)} attempt(s): "
+                                                        f"{'; '.join(tried)})")
         return summary

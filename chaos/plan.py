@@ -172,6 +172,12 @@ def _python_script(argv: list[str]) -> list[str]:
                             "file (or -m module) on every node; put the code in a file and write "
                             "command: [python, train.py, ...]")
         return argv[1:]
+    if Path(argv[0]).name == "env":
+        assignments = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in argv[1:] if "=" in a and not a.startswith("-")}
+        raise PlanError("workload.command: an elastic job runs a Python script under torchrun, which cannot start "
+                        "`env`; give the variables as workload.env instead, e.g. env: {"
+                        + (", ".join(f"{k}: {v!r}" for k, v in assignments.items()) or "NAME: value")
+                        + "} and command: [python, train.py, ...]")
     raise PlanError("workload.command: an elastic job runs a Python script under torchrun; "
                     "write command: [python, train.py, ...]")
 
@@ -210,7 +216,7 @@ class Addressing:
 def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing | None = None) -> Plan:
     from chaos.paths import confine
     from chaos.registry import rendezvous_backend
-    from chaos.scenario import ShippedWorkload
+    from chaos.scenario import CommandWorkload, ShippedWorkload
 
     c = scenario.cluster
     net = net or Addressing.loopback(scenario)
@@ -227,7 +233,9 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
     if checkpoint_dir is not None and (why := confine(checkpoint_dir, run_dir, scenario.allow_paths)):
         raise PlanError(f"checkpoint_dir: {why}")
     pause_on = sorted({f.on.event for f in scenario.faults if f.on is not None})
+    # The workload's own variables first: what torch-chaos sets wins (validation refuses those names anyway).
     base_env = {
+        **(w.env if isinstance(w, CommandWorkload) else {}),
         "CHAOS_EVENTS": str(run_dir / "events.jsonl"),
         "CHAOS_RUN_ID": run_id,
         "OMP_NUM_THREADS": str(c.threads_per_proc),
@@ -247,8 +255,9 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
             # one plain process: the interpreter's own options (python -c, -m) work as written
             argv = [python, *(script if script[0].endswith(".py") else script[1:])] if _is_python(script) else script
         else:
+            # torchrun starts a script: `[python, train.py]` would make it run a file named "python"
             argv = [python, "-m", "torch.distributed.run", "--standalone",
-                    f"--nproc-per-node={c.procs_per_node}", *script]
+                    f"--nproc-per-node={c.procs_per_node}", *_python_script(script)]
         nodes.append(NodePlan("node0", 0, argv, {**base_env, "CHAOS_NODE": "node0"}))
         return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, None, settings, pause_on, net.addresses)
 

@@ -107,12 +107,27 @@ class ShippedWorkload(Strict):
         "chaos/workload_args.py")
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What torch-chaos sets in every node's environment itself (beside CHAOS_*), and where a scenario sets it instead.
+RESERVED_ENV = {
+    "OMP_NUM_THREADS": "cluster.threads_per_proc",
+    "PYTHONUNBUFFERED": "always 1, so progress lines arrive as printed",
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "cluster.share_rendezvous_store",
+    "GLOO_SOCKET_IFNAME": "the runtime's interface, on netns and docker",
+    "NCCL_SOCKET_IFNAME": "the runtime's interface, on netns and docker",
+}
+
+
 class CommandWorkload(Strict):
     """A user's own training command; the plan runs it in the run directory (relative paths start there)."""
 
     command: list[Arg] = Field(min_length=1, description="the training command; torchrun wraps it in elastic mode")
     progress_regex: str = Field(description="regex with a named group 'step' (and optionally 'loss')")
     checkpoint_dir: str | None = None
+    env: dict[str, Arg] = Field(
+        default_factory=dict, description="environment variables for every worker, on top of the engine's own "
+        "environment (local, netns) and of what torch-chaos sets (CHAOS_*, OMP_NUM_THREADS, ...), which they may "
+        "not replace; part of the golden cache key")
 
     @model_validator(mode="after")
     def _check(self) -> CommandWorkload:
@@ -122,6 +137,12 @@ class CommandWorkload(Strict):
             raise ValueError(f"progress_regex is not a valid regular expression: {exc}") from None
         if "step" not in pattern.groupindex:
             raise ValueError("progress_regex needs a named group 'step', e.g. 'step (?P<step>\\d+)'")
+        for name in self.env:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"env: {name!r} is not an environment variable name (letters, digits, _)")
+            if name.startswith("CHAOS_") or name in RESERVED_ENV:
+                raise ValueError(f"env: {name} is set by torch-chaos ({RESERVED_ENV.get(name, 'its own marks')}) "
+                                 "and cannot be given here")
         return self
 
 
@@ -174,14 +195,18 @@ class CheckpointExpect(Strict):
 
     digests_ok: bool | None = None
     resumed_from_newest_valid: bool | None = None
-    matches_golden: Literal["bitwise", "within_tolerance"] | None = Field(
-        None, description="bitwise: identical final state; within_tolerance: bitwise or within checks.loss_rtol")
+    matches_golden: Literal["bitwise", "within_noise", "within_tolerance"] | None = Field(
+        None, description="bitwise: identical final state; within_noise: bitwise or within the measured noise of "
+        "a clean resume; within_tolerance: any of those or within checks.loss_rtol")
     exactly_once: bool | None = None
 
 
 class Checks(Strict):
     golden: bool = Field(True, description="run (or reuse) a fault-free golden run to compare the final model with")
-    loss_rtol: float = Field(1e-3, ge=0, description="relative loss tolerance when the world size changed")
+    loss_rtol: float | None = Field(
+        None, ge=0, description="pin the relative loss tolerance of the golden comparison (no control run). Unset: "
+        "bitwise, else within the noise a control run measures for a clean resume; 1e-3 when the world size "
+        "changed")
     mtbf_s: Seconds | None = Field(None, gt=0, description="mean time between failures, for checkpoint-interval "
                                    "advice in reports (e.g. 6h)")
 

@@ -193,3 +193,68 @@ def test_neither_the_engine_nor_the_golden_key_imports_torch() -> None:
             f"golden_key(parse_scenario({SCENARIO!r}))\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+class FakeControlRun:
+    """Leaves what a control run leaves: steps, a planned kill, a resumed process; ``restarts`` per call."""
+
+    def __init__(self, restarts: tuple[int, ...] = (1,), exit_codes: str = ""):
+        self.restarts, self.exit_codes, self.calls = restarts, exit_codes, 0
+
+    def __call__(self, scenario: Scenario, out_dir: Path) -> Path:
+        assert [f.kind for f in scenario.faults] == ["crash"] and scenario.faults[0].at_step == 4
+        assert scenario.cluster.node_restart.policy == "on-failure"  # centralized: the engine replaces the node
+        run_dir = out_dir / f"control-{self.calls}"
+        restarts = self.restarts[min(self.calls, len(self.restarts) - 1)]
+        self.calls += 1
+        (run_dir / "logs").mkdir(parents=True)
+        (run_dir / "logs" / "node0.log").write_text(self.exit_codes)
+        steps = [(s, "p1") for s in range(1, 5)] + [(s, "p2") for s in range(4, 6)]
+        events = [{"t": 1.0 + i, "source": "progress", "event": "step_completed", "step": s, "pid": pid,
+                   "node": "node0", "loss": 1.0 / s} for i, (s, pid) in enumerate(steps)]
+        events.append({"t": 20.0, "source": "engine", "event": "run_ended", "reason": "completed"})
+        (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+        (run_dir / "result.json").write_text(json.dumps({
+            "restarts": restarts, "restarts_after_completion": 0, "faults": [{"injected": True}]}))
+        return run_dir
+
+
+def test_a_control_run_with_its_one_planned_restart_is_trusted_and_cached(tmp_path: Path) -> None:
+    runner = FakeControlRun()
+    summary = GoldenCache(runner, tmp_path / "cache").control(scenario(), 3)
+    assert summary["trusted"] and summary["resume_step"] == 3 and summary["resumed_from"] == 3
+    assert summary["key"] == f"{golden_key(scenario())}-control-3"
+    again = GoldenCache(runner, tmp_path / "cache").control(scenario(), 3)
+    assert again["cached"] and runner.calls == 1
+
+
+@pytest.mark.parametrize(("restarts", "log", "why"), [
+    ((2,), "", "restarted 2 time(s) during training"),
+    ((1,), "failed (exitcode: -6) local_rank: 0 (pid: 7) of binary", "die unprovoked (exit codes [-6])"),
+])
+def test_a_control_run_restarting_unprovoked_is_run_again_then_untrusted(tmp_path: Path, restarts: tuple[int, ...],
+                                                                         log: str, why: str) -> None:
+    runner = FakeControlRun(restarts, log)
+    summary = GoldenCache(runner, tmp_path / "cache").control(scenario(), 3)
+    assert runner.calls == 2 and summary["trusted"] is False and why in summary["untrusted_why"], summary
+    assert not (tmp_path / "cache" / summary["key"] / "control.json").exists()
+
+
+def test_a_golden_run_whose_worker_died_unseen_is_not_trusted(tmp_path: Path) -> None:
+    """A worker that aborts at exit after the last step prints nothing more: only torchrun's log shows it."""
+    class DiedAtExit(FakeGoldenRun):
+        def __call__(self, scenario: Scenario, out_dir: Path) -> Path:
+            run_dir = super().__call__(scenario, out_dir)
+            (run_dir / "logs").mkdir()
+            (run_dir / "logs" / "node0.log").write_text("failed (exitcode: -6) local_rank: 0 (pid: 1) of binary\n")
+            return run_dir
+
+    summary = GoldenCache(DiedAtExit(tmp_path / "calls"), tmp_path / "cache")(scenario())
+    assert summary["trusted"] is False and "exit codes [-6]" in summary["untrusted_why"]
+
+
+def test_workload_env_is_part_of_the_golden_key() -> None:
+    with_env = parse_scenario(SCENARIO.replace("  progress_regex", "  env: {SEED: '1'}\n  progress_regex"))
+    assert golden_key(with_env) != golden_key(scenario())
+    other = parse_scenario(SCENARIO.replace("  progress_regex", "  env: {SEED: '2'}\n  progress_regex"))
+    assert golden_key(other) != golden_key(with_env)

@@ -34,6 +34,8 @@ DOCUMENTED_VERDICT = {
     "corrupt-latest-checkpoint": "pass",
     "non-atomic-save": "restart_loop",
     "network-delay-netns": "pass",
+    "plain-ddp-crash": "pass",
+    "plain-ddp-no-optimizer-state": "fail",
 }
 
 

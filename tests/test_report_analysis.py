@@ -76,7 +76,7 @@ def test_chaos_report_parses_and_analyses_the_history_once(soak: Path, monkeypat
     assert len(calls) == 1
     written = json.loads((soak / "result.json").read_text())
     assert json.loads((soak / "r.json").read_text())["result"] == written
-    assert written["schema_version"] == 5
+    assert written["schema_version"] == 6
 
 
 def test_plot_series_are_bounded_and_keep_a_restart_drop(soak: Path) -> None:

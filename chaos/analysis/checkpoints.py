@@ -29,6 +29,14 @@ from chaos.analysis.ckpt_source import (
     newest,
 )
 from chaos.analysis.load import memo, of_kind, step_table
+from chaos.analysis.noise import (
+    BAND_CEILING,
+    CHANGED_WORLD_RTOL,
+    LossComparison,
+    band,
+    compare_losses,
+    int_losses,
+)
 from chaos.analysis.rounds import intended_step, restart_checks, step_continuity
 from chaos.analysis.steps import MISSING, StepTable
 from chaos.events import EndReason, Ev, Source
@@ -394,21 +402,15 @@ def golden_summary(events: list[Event]) -> dict[str, Any]:
             "completed": any(e.get("reason") == EndReason.COMPLETED for e in of_kind(events, Ev.RUN_ENDED))}
 
 
-def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: float) -> dict[str, Any]:
-    if golden is None:
-        return _verdict(None, "not checked: no golden run (checks.golden is off)", mode="not_checked")
-    if not golden.get("completed"):
-        return _verdict(None, "not checked: the golden run did not complete", mode="not_checked")
-    if golden.get("trusted") is False:  # it restarted itself twice: not a fault-free reference
-        return _verdict(None, f"not checked: the golden run cannot be trusted ({golden.get('untrusted_why')})",
-                        mode="not_checked")
+def _lineage_losses(events: list[Event]) -> tuple[dict[int, float], list[int], set[Any], bool]:
+    """Rank 0's losses along the surviving lineage, the steps whose loss was not finite, the world sizes seen,
+    and whether the run finished (a ``run_finished``, or a print-only job whose output shows its steps)."""
     finished = _of(events, Ev.RUN_FINISHED)
     chain, _ = lineage(events)
     rows = [r for seg in chain for r in seg["rows"]]
     table = worker_steps(events)
     sources = table.values("source")
-    if not finished and not any(sources[r] == Source.PROGRESS for r in rows):
-        return _verdict(None, "not checked: the run did not finish", mode="not_checked")
+    done = bool(finished) or any(sources[r] == Source.PROGRESS for r in rows)
     run_losses: dict[int, float] = {}
     not_finite: list[int] = []  # the probe records a NaN or infinite loss as null
     world_sizes = set()
@@ -421,46 +423,162 @@ def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: flo
             else:
                 run_losses[step_no[r]] = losses[r]
         world_sizes.add(world_size[r])
+    return run_losses, not_finite, world_sizes, done
+
+
+def first_resume_step(events: list[Event]) -> int | None:
+    """The step the run's first restart resumed from: the first step rank 0 completed in a new process, minus one.
+    None when no worker process ever replaced the first one."""
+    table = worker_steps(events)
+    first = None
+    for s, rank, node, pid in zip(table.values("step"), table.values("rank", 0), table.values("node"),
+                                  table.values("pid"), strict=True):
+        if rank != 0:
+            continue
+        if first is None:
+            first = (node, pid)
+        elif (node, pid) != first:
+            return max(0, s - 1)
+    return None
+
+
+def control_request(events: list[Event], golden: dict[str, Any] | None, rtol: float | None) -> int | None:
+    """The step a control run must resume at, or None when the verdict needs none: no usable golden run, a pinned
+    tolerance, a changed world size, losses bitwise equal (the reference workload never pays for a control run),
+    a difference beyond any noise band, a run that did not finish, or no restart to reproduce."""
+    if rtol is not None or not golden or not golden.get("completed") or golden.get("trusted") is False:
+        return None
+    run_losses, not_finite, world_sizes, done = _lineage_losses(events)
+    if not done or not_finite or sorted(world_sizes) != golden["world_sizes"]:
+        return None
+    cmp = compare_losses(run_losses, int_losses(golden["losses"]))
+    if len(cmp.steps) < golden["steps"] or cmp.max_rel == 0 or cmp.max_rel > BAND_CEILING:
+        return None
+    return first_resume_step(events)
+
+
+def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: float | None = None,
+                   control: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's losses (and final state) against the fault-free run's: ``bitwise``; ``within_noise`` of a clean
+    resume measured by the control run (same world size, no pinned ``rtol``); ``within_tolerance`` of ``rtol``
+    (pinned by the user, or CHANGED_WORLD_RTOL when the world size changed); else ``diverged``. See
+    chaos.analysis.noise for why the noise is measured."""
+    if golden is None:
+        return _verdict(None, "not checked: no golden run (checks.golden is off)", mode="not_checked")
+    if not golden.get("completed"):
+        return _verdict(None, "not checked: the golden run did not complete", mode="not_checked")
+    if golden.get("trusted") is False:  # it restarted itself twice: not a fault-free reference
+        return _verdict(None, f"not checked: the golden run cannot be trusted ({golden.get('untrusted_why')})",
+                        mode="not_checked")
+    run_losses, not_finite, world_sizes, done = _lineage_losses(events)
+    if not done:
+        return _verdict(None, "not checked: the run did not finish", mode="not_checked")
     ws_changed = sorted(world_sizes) != golden["world_sizes"]
-    tol = rtol if ws_changed else 0.0
-    g_losses = {int(k): v for k, v in golden["losses"].items()}
-    common = sorted(set(run_losses) & set(g_losses))
-    abs_diffs = [abs(run_losses[s] - g_losses[s]) for s in common]
-    rel_diffs = [d / max(abs(g_losses[s]), 1e-12) for s, d in zip(common, abs_diffs, strict=True)]
-    first_bad = next((s for s, r in zip(common, rel_diffs, strict=True) if r > tol), None)
+    pinned = rtol is not None
+    measured = not ws_changed and not pinned
+    tol = 0.0 if measured else (rtol if pinned else CHANGED_WORLD_RTOL)
+    g_losses = int_losses(golden["losses"])
+    cmp = compare_losses(run_losses, g_losses)
+    first_bad = cmp.first_above(tol)
     if not_finite and (first_bad is None or min(not_finite) < first_bad):
         return _verdict(False, f"diverged: the loss is not finite (NaN or inf) from step {min(not_finite)} on",
                         mode="diverged", first_divergent_step=min(not_finite), world_size_changed=ws_changed)
-    details = {"world_size_changed": ws_changed, "world_sizes": sorted(world_sizes),
-               "golden_world_sizes": golden["world_sizes"], "steps_compared": len(common),
-               "max_abs_loss_diff": max(abs_diffs, default=0.0), "max_rel_loss_diff": max(rel_diffs, default=0.0),
-               "tolerance_rel": tol}
+    details: dict[str, Any] = {
+        "world_size_changed": ws_changed, "world_sizes": sorted(world_sizes),
+        "golden_world_sizes": golden["world_sizes"], "steps_compared": len(cmp.steps),
+        "max_abs_loss_diff": cmp.max_abs, "max_rel_loss_diff": cmp.max_rel, "tolerance_rel": tol,
+        "tolerance_source": "bitwise" if measured else ("checks.loss_rtol" if pinned else "world_size_changed")}
+    finished = _of(events, Ev.RUN_FINISHED)
     state = finished[-1].get("state_sha256") if finished else None
     if state is not None and state == golden.get("state_sha256"):
         return _verdict(True, "bitwise: the final model and optimizer state equal the fault-free run's",
                         mode="bitwise", **details)
+    if len(cmp.steps) < golden["steps"] and (first_bad is None or measured):
+        return _verdict(False, f"diverged: only {len(cmp.steps)} of the golden run's {golden['steps']} steps are in "
+                               "the surviving lineage", mode="diverged", first_divergent_step=None, **details)
+    if measured and cmp.max_rel > 0:
+        return _against_noise(events, cmp, control, g_losses, details)
     if first_bad is not None:
         return _verdict(False, f"diverged: the loss first differs from the fault-free run's at step {first_bad} "
-                               f"(relative difference {rel_diffs[common.index(first_bad)]:.3g}, tolerance {tol:g})",
+                               f"(relative difference {cmp.rel_at(first_bad):.3g}, tolerance {tol:g}"
+                               f"{' pinned by checks.loss_rtol' if pinned else ''})",
                         mode="diverged", first_divergent_step=first_bad, **details)
-    if len(common) < golden["steps"]:
-        return _verdict(False, f"diverged: only {len(common)} of the golden run's {golden['steps']} steps are in "
-                               "the surviving lineage", mode="diverged", **details)
+    if not measured:
+        if cmp.max_abs == 0 and not ws_changed and state is None:
+            return _verdict(True, "bitwise: every printed loss matches the fault-free run's (no state digest "
+                                  "reported)", mode="bitwise", **details)
+        why = (f"the world size changed ({sorted(world_sizes)})" if ws_changed else
+               f"checks.loss_rtol pins the tolerance at {tol:g}")
+        return _verdict(True, f"within_tolerance: {why}; losses within relative {tol:g} of the fault-free run's "
+                              f"(at most {cmp.max_rel:.3g})", mode="within_tolerance", **details)
     if state is None:
-        mode = "bitwise" if not ws_changed and details["max_abs_loss_diff"] == 0 else "within_tolerance"
-        return _verdict(True, f"{mode}: every printed loss matches the fault-free run's (no state digest reported)",
-                        mode=mode, **details)
-    if ws_changed:
-        return _verdict(True, f"within_tolerance: the world size changed ({sorted(world_sizes)}); losses within "
-                              f"relative {tol:g} of the fault-free run's", mode="within_tolerance", **details)
+        return _verdict(True, "bitwise: every printed loss matches the fault-free run's (no state digest reported)",
+                        mode="bitwise", **details)
     return _verdict(False, "diverged: every loss matches but the final state differs from the fault-free run's",
                     mode="diverged", first_divergent_step=None, **details)
 
 
-def checkpoint_verdicts(events: list[Event], golden: dict[str, Any] | None, rtol: float) -> dict[str, Any]:
+def _against_noise(events: list[Event], cmp: LossComparison, control: dict[str, Any] | None,
+                   golden_losses: dict[int, float], details: dict[str, Any]) -> dict[str, Any]:
+    """Same world size, no pinned tolerance, losses not bitwise equal: judge them against the measured noise."""
+    first_diff = cmp.first_above(0.0)
+    assert first_diff is not None
+    size = f"relative {cmp.max_rel:.3g} at most, first at step {first_diff} ({cmp.rel_at(first_diff):.3g})"
+    details = {**details, "first_differing_step": first_diff, "band_ceiling_rel": BAND_CEILING}
+    if cmp.max_rel > BAND_CEILING:
+        first_bad = cmp.first_above(BAND_CEILING)
+        assert first_bad is not None
+        return _verdict(False, f"diverged: the loss first differs from the fault-free run's beyond any resume noise "
+                               f"at step {first_bad} (relative {cmp.rel_at(first_bad):.3g}; the noise band never "
+                               f"exceeds {BAND_CEILING:g}, so no control run was needed)",
+                        mode="diverged", first_divergent_step=first_bad, **{**details, "tolerance_rel": BAND_CEILING})
+    resume = first_resume_step(events)
+    if resume is None:
+        return _verdict(False, f"diverged: the loss differs from the fault-free run's ({size}) although no worker "
+                               "restarted, so no resume explains it (the job is not deterministic?)",
+                        mode="diverged", first_divergent_step=first_diff, **details)
+    if control is None:
+        return _verdict(None, f"not checked: the loss differs from the fault-free run's ({size}) and no control run "
+                              "measured the noise of a clean resume (it did not run or did not finish)",
+                        mode="not_checked", **details)
+    if not control.get("completed") or control.get("trusted") is False:
+        why = control.get("untrusted_why") or "it did not complete"
+        return _verdict(None, f"not checked: the loss differs from the fault-free run's ({size}), and the control run "
+                              f"that measures a clean resume's noise cannot be trusted: {why}",
+                        mode="not_checked", control_run=control.get("run_dir"), **details)
+    return _noise_verdict(cmp, control, golden_losses, {
+        **details, "control_run": control.get("run_dir"), "control_resumed_from": control.get("resumed_from"),
+        "faulted_resumed_from": resume})
+
+
+def _noise_verdict(cmp: LossComparison, control: dict[str, Any], golden_losses: dict[int, float],
+                   details: dict[str, Any]) -> dict[str, Any]:
+    """The faulted run's divergence against the band its control run's measured floor sets."""
+    floor = compare_losses(int_losses(control["losses"]), golden_losses).max_rel
+    tol = band(floor)
+    times = (lambda x: x / floor) if floor > 0 else (lambda x: None)
+    details = {**details, "tolerance_rel": tol, "tolerance_source": "measured", "noise_floor_rel": floor,
+               "band_rel": tol, "times_noise_floor": times(cmp.max_rel)}
+    floor_text = (f"a clean resume's measured noise floor {floor:.3g}" if floor > 0 else
+                  "a clean resume measured bitwise (floor 0)")
+    first_bad = cmp.first_above(tol)
+    if first_bad is None:
+        ratio = f", {times(cmp.max_rel):.3g}x the floor" if floor > 0 else ""
+        return _verdict(True, f"within_noise: the losses differ from the fault-free run's by at most relative "
+                              f"{cmp.max_rel:.3g}{ratio}, within the band {tol:.3g} set by {floor_text}",
+                        mode="within_noise", **details)
+    rel = cmp.rel_at(first_bad)
+    ratio = f", {rel / floor:.3g}x the noise floor {floor:.3g}" if floor > 0 else f"; {floor_text}"
+    return _verdict(False, f"diverged: the loss first differs from the fault-free run's beyond the noise band at step "
+                           f"{first_bad} (relative {rel:.3g}{ratio}; band {tol:.3g})",
+                    mode="diverged", first_divergent_step=first_bad, **details)
+
+
+def checkpoint_verdicts(events: list[Event], golden: dict[str, Any] | None, rtol: float | None,
+                        control: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "digests_ok": digests_ok(events),
         "resumed_from_newest_valid": resumed_from_newest_valid(events),
-        "matches_golden": matches_golden(events, golden, rtol),
+        "matches_golden": matches_golden(events, golden, rtol, control),
         "exactly_once": exactly_once(events),
     }

@@ -23,7 +23,7 @@ from chaos.scenario import Bound, CommandWorkload, Scenario
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
 
-RESULT_SCHEMA_VERSION = 5
+RESULT_SCHEMA_VERSION = 6
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
@@ -76,7 +76,8 @@ def evaluate_checkpoint_expectations(scenario: Scenario, verdicts: dict[str, Any
     for name, v in verdicts.items():
         limit = getattr(wanted, name) if wanted is not None else None
         if name == "matches_golden" and limit is not None:
-            accepted = ("bitwise",) if limit == "bitwise" else ("bitwise", "within_tolerance")
+            accepted = {"bitwise": ("bitwise",), "within_noise": ("bitwise", "within_noise")}.get(
+                limit, ("bitwise", "within_noise", "within_tolerance"))
             ok = v.get("mode") in accepted
             out.append({"name": f"checkpoint.{name}", "limit": limit, "value": v.get("mode"), "ok": ok})
         elif limit is not None:
@@ -93,9 +94,10 @@ def _end(events: list[Event]) -> Event:
     return {"reason": EndReason.ERROR, "why": "incomplete history: no run_ended event (the engine was killed?)"}
 
 
-def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden: dict[str, Any] | None
-                 ) -> dict[str, Any]:
-    """result.json's content for a run, from its (sorted) history and its golden run's summary."""
+def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden: dict[str, Any] | None,
+                 control: dict[str, Any] | None = None) -> dict[str, Any]:
+    """result.json's content for a run, from its (sorted) history, its golden run's summary and, when one was
+    needed, its control run's (chaos.analysis.noise)."""
     started = next(iter(of_kind(events, Ev.RUN_STARTED)), {})
     end = _end(events)
     injected = [{**m.to_dict(), "injected": True} for m in fault_metrics(events)]
@@ -109,7 +111,7 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         "restarts": worker_restarts(events),
         "faults_injected": len(injected),
     }
-    checkpoint = checkpoint_verdicts(events, golden, scenario.checks.loss_rtol)
+    checkpoint = checkpoint_verdicts(events, golden, scenario.checks.loss_rtol, control)
     if golden is None and scenario.checks.golden:  # asked for, but no summary: never "checks.golden is off"
         w = scenario.workload
         prints_no_loss = isinstance(w, CommandWorkload) and "loss" not in re.compile(w.progress_regex).groupindex
@@ -162,6 +164,7 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         "node_replacements": sum(1 for e in of_kind(events, Ev.NODE_STARTED) if e.get("replacement")),
         "checkpoint": checkpoint,
         "golden_run": golden.get("run_dir") if golden else None,
+        "control_run": control.get("run_dir") if control else None,
         "environment": started.get("environment", {}),
     }
 

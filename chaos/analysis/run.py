@@ -57,7 +57,8 @@ def history_health(events: History) -> dict[str, Any]:
 
 
 def _read_golden(path: Path) -> dict[str, Any] | None:
-    """golden.json, or None when it is missing or damaged (the golden comparison then says it was not checked)."""
+    """golden.json (or control.json), or None when it is missing or damaged (the golden comparison then says it
+    was not checked)."""
     try:
         golden = json.loads(path.read_bytes())
     except (OSError, ValueError, RecursionError):
@@ -72,8 +73,9 @@ def analyze_run(run_dir: str | Path) -> RunAnalysis:
     scenario = load_scenario(run_dir / "scenario.yaml")
     golden_path = run_dir / "golden.json"
     golden = _read_golden(golden_path)
+    control = _read_golden(run_dir / "control.json")  # the clean resume that measured the noise floor, if run
     events = load_events(run_dir / "events.jsonl")
-    result = build_result(run_dir, scenario, events, golden)
+    result = build_result(run_dir, scenario, events, golden, control)
     result["history"] = history_health(events)
     t0 = first_t(events)
     return RunAnalysis(

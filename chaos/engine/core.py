@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 
 from chaos import __version__
+from chaos.analysis.checkpoints import control_request
+from chaos.analysis.load import load_events
 from chaos.analysis.result_json import write_result
 from chaos.engine.end import End, EndDetector
 from chaos.engine.heartbeat import Heartbeat
@@ -31,7 +33,7 @@ from chaos.engine.scheduler import FaultScheduler, FaultState
 from chaos.engine.signals import Interrupted, RunInterrupted, signals_ignored, signals_interrupt
 from chaos.engine.states import PHASE_TRANSITIONS, EndReason, Phase, move
 from chaos.events import Ev
-from chaos.golden import GoldenCache, GoldenRunner, torch_version, wants_golden
+from chaos.golden import CONTROL_FILE, ControlRunner, GoldenCache, GoldenRunner, torch_version, wants_golden
 from chaos.history import HistoryWriter
 from chaos.plan import Plan, build_plan
 from chaos.run_result import RunResult
@@ -123,18 +125,25 @@ class Engine:
     """Runs one scenario: ``Engine(scenario).run()`` returns its result once the run is torn down.
 
     ``golden`` computes the fault-free reference summary for a scenario (default: the shared
-    :class:`~chaos.golden.GoldenCache`, which runs golden runs with a plain engine); ``on_update`` receives a
-    :class:`Snapshot` at every tick (the live view).
+    :class:`~chaos.golden.GoldenCache`, which runs golden runs with a plain engine); ``control`` computes a control
+    run's summary, a clean resume that measures the noise floor (default: the same cache when ``golden`` is the
+    default too, else none: a stand-in golden runner gets no real control run behind its back); ``on_update``
+    receives a :class:`Snapshot` at every tick (the live view).
     """
 
     def __init__(self, scenario: Scenario, out_dir: str | Path = "runs", run_id: str | None = None,
-                 on_update: Callable[[Snapshot], None] | None = None, golden: GoldenRunner | None = None):
+                 on_update: Callable[[Snapshot], None] | None = None, golden: GoldenRunner | None = None,
+                 control: ControlRunner | None = None):
         self.scenario = scenario
         self.run_id = run_id or new_run_id(scenario)
         self.run_dir = Path(out_dir).resolve() / self.run_id
         self.on_update = on_update
         self.log: list[str] = []
-        self.golden: GoldenRunner = golden if golden is not None else GoldenCache(run_in_engine, on_wait=self.note)
+        cache = GoldenCache(run_in_engine, on_wait=self.note)
+        self.golden: GoldenRunner = golden if golden is not None else cache
+        self.control: ControlRunner | None = control if control is not None else (
+            cache.control if golden is None else None)
+        self.golden_summary: dict[str, Any] | None = None
         self.phase = Phase.PREPARING
         self.started = time.time()  # reset when the faulted run starts: limits count from there
 
@@ -175,8 +184,11 @@ class Engine:
                 self.note(end.why)
             finally:
                 self._finish(parts, end)
+        interrupted = end.reason is EndReason.INTERRUPTED
+        if not interrupted and end.reason is EndReason.COMPLETED:
+            interrupted = self._control(parts)
         result = RunResult(write_result(self.run_dir), self.run_dir)
-        if end.reason is EndReason.INTERRUPTED:
+        if interrupted:
             raise RunInterrupted(result)
         return result
 
@@ -184,16 +196,46 @@ class Engine:
         """Run (or reuse) the fault-free reference and keep its summary in this run's directory, so that the run
         directory alone is enough to recompute the result."""
         if not wants_golden(self.scenario):
+            if self.scenario.checks.golden:  # asked for, but nothing to compare: say so, never "checks.golden is off"
+                self.note("no golden run: the script prints no loss (progress_regex has no 'loss' group)")
             return None
         self.note("golden run: the same job without faults (cached after the first time)")
         self._enter(Phase.GOLDEN)
         self._update(parts)
         summary = self.golden(self.scenario)
+        self.golden_summary = summary
         (self.run_dir / "golden.json").write_text(json.dumps(summary, indent=1))
         self.note(f"golden run {'reused' if summary.get('cached') else 'done'}: {summary.get('run_dir')}")
         if summary.get("trusted") is False:
             self.note(f"golden run not trusted: {summary.get('untrusted_why')}")
         return {"key": summary.get("key"), "run_dir": summary.get("run_dir"), "cached": summary.get("cached")}
+
+    def _control(self, parts: RunParts) -> bool:
+        """After a completed run whose losses differ from the golden run's by less than any noise band could
+        allow: run (or reuse) the control run that measures a clean resume's noise, and keep its summary in
+        ``control.json`` so the run directory alone recomputes the verdict. Returns whether the user stopped it."""
+        if self.control is None or self.golden_summary is None:
+            return False
+        step = control_request(load_events(self.run_dir / "events.jsonl"), self.golden_summary,
+                               self.scenario.checks.loss_rtol)
+        if step is None:
+            return False
+        self.note(f"control run: the same job resumed once from step {step}, to measure a clean resume's noise")
+        self._update(parts)  # the live view says what the wait is for
+        try:
+            with signals_interrupt():
+                summary = self.control(self.scenario, step)
+        except (Interrupted, KeyboardInterrupt) as exc:
+            self.note(f"control run stopped ({exc or 'SIGINT'}): the golden comparison is not checked")
+            return True
+        except Exception as exc:  # the faulted run's result must still be written; the verdict says not checked
+            self.note(f"control run failed: {type(exc).__name__}: {exc}; the golden comparison is not checked")
+            return False
+        (self.run_dir / CONTROL_FILE).write_text(json.dumps(summary, indent=1))
+        self.note(f"control run {'reused' if summary.get('cached') else 'done'}: {summary.get('run_dir')}")
+        if summary.get("trusted") is False:
+            self.note(f"control run not trusted: {summary.get('untrusted_why')}")
+        return False
 
     def _tick(self, parts: RunParts) -> End | None:
         now = time.time()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from html import escape
+from typing import Any
 
 from chaos.reports.model import Report
 from chaos.reports.plots import figures, to_svg
@@ -39,6 +40,12 @@ def _ok(ok: bool | None) -> str:
     return '<span class="ok">ok</span>' if ok else '<span class="bad">FAILED</span>'
 
 
+def _mode(verdict: dict[str, Any]) -> str:
+    """Which comparison a verdict made (``bitwise``, ``within_noise``, ...), beside its outcome."""
+    mode = verdict.get("mode")
+    return f" ({escape(mode)})" if mode and mode != "not_checked" else ""
+
+
 def render_html(report: Report) -> str:
     r = report.result
     figs = {name: to_svg(fig) for name, fig in figures(report).items()}
@@ -67,7 +74,8 @@ def render_html(report: Report) -> str:
                        f"<td>{_ok(x['ok'])}</td></tr>" for x in r["expectations"])
     parts.append("<h2>Expectations</h2><table><thead><tr><th>expectation</th><th>limit</th><th>measured</th>"
                  f"<th>outcome</th></tr></thead><tbody>{exp_rows}</tbody></table>")
-    ck_rows = "".join(f"<tr><td>{escape(name)}</td><td>{_ok(v.get('ok'))}</td><td>{escape(v.get('why', ''))}</td>"
+    ck_rows = "".join(f"<tr><td>{escape(name)}</td><td>{_ok(v.get('ok'))}{_mode(v)}</td>"
+                      f"<td>{escape(v.get('why', ''))}</td>"
                       "</tr>" for name, v in r.get("checkpoint", {}).items())
     parts.append("<h2>Checkpoint correctness</h2><table><thead><tr><th>verdict</th><th>result</th><th>why</th>"
                  f"</tr></thead><tbody>{ck_rows}</tbody></table>")

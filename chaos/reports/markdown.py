@@ -14,6 +14,7 @@ from chaos.reports.text import (
     fmt,
     limit_text,
     summary_rows,
+    verdict_text,
 )
 
 
@@ -49,7 +50,7 @@ def render_markdown(report: Report, directory: Path, stem: str) -> str:
         [x["name"], limit_text(x["limit"]), fmt(x["value"]), "ok" if x["ok"] else "FAILED"]
         for x in r["expectations"]]), ""]
     out += ["## Checkpoint correctness", "", _table(("verdict", "result", "why"), [
-        [name, "not checked" if v.get("ok") is None else ("ok" if v["ok"] else "FAILED"), v.get("why", "")]
+        [name, verdict_text(v), v.get("why", "")]
         for name, v in r.get("checkpoint", {}).items()]), ""]
     advice = advice_lines(report)
     if advice:

@@ -27,6 +27,15 @@ FAULT_COLUMNS = ("#", "kind", "target", "mechanism", "at step", "restart", "reco
                  "lost work", "slowdown", "resumed from")
 
 
+def verdict_text(verdict: dict[str, Any]) -> str:
+    """A checkpoint verdict's outcome, with its mode where it has one (``ok (within_noise)``, ``FAILED
+    (diverged)``): which comparison was made matters as much as its outcome."""
+    ok = verdict.get("ok")
+    text = "not checked" if ok is None else ("ok" if ok else "FAILED")
+    mode = verdict.get("mode")
+    return f"{text} ({mode})" if mode and mode != "not_checked" else text
+
+
 def fault_rows(report: Report) -> list[list[str]]:
     return [[str(f["id"]), f["kind"], f["target"], f["mechanism"] or f"not injected ({f.get('outcome', '?')}: "
              f"{f.get('why_not_injected', '')})", fmt(f["highest_step_before"]),

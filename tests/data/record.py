@@ -33,21 +33,38 @@ RECORDINGS: dict[str, tuple[str, str | None, int | None, str]] = {
                         "restart_loop; checkpoint digests_ok = loaded_corrupt"),
     "network-delay-netns": ("network/delay", "netns", None,
                             "pass; an impairment: slowdown without restart, healed and restored"),
+    # tests/noise_scenarios.py (a stock DDP script, not shipped): "plain-ddp:<bug>"
+    "plain-ddp-crash": ("plain-ddp:none", None, None,
+                        "pass; print-only stock DDP, node crash: matches_golden within_noise with its control run"),
+    "plain-ddp-no-optimizer-state": ("plain-ddp:no-optimizer-state", None, None,
+                                     "fail; the same with a planted bug: diverged beyond the noise ceiling"),
 }
 
 
 def record(name: str, out_dir: Path) -> Path:
     """Run one entry for real under out_dir (shared, so entries with the same workload share a golden run)."""
     scenario_name, runtime, steps, _ = RECORDINGS[name]
-    engine = Engine(shipped(scenario_name, runtime, steps), out_dir=out_dir)
+    if scenario_name.startswith("plain-ddp:"):
+        from tests.noise_scenarios import plain_ddp
+
+        scenario = plain_ddp(scenario_name.split(":", 1)[1])
+    else:
+        scenario = shipped(scenario_name, runtime, steps)
+    engine = Engine(scenario, out_dir=out_dir)
     result = engine.run()
+    target = keep(name, engine.run_dir)
+    print(f"{name}: {result['verdict']} ({result['why']}) -> {target}")
+    return target
+
+
+def keep(name: str, run_dir: Path) -> Path:
+    """Copy a finished run directory into tests/data/histories/<name> (no checkpoints, history gzipped)."""
     target = RECORDED / name
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(engine.run_dir, target, ignore=shutil.ignore_patterns(
-        "checkpoints", "*.acks", "events.jsonl", "report*"))
-    with (engine.run_dir / "events.jsonl").open("rb") as src, gzip.open(target / "events.jsonl.gz", "wb") as dst:
+    shutil.copytree(run_dir, target, ignore=shutil.ignore_patterns(
+        "checkpoints", "ckpt", "*.acks", "events.jsonl", "report*"))
+    with (run_dir / "events.jsonl").open("rb") as src, gzip.open(target / "events.jsonl.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
-    print(f"{name}: {result['verdict']} ({result['why']}) -> {target}")
     return target
 
 
