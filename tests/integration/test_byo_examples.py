@@ -2,7 +2,8 @@
 judged from their output and their checkpoint files alone: the correct one passes a node crash with no false
 alarm, and each planted bug fails with its real cause, not a generic divergence.
 
-Four real runs of 300 tiny steps; the two that only judge checkpoint files run without a golden run.
+Real runs of 300 tiny steps (~40-75 s each on 2 shared cores); those that judge checkpoint files only run without
+a golden run.
 """
 
 from __future__ import annotations
@@ -51,12 +52,27 @@ def test_stale_by_name_is_told_which_checkpoint_it_should_have_loaded() -> None:
 
 
 def test_non_atomic_save_torn_by_a_crash_is_named() -> None:
+    """A crash once 1 MiB of ckpt_150.pt is written: every restart dies loading it. The verdict names the file,
+    why it is bad and what the workers printed, instead of a hang or a generic divergence."""
     result, run_dir = run_scenario(byo("per-step-non-atomic", golden=False))
-    assert result["verdict"] in ("fail", "restart_loop"), verdicts(result, run_dir)
-    [fault] = result["faults"]
-    assert fault["injected"], fault
-    # the crash landed while ckpt_150.pt was being written, and what the job then tripped over is named
-    assert "ckpt_150.pt" in result["why"] + str(result["checkpoint"]["digests_ok"]), verdicts(result, run_dir)
+    assert result["verdict"] == "restart_loop", verdicts(result, run_dir)
+    assert "failed finding central directory" in result["why"], result["why"]
+    assert "ckpt_150.pt (step 150): its save never finished" in result["why"], result["why"]
+    digests = result["checkpoint"]["digests_ok"]
+    assert digests["ok"] is False and "ckpt_150.pt" in digests["why"], digests
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the storage layer records a load at the first read that reaches FUSE; the kernel answers reads of an empty "
+    "file itself, so the 0-byte ckpt_150.pt left by a crash at checkpoint_save_started (held at its first write) "
+    "is never seen loaded: the run is a restart_loop naming only EOFError, and digests_ok says 'ok: no checkpoint "
+    "was loaded' (measured in examples/byo/README.md)"))
+def test_non_atomic_save_emptied_by_a_crash_at_save_start_is_named() -> None:
+    text = byo_text("per-step-non-atomic").replace("checkpoint_write_progress", "checkpoint_save_started")
+    result, run_dir = run_scenario(parse_scenario(text + "checks: {golden: false}\n", "non-atomic-at-start.yaml"))
+    assert result["verdict"] == "restart_loop", verdicts(result, run_dir)
+    digests = result["checkpoint"]["digests_ok"]
+    assert digests["ok"] is False and "ckpt_150.pt" in digests["why"], digests
 
 
 def test_missing_optimizer_state_diverges_far_above_the_noise_floor() -> None:
@@ -66,3 +82,5 @@ def test_missing_optimizer_state_diverges_far_above_the_noise_floor() -> None:
     # the loss printed at step N is computed before step N's update: 151 still matches, 152 is the first that
     # feels Adam's lost moments (measured: relative difference 0.0948 there)
     assert golden["mode"] == "diverged" and golden["first_divergent_step"] == 152, golden
+    # far beyond any noise band: the widest band torch-chaos ever allows is band_ceiling_rel (measured: ~1000x it)
+    assert golden["max_rel_loss_diff"] > 100 * golden["band_ceiling_rel"], golden
