@@ -33,7 +33,9 @@ def verdicts(result: dict[str, Any], run_dir: Path) -> str:
 
 
 def test_correct_per_step_script_passes_a_node_crash() -> None:
-    result, run_dir = run_scenario(byo("per-step-node-crash"))
+    """On 3 ranks, where stock DDP's resume really changes the losses' last bits (measured 3.3e-07 relative; on 2
+    ranks a two-term sum commutes and the run is bitwise, which would prove nothing about false alarms)."""
+    result, run_dir = run_scenario(byo("per-step-node-crash-3-nodes"))
     ck = result["checkpoint"]
     assert result["verdict"] == "pass", verdicts(result, run_dir)
     [fault] = result["faults"]
