@@ -298,6 +298,41 @@ class StorageOpFailed(Line):
     fault_id: int
 
 
+class StorageLine(Line):
+    """Fields of every checkpoint event the storage layer writes (source ``storage``; docs/design.md, "The storage
+    layer"): the probe's event names, with what a filesystem can and cannot know."""
+
+    node: str | None  # the caller's CHAOS_NODE; null: a process outside the job, or the inotify watcher
+    pid: int | None  # the caller's host pid; null from the inotify watcher
+    path: str  # absolute, as the job sees it
+    step: int | None  # the number in the file name, else the node's last step; null when neither exists
+    id: NotRequired[str]  # held until the engine acknowledged it
+
+
+class StorageSaveStarted(StorageLine):
+    """A file was created or truncated for writing, and is about to be written."""
+
+
+class StorageWriteProgress(StorageLine):
+    written: int  # bytes written through the handle so far (no total: a filesystem cannot know it)
+
+
+class StorageSaveFinished(StorageLine):
+    sha256: str  # of the whole file as stored at its close (or rename)
+    bytes: int
+    renamed_from: NotRequired[str]  # a rename onto the path
+
+
+class StorageLoaded(StorageLine):
+    sha256: str  # of the file as stored when read
+    bytes: int
+
+
+class StorageDeleted(StorageLine):
+    renamed_to: NotRequired[str]  # the source of a rename
+    replaced_by: NotRequired[str]  # the target a rename replaced
+
+
 # Each event's field declaration (for documentation, ``chaos`` tooling and tests that check the writers).
 FIELDS: dict[Ev, type] = {
     Ev.RUN_STARTED: RunStarted,
@@ -323,6 +358,16 @@ FIELDS: dict[Ev, type] = {
     Ev.RUN_FINISHED: RunFinished,
     Ev.CHECKPOINT_SEEN: CheckpointSeen,
     Ev.STORAGE_OP_FAILED: StorageOpFailed,
+}
+
+
+# The checkpoint events as the storage layer writes them (source "storage"); every other event as in FIELDS.
+STORAGE_FIELDS: dict[Ev, type] = {
+    Ev.CHECKPOINT_SAVE_STARTED: StorageSaveStarted,
+    Ev.CHECKPOINT_WRITE_PROGRESS: StorageWriteProgress,
+    Ev.CHECKPOINT_SAVE_FINISHED: StorageSaveFinished,
+    Ev.CHECKPOINT_LOADED: StorageLoaded,
+    Ev.CHECKPOINT_DELETED: StorageDeleted,
 }
 
 

@@ -50,6 +50,20 @@ def signal_all(procs: list[psutil.Process], sig: int) -> None:
             pass
 
 
+def with_local_rank(procs: list[psutil.Process], local_rank: int | None) -> list[psutil.Process]:
+    """The worker processes among ``procs`` whose ``LOCAL_RANK`` is ``local_rank`` (all of them for None)."""
+    if local_rank is None:
+        return procs
+    chosen = []
+    for proc in procs:
+        try:
+            if proc.environ().get("LOCAL_RANK") == str(local_rank):
+                chosen.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return chosen
+
+
 def orphaned(proc: psutil.Process) -> bool:
     """A marked process whose engine is gone: nobody will ever tear it down but ``chaos cleanup``."""
     pid = engine_pid(proc)

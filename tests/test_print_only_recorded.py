@@ -5,6 +5,7 @@ recorded by tests/integration/test_bring_your_own.py-style runs, and on broken c
   ``snapshot.pt`` (step 150) on both ranks and printed step 151.
 - ``crash-on-save-started``: 1 node killed while ``torch.save`` rewrote ``snapshot.pt`` in place (held at its first
   write); the replacement read the file that save never finished and trained on.
+- ``crash-loop-damaged``: 1 node killed after step 20, its snapshot truncated while it was down: a crash loop.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from chaos.analysis.checkpoints import checkpoint_verdicts
+from chaos.analysis.checkpoints import checkpoint_verdicts, restart_loop_cause
 from chaos.analysis.load import load_events
 from chaos.analysis.metrics import fault_metrics, worker_restarts
 from chaos.events import Ev
@@ -88,3 +89,16 @@ def test_a_load_of_a_save_that_never_finished_is_flagged(tmp_path: Path) -> None
     # the new round's rank 0 read the file and then saved: its read is still this restart's load
     [restart] = v["resumed_from_newest_valid"]["restarts"]
     assert restart["loaded_path"].endswith("snapshot.pt") and restart["loaded_step"] == 10
+
+
+def test_a_real_crash_loop_on_a_damaged_snapshot_counts_its_rounds_and_names_the_file(tmp_path: Path) -> None:
+    """``crash-loop-damaged``: the node crashed after step 20 and its snapshot was truncated while it was down;
+    every restarted worker died loading it. The engine recorded each round from torchrun's failure lines and the
+    storage layer's loads (5 rounds before it called the restart loop)."""
+    history = loaded(recorded("crash-loop-damaged"), tmp_path)
+    assert worker_restarts(history) == 5
+    cause = restart_loop_cause(history)
+    assert cause is not None and "5 worker process(es) loaded snapshot.pt (step 20)" in cause
+    assert "differ from those saved (corrupted on storage)" in cause
+    [end] = [e for e in history if e["event"] == Ev.RUN_ENDED]
+    assert end["reason"] == "restart_loop" and "failed finding central directory" in end["why"]

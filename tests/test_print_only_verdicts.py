@@ -171,7 +171,7 @@ def test_off_by_one_resumes_are_flagged_in_the_surviving_lineage() -> None:
     assert again["steps_trained_twice"] == [150] and "step 150 trained twice" in again["why"]
     skipped = verdicts(trained(170).crash().load("ckpt_150.pt").step(152, 200).end())["exactly_once"]
     assert skipped["ok"] is False and skipped["verdict"] == "steps_skipped"
-    assert skipped["steps_skipped"] == [151] and "151-151 never trained" in skipped["why"]
+    assert skipped["steps_skipped"] == [151] and "step 151 never trained" in skipped["why"]
 
 
 def test_exact_resume_after_a_save_shows_as_a_restart() -> None:
@@ -243,7 +243,7 @@ def test_an_unnumbered_snapshot_gets_one_step_of_slack_and_still_catches_a_skipp
     assert skipped["ok"] is False and skipped["steps_skipped"][:3] == [151, 152, 153]
     twice = verdicts(snapshot_job(101))["exactly_once"]  # resumed one snapshot interval too early
     assert twice["ok"] is False and twice["verdict"] == "steps_trained_twice"
-    assert "step(s) 101-150 trained twice" in twice["why"]
+    assert "steps 101-150 trained twice" in twice["why"] and twice["steps_trained_twice_count"] == 50
 
 
 def test_a_round_that_died_before_loading_is_not_lost_progress() -> None:

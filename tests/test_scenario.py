@@ -64,7 +64,7 @@ faults:
     ("{kind: crash, at_step: 3}", "crash needs a target"),
     ("{kind: corrupt_checkpoint, target: 1, at_step: 3}", "takes no target"),
     ("{kind: crash, target: event_node, at_step: 3}", "needs an 'on' trigger"),
-    ("{kind: explode, target: 1, at_step: 3}", "kind: expected one of 'bandwidth', 'corrupt_checkpoint', 'crash'"),
+    ("{kind: explode, target: 1, at_step: 3}", "kind: expected one of 'abort', 'bandwidth', 'corrupt_checkpoint'"),
     ("{target: 1, at_step: 3}", "got none"),
     ("{kind: crash, target: 1, on: {event: nope}}", "expected 'checkpoint_save_started'"),
 ])

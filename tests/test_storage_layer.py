@@ -15,7 +15,7 @@ from chaos.engine.progress import ProgressObserver
 from chaos.engine.scheduler import FaultScheduler
 from chaos.engine.states import FaultStatus
 from chaos.events import Ev
-from chaos.history import HistoryWriter, read_history
+from chaos.history import HistoryWriter, _field_checks, read_history, readable
 from chaos.loading import ScenarioInvalid, parse_scenario
 from chaos.scenario import make_fault
 from chaos.storage import layer as layer_module
@@ -46,6 +46,10 @@ def test_which_layer_a_run_gets(monkeypatch: pytest.MonkeyPatch) -> None:
     assert choose(scenario()) == "inotify"  # auto falls back
     assert choose(scenario("storage: {layer: fuse}\n")) == "fuse"  # and fuse asked for is required:
     assert needs_fuse(scenario("storage: {layer: fuse}\n")) and not needs_fuse(scenario())
+    # a trigger the watcher could not hold needs FUSE under auto; inotify asked for explicitly accepts it
+    held = "faults: [{kind: crash, target: 0, on: {event: checkpoint_save_started}}]\n"
+    assert needs_fuse(scenario(held)) and not needs_fuse(scenario(held + "storage: {layer: inotify}\n"))
+    assert not needs_fuse(scenario("faults: [{kind: crash, target: 0, on: {event: checkpoint_save_finished}}]\n"))
 
 
 @pytest.mark.parametrize(("directory", "said"), [
@@ -149,3 +153,61 @@ def test_the_inotify_fallback_records_saves_renames_and_deletions(tmp_path: Path
         ("checkpoint_deleted", "tmp", None, None), ("checkpoint_save_finished", "last.pt", None, 10),
         ("checkpoint_deleted", "ckpt_20.pt", 20, None)]
     assert all(e["source"] == "storage" and e["node"] is None for e in read_history(tmp_path / "events.jsonl"))
+    assert all(readable(e, _field_checks()) for e in read_history(tmp_path / "events.jsonl"))
+
+
+def test_a_saves_step_is_the_nodes_last_printed_or_reported_step(tmp_path: Path) -> None:
+    from chaos.storage.record import Recorder, step_in_name
+
+    history, log = tmp_path / "events.jsonl", tmp_path / "node1.log"
+    history.write_text("".join(json.dumps(e) + "\n" for e in [
+        {"t": 1, "source": "workload", "event": "step_completed", "node": "node0", "step": 170},
+        {"t": 2, "source": "workload", "event": "step_completed", "node": "node0", "step": 51},  # after a restart
+        {"t": 3, "source": "workload", "event": "checkpoint_save_finished", "node": "node0", "step": 50,
+         "sha256": "ab"}]))
+    log.write_text("[rank1] step 7\n[rank0] Epoch 1 | step 40\n[rank0] Epoch 1 | st")  # the last line unfinished
+    recorder = Recorder(str(history), progress_regex=r"\[rank(?P<rank>\d+)\].* step (?P<step>\d+)",
+                        logs={"node1": str(log)})
+    assert recorder.last_step("node0") == 51  # the last, not the highest: the job resumed
+    assert recorder.last_step("node1") == 40  # rank 0's line; rank 1's is not the job's step
+    assert recorder.last_step("node9") == 40 and recorder.last_step(None) == 40  # else the job's last step
+    assert recorder.saved_step("ab") == (True, 50) and recorder.saved_step("cd") == (False, None)
+    assert step_in_name("ckpt_000150.pt") == 150 and step_in_name("run3/ckpt_e2_s40.pt") == 40
+    assert step_in_name("snapshot.pt") is None
+
+
+def test_a_torn_load_the_layer_saw_does_not_break_the_recovery_figures() -> None:
+    """A probe job on local shares its pids with the layer's events: the layer's load of a torn file (step null)
+    must not become the fault's resume step."""
+    from chaos.analysis.metrics import fault_metrics
+
+    steps = [{"t": 2.0 + i / 10, "source": "workload", "event": "step_completed", "node": "node0", "pid": 10,
+              "rank": 0, "step": i + 1, "loss": 1.0} for i in range(10)]
+    history = [
+        {"t": 1.1, "source": "workload", "event": "process_started", "node": "node0", "pid": 10, "rank": 0},
+        *steps,
+        {"t": 3.5, "source": "engine", "event": "fault_injected", "fault_id": 0, "kind": "crash", "target": "node0",
+         "disruptive": True, "mechanism": "SIGKILL", "details": {}, "trigger_event": None, "max_step": 10},
+        {"t": 4.0, "source": "workload", "event": "process_started", "node": "node0", "pid": 11, "rank": 0},
+        {"t": 4.1, "source": "storage", "event": "checkpoint_loaded", "node": "node0", "pid": 11,
+         "path": "/c/ckpt_5.pt", "step": None, "sha256": "a", "bytes": 3},
+        {"t": 4.2, "source": "workload", "event": "checkpoint_loaded", "node": "node0", "pid": 11, "rank": 0,
+         "path": "/c/ckpt_5.pt", "step": 5, "sha256": "a"},
+        {"t": 4.5, "source": "workload", "event": "step_completed", "node": "node0", "pid": 11, "rank": 0,
+         "step": 6, "loss": 1.0},
+    ]
+    [fault] = fault_metrics(history)
+    assert fault.resumed_from == 5 and fault.lost_steps == 5
+
+
+def test_a_print_only_scripts_save_cost_comes_from_the_layer_and_a_probe_jobs_from_the_probe() -> None:
+    from chaos.analysis.interval import save_cost_s
+
+    def save(source: str, t0: float, t1: float) -> list[dict[str, Any]]:
+        base = {"source": source, "node": "node0", "pid": 7, "path": "/c/ckpt_5.pt", "step": 5}
+        return [{"t": t0, "event": "checkpoint_save_started", **base},
+                {"t": t1, "event": "checkpoint_save_finished", "sha256": "a", "bytes": 1, **base}]
+
+    assert save_cost_s(save("storage", 1.0, 1.25)) == 0.25
+    # the same save seen by both: the probe's report is the job's own
+    assert save_cost_s(save("workload", 1.0, 1.5) + save("storage", 1.1, 1.3)) == 0.5

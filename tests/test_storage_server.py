@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from chaos.history import _field_checks, readable
 from chaos.storage.control import StorageControl, StorageNotAcknowledged
 from chaos.storage.layer import fuse_problem
 from chaos.storage.mounts import is_mounted, unmount
@@ -131,6 +132,7 @@ os.replace({str(mount / 'ckpt_40.pt.tmp')!r}, {str(mount / 'ckpt_40.pt')!r})
     assert by_event["checkpoint_loaded", "ckpt_40.pt"]["bytes"] == len(payload)
     assert by_event["checkpoint_write_progress", "ckpt_40.pt.tmp"]["written"] >= 1 << 20
     assert all(e["source"] == "storage" and e["path"].startswith(str(tmp_path / "ckpt")) for e in events(tmp_path))
+    assert all(readable(e, _field_checks()) for e in events(tmp_path)), "a line analysis would drop"
     assert not (tmp_path / "ckpt" / "ckpt_40.pt").exists()
 
 
@@ -149,6 +151,7 @@ os.kill(os.getpid(), signal.SIGKILL)
         size = (mount / "model.pt").stat().st_size
     names = [e["event"] for e in events(tmp_path)]
     assert names[0] == "checkpoint_save_started" and "checkpoint_save_finished" not in names, names
+    assert all(readable(e, _field_checks()) for e in events(tmp_path)), "null steps are declared, not unreadable"
     [loaded] = [e for e in events(tmp_path) if e["event"] == "checkpoint_loaded"]
     assert loaded["step"] is None and loaded["bytes"] == size == 2 << 20  # torn: never saved completely
     # a number-less name takes the node's last recorded step: none was recorded here
@@ -273,3 +276,19 @@ def test_a_writer_killed_while_held_writes_nothing_more(tmp_path: Path) -> None:
         time.sleep(0.5)
         assert (mount / "snapshot.pt").stat().st_size == 0
     assert [e["event"] for e in events(tmp_path)] == ["checkpoint_save_started"]
+
+
+def test_every_reader_of_a_file_opened_at_once_is_a_load(tmp_path: Path) -> None:
+    """Two ranks resuming open the snapshot together and share the page cache: the second's reads may never
+    reach the server, and it still loaded the file (recorded at its close then)."""
+    with mounted(tmp_path) as mount:
+        as_node(f"open({str(mount / 'snapshot.pt')!r}, 'wb').write(b'y' * 300_000)")
+        as_node(f"""
+a, b = open({str(mount / 'snapshot.pt')!r}, 'rb'), open({str(mount / 'snapshot.pt')!r}, 'rb')
+assert a.read() == b.read()
+a.close(); b.close()
+""", node="node2")
+        time.sleep(0.3)  # releases arrive after close returned
+    loads = [e for e in events(tmp_path) if e["event"] == "checkpoint_loaded"]
+    assert len(loads) == 2 and {e["node"] for e in loads} == {"node2"}, loads
+    assert all(e["sha256"] == hashlib.sha256(b"y" * 300_000).hexdigest() and e["step"] is None for e in loads)

@@ -6,7 +6,7 @@ from typing import Any
 
 from chaos.analysis.ckpt_source import checkpoint_events
 from chaos.analysis.load import of_kind
-from chaos.events import Ev
+from chaos.events import Ev, Source
 from chaos.history import Event
 
 _PHASE_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)
@@ -14,7 +14,9 @@ _PHASE_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_L
 
 def recovery_breakdowns(events: list[Event], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One breakdown per disruptive fault of ``faults`` (result.json's entries)."""
-    marks = of_kind(events, Ev.PROCESS_STARTED) + checkpoint_events(events, *_PHASE_EVENTS[1:])
+    # The job's own marks: the storage layer's checkpoint_loaded is the first read, not the end of a load.
+    marks = of_kind(events, Ev.PROCESS_STARTED) + [e for e in checkpoint_events(events, *_PHASE_EVENTS[1:])
+                                                   if e.get("source") != Source.STORAGE]
     return [recovery_breakdown(marks, f) for f in faults if f.get("disruptive", True) and f.get("injected", True)]
 
 

@@ -97,8 +97,8 @@ def _load_problem(events: list[Event], load: dict[str, Any]) -> tuple[str | None
     if last is None or recorded is None:
         return recorded, "its save never finished (torn or partial file)"
     if overwritten and load["sha256"] != recorded:
-        return recorded, (f"a later save (step {overwritten[-1].get('step')}) started over it and never finished "
-                          "(torn or partial file)")
+        return recorded, (f"a later save (step {overwritten[-1].get('step')}) started over it and never finished: "
+                          "the bytes read match no completed save (torn, partial or unverified file)")
     if load["sha256"] is None:
         return recorded, "the load never completed (the job died loading it)"
     if load["sha256"] != recorded:
@@ -372,7 +372,8 @@ def _steps_once(events: list[Event]) -> dict[str, Any]:
     steps = step_continuity(events)
     if not steps["checked"]:
         return _verdict(None, f"not checked: {steps['why']}; {PROBE_CALL}")
-    details = {k: steps[k] for k in ("lineage", "steps_trained_twice", "steps_skipped", "print_stride")}
+    details = {k: steps[k] for k in ("lineage", "steps_trained_twice", "steps_skipped", "steps_trained_twice_count",
+                                     "steps_skipped_count", "print_stride")}
     if steps["problems"]:
         kind = "steps_trained_twice" if steps["steps_trained_twice"] else "steps_skipped"
         return _verdict(False, f"{kind}: {steps['problems'][0]}", verdict=kind, **details)

@@ -209,8 +209,10 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
     highest_by_index = _running_max(step_no[i] for i in all_steps)
     starts = sorted(_worker_starts(events), key=lambda e: e["t"])
     start_t = [e["t"] for e in starts]
-    loads = checkpoint_events(events, Ev.CHECKPOINT_LOADED)
-    storage_loads = ({r.key: r for r in rounds(events) if r.loads}  # rounds of a job judged from the storage layer
+    # The job's own reports of what it loaded; the storage layer's loads (a null step for a torn file) count through
+    # the rounds of a job judged from the storage layer (chaos.analysis.rounds), with the step their save held.
+    loads = [e for e in checkpoint_events(events, Ev.CHECKPOINT_LOADED) if e.get("source") != Source.STORAGE]
+    storage_loads = ({r.key: r for r in rounds(events) if r.loads}
                      if checkpoint_source(events) == Source.STORAGE else {})
     median, _ = median_step_time(events)
     done = completion_time(events)

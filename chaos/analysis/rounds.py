@@ -163,8 +163,8 @@ def step_continuity(events: list[Event]) -> dict[str, Any]:
     stride = _print_stride(events)
     saves = checkpoint_events(events, Ev.CHECKPOINT_SAVE_FINISHED)
     chain: list[dict[str, Any]] = []
-    twice: list[int] = []
-    skipped: list[int] = []
+    twice: list[tuple[int, int]] = []  # inclusive step ranges
+    skipped: list[tuple[int, int]] = []
     problems: list[str] = []
     rnd: Round | None = printed[-1]
     seen: set[int] = set()
@@ -181,22 +181,32 @@ def step_continuity(events: list[Event]) -> dict[str, Any]:
         chain.append({"round": rnd.name, "loaded": load["path"], "checkpoint_step": k, "first_step": f,
                       "step_from": "file name" if exact else "printed progress (±1 step)"})
         if f is not None:
-            name = os.path.basename(load["path"])
+            said = f"resumed printing step {f} after loading {os.path.basename(load['path'])}, which holds step {k}"
             if f <= k - slack:
-                twice += range(f, k + 1)
-                problems.append(f"resumed printing step {f} after loading {name}, which holds step {k}: "
-                                f"step(s) {f}-{k} trained twice" if f < k else
-                                f"resumed printing step {f} after loading {name}, which holds step {k}: "
-                                f"step {k} trained twice")
+                twice.append((f, k))
+                problems.append(f"{said}: {_span(f, k)} trained twice")
             elif f > k + stride + slack:
-                skipped += range(k + 1, f)
-                problems.append(f"resumed printing step {f} after loading {name}, which holds step {k}: "
-                                f"step(s) {k + 1}-{f - 1} never trained")
+                skipped.append((k + 1, f - 1))
+                problems.append(f"{said}: {_span(k + 1, f - 1)} never trained")
         origin = [s for s in saves if s.get("sha256") == load.get("sha256") and s["t"] < load["t"]]
         rnd = _round_at(printed, origin[-1]["t"]) if origin else None
     chain.reverse()
-    return {"checked": True, "lineage": chain, "steps_trained_twice": sorted(set(twice))[:20],
-            "steps_skipped": sorted(set(skipped))[:20], "problems": problems, "print_stride": stride}
+    return {"checked": True, "lineage": chain, "steps_trained_twice": _first_steps(twice),
+            "steps_skipped": _first_steps(skipped), "problems": problems, "print_stride": stride,
+            "steps_trained_twice_count": sum(b - a + 1 for a, b in twice),
+            "steps_skipped_count": sum(b - a + 1 for a, b in skipped)}
+
+
+def _span(a: int, b: int) -> str:
+    return f"step {a}" if a == b else f"steps {a}-{b}"
+
+
+def _first_steps(spans: list[tuple[int, int]], keep: int = 20) -> list[int]:
+    """The first ``keep`` distinct steps of some inclusive ranges (a resume from scratch can span millions)."""
+    out: set[int] = set()
+    for a, b in sorted(spans):
+        out.update(range(a, min(b, a + keep) + 1))
+    return sorted(out)[:keep]
 
 
 def _round_at(printed: list[Round], t: float) -> Round | None:

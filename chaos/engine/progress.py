@@ -155,7 +155,11 @@ class NodeLogs:
         """The exception the workers last died of (of the node that failed most), if one was printed."""
         counts = {n: len(codes) for n, codes in self.worker_failures.items()}
         name = max(self.last_error, key=lambda n: counts.get(n, 0), default=None)
-        return f"{name}: {self.last_error[name]}" if name is not None else None
+        if name is None:
+            return None
+        text = self.last_error[name]
+        end = text.find(". ", text.find(":") + 1)  # the exception and its first sentence, not the advice after it
+        return f"{name}: {text[:end + 1] if end > 0 else text[:200]}"
 
     def explain(self, name: str | None = None) -> str:
         """The failures per node and the last lines of the node that failed most (or of ``name``)."""

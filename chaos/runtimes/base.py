@@ -86,8 +86,10 @@ class Runtime(ABC):
         """SIGKILL the node's whole tree; returns the mechanism used (recorded in the history)."""
 
     @abstractmethod
-    def kill_workers(self, name: str) -> str:
-        """SIGKILL the node's worker processes only, leaving its launcher (agent) alive."""
+    def kill_workers(self, name: str, sig: int = 9, local_rank: int | None = None) -> str:
+        """Signal (SIGKILL by default) the node's worker processes only, leaving its launcher (agent) alive;
+        ``local_rank`` picks one worker (its ``LOCAL_RANK``) instead of all. A SIGSEGV or SIGABRT is how a native
+        crash looks to the launcher (exit code -11 / -6), which is not what a SIGKILL (-9, the OOM killer) says."""
 
     @abstractmethod
     def freeze(self, name: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import signal
 import time
 import zlib
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from pydantic import Field
 
-from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, kill_marked
+from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, kill_marked, with_local_rank
 from chaos.plan import (
     OWN_STACK_ENV,
     OWN_STACK_STORE_PORT,
@@ -265,19 +266,25 @@ class DockerRuntime(Runtime):
                 self.docker.api.unpause(self._ids[name])
         return "docker kill (SIGKILL to the container's init: every process in it dies)"
 
-    def kill_workers(self, name: str) -> str:
+    def kill_workers(self, name: str, sig: int = signal.SIGKILL, local_rank: int | None = None) -> str:
         init = psutil.Process(self._pid(name))  # docker-init; its child is torchrun (or the training process)
         agents = init.children()
         workers = [p for a in agents for p in a.children(recursive=True)]
+        what = signal.Signals(sig).name
         if not workers:
-            self.kill(name)
-            return "docker kill (the training process is the container's only process: no launcher on this node)"
-        for proc in workers:
+            if sig == signal.SIGKILL:
+                self.kill(name)
+                return "docker kill (the training process is the container's only process: no launcher on this node)"
+            workers = agents  # the training process itself: it dies of the signal, and the container with it
+        chosen = with_local_rank(workers, local_rank) if workers is not agents else workers
+        if not chosen:
+            raise RuntimeError(f"{name} has no worker with LOCAL_RANK={local_rank}")
+        for proc in chosen:
             try:
-                proc.kill()
+                proc.send_signal(sig)
             except psutil.NoSuchProcess:
                 pass
-        return f"SIGKILL to {len(workers)} worker process(es) from the host; the torchrun agent stays"
+        return f"{what} to {len(chosen)} worker process(es) from the host; the torchrun agent stays"
 
     def freeze(self, name: str) -> str:
         self.docker.api.pause(self._ids[name])

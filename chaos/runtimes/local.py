@@ -17,7 +17,7 @@ from typing import IO, Any
 
 import psutil
 
-from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked, marked_processes, signal_all
+from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked, marked_processes, signal_all, with_local_rank
 from chaos.plan import NodePlan
 from chaos.runtimes.base import CHECKPOINT_STORAGE, FREEZE, KILL, KILL_WORKERS, STORAGE_LAYER, Runtime
 
@@ -86,18 +86,23 @@ class LocalRuntime(Runtime):
         self._reap(name)
         return f"SIGKILL to the node's whole process tree ({len(procs)} processes)"
 
-    def kill_workers(self, name: str) -> str:
+    def kill_workers(self, name: str, sig: int = signal.SIGKILL, local_rank: int | None = None) -> str:
         agent = self.pid(name)
         if agent is None:
             raise RuntimeError(f"{name} is not running")
+        what = signal.Signals(sig).name
         workers = [p for p in self._tree(name) if p.pid != agent]
         if not workers:
             # A centralized node is its own worker: killing the worker is killing the process.
-            signal_all([p for p in self._tree(name)], signal.SIGKILL)
+            signal_all([p for p in self._tree(name)], sig)
             self._reap(name)
-            return "SIGKILL to the training process (no launcher on this node)"
-        signal_all(workers, signal.SIGKILL)
-        return f"SIGKILL to {len(workers)} worker process(es); the torchrun agent stays"
+            return f"{what} to the training process (no launcher on this node)"
+        chosen = with_local_rank(workers, local_rank)
+        if not chosen:
+            raise RuntimeError(f"{name} has no worker with LOCAL_RANK={local_rank}")
+        signal_all(chosen, sig)
+        return f"{what} to {len(chosen)} worker process(es) (pid {', '.join(str(p.pid) for p in chosen)}); " \
+               "the torchrun agent stays"
 
     def freeze(self, name: str) -> str:
         procs = self._stop_tree(name)

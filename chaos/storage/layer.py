@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import psutil
+
+from chaos.events import Ev
 from chaos.machine import APT, Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked, marked_processes, orphaned
 from chaos.storage.control import StorageControl
@@ -72,16 +75,30 @@ def wanted(scenario: Scenario) -> bool:
     return any(STORAGE_LAYER in plugins[f.kind].needs for f in scenario.faults)
 
 
+# Checkpoint events that only the FUSE layer holds (or sees at all: loads) for a script without the probe.
+HELD_TRIGGERS = frozenset({Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_WRITE_PROGRESS, Ev.CHECKPOINT_LOADED})
+
+
 def needs_fuse(scenario: Scenario) -> bool:
-    """FUSE is required (not a fallback) when asked for, or when a fault acts through the mount."""
+    """FUSE is required, not a fallback: when asked for, when a fault acts through the mount, or (``auto``) when a
+    ``command:`` workload's fault is triggered on a checkpoint event the inotify watcher could not hold (it would
+    fire late, after the save it was aimed at) or would never see (a load). ``storage.layer: inotify`` accepts that
+    explicitly; ``off`` leaves checkpoint events to a script that calls the probe."""
     from chaos.registry import fault_plugins
     from chaos.runtimes.base import STORAGE_LAYER
+    from chaos.scenario import CommandWorkload
 
-    if scenario.storage.layer == "off":
+    asked = scenario.storage.layer
+    if asked == "off":
         return False
     plugins = fault_plugins()
-    return (scenario.storage.layer == "fuse" and wanted(scenario)) or any(
-        STORAGE_LAYER in plugins[f.kind].needs for f in scenario.faults)
+    if any(STORAGE_LAYER in plugins[f.kind].needs for f in scenario.faults):
+        return True
+    if asked == "fuse":
+        return wanted(scenario)
+    w = scenario.workload
+    return asked == "auto" and isinstance(w, CommandWorkload) and w.checkpoint_dir is not None and any(
+        f.on is not None and f.on.event in HELD_TRIGGERS for f in scenario.faults)
 
 
 def choose(scenario: Scenario) -> Layer:
@@ -172,12 +189,18 @@ class StorageLayer:
                 unmount(str(self.directory))  # a server killed mid-unmount leaves a dead mount
 
 
+def _run_of(proc: psutil.Process) -> str | None:
+    try:
+        return str(proc.environ().get(TREE_VAR, "")).removeprefix(f"{MARK_PREFIX}/")
+    except (psutil.Error, OSError):
+        return None
+
+
 def cleanup(run_id: str | None, only_orphans: bool) -> list[str]:
     """``chaos cleanup``: end orphaned servers (their engine is gone) and unmount their stale mounts."""
     prefix = f"{MARK_PREFIX}/{run_id}" if run_id else MARK_PREFIX
     removed = [f"storage server {p.pid}" for p in kill_marked(prefix, only_orphans=only_orphans)]
-    live = {p.environ().get(TREE_VAR, "").removeprefix(f"{MARK_PREFIX}/")
-            for p in marked_processes(MARK_PREFIX) if not orphaned(p)} if only_orphans else set()
+    live = {_run_of(p) for p in marked_processes(MARK_PREFIX) if not orphaned(p)} if only_orphans else set()
     for m in chaos_mounts():
         if (run_id is None or m.run_id == run_id) and m.run_id not in live and unmount(m.path):
             removed.append(f"storage mount {m.path}")

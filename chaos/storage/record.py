@@ -32,6 +32,7 @@ from chaos.history import FileTail
 HEARTBEAT_FILE = "engine.alive"  # chaos/engine/heartbeat.py
 ENGINE_GONE_S = 3.0
 HOLD_TIMEOUT_S = 10.0
+READ_CHUNK = 4 << 20
 _NUMBER = re.compile(r"\d+")
 
 
@@ -99,19 +100,20 @@ class Recorder:
         """Read what the history gained since the last call: steps per node, and digests of finished saves."""
         with self._read_lock:
             try:
-                with open(self.path, "rb") as f:
-                    f.seek(self._offset)
-                    chunk = f.read()
+                f = open(self.path, "rb")
             except OSError:
                 return
-            self._offset += len(chunk)
-            lines = (self._partial + chunk).split(b"\n")
-            self._partial = lines.pop()
-            for line in lines:
-                if b'"step_completed"' in line:
-                    self._step(line)
-                elif b'"checkpoint_save_finished"' in line:
-                    self._saved(line)
+            with f:
+                f.seek(self._offset)
+                while chunk := f.read(READ_CHUNK):  # a long history is read a few MiB at a time
+                    self._offset += len(chunk)
+                    lines = (self._partial + chunk).split(b"\n")
+                    self._partial = lines.pop()
+                    for line in lines:
+                        if b'"step_completed"' in line:
+                            self._step(line)
+                        elif b'"checkpoint_save_finished"' in line:
+                            self._saved(line)
 
     def _parse(self, line: bytes) -> dict[str, Any] | None:
         try:

@@ -18,7 +18,6 @@ through unrecorded and unruled: they are faults, recorded by the engine, not sav
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import threading
@@ -31,6 +30,7 @@ import mfusepy as fuse
 
 from chaos.events import Ev
 from chaos.storage.control import APPLIED_FILE, RULES_FILE
+from chaos.storage.digests import Digests
 from chaos.storage.identity import Caller, Callers, exiting
 from chaos.storage.record import Recorder, step_in_name
 from chaos.storage.rules import Outcome, Rules
@@ -58,9 +58,8 @@ class Handle:
     step: int | None = None
     written: int = 0
     next_progress: int = PROGRESS_FIRST
-    hasher: Any = None  # running sha256 while every write continues the previous one from offset 0
-    end: int = 0
     clean: bool = False  # closed by a live process after its last write
+    closed_path: str | None = None  # where it was when closed (a rename may move it before its release)
     read_seen: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -80,6 +79,7 @@ class StorageServer(fuse.Operations):
         self.engine_pid = engine_pid
         self.callers = Callers()
         self.handles: dict[int, Handle] = {}
+        self.digests = Digests()
         self._handles_lock = threading.Lock()
         self._rules_lock = threading.Lock()
         self._rules_stamp: tuple[int, int] | None = None
@@ -180,16 +180,7 @@ class StorageServer(fuse.Operations):
                 continue
 
     def digest(self, relpath: str) -> tuple[str, int]:
-        h = hashlib.sha256()
-        size = 0
-        fd = os.open(relpath, os.O_RDONLY, dir_fd=self.root)
-        try:
-            while chunk := os.read(fd, 4 << 20):
-                h.update(chunk)
-                size += len(chunk)
-        finally:
-            os.close(fd)
-        return h.hexdigest(), size
+        return self.digests.of_path(self.root, relpath)
 
     def step_for(self, relpath: str, caller: Caller) -> int | None:
         step = step_in_name(relpath)
@@ -201,7 +192,6 @@ class StorageServer(fuse.Operations):
         h = Handle(fd, relpath, caller, writable, saving)
         if saving:
             h.step = self.step_for(relpath, caller)
-            h.hasher = hashlib.sha256()
         with self._handles_lock:
             self.handles[fd] = h
         return fd
@@ -283,11 +273,6 @@ class StorageServer(fuse.Operations):
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
         if fh is not None:
             os.ftruncate(fh, length)
-            h = self.handles.get(fh)
-            if h is not None:
-                with h.lock:
-                    if length != h.end:
-                        h.hasher = None  # no longer one sequential stream: digest the file at close
         else:
             os.truncate(os.path.join(f"/proc/self/fd/{self.root}", self.rel(path)), length)
         return 0
@@ -309,16 +294,23 @@ class StorageServer(fuse.Operations):
         h = self.handles.get(fh)
         if h is not None and not self.ours(h.caller):
             self.obey("read", h.relpath, h.caller, size)
-            if not h.writable and not h.read_seen:
-                with h.lock:
-                    first, h.read_seen = not h.read_seen, True
-                if first:
-                    sha, size_now = self.digest(h.relpath)
-                    known, step = self.recorder.saved_step(sha)
-                    if self.emit(Ev.CHECKPOINT_LOADED, h.relpath, h.caller, sha256=sha, bytes=size_now,
-                                 step=step if known else None):
-                        self.survived(HOLD_GRACE_S)
+            if not h.writable and not h.read_seen and self.loaded(h):
+                self.survived(HOLD_GRACE_S)
         return os.pread(fh, size, offset)
+
+    def loaded(self, h: Handle, hold: bool = True) -> bool:
+        """A read-only handle's ``checkpoint_loaded`` (once): at its first read that reaches the server, else at
+        its close. Two processes that open a file at once share the kernel's page cache: the second one's reads
+        may never reach the server, yet it loaded the file (both ranks of a job resuming, measured). Returns
+        whether it held."""
+        with h.lock:
+            first, h.read_seen = not h.read_seen, True
+        if not first:
+            return False
+        sha, size = self.digests.of_handle(h.fd)
+        known, step = self.recorder.saved_step(sha)
+        return self.emit(Ev.CHECKPOINT_LOADED, h.relpath, h.caller, hold=hold, sha256=sha, bytes=size,
+                         step=step if known else None)
 
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
         h = self.handles.get(fh)
@@ -332,12 +324,6 @@ class StorageServer(fuse.Operations):
         with h.lock:
             h.clean = False
             h.written += n
-            if h.hasher is not None:
-                if offset == h.end:
-                    h.hasher.update(data[:n])
-                else:
-                    h.hasher = None
-            h.end = max(h.end, offset + n)
             if h.saving and h.written >= h.next_progress:
                 while h.next_progress <= h.written:
                     h.next_progress += PROGRESS_EVERY
@@ -356,6 +342,9 @@ class StorageServer(fuse.Operations):
                 self.announce(h, hold=not dying)
             with h.lock:
                 h.clean = not dying
+                h.closed_path = h.relpath
+            if h.saving and not dying:
+                self.digests.expect(fh)
         return 0
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
@@ -375,22 +364,23 @@ class StorageServer(fuse.Operations):
             if h is not None and not self.ours(h.caller):
                 if not h.announced:
                     self.announce(h, hold=False)
+                if not h.writable and not h.read_seen:
+                    self.loaded(h, hold=False)
                 with self._rules_lock:
                     self.rules.check("release", h.relpath, h.caller.node)
                 if h.saving and h.clean:
                     self._finished(h)
         finally:
+            if h is not None and h.saving:
+                self.digests.arrived(fh)
             os.close(fh)
         return 0
 
     def _finished(self, h: Handle) -> None:
-        size = os.fstat(h.fd).st_size
-        if h.hasher is not None and size == h.end:
-            sha = h.hasher.hexdigest()
-        else:
-            sha, size = self.digest(h.relpath)
-        self.emit(Ev.CHECKPOINT_SAVE_FINISHED, h.relpath, h.caller, hold=False, sha256=sha, bytes=size,
-                  step=h.step)
+        """The save closed cleanly: its digest (read back through the handle, off the writer's path) and event."""
+        sha, size = self.digests.of_handle(h.fd)
+        self.emit(Ev.CHECKPOINT_SAVE_FINISHED, h.closed_path or h.relpath, h.caller, hold=False, sha256=sha,
+                  bytes=size, step=h.step)
 
     def unlink(self, path: str) -> int:
         rel, caller = self.rel(path), self.caller()
@@ -435,7 +425,19 @@ class StorageServer(fuse.Operations):
         """Large writes (fewer round trips per checkpoint), then the rules watcher."""
         if conn is not None:
             conn.max_write = MAX_WRITE
+            conn.max_readahead = MAX_WRITE
         threading.Thread(target=self.watch_rules, name="torch-chaos-storage-rules", daemon=True).start()
+        threading.Thread(target=self.widen_readahead, name="torch-chaos-storage-readahead", daemon=True).start()
+
+    def widen_readahead(self) -> None:
+        """Loads read 128 KiB per request (the kernel's default readahead for a FUSE mount, which ``init`` can
+        only lower): raise it to 1 MiB where this process may (root), best effort. Runs once the mount answers."""
+        try:
+            st = os.stat(self.mount)  # served once INIT is answered: never from inside init itself
+            with open(f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb", "w") as f:
+                f.write(str(MAX_WRITE >> 10))
+        except OSError:
+            pass
 
     def destroy(self, path: str) -> None:
         self._stop.set()

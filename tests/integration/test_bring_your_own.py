@@ -63,20 +63,21 @@ limits: {{deadline_s: 240, stall_timeout_s: 60}}
 
 
 def test_a_crash_loop_on_a_damaged_snapshot_is_a_restart_loop_naming_file_and_error() -> None:
-    """The snapshot is truncated, then the node crashes: every restarted worker dies loading it ("failed finding
-    central directory") before printing a step. torchrun's failure lines and the storage layer's loads count the
-    rounds, so this is a restart loop whose why names the error and the file, not a hang with 0 restarts."""
+    """The node crashes, and its snapshot is truncated while it is down: every restarted worker dies loading it
+    ("failed finding central directory") before printing a step. torchrun's failure lines and the storage layer's
+    loads count the rounds, so this is a restart loop whose why names the error and the file, not a hang with 0
+    restarts."""
     scenario = parse_scenario(f"""\
 name: byo-damaged-snapshot
-cluster: {{mode: elastic, nodes: 1, node_restart: {{policy: on-failure, delay_s: 1}}}}
+cluster: {{mode: elastic, nodes: 1, node_restart: {{policy: on-failure, delay_s: 3}}}}
 workload:
   command: [python, {SCRIPT}, --epochs, 40, --steps-per-epoch, 5, --save-every, 1, --snapshot, ckpt/snapshot.pt]
   progress_regex: '\\[rank(?P<rank>\\d+)\\] Epoch \\d+ \\| step (?P<step>\\d+) \\| loss (?P<loss>[0-9.]+)'
   checkpoint_dir: ckpt
 storage: {{layer: fuse}}
 faults:
-  - {{kind: corrupt_checkpoint, mode: truncate, at_step: 12}}
-  - {{kind: crash, target: 0, at_step: 14}}
+  - {{kind: crash, target: 0, at_step: 12}}
+  - {{kind: corrupt_checkpoint, mode: truncate, at: 1.5}}  # while the node is down: no later save repairs it
 expect: {{completes: false}}
 checks: {{golden: false}}
 limits: {{deadline_s: 120, stall_timeout_s: 60}}

@@ -114,7 +114,7 @@ workload: {{name: ddp-mlp, args: {{steps: 400, checkpoint_every: 50}}}}
 faults:
   - {{kind: kill_worker, target: 1, at_step: 120}}
   - {{kind: corrupt_checkpoint, mode: flip, at_step: 260}}
-  - {{kind: kill_worker, target: 0, at_step: 270}}
+  - {{kind: segfault, target: 0, local_rank: 0, at_step: 270}}
 expect:
   checkpoint: {{digests_ok: true, resumed_from_newest_valid: true, exactly_once: true, matches_golden: bitwise}}
 limits: {{deadline_s: 240, stall_timeout_s: 60}}
@@ -125,7 +125,8 @@ limits: {{deadline_s: 240, stall_timeout_s: 60}}
 def test_worker_kill_and_checkpoint_damage_through_the_mount(runtime: str,
                                                             machine_for: Callable[[Any], None]) -> None:
     """kill_worker reaches the workers (from the host, into the container) and leaves the agent, which restarts
-    them; corrupt_checkpoint damages the newest checkpoint on the shared mount, and the resume skips it."""
+    them; corrupt_checkpoint damages the newest checkpoint on the shared mount, and the resume skips it; a segfault
+    is a SIGSEGV to the one worker, which the agent reports as exit code -11 (not the -9 of a kill)."""
     from chaos.loading import parse_scenario
     from tests.runs import run_scenario
 
@@ -133,8 +134,10 @@ def test_worker_kill_and_checkpoint_damage_through_the_mount(runtime: str,
     machine_for(scenario)
     result, run_dir = run_scenario(scenario)
     assert result["verdict"] == "pass", (result["why"], run_dir)
-    kills = [f for f in result["faults"] if f["kind"] == "kill_worker"]
+    kills = [f for f in result["faults"] if f["kind"] in ("kill_worker", "segfault")]
     assert all(f["restarted"] and "agent stays" in f["mechanism"] for f in kills), kills
+    assert kills[0]["mechanism"].startswith("SIGKILL") and kills[1]["mechanism"].startswith("SIGSEGV"), kills
+    assert "exitcode: -11" in (run_dir / "logs" / "node0.log").read_text()
     assert result["node_replacements"] == 0  # the agents restarted their workers; no node was replaced
     [damage] = [e for e in read_history(run_dir / "events.jsonl")
                 if e.get("event") == "fault_injected" and e["kind"] == "corrupt_checkpoint"]

@@ -41,6 +41,7 @@ limits: {{deadline_s: 90, stall_timeout_s: 60}}
     result, run_dir = run_scenario(scenario)
     assert result["verdict"] == "pass", (result["why"], run_dir)
     assert result["environment"]["storage_layer"] == "fuse"
+    assert result["history"]["unreadable_count"] == 0, result["history"]  # every storage line is a usable event
     events = read_history(run_dir / "events.jsonl")
     storage = [e for e in events if e["source"] == "storage"]
     started = [e for e in storage if e["event"] == "checkpoint_save_started"]

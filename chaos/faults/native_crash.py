@@ -1,0 +1,65 @@
+"""Native crashes of one worker: ``segfault`` (SIGSEGV) and ``abort`` (SIGABRT).
+
+A worker that dies in native code (a CUDA driver fault, a bad extension, ``std::terminate``) does not look like an
+OOM kill: the launcher reports exit code -11 or -6, not -9, and core-dump handlers and log scrapers treat them
+differently. These kinds deliver exactly that signal to the worker(s) of one node (one ``local_rank``, or all), so
+a job's crash handling can be tested against what it will really see; the history records the signal in the
+mechanism, and the node log shows the launcher's own report of it.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from chaos.faults.base import FaultContext, FaultKind
+from chaos.runtimes.base import KILL_WORKERS
+from chaos.spec import FaultSpec
+
+
+class _NativeCrashOptions(FaultSpec):
+    local_rank: int | None = Field(
+        None, ge=0, description="the one worker (its LOCAL_RANK on the target node) that crashes; all when absent")
+
+
+class SegfaultOptions(_NativeCrashOptions):
+    kind: Literal["segfault"]
+
+
+class AbortOptions(_NativeCrashOptions):
+    kind: Literal["abort"]
+
+
+class _NativeCrash(FaultKind):
+    signal: ClassVar[int]
+    needs = frozenset({KILL_WORKERS})
+
+    def inject(self, ctx: FaultContext) -> str:
+        assert ctx.node is not None
+        local_rank = getattr(ctx.spec, "local_rank", None)
+        ctx.details["signal"] = signal.Signals(self.signal).name
+        if local_rank is not None:
+            ctx.details["local_rank"] = local_rank
+        return ctx.runtime.kill_workers(ctx.node, sig=self.signal, local_rank=local_rank)
+
+    @classmethod
+    def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
+        return {}
+
+
+class Segfault(_NativeCrash):
+    kind = "segfault"
+    options = SegfaultOptions
+    signal = signal.SIGSEGV
+    summary = "a worker dies of SIGSEGV (launcher exit code -11), as a crash in native code does"
+    colour = "#e377c2"
+
+
+class Abort(_NativeCrash):
+    kind = "abort"
+    options = AbortOptions
+    signal = signal.SIGABRT
+    summary = "a worker dies of SIGABRT (launcher exit code -6), as std::terminate or a failed assert does"
+    colour = "#bcbd22"
