@@ -52,7 +52,7 @@ def _serve(mount: str, events: str, control: str, pause_on: frozenset[str], engi
            rules: bool) -> None:
     from chaos.storage.server import serve
 
-    serve(mount, events, control, run_id="unit-test", pause_on=pause_on, engine_pid=engine_pid,
+    serve(mount, events, control, run_id=f"unit-test-{os.getppid()}", pause_on=pause_on, engine_pid=engine_pid,
           rules_class=ScriptedRules if rules else Rules)
 
 
