@@ -64,15 +64,14 @@ def test_non_atomic_save_torn_by_a_crash_is_named() -> None:
     assert digests["ok"] is False and "ckpt_150.pt" in digests["why"], digests
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the storage layer records a load at the first read that reaches FUSE; the kernel answers reads of an empty "
-    "file itself, so the 0-byte ckpt_150.pt left by a crash at checkpoint_save_started (held at its first write) "
-    "is never seen loaded: the run is a restart_loop naming only EOFError, and digests_ok says 'ok: no checkpoint "
-    "was loaded' (measured in examples/byo/README.md)"))
 def test_non_atomic_save_emptied_by_a_crash_at_save_start_is_named() -> None:
+    """The crash lands as the save begins (held at its first write): ckpt_150.pt is left empty. Reads of an empty
+    file never reach the storage layer, so the load must be recorded at its close; before that it went unseen and
+    digests_ok said 'ok: no checkpoint was loaded'."""
     text = byo_text("per-step-non-atomic").replace("checkpoint_write_progress", "checkpoint_save_started")
     result, run_dir = run_scenario(parse_scenario(text + "checks: {golden: false}\n", "non-atomic-at-start.yaml"))
     assert result["verdict"] == "restart_loop", verdicts(result, run_dir)
+    assert "ckpt_150.pt (step 150): its save never finished" in result["why"], result["why"]
     digests = result["checkpoint"]["digests_ok"]
     assert digests["ok"] is False and "ckpt_150.pt" in digests["why"], digests
 
