@@ -130,6 +130,8 @@ class StorageServer(fuse.Operations):
             end = time.monotonic() + out.delay_s
             while (left := end - time.monotonic()) > 0 and not exiting(tid):
                 time.sleep(min(left, RULES_POLL_S))
+        if out.stall:  # named in the history: a run that hangs here says which node and file the fault holds
+            self.emit(Ev.STORAGE_OP_STALLED, relpath, caller, hold=False, op=op, fault_id=out.fault_id)
         while out.stall and not self._stop.is_set() and not exiting(tid):
             self.reload_rules()
             with self._rules_lock:
@@ -275,6 +277,8 @@ class StorageServer(fuse.Operations):
             os.ftruncate(fh, length)
         else:
             os.truncate(os.path.join(f"/proc/self/fd/{self.root}", self.rel(path)), length)
+        with self._rules_lock:  # power loss cannot bring back the bytes cut here (lost_writes)
+            self.rules.truncated(self.rel(path), length, self.caller().node)
         return 0
 
     # ------------------------------------------------------------------ files
@@ -288,6 +292,9 @@ class StorageServer(fuse.Operations):
         rel, caller = self.rel(path), self.caller()
         self.obey("open_write" if flags & _WRITE_FLAGS else "open_read", rel, caller)
         fd = os.open(rel, flags, dir_fd=self.root)
+        if flags & os.O_TRUNC and flags & _WRITE_FLAGS:
+            with self._rules_lock:  # rewritten in place: until an fsync, a power loss leaves it empty (lost_writes)
+                self.rules.truncated(rel, 0, caller.node)
         return self._new_handle(fd, rel, caller, flags, created=False)
 
     def read(self, path: str, size: int, offset: int, fh: int) -> bytes:

@@ -48,12 +48,6 @@ def run(name: str) -> tuple[dict[str, Any], Path]:
     return run_shipped(name)
 
 
-# Known and reported, outside the fault kinds (docs/design.md, "The storage layer", "Measured"): strict, so the fix
-# shows as an XPASS failure and the mark goes.
-NO_STALL_EVENT = pytest.mark.xfail(
-    strict=True, reason="the storage server does not write storage_op_stalled yet, so the hung why names no node")
-
-
 def failing(result: dict[str, Any]) -> dict[str, str | None]:
     return {k: v.get("verdict") for k, v in result["checkpoint"].items() if v["ok"] is False}
 
@@ -83,7 +77,6 @@ def test_a_slow_store_costs_goodput_not_correctness() -> None:
     assert result["checkpoint"]["matches_golden"]["mode"] == "bitwise"
 
 
-@NO_STALL_EVENT
 def test_a_stalled_fsync_hangs_the_job_and_names_the_node() -> None:
     result, _ = run("storage/fsync-stall-hangs")
     assert result["end_reason"] == "hung" and "node0" in result["why"] and "fsync" in result["why"], result["why"]
