@@ -49,7 +49,8 @@ def program_problem(scenario: Scenario) -> str | None:
         return None
     if not os.path.isabs(program):
         return (f"{what} {program!r} is a relative path, but every node starts in its fresh run directory, where it "
-                f"does not exist; give the absolute path (e.g. {os.path.abspath(program)})")
+                "does not exist; name it relative to the scenario file's directory (a .py script there is found), "
+                f"or give the absolute path (e.g. {os.path.abspath(program)})")
     if not os.path.isfile(program):
         return f"{what} {program!r} does not exist"
     if what == "program" and not os.access(program, os.X_OK):

@@ -223,6 +223,8 @@ def parse_scenario(text: str, file: str = "<scenario>", runtime: str | None = No
         raise ScenarioInvalid([ScenarioError(file, 1, "", "expected a mapping with name, cluster, workload, faults")])
     if runtime is not None:
         _override_runtime(data, runtime)
+    if Path(file).is_file():
+        _anchor_scripts(data, Path(file).resolve().parent)
     lines = _line_index(root) if root is not None else {}
     try:
         return Scenario.model_validate(data)
@@ -268,6 +270,27 @@ def read_scenario_text(path: str | Path) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ScenarioInvalid([ScenarioError(f"{p}: byte {exc.start}", None, "", "not UTF-8")]) from None
+
+
+def _anchor_scripts(data: dict[str, Any], base: Path) -> None:
+    """A ``command:`` workload's Python scripts named relative to the scenario file are anchored there.
+
+    Nodes start in their fresh run directory, so a relative path would name nothing; the file next to the
+    scenario is what its author meant (``command: [python, train.py]`` beside ``train.chaos.yaml``). Only
+    arguments ending in ``.py`` that exist there are rewritten (to absolute paths, which the run directory's
+    ``scenario.yaml`` then keeps); anything else is left for admission to judge."""
+    workload = data.get("workload")
+    command = workload.get("command") if isinstance(workload, dict) else None
+    if not isinstance(command, list):
+        return
+    for i, arg in enumerate(command):
+        if isinstance(arg, str) and arg.endswith(".py") and not Path(arg).is_absolute() and "\0" not in arg:
+            candidate = base / arg
+            try:
+                if candidate.is_file():
+                    command[i] = str(candidate.resolve())
+            except (OSError, ValueError):  # a name too long for the filesystem: admission says what is wrong
+                continue
 
 
 def load_scenario(path: str | Path, runtime: str | None = None) -> Scenario:

@@ -1,8 +1,7 @@
 """The bring-your-own example scenarios (examples/byo/*.yaml) as the tests run them.
 
-The files name their scripts as ``examples/byo/<script>.py``, relative to the repository root, because nodes start
-in their own run directory and torch-chaos wants an absolute path there; a user rewrites it once (README.md in
-examples/byo). The tests do the same rewrite, to this checkout's absolute path.
+The files name their scripts relative to themselves (``per_step_ddp.py``); loading a file anchors them there
+(chaos/loading.py). Tests that edit the text before parsing it anchor the script the same way here.
 """
 
 from __future__ import annotations
@@ -18,5 +17,8 @@ def byo_names() -> list[str]:
 
 
 def byo_text(name: str) -> str:
-    """The scenario text with its script path made absolute, as the README tells a user to do."""
-    return (BYO_DIR / f"{name}.yaml").read_text().replace("examples/byo/", f"{BYO_DIR}/")
+    """The scenario text with its script path made absolute, as loading the file would make it."""
+    text = (BYO_DIR / f"{name}.yaml").read_text()
+    for script in ("per_step_ddp.py", "epoch_snapshot_ddp.py"):
+        text = text.replace(f"python, {script}", f"python, {BYO_DIR / script}")
+    return text

@@ -56,7 +56,13 @@ def test_every_planted_bug_has_an_example() -> None:
     assert used == {bug for script in SCRIPTS for bug in declared_bugs(BYO_DIR / script)}
 
 
-def test_the_file_as_shipped_says_how_to_fix_its_relative_script_path() -> None:
+def test_the_file_as_shipped_finds_its_script_next_to_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # from anywhere: the script is found next to the scenario file, not in the cwd
+    scenario = admit(BYO_DIR / "per-step-node-crash.yaml", machine=False)
+    assert scenario.workload.command[1] == str(BYO_DIR / "per_step_ddp.py")
+    # a script that is nowhere near the file is still refused, with the way out
+    moved = tmp_path / "elsewhere.yaml"
+    moved.write_text((BYO_DIR / "per-step-node-crash.yaml").read_text())
     with pytest.raises(ScenarioInvalid) as exc:
-        admit(BYO_DIR / "per-step-node-crash.yaml", machine=False)
-    assert "is a relative path" in str(exc.value) and "give the absolute path" in str(exc.value)
+        admit(moved, machine=False)
+    assert "is a relative path" in str(exc.value) and "relative to the scenario file" in str(exc.value)

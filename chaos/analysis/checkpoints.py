@@ -193,8 +193,20 @@ def _resumed_print_only(events: list[Event]) -> dict[str, Any]:
     if bad:
         b = bad[0]
         return _verdict(False, f"{b['problem']}: {b['why']}", restarts=checked, verdict=b["problem"])
-    return _verdict(True, f"each of {len(checked)} restart(s) resumed from the newest valid checkpoint",
-                    restarts=checked)
+    # Only a restart that loaded the newest valid file itself "resumed from" it; one that loaded a torn file (that
+    # is digests_ok's finding) or died first did not go back to an older checkpoint, and is said as such.
+    torn = [e for e in checked if e.get("loaded_path") and e.get("newest_valid_path") not in (None, e["loaded_path"])]
+    died = [e for e in checked if e.get("note")]
+    if not torn and not died:
+        return _verdict(True, f"each of {len(checked)} restart(s) resumed from the newest valid checkpoint",
+                        restarts=checked)
+    parts = [f"none of {len(checked)} restart(s) went back to an older checkpoint than the newest valid one"]
+    if torn:
+        parts.append(f"{len(torn)} loaded {os.path.basename(torn[0]['loaded_path'])}, which was not a complete save "
+                     "(see digests_ok)")
+    if died:
+        parts.append(f"{len(died)} died before loading anything or training a step")
+    return _verdict(True, "; ".join(parts), restarts=checked)
 
 
 def restart_loop_cause(events: list[Event]) -> str | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from chaos.analysis.ckpt_source import checkpoint_events, checkpoint_source
 from chaos.analysis.load import History, memo, of_kind, step_table
-from chaos.analysis.rounds import intended_step, rounds
+from chaos.analysis.rounds import intended_step, resume_load, rounds
 from chaos.analysis.steps import StepTable, time_order
 from chaos.events import Ev, Source
 from chaos.history import Event
@@ -251,9 +251,10 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
             if new_loads:
                 m.resumed_from = new_loads[0]["step"]
                 m.resume_evidence = f"checkpoint_loaded: {new_loads[0].get('path')}"
-            elif stored and (held := intended_step(events, stored[0].loads[0])) is not None:
+            elif stored and (load := resume_load(events, stored[0])) is not None and (
+                    held := intended_step(events, load)) is not None:
                 m.resumed_from = held
-                m.resume_evidence = f"checkpoint_loaded (storage layer): {stored[0].loads[0].get('path')}"
+                m.resume_evidence = f"checkpoint_loaded (storage layer): {load.get('path')}"
             else:
                 m.resumed_from = first_step - 1
                 on_disk = [e for e in of_kind(events, Ev.CHECKPOINT_SEEN) if e["t"] < first_t]

@@ -110,11 +110,18 @@ def intended_step(events: list[Event], load: Event) -> int | None:
     return saves[-1]["step"] if saves else step_from_name(load.get("path", ""))
 
 
-def _load_of(events: list[Event], rnd: Round) -> Event | None:
-    """The load that decides a round's resume point: the oldest step any of its ranks loaded."""
+def resume_load(events: list[Event], rnd: Round) -> Event | None:
+    """The load that decides a round's resume point: the oldest step any of its ranks loaded, among the loads of
+    files that were saved whole if there are any (a rank that read an emptied or torn file and then went on to an
+    intact one resumed from the intact one)."""
     if not rnd.loads:
         return None
-    return min(rnd.loads, key=lambda e: (intended_step(events, e) is None, intended_step(events, e) or 0, e["t"]))
+
+    def key(e: Event) -> tuple[bool, bool, int, float]:
+        step = intended_step(events, e)
+        return not isinstance(e.get("step"), int), step is None, step or 0, e["t"]
+
+    return min(rnd.loads, key=key)
 
 
 def restart_checks(events: list[Event]) -> list[dict[str, Any]]:
@@ -125,7 +132,7 @@ def restart_checks(events: list[Event]) -> list[dict[str, Any]]:
     """
     out = []
     for rnd in rounds(events)[1:]:
-        load = _load_of(events, rnd)
+        load = resume_load(events, rnd)
         at = load["t"] if load else (rnd.first_t if rnd.first_t is not None else rnd.t)
         available = available_at(events, at)
         best = newest(available)
@@ -153,8 +160,11 @@ def step_continuity(events: list[Event]) -> dict[str, Any]:
     checkpoint holds: ``steps_trained_twice`` / ``steps_skipped`` otherwise (an off-by-one resume).
 
     The step a checkpoint holds is the storage layer's: exact when the file's name carries it; otherwise it was
-    taken from the progress the job had printed when the save began, which races with the print by a step, so
-    one step of slack is allowed then (and said). A script that prints every k-th step gets k steps of slack.
+    taken from the progress the job had printed when the save began. That label is never ahead of what the file
+    holds, but it is a step behind for a script that saves before it prints the step, so one step of slack is
+    allowed then (and said) in the "skipped" direction only: a resume that prints the labelled step again trained
+    it twice whatever the print order (the DDP tutorial's ``EPOCHS_RUN = epoch`` bug). A script that prints every
+    k-th step gets k steps of slack.
     """
     all_rounds = rounds(events)
     printed = [r for r in all_rounds if r.first_t is not None]
@@ -170,7 +180,7 @@ def step_continuity(events: list[Event]) -> dict[str, Any]:
     seen: set[int] = set()
     while rnd is not None and id(rnd) not in seen:
         seen.add(id(rnd))
-        load = _load_of(events, rnd)
+        load = resume_load(events, rnd)
         k = intended_step(events, load) if load else None
         if load is None or k is None:
             chain.append({"round": rnd.name, "loaded": load["path"] if load else None, "first_step": rnd.first_step})
@@ -182,7 +192,7 @@ def step_continuity(events: list[Event]) -> dict[str, Any]:
                       "step_from": "file name" if exact else "printed progress (±1 step)"})
         if f is not None:
             said = f"resumed printing step {f} after loading {os.path.basename(load['path'])}, which holds step {k}"
-            if f <= k - slack:
+            if f <= k:
                 twice.append((f, k))
                 problems.append(f"{said}: {_span(f, k)} trained twice")
             elif f > k + stride + slack:
