@@ -238,6 +238,9 @@ def _marked_server(tmp_path: Path, name: str, engine: int) -> tuple[subprocess.P
     return proc, mount
 
 
+# Marked integration for the exclusive lock, not for its length (~2 s): it plants an orphaned marked server on
+# purpose, which another test's leftover check running beside it would rightly report as a leak.
+@pytest.mark.integration
 def test_cleanup_unmounts_orphaned_and_dead_mounts_and_leaves_a_live_engines_alone(tmp_path: Path) -> None:
     from chaos.storage.layer import cleanup
 
