@@ -20,6 +20,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from chaos.events import Ev, Source  # stdlib-only like this module: names every event once for probe and engine
@@ -85,7 +86,7 @@ def emit(event: str, **fields: Any) -> None:
     with _lock:
         os.write(_descriptor(path), line.encode())
     if pause:
-        _wait_for_ack(path, record["id"])
+        wait_for_ack(path, record["id"])
 
 
 def _json_safe(value: Any) -> Any:
@@ -95,21 +96,27 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _wait_for_ack(path: str, event_id: str) -> None:
-    """Hold until the engine acknowledges, it is gone (its heartbeat stale), or the safety timeout.
+def wait_for_ack(path: str, event_id: str, timeout_s: float | None = None,
+                 gone: Callable[[], bool] | None = None, check_every_s: float = 0.2) -> None:
+    """Hold until the engine acknowledges, it is gone (its heartbeat stale), ``gone()`` says the held caller is
+    dying, or the safety timeout (``CHAOS_PAUSE_TIMEOUT_S``, 10 s, unless ``timeout_s``).
 
     Without an engine the job goes on: a dead engine must not freeze training (documented in docs/design.md,
-    "The probe")."""
+    "The probe"). The storage layer holds its events with this same wait (chaos/storage/record.py)."""
     acks = path + ".acks"
     ack, heartbeat = os.path.join(acks, event_id), os.path.join(acks, _HEARTBEAT_FILE)
-    deadline = time.monotonic() + float(os.environ.get(_ENV_PAUSE_TIMEOUT, "10"))
+    if timeout_s is None:
+        timeout_s = float(os.environ.get(_ENV_PAUSE_TIMEOUT, "10"))
+    deadline = time.monotonic() + timeout_s
     next_check = 0.0
     while time.monotonic() < deadline:
         if os.path.exists(ack):
             return
         now = time.monotonic()
         if now >= next_check:
-            next_check = now + 0.2
+            next_check = now + check_every_s
+            if gone is not None and gone():
+                return
             try:
                 if time.time() - os.stat(heartbeat).st_mtime > _ENGINE_GONE_S:
                     return  # the engine stopped refreshing it: killed

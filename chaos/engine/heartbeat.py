@@ -5,7 +5,7 @@ If the engine is killed (SIGKILL, OOM, a lost login node), nobody will ever ackn
 go stale and lets the job go on within seconds instead of sitting out its safety timeout at every hold. The file
 sits beside the acknowledgements, so it reaches every runtime that sees the history (containers mount it). A
 thread of its own keeps it fresh while the main loop is busy injecting a slow fault, so a held job is never
-released early by a live engine. The probe's side is :func:`chaos.probe._wait_for_ack`.
+released early by a live engine. The probe's side is :func:`chaos.probe.wait_for_ack`.
 """
 
 from __future__ import annotations

@@ -28,9 +28,8 @@ from typing import Any
 
 from chaos.events import Ev, Source
 from chaos.history import FileTail
+from chaos.probe import wait_for_ack
 
-HEARTBEAT_FILE = "engine.alive"  # chaos/engine/heartbeat.py
-ENGINE_GONE_S = 3.0
 HOLD_TIMEOUT_S = 10.0
 READ_CHUNK = 4 << 20
 _NUMBER = re.compile(r"\d+")
@@ -73,28 +72,9 @@ class Recorder:
             with self._read_lock:
                 self.step_of_digest[fields["sha256"]] = fields.get("step")
         if held:
-            self._wait(record["id"], gone)
+            # the probe's own wait, checking a dying caller every 20 ms (a killed process waits for our answer)
+            wait_for_ack(self.path, record["id"], self.hold_timeout_s, gone, check_every_s=0.02)
         return held
-
-    def _wait(self, event_id: str, gone: Callable[[], bool] | None) -> None:
-        acks = self.path + ".acks"
-        ack, heartbeat = os.path.join(acks, event_id), os.path.join(acks, HEARTBEAT_FILE)
-        deadline = time.monotonic() + self.hold_timeout_s
-        next_check = 0.0
-        while time.monotonic() < deadline:
-            if os.path.exists(ack):
-                return
-            now = time.monotonic()
-            if now >= next_check:
-                next_check = now + 0.02
-                if gone is not None and gone():
-                    return
-                try:
-                    if time.time() - os.stat(heartbeat).st_mtime > ENGINE_GONE_S:  # the engine was killed
-                        return
-                except OSError:
-                    pass
-            time.sleep(0.005)
 
     def catch_up(self) -> None:
         """Read what the history gained since the last call: steps per node, and digests of finished saves."""
