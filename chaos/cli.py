@@ -188,30 +188,41 @@ def engine_run_plain(engine: Any, quiet: bool) -> dict[str, Any]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from chaos.analysis.projection import ProjectionError
     from chaos.analysis.result_json import write_result
     from chaos.analysis.run import analyze_run
     from chaos.console import summary
     from chaos.scenario import parse_duration
 
     run_dir = Path(args.run_dir)
-    if not (run_dir / "events.jsonl").exists() or not (run_dir / "scenario.yaml").exists():
-        err.print(f"[red]error[/red] {run_dir}: not a run directory (it needs events.jsonl and scenario.yaml)",
-                  highlight=False)
+    if not _is_run_dir(run_dir):
         return EXIT_USAGE
     try:
         mtbf = parse_duration(args.mtbf) if args.mtbf else None
     except ValueError as exc:
         err.print(f"[red]error[/red] --mtbf: {exc}", highlight=False)
         return EXIT_USAGE
+    if args.project_nodes is None and (args.mtbf_node or args.preset):
+        err.print("[red]error[/red] --mtbf-node / --preset: a projection needs --project-nodes N", highlight=False)
+        return EXIT_USAGE
     try:
         analysis = analyze_run(run_dir)  # once: result.json and the report present the same analysis
+        try:
+            projection = _projection(args, analysis, args.project_nodes) if args.project_nodes is not None else None
+        except ProjectionError as exc:
+            err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False)
+            return EXIT_USAGE
         result = write_result(analysis)
         if args.format == "text":
             summary(result, out)
+            if projection is not None:
+                from chaos.reports.projection import render_text
+
+                out.print(render_text(projection), highlight=False, markup=False)
         else:
             from chaos.reports import write_report
 
-            path = write_report(analysis, args.format, args.output, mtbf_s=mtbf)
+            path = write_report(analysis, args.format, args.output, mtbf_s=mtbf, projection=projection)
             out.print(f"{args.format} report: {path}", highlight=False)
     except ScenarioInvalid:
         raise  # scenario.yaml itself is damaged: file:line errors, exit 2
@@ -221,6 +232,57 @@ def cmd_report(args: argparse.Namespace) -> int:
                   "and golden.json", highlight=False)
         return EXIT_FAIL
     return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
+
+
+def _is_run_dir(run_dir: Path) -> bool:
+    if (run_dir / "events.jsonl").exists() and (run_dir / "scenario.yaml").exists():
+        return True
+    err.print(f"[red]error[/red] {escape(str(run_dir))}: not a run directory (it needs events.jsonl and "
+              "scenario.yaml)", highlight=False)
+    return False
+
+
+def _projection(args: argparse.Namespace, analysis: Any, nodes: int) -> Any:
+    """The projection of an analysed run for ``chaos project`` / ``chaos report --project-nodes``."""
+    from chaos.analysis.projection import project_run
+
+    return project_run(analysis, nodes, mtbf_node=args.mtbf_node, preset=args.preset, job_days=args.job_days,
+                       checkpoint_cost=args.checkpoint_cost, recovery=args.recovery,
+                       checkpoint_interval=args.checkpoint_interval, trials=args.trials, seed=args.seed)
+
+
+def cmd_project(args: argparse.Namespace) -> int:
+    """Project a run's measured recovery and checkpoint cost to N nodes under a failure model."""
+    from chaos.analysis.projection import ProjectionError
+    from chaos.analysis.run import analyze_run
+
+    run_dir = Path(args.run_dir)
+    if not _is_run_dir(run_dir):
+        return EXIT_USAGE
+    try:
+        analysis = analyze_run(run_dir)
+    except ScenarioInvalid:
+        raise
+    except Exception as exc:  # a damaged history must give a message, never a traceback
+        err.print(f"[red]error[/red] {escape(str(run_dir))}: cannot analyse this run directory "
+                  f"({type(exc).__name__}: {escape(str(exc))})", highlight=False)
+        return EXIT_FAIL
+    try:
+        projection = _projection(args, analysis, args.nodes)
+    except ProjectionError as exc:
+        err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False)
+        return EXIT_USAGE
+    if args.format == "json":
+        print(json.dumps(projection.to_dict(), indent=2, default=str))
+    elif args.format == "markdown":
+        from chaos.reports.projection import render_markdown
+
+        print(render_markdown(projection, level=1, full=args.all_intervals))
+    else:
+        from chaos.reports.projection import render_text
+
+        print(render_text(projection, full=args.all_intervals), end="")
+    return EXIT_PASS
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
@@ -350,6 +412,26 @@ def _golden_cache(directory: str | None) -> Iterator[None]:
             os.environ[CACHE_ENV] = old
 
 
+def _projection_options(p: argparse.ArgumentParser) -> None:
+    from chaos.analysis.projection import PRESETS
+
+    p.add_argument("--mtbf-node", default=None, metavar="DURATION",
+                   help="per-node mean time between failures, e.g. 10000h (job MTBF = this / nodes)")
+    p.add_argument("--preset", default=None, choices=sorted(PRESETS),
+                   help="a published failure rate instead of --mtbf-node (llama3: 419 unexpected interruptions in "
+                        "54 days on 16,384 GPUs, The Llama 3 Herd of Models, 2024)")
+    p.add_argument("--job-days", type=float, default=30.0, help="failure-free training time of the projected job "
+                   "in days (default 30)")
+    p.add_argument("--checkpoint-interval", default=None, metavar="DURATION|Nsteps",
+                   help="the job's checkpoint interval, e.g. 30m or 500steps (default: the run's checkpoint_every)")
+    p.add_argument("--checkpoint-cost", default=None, metavar="DURATION",
+                   help="blocking cost of one checkpoint at scale (default: the run's measured median save)")
+    p.add_argument("--recovery", default=None, metavar="DURATION",
+                   help="cost of one recovery at scale (default: the run's longest measured recovery_s)")
+    p.add_argument("--trials", type=int, default=1000, help="Monte Carlo jobs per interval (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="torch-chaos", description="Chaos testing for PyTorch training jobs.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -379,7 +461,19 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--format", choices=["text", "html", "md", "json", "junit"], default="text")
     rep.add_argument("-o", "--output", default=None, help="report path (default: inside the run directory)")
     rep.add_argument("--mtbf", default=None, help="mean time between failures for interval advice, e.g. 6h")
+    rep.add_argument("--project-nodes", type=int, default=None, metavar="N",
+                     help="add a 'Projection to scale' section for N nodes (see `chaos project --help`)")
+    _projection_options(rep)
     rep.set_defaults(func=cmd_report)
+    pj = sub.add_parser("project", help="project a run's measured recovery and checkpoint cost to N nodes: "
+                        "effective training time, lost hours, best checkpoint interval (Monte Carlo + Young/Daly)")
+    pj.add_argument("run_dir")
+    pj.add_argument("--nodes", type=int, required=True, help="nodes of the projected job")
+    _projection_options(pj)
+    pj.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    pj.add_argument("--all-intervals", action="store_true", help="list every swept interval, not only the "
+                    "current, Young's, Daly's and the best")
+    pj.set_defaults(func=cmd_project)
     x = sub.add_parser("explore", help="search for a failing fault plan and shrink it to a minimal reproducer")
     x.add_argument("scenario")
     x.add_argument("--budget", type=int, default=10, help="fault plans to generate (each is a real run)")

@@ -6,20 +6,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from chaos.analysis.projection import Projection
     from chaos.analysis.run import RunAnalysis
 
 FORMATS = ("html", "md", "json", "junit")
 
 
 def write_report(run: str | Path | RunAnalysis, fmt: str = "html", out: str | Path | None = None,
-                 mtbf_s: float | None = None) -> Path:
+                 mtbf_s: float | None = None, projection: Projection | None = None) -> Path:
     """Write one report of a run; returns the report's path.
 
     ``run`` is the run directory (its history is analysed) or an analysis already made (not redone).
+    ``projection`` (``chaos.analysis.projection``) adds the "Projection to scale" section.
     """
     from chaos.reports.model import build_report
 
-    report = build_report(run, mtbf_s=mtbf_s)
+    report = build_report(run, mtbf_s=mtbf_s, projection=projection)
     run_dir = report.run_dir
     if fmt == "html":
         from chaos.reports.html import render_html

@@ -82,6 +82,10 @@ def render_html(report: Report) -> str:
     advice = advice_lines(report)
     if advice:
         parts.append("<h2>Checkpoint interval</h2>" + "".join(f"<p>{escape(line)}</p>" for line in advice))
+    if report.projection is not None:
+        from chaos.reports.projection import render_html as projection_html
+
+        parts.append(projection_html(report.projection))
     parts += ["<h2>Environment</h2>", _table(("setting", "value"), environment_rows(report)),
               f"<p class=na>Recomputed from <code>{escape(str(report.run_dir))}</code> "
               f"(events.jsonl) by torch-chaos.</p></body></html>"]

@@ -55,6 +55,10 @@ def render_markdown(report: Report, directory: Path, stem: str) -> str:
     advice = advice_lines(report)
     if advice:
         out += ["## Checkpoint interval", "", *[f"- {line}" for line in advice], ""]
+    if report.projection is not None:
+        from chaos.reports.projection import render_markdown as projection_markdown
+
+        out += [projection_markdown(report.projection, level=2)]
     out += ["## Environment", "", _table(("setting", "value"), environment_rows(report)), "",
             f"_Recomputed from `{report.run_dir}` (events.jsonl) by torch-chaos._", ""]
     return "\n".join(out)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.analysis.projection import Projection
 from chaos.analysis.run import RunAnalysis, analyze_run
 from chaos.scenario import Scenario
 
@@ -17,6 +18,7 @@ from chaos.scenario import Scenario
 class Report:
     analysis: RunAnalysis
     advice: dict[str, Any] | None = None  # checkpoint-interval advice for the MTBF the report was asked for
+    projection: Projection | None = None  # projection to scale, when the report was asked for one
 
     @property
     def run_dir(self) -> Path:
@@ -40,10 +42,12 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return {"result": self.result, "recovery_breakdown": self.breakdowns, "checkpoint_interval": self.advice,
-                "scenario": self.scenario.model_dump(mode="json", exclude_none=True)}
+                "scenario": self.scenario.model_dump(mode="json", exclude_none=True),
+                **({"projection": self.projection.to_dict()} if self.projection is not None else {})}
 
 
-def build_report(run: Path | str | RunAnalysis, mtbf_s: float | None = None) -> Report:
+def build_report(run: Path | str | RunAnalysis, mtbf_s: float | None = None,
+                 projection: Projection | None = None) -> Report:
     """The report of a run directory, or of an analysis already made (``chaos report`` analyses once)."""
     analysis = run if isinstance(run, RunAnalysis) else analyze_run(run)
-    return Report(analysis, analysis.interval_advice(mtbf_s))
+    return Report(analysis, analysis.interval_advice(mtbf_s), projection)

@@ -1,0 +1,501 @@
+"""Projection to scale: what a run's measured recovery and checkpoint cost mean for a job on N nodes.
+
+A small run measures what one failure costs (``recovery_s``: fault → first step of the restarted job; the work
+since the newest checkpoint is redone after that) and what one checkpoint costs (median blocking save). At scale
+the question is how often failures come. The failure model here is the classic one:
+
+- every node fails independently, with exponentially distributed times between failures of mean ``m_node``
+  (the node MTBF), so the job, which stops when any of its N nodes fails, sees failures at rate N / m_node:
+  job MTBF ``M = m_node / N``;
+- the job checkpoints after every τ seconds of useful work, each save blocks training for C seconds;
+- a failure (at any moment: during work, a save or a restart) loses the work and the save in progress since
+  the last completed checkpoint, then costs a restart of R seconds, which a failure can interrupt too (it is
+  then started again); the job resumes from the newest completed checkpoint.
+
+Under that model the expected wall time has a closed form (Daly 2006, eq. for T_w, exact for exponential
+failures): a segment of s = τ + C seconds finishes after ``M·e^{R/M}·(e^{s/M} − 1)`` seconds on average, so the
+effective training time ratio (useful / wall) is ``τ / (M·e^{R/M}·(e^{(τ+C)/M} − 1))``. For τ, C, R ≪ M it is
+Young's first order ``1 − C/τ − (τ + C)/(2M) − R/M`` (Young 1974), minimised at τ = √(2CM); Daly's higher-order
+optimum is in ``chaos.analysis.interval``. The Monte Carlo (:func:`simulate`) draws the failures and restarts
+of that model and is checked against the closed form (``tests/test_projection.py``); it also gives the spread
+of a job's lost time, which the closed form does not.
+
+Everything here is computation; ``chaos project`` and the reports' "Projection to scale" section present it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from chaos.analysis.interval import daly, young
+
+if TYPE_CHECKING:
+    from chaos.analysis.run import RunAnalysis
+
+HOUR = 3600.0
+DAY = 86400.0
+Z95 = 1.96  # normal quantile of a two-sided 95% interval
+FIRST_ORDER_LIMIT = 0.1  # (τ + C)/M and R/M below this: Young's first-order terms are "small" (stated, not hidden)
+NEAR_BEST = 0.001  # ETTR within 0.1 point of the best: the range of intervals as good as the best, in practice
+MAX_DRAWS = 20_000_000  # failures drawn over all trials of one interval: beyond it the job barely progresses
+
+
+class ProjectionError(ValueError):
+    """Input the projection cannot use; the message names the option or the missing measurement."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": HOUR, "d": DAY, None: 1.0}
+
+
+def parse_duration_s(value: str, option: str) -> float:
+    """``10000h``, ``30m``, ``2d``, ``45`` (seconds) → seconds > 0; else a ProjectionError naming ``option``."""
+    m = _DURATION.match(str(value))
+    if not m:
+        raise ProjectionError(f"{option}: expected a duration such as 10000h, 30m, 2d or 45s, got {value!r}")
+    seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise ProjectionError(f"{option}: must be a positive duration, got {value!r}")
+    return seconds
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Failure model
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A published failure rate: interruptions observed on a number of GPUs over a number of days."""
+
+    name: str
+    citation: str
+    interruptions: int
+    days: float
+    gpus: int
+    gpus_per_node: int
+    note: str
+
+    @property
+    def gpu_mtbf_s(self) -> float:
+        return self.days * DAY * self.gpus / self.interruptions
+
+    @property
+    def node_mtbf_s(self) -> float:
+        """A node fails when any of its GPUs does: per-GPU MTBF / GPUs per node."""
+        return self.gpu_mtbf_s / self.gpus_per_node
+
+    def derivation(self) -> list[str]:
+        return [f"{self.interruptions} unexpected interruptions in {self.days:g} days on {self.gpus:,} GPUs "
+                f"({self.citation})",
+                f"per-GPU MTBF = {self.days:g} d × 24 h × {self.gpus:,} / {self.interruptions} = "
+                f"{self.gpu_mtbf_s / HOUR:,.0f} GPU-hours",
+                f"per-node MTBF = per-GPU MTBF / {self.gpus_per_node} GPUs per node = "
+                f"{self.node_mtbf_s / HOUR:,.0f} h ({self.note})"]
+
+
+PRESETS: dict[str, Preset] = {
+    "llama3": Preset(
+        name="llama3",
+        citation="\"The Llama 3 Herd of Models\", Meta, 2024, arXiv:2407.21783, section 3.3.4 and Table 5",
+        interruptions=419, days=54, gpus=16_384, gpus_per_node=8,
+        note="8 H100 GPUs per server in the paper; the 419 exclude the 47 planned interruptions; every "
+             "interruption is charged to one GPU's failure rate"),
+}
+
+
+@dataclass(frozen=True)
+class FailureModel:
+    """Independent exponential node failures; the job stops at any node's failure: M = node MTBF / N."""
+
+    nodes: int
+    node_mtbf_s: float
+    source: str  # "given (--mtbf-node 10000h)" or "preset llama3"
+    derivation: tuple[str, ...] = ()
+
+    @property
+    def job_mtbf_s(self) -> float:
+        return self.node_mtbf_s / self.nodes
+
+
+def failure_model(nodes: int, mtbf_node: str | None = None, preset: str | None = None) -> FailureModel:
+    """The model for ``--nodes`` and exactly one of ``--mtbf-node`` / ``--preset``."""
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        raise ProjectionError(f"--nodes: must be a whole number of nodes ≥ 1, got {nodes!r}")
+    if (mtbf_node is None) == (preset is None):
+        raise ProjectionError("give exactly one failure rate: --mtbf-node DURATION (per-node mean time between "
+                              f"failures, e.g. 10000h) or --preset NAME ({', '.join(sorted(PRESETS))})")
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ProjectionError(f"--preset: unknown preset {preset!r}; known: {', '.join(sorted(PRESETS))}")
+        p = PRESETS[preset]
+        return FailureModel(nodes, p.node_mtbf_s, f"preset {p.name}", tuple(p.derivation()))
+    assert mtbf_node is not None
+    return FailureModel(nodes, parse_duration_s(mtbf_node, "--mtbf-node"), f"given (--mtbf-node {mtbf_node})")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What the run measured
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The run's figures the projection rests on, each with where it came from."""
+
+    run_dir: str
+    run_nodes: int
+    recovery_s: float
+    recovery_source: str
+    checkpoint_cost_s: float
+    checkpoint_cost_source: str
+    step_s: float | None  # median step time of the run
+    interval_s: float | None  # the job's checkpoint interval (seconds of training between saves), if known
+    interval_source: str
+    lost: tuple[dict[str, Any], ...] = ()  # per restarted fault: lost_steps, lost_work_s, checkpoint_every
+    lost_check: str = ""  # whether the run's losses match "resume from the newest checkpoint"
+
+
+def measured_inputs(analysis: RunAnalysis, checkpoint_cost: str | None = None, recovery: str | None = None,
+                    checkpoint_interval: str | None = None) -> Measured:
+    """Read R, C, step time and the current interval from a run's analysis; options override (and say so)."""
+    from chaos.scenario import ShippedWorkload
+
+    result = analysis.result
+    restarted = [f for f in result["faults"] if f.get("restarted") and f.get("recovery_s") is not None]
+    if recovery is not None:
+        r = parse_duration_s(recovery, "--recovery")
+        r_source = f"given (--recovery {recovery})"
+        if restarted:
+            r_source += f"; measured: {_seconds(restarted)}"
+    elif restarted:
+        r = max(f["recovery_s"] for f in restarted)
+        r_source = (f"measured: the longest recovery_s of {len(restarted)} restart(s) in this run "
+                    f"({_seconds(restarted)})")
+    else:
+        raise ProjectionError(f"{analysis.run_dir}: this run measured no recovery (no fault restarted the job and "
+                              "reached a step after it), so it says nothing about what a failure costs; project a run "
+                              "with a recovered crash, or give --recovery DURATION")
+
+    if checkpoint_cost is not None:
+        c = parse_duration_s(checkpoint_cost, "--checkpoint-cost")
+        c_source = f"given (--checkpoint-cost {checkpoint_cost})"
+        if analysis.save_cost_s is not None:
+            c_source += f"; measured median save: {analysis.save_cost_s * 1000:.1f} ms"
+    elif analysis.save_cost_s is not None and analysis.save_cost_s > 0:
+        c = analysis.save_cost_s
+        c_source = ("measured: median checkpoint save (checkpoint_save_started → checkpoint_save_finished, "
+                    "the job's own events, else the storage layer's)")
+    else:
+        raise ProjectionError(f"{analysis.run_dir}: checkpoint cost not measured (no checkpoint_save_started/"
+                              "finished pair in the history); give --checkpoint-cost DURATION")
+
+    step = result.get("median_step_s")
+    every = None
+    if isinstance(analysis.scenario.workload, ShippedWorkload):
+        every = int(analysis.scenario.workload.args.get("checkpoint_every", 25))
+    interval, i_source = _interval(checkpoint_interval, every, step)
+    lost = tuple({"fault": f["id"], "lost_steps": f.get("lost_steps"), "lost_work_s": f.get("lost_work_s"),
+                  "resumed_from": f.get("resumed_from")} for f in restarted)
+    return Measured(run_dir=str(analysis.run_dir), run_nodes=analysis.scenario.cluster.nodes, recovery_s=r,
+                    recovery_source=r_source, checkpoint_cost_s=c, checkpoint_cost_source=c_source, step_s=step,
+                    interval_s=interval, interval_source=i_source, lost=lost, lost_check=_lost_check(lost, every))
+
+
+def _seconds(faults: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{f['recovery_s']:.2f} s" for f in faults)
+
+
+def _interval(option: str | None, every: int | None, step: float | None) -> tuple[float | None, str]:
+    """``--checkpoint-interval 30m`` or ``200steps``; else the shipped workload's checkpoint_every × step time."""
+    if option is not None:
+        m = re.match(r"^\s*(\d+)\s*steps?\s*$", option)
+        if m:
+            if not step:
+                raise ProjectionError("--checkpoint-interval: given in steps, but this run has no median step "
+                                      "time; give a duration such as 30m")
+            n = int(m.group(1))
+            if n < 1:
+                raise ProjectionError(f"--checkpoint-interval: must be ≥ 1 step, got {option!r}")
+            return n * step, f"given (--checkpoint-interval {option}) × median step {step:.4f} s"
+        return parse_duration_s(option, "--checkpoint-interval"), f"given (--checkpoint-interval {option})"
+    if every and step:
+        return every * step, f"the run's: checkpoint_every {every} steps × median step {step:.4f} s"
+    return None, "not known (the workload is not a shipped one): give --checkpoint-interval to project it"
+
+
+def _lost_check(lost: tuple[dict[str, Any], ...], every: int | None) -> str:
+    """The model resumes from the newest checkpoint: at most one interval lost per failure. Did the run?"""
+    if not lost or every is None:
+        return "not checked: " + ("no restart measured" if not lost else "checkpoint interval in steps not known")
+    worst = max((f["lost_steps"] or 0) for f in lost)
+    if worst <= every:
+        return (f"lost at most {worst} step(s) per restart ≤ checkpoint_every {every}: consistent with resuming "
+                "from the newest checkpoint, as the model assumes")
+    return (f"lost {worst} steps in one restart > checkpoint_every {every}: the run resumed from an older "
+            "checkpoint than the newest, so the model (newest checkpoint) understates the lost work")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Closed forms
+
+
+def daly_wall_s(work_s: float, tau: float, c: float, r: float, m: float) -> float:
+    """Expected wall time to do ``work_s`` of training under the model (Daly 2006, exact for exponential
+    failures): n full segments of τ + C and one of the remainder + C, each costing M·e^{R/M}·(e^{s/M} − 1)."""
+    n, rem = _segments(work_s, tau)
+    per = [(n, tau + c)] + ([(1, rem + c)] if rem > 0 else [])
+    return sum(k * m * math.exp(r / m) * math.expm1(s / m) for k, s in per)
+
+
+def young_ratio(tau: float, c: float, r: float, m: float) -> float:
+    """Young's first-order effective training time ratio, 1 − C/τ − (τ + C)/(2M) − R/M (for τ, C, R ≪ M)."""
+    return 1 - c / tau - (tau + c) / (2 * m) - r / m
+
+
+def _segments(work_s: float, tau: float) -> tuple[int, float]:
+    n = int(work_s // tau)
+    rem = work_s - n * tau
+    if rem <= 1e-9 * tau:
+        rem = 0.0
+    return n, rem
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Monte Carlo
+
+
+@dataclass
+class Simulation:
+    """Per-trial totals (seconds) of one interval's Monte Carlo; useful work is the same in every trial."""
+
+    work_s: float
+    wall: np.ndarray
+    checkpointing: np.ndarray  # completed saves
+    rework: np.ndarray  # training lost to failures (redone)
+    wasted_saves: np.ndarray  # saves interrupted by a failure
+    recovery: np.ndarray  # restarts, interrupted ones included
+    failures: np.ndarray  # all of them: during work, saves and restarts
+
+
+def _trunc_exp(rng: np.random.Generator, rate: float, upper: float, size: int) -> np.ndarray:
+    """Exponential(rate) draws conditioned on being < upper: when within an attempt a failure came."""
+    q = -math.expm1(-rate * upper)
+    return -np.log1p(-rng.random(size) * q) / rate
+
+
+def _neg_binomial(rng: np.random.Generator, n: np.ndarray | int, p: float, trials: int) -> np.ndarray:
+    """Failures before ``n`` successes, per trial (0 where n = 0: numpy refuses n = 0)."""
+    n = np.broadcast_to(np.asarray(n, dtype=np.int64), (trials,))
+    out = np.zeros(trials, dtype=np.int64)
+    live = n > 0
+    if live.any():
+        out[live] = rng.negative_binomial(n[live], p)
+    return out
+
+
+def _per_trial(trials: int, counts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    return np.bincount(np.repeat(np.arange(trials), counts), weights=values, minlength=trials)
+
+
+def simulate(work_s: float, tau: float, c: float, r: float, m: float, trials: int,
+             rng: np.random.Generator) -> Simulation:
+    """Draw ``trials`` jobs of ``work_s`` seconds of training under the model (module docstring).
+
+    Failures are memoryless, so each segment (τ of work, then a save of C) is tried until one attempt sees no
+    failure: failures per segment are geometric, their number over n segments negative binomial, and when a
+    failure comes within an attempt is an exponential draw truncated to the attempt. Each failure is followed by
+    a restart of R, retried the same way when a failure interrupts it.
+    """
+    if min(tau, m) <= 0 or c < 0 or r < 0 or work_s <= 0:
+        raise ProjectionError("interval, MTBF and job length must be > 0; checkpoint cost and recovery ≥ 0")
+    rate = 1 / m
+    n, rem = _segments(work_s, tau)
+    kinds = [(n, tau + c)] + ([(1, rem + c)] if rem > 0 else [])
+    expected = sum(k * math.expm1(s * rate) for k, s in kinds) * math.exp(r * rate) * trials
+    if not expected < MAX_DRAWS:
+        raise ProjectionError(f"an interval of {tau / HOUR:.3g} h with a job MTBF of {m / HOUR:.3g} h fails "
+                              f"{expected / trials:.3g} times per job: the job barely progresses; shorten the "
+                              "interval or the job")
+    zeros = np.zeros(trials)
+    failures = np.zeros(trials, dtype=np.int64)
+    rework, wasted = zeros.copy(), zeros.copy()
+    for count, length in kinds:
+        if count == 0:
+            continue
+        f = _neg_binomial(rng, count, math.exp(-length * rate), trials)
+        at = _trunc_exp(rng, rate, length, int(f.sum()))
+        work_part = length - c
+        rework += _per_trial(trials, f, np.minimum(at, work_part))
+        wasted += _per_trial(trials, f, np.maximum(at - work_part, 0.0))
+        failures += f
+    interrupted = _neg_binomial(rng, failures, math.exp(-r * rate), trials) if r > 0 else np.zeros(trials, np.int64)
+    lost_restarts = _per_trial(trials, interrupted, _trunc_exp(rng, rate, r, int(interrupted.sum()))) if r > 0 \
+        else zeros.copy()
+    recovery = failures * r + lost_restarts
+    checkpointing = np.full(trials, (n + (rem > 0)) * c, dtype=float)
+    wall = work_s + checkpointing + rework + wasted + recovery
+    return Simulation(work_s, wall, checkpointing, rework, wasted, recovery, (failures + interrupted).astype(float))
+
+
+@dataclass(frozen=True)
+class IntervalFigures:
+    """One checkpoint interval's projection: Monte Carlo figures beside the closed forms."""
+
+    interval_s: float
+    ettr: float  # useful / expected wall (Monte Carlo)
+    ettr_ci95: tuple[float, float]  # from the 95% interval of the mean wall time
+    ettr_p5_p95: tuple[float, float]  # spread of single jobs' ratio
+    ettr_closed_form: float  # Daly's exact expected-value form
+    ettr_young: float  # Young's first order
+    first_order_applies: bool  # (τ + C)/M and R/M both < FIRST_ORDER_LIMIT
+    wall_days: float
+    lost_hours: float  # wall − useful, expected
+    lost_hours_p95: float
+    lost_hours_per_day: float  # per wall-clock day
+    lost_node_hours: float
+    checkpoint_hours: float
+    rework_hours: float
+    wasted_save_hours: float
+    recovery_hours: float
+    failures: float
+
+    @classmethod
+    def of(cls, sim: Simulation, tau: float, c: float, r: float, m: float, nodes: int) -> IntervalFigures:
+        wall = sim.wall
+        trials = len(wall)
+        mean = float(wall.mean())
+        half = Z95 * float(wall.std(ddof=1)) / math.sqrt(trials) if trials > 1 else 0.0
+        ratios = sim.work_s / wall
+        lost = wall - sim.work_s
+        return cls(
+            interval_s=tau, ettr=sim.work_s / mean,
+            ettr_ci95=(sim.work_s / (mean + half), sim.work_s / max(mean - half, sim.work_s)),
+            ettr_p5_p95=(float(np.percentile(ratios, 5)), float(np.percentile(ratios, 95))),
+            ettr_closed_form=sim.work_s / daly_wall_s(sim.work_s, tau, c, r, m),
+            ettr_young=young_ratio(tau, c, r, m),
+            first_order_applies=(tau + c) / m < FIRST_ORDER_LIMIT and r / m < FIRST_ORDER_LIMIT,
+            wall_days=mean / DAY, lost_hours=float(lost.mean()) / HOUR,
+            lost_hours_p95=float(np.percentile(lost, 95)) / HOUR,
+            lost_hours_per_day=float(lost.mean()) / mean * 24, lost_node_hours=float(lost.mean()) / HOUR * nodes,
+            checkpoint_hours=float(sim.checkpointing.mean()) / HOUR, rework_hours=float(sim.rework.mean()) / HOUR,
+            wasted_save_hours=float(sim.wasted_saves.mean()) / HOUR,
+            recovery_hours=float(sim.recovery.mean()) / HOUR, failures=float(sim.failures.mean()))
+
+
+@dataclass
+class Projection:
+    """The projection of one run to N nodes: inputs, model, per-interval figures and the best interval."""
+
+    measured: Measured
+    model: FailureModel
+    job_days: float  # failure-free training time of the projected job
+    trials: int
+    seed: int
+    current: IntervalFigures | None
+    sweep: list[IntervalFigures]
+    best: IntervalFigures
+    near_best: tuple[float, float]  # smallest and largest swept interval within NEAR_BEST of the best ETTR
+    young_s: float
+    daly_s: float
+    check: dict[str, Any] = field(default_factory=dict)  # Monte Carlo against the closed form, over the sweep
+    runtime_s: float = 0.0
+    assumptions: list[str] = field(default_factory=list)
+
+    def at(self, interval_s: float | None) -> IntervalFigures | None:
+        """The sweep's figures for exactly this interval (the current one, Young's, Daly's), if swept."""
+        return next((f for f in self.sweep if interval_s is not None and f.interval_s == interval_s), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["job_mtbf_s"] = self.model.job_mtbf_s
+        return out
+
+
+def assumptions(measured: Measured, model: FailureModel) -> list[str]:
+    """The model's assumptions, printed beside its numbers."""
+    return [
+        f"node failures are independent and exponential (memoryless), per-node MTBF {model.node_mtbf_s / HOUR:,.0f} h "
+        f"({model.source}); any node's failure stops the job: job MTBF = {model.node_mtbf_s / HOUR:,.0f} h / "
+        f"{model.nodes:,} nodes = {model.job_mtbf_s / HOUR:.3g} h",
+        f"every failure costs the recovery R = {measured.recovery_s:.3g} s "
+        f"({_origin(measured.recovery_source, measured)}), taken as is at {model.nodes:,} nodes (at scale restarts "
+        "usually take longer: --recovery overrides); a failure during a restart starts it again",
+        f"each checkpoint blocks training for C = {measured.checkpoint_cost_s:.3g} s "
+        f"({_origin(measured.checkpoint_cost_source, measured)}), taken as is at {model.nodes:,} nodes "
+        "(--checkpoint-cost overrides); a failure during a save loses it",
+        "a restarted job resumes from the newest completed checkpoint: the training since then is redone "
+        f"({measured.lost_check})",
+        "training is continuous work (step granularity ignored); planned maintenance, stragglers, slowdowns and "
+        "failures of the checkpoint storage are not modelled",
+    ]
+
+
+def closed_form_check(sweep: list[IntervalFigures]) -> dict[str, Any]:
+    """How far the Monte Carlo's ETTR is from Daly's exact closed form over the sweep, and how often the closed
+    form lies inside the Monte Carlo's 95% interval (about 95% of the intervals if both are right)."""
+    diffs = [abs(f.ettr - f.ettr_closed_form) for f in sweep]
+    inside = sum(f.ettr_ci95[0] <= f.ettr_closed_form <= f.ettr_ci95[1] for f in sweep)
+    return {"intervals": len(sweep), "max_abs_difference": max(diffs), "closed_form_inside_ci95": inside}
+
+
+def _origin(source: str, measured: Measured) -> str:
+    return "given" if source.startswith("given") else f"measured on {measured.run_nodes} node(s)"
+
+
+def interval_grid(centre: float, extra: tuple[float | None, ...] = (), points_per_octave: int = 4,
+                  octaves: int = 3) -> list[float]:
+    """Intervals swept: a geometric grid around the closed-form optimum (±``octaves`` doublings), plus ``extra``
+    (the current interval, Young's and Daly's optimum)."""
+    grid = {centre * 2 ** (k / points_per_octave)
+            for k in range(-octaves * points_per_octave, octaves * points_per_octave + 1)}
+    grid.update(x for x in extra if x)
+    return sorted(grid)
+
+
+def project(measured: Measured, model: FailureModel, job_days: float = 30.0, trials: int = 1000,
+            seed: int = 0) -> Projection:
+    """Monte Carlo of a ``job_days`` job on ``model.nodes`` nodes at the current interval and over a sweep of
+    intervals around Young/Daly's optimum; the best interval is the sweep's highest projected ETTR."""
+    import time
+
+    if not job_days > 0 or not math.isfinite(job_days):
+        raise ProjectionError(f"--job-days: must be a positive number of days, got {job_days!r}")
+    if trials < 2:
+        raise ProjectionError(f"--trials: must be ≥ 2, got {trials!r}")
+    start = time.perf_counter()
+    c, r, m = measured.checkpoint_cost_s, measured.recovery_s, model.job_mtbf_s
+    work = job_days * DAY
+    y, d = young(c, m), daly(c, m)
+
+    def figures(tau: float) -> IntervalFigures | None:
+        try:
+            sim = simulate(work, tau, c, r, m, trials, np.random.default_rng(seed))
+        except ProjectionError:
+            return None
+        return IntervalFigures.of(sim, tau, c, r, m, model.nodes)
+
+    sweep = [f for f in (figures(t) for t in interval_grid(d, (measured.interval_s, y, d))) if f is not None]
+    if not sweep:
+        raise ProjectionError(f"job MTBF {m / HOUR:.3g} h is too short for any checkpoint interval to make progress")
+    best = max(sweep, key=lambda f: f.ettr)
+    near = [f.interval_s for f in sweep if f.ettr >= best.ettr - NEAR_BEST]
+    current = next((f for f in sweep if measured.interval_s is not None and f.interval_s == measured.interval_s),
+                   None)
+    proj = Projection(measured=measured, model=model, job_days=job_days, trials=trials, seed=seed, current=current,
+                      sweep=sweep, best=best, near_best=(min(near), max(near)), young_s=y, daly_s=d,
+                      check=closed_form_check(sweep), assumptions=assumptions(measured, model))
+    proj.runtime_s = time.perf_counter() - start
+    return proj
+
+
+def project_run(analysis: RunAnalysis, nodes: int, mtbf_node: str | None = None, preset: str | None = None,
+                job_days: float = 30.0, checkpoint_cost: str | None = None, recovery: str | None = None,
+                checkpoint_interval: str | None = None, trials: int = 1000, seed: int = 0) -> Projection:
+    """``chaos project`` / ``chaos report --project-nodes``: the run's measurements, the model, the projection."""
+    model = failure_model(nodes, mtbf_node, preset)
+    measured = measured_inputs(analysis, checkpoint_cost, recovery, checkpoint_interval)
+    return project(measured, model, job_days, trials, seed)
