@@ -42,7 +42,7 @@ DAY = 86400.0
 Z95 = 1.96  # normal quantile of a two-sided 95% interval
 FIRST_ORDER_LIMIT = 0.1  # (τ + C)/M and R/M below this: Young's first-order terms are "small" (stated, not hidden)
 NEAR_BEST = 0.001  # ETTR within 0.1 point of the best: the range of intervals as good as the best, in practice
-MAX_DRAWS = 20_000_000  # failures drawn over all trials of one interval: beyond it the job barely progresses
+MAX_DRAWS = 5_000_000  # failures drawn over all trials of one interval: beyond it the job barely progresses
 
 
 class ProjectionError(ValueError):
@@ -480,7 +480,9 @@ def project(measured: Measured, model: FailureModel, job_days: float = 30.0, tri
 
     sweep = [f for f in (figures(t) for t in interval_grid(d, (measured.interval_s, y, d))) if f is not None]
     if not sweep:
-        raise ProjectionError(f"job MTBF {m / HOUR:.3g} h is too short for any checkpoint interval to make progress")
+        raise ProjectionError(f"job MTBF {m:.3g} s (R = {r:.3g} s): even at the best interval a "
+                              f"{job_days:g}-day job meets {work / m:.3g}+ failures; {trials} jobs per interval would "
+                              f"draw more than {MAX_DRAWS:,} failures: give fewer --trials or a shorter --job-days")
     best = max(sweep, key=lambda f: f.ettr)
     near = [f.interval_s for f in sweep if f.ettr >= best.ettr - NEAR_BEST]
     current = next((f for f in sweep if measured.interval_s is not None and f.interval_s == measured.interval_s),

@@ -76,7 +76,9 @@ def conclusions(p: Projection) -> list[str]:
              f"{duration(p.sweep[-1].interval_s)}): {duration(b.interval_s)}{_steps(p, b.interval_s)}, projected ETTR "
              f"{b.ettr:.5f} (95% CI {b.ettr_ci95[0]:.5f}–{b.ettr_ci95[1]:.5f}). Swept intervals from "
              f"{duration(p.near_best[0])} to {duration(p.near_best[1])} stay within {NEAR_BEST * 100:g} point of "
-             "that ETTR.",
+             "that ETTR." + (" The best is at the edge of the sweep: the optimum may lie beyond it, or the "
+                             "intervals' ETTRs differ by less than the Monte Carlo's noise (see the CIs)."
+                             if b is p.sweep[0] or b is p.sweep[-1] else ""),
              f"Closed-form optimum for C = {duration(p.measured.checkpoint_cost_s)}, M = {m.job_mtbf_s / HOUR:.3g} h: "
              f"Young √(2CM) = {duration(p.young_s)}, Daly = {duration(p.daly_s)}."]
     c = p.current
@@ -87,8 +89,10 @@ def conclusions(p: Projection) -> list[str]:
                      f"training {c.rework_hours:.2f} h, interrupted saves {c.wasted_save_hours:.3f} h, recovery "
                      f"{c.recovery_hours:.2f} h over {c.failures:.1f} failures.")
         gain = b.ettr - c.ettr
-        lines.append(f"Best against current: ETTR {b.ettr:.5f} vs {c.ettr:.5f} ({gain * 100:+.2f} points, "
-                     f"{(c.lost_hours - b.lost_hours):+.2f} h per job saved).")
+        lines.append(f"Best against current: ETTR {b.ettr:.5f} vs {c.ettr:.5f} ({gain * 100:+.3f} points, "
+                     f"{(c.lost_hours - b.lost_hours):+.2f} h per job saved)"
+                     + (f"; the current interval is within {NEAR_BEST * 100:g} point of the best."
+                        if gain <= NEAR_BEST else "."))
     else:
         lines.append(f"At the best interval: expected lost {b.lost_hours:.2f} h per {p.job_days:g}-day job "
                      f"({b.lost_node_hours:,.0f} node-hours), over {b.failures:.1f} failures. The current interval "
