@@ -173,6 +173,10 @@ def test_project_command_on_a_recorded_run(runs: dict[str, Path], capsys: pytest
     (["--nodes", "8"], "give exactly one failure rate"),
     (["--nodes", "8", "--mtbf-node", "10h", "--checkpoint-interval", "soon"], "--checkpoint-interval"),
     (["--nodes", "8", "--mtbf-node", "10h", "--job-days", "0"], "--job-days"),
+    (["--nodes", "8", "--mtbf-node", "10h", "--job-days", "nan"], "--job-days"),
+    (["--nodes", "8", "--mtbf-node", "10h", "--trials", "1"], "--trials"),
+    (["--nodes", "8", "--mtbf-node", "10h", "--seed", "-1"], "--seed"),
+    (["--nodes", "-3", "--mtbf-node", "10h"], "--nodes"),
 ])
 def test_project_command_bad_input(runs: dict[str, Path], capsys: pytest.CaptureFixture[str], args: list[str],
                                    message: str) -> None:

@@ -42,6 +42,7 @@ DAY = 86400.0
 Z95 = 1.96  # normal quantile of a two-sided 95% interval
 FIRST_ORDER_LIMIT = 0.1  # (τ + C)/M and R/M below this: Young's first-order terms are "small" (stated, not hidden)
 NEAR_BEST = 0.001  # ETTR within 0.1 point of the best: the range of intervals as good as the best, in practice
+MAX_TRIALS = 100_000  # Monte Carlo jobs per interval: beyond it, memory for nothing (the CIs are already tight)
 MAX_DRAWS = 5_000_000  # failures drawn over all trials of one interval: beyond it the job barely progresses
 
 
@@ -464,8 +465,10 @@ def project(measured: Measured, model: FailureModel, job_days: float = 30.0, tri
 
     if not job_days > 0 or not math.isfinite(job_days):
         raise ProjectionError(f"--job-days: must be a positive number of days, got {job_days!r}")
-    if trials < 2:
-        raise ProjectionError(f"--trials: must be ≥ 2, got {trials!r}")
+    if not 2 <= trials <= MAX_TRIALS:
+        raise ProjectionError(f"--trials: must be from 2 to {MAX_TRIALS:,}, got {trials!r}")
+    if seed < 0:
+        raise ProjectionError(f"--seed: must be ≥ 0, got {seed!r}")
     start = time.perf_counter()
     c, r, m = measured.checkpoint_cost_s, measured.recovery_s, model.job_mtbf_s
     work = job_days * DAY
