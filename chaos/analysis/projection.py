@@ -423,8 +423,8 @@ def assumptions(measured: Measured, model: FailureModel) -> list[str]:
         f"({model.source}); any node's failure stops the job: job MTBF = {model.node_mtbf_s / HOUR:,.0f} h / "
         f"{model.nodes:,} nodes = {model.job_mtbf_s / HOUR:.3g} h",
         f"every failure costs the recovery R = {measured.recovery_s:.3g} s "
-        f"({_origin(measured.recovery_source, measured)}), taken as is at {model.nodes:,} nodes (at scale restarts "
-        "usually take longer: --recovery overrides); a failure during a restart starts it again",
+        f"({_origin(measured.recovery_source, measured)}), taken as is at {model.nodes:,} nodes (not measured "
+        "there; --recovery gives another value); a failure during a restart starts it again",
         f"each checkpoint blocks training for C = {measured.checkpoint_cost_s:.3g} s "
         f"({_origin(measured.checkpoint_cost_source, measured)}), taken as is at {model.nodes:,} nodes "
         "(--checkpoint-cost overrides); a failure during a save loses it",
