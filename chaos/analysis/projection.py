@@ -316,7 +316,9 @@ def simulate(work_s: float, tau: float, c: float, r: float, m: float, trials: in
     rate = 1 / m
     n, rem = _segments(work_s, tau)
     kinds = [(n, tau + c)] + ([(1, rem + c)] if rem > 0 else [])
-    expected = sum(k * math.expm1(s * rate) for k, s in kinds) * math.exp(r * rate) * trials
+    worst = max(s for _, s in [*kinds, (0, r)]) * rate
+    expected = math.inf if worst > 700 else (  # e^700 is near the float limit: far beyond MAX_DRAWS anyway
+        sum(k * math.expm1(s * rate) for k, s in kinds) * math.exp(r * rate) * trials)
     if not expected < MAX_DRAWS:
         raise ProjectionError(f"an interval of {tau / HOUR:.3g} h with a job MTBF of {m / HOUR:.3g} h fails "
                               f"{expected / trials:.3g} times per job: the job barely progresses; shorten the "
@@ -485,7 +487,8 @@ def project(measured: Measured, model: FailureModel, job_days: float = 30.0, tri
     if not sweep:
         raise ProjectionError(f"job MTBF {m:.3g} s (R = {r:.3g} s): even at the best interval a "
                               f"{job_days:g}-day job meets {work / m:.3g}+ failures; {trials} jobs per interval would "
-                              f"draw more than {MAX_DRAWS:,} failures: give fewer --trials or a shorter --job-days")
+                              f"draw more than {MAX_DRAWS:,} failures: give fewer --trials or a shorter --job-days "
+                              "(when C or R is not far below the job MTBF, the job barely progresses at any interval)")
     best = max(sweep, key=lambda f: f.ettr)
     near = [f.interval_s for f in sweep if f.ettr >= best.ettr - NEAR_BEST]
     current = next((f for f in sweep if measured.interval_s is not None and f.interval_s == measured.interval_s),
