@@ -15,12 +15,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from chaos.events import TriggerEvent
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def parse_duration(value: Any) -> Any:
-    """Accept ``10``, ``2.5``, ``"10s"``, ``"500ms"``, ``"2m"``; anything else is left for pydantic to reject."""
+    """Accept ``10``, ``2.5``, ``"10s"``, ``"500ms"``, ``"2m"``, ``"10000h"``, ``"2d"``; anything else is left for
+    pydantic to reject (or, from the CLI, is a ValueError whose message shows the accepted forms)."""
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)):

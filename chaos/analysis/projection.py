@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chaos.analysis.interval import daly, young
+from chaos.spec import parse_duration
 
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
@@ -50,16 +51,12 @@ class ProjectionError(ValueError):
     """Input the projection cannot use; the message names the option or the missing measurement."""
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": HOUR, "d": DAY, None: 1.0}
-
-
 def parse_duration_s(value: str, option: str) -> float:
     """``10000h``, ``30m``, ``2d``, ``45`` (seconds) → seconds > 0; else a ProjectionError naming ``option``."""
-    m = _DURATION.match(str(value))
-    if not m:
-        raise ProjectionError(f"{option}: expected a duration such as 10000h, 30m, 2d or 45s, got {value!r}")
-    seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
+    try:
+        seconds = parse_duration(str(value))
+    except ValueError:
+        raise ProjectionError(f"{option}: expected a duration such as 10000h, 30m, 2d or 45s, got {value!r}") from None
     if not seconds > 0 or not math.isfinite(seconds):
         raise ProjectionError(f"{option}: must be a positive duration, got {value!r}")
     return seconds
