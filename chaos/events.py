@@ -182,6 +182,9 @@ class FaultInjected(FaultBase):
     details: dict[str, Any]
     trigger_event: str | None  # the workload event that fired it (``on:`` triggers), else None
     max_step: int  # highest global step seen when it was injected
+    # when the engine decided to inject (its trigger met); ``t - t_decided`` is the fault-effect latency: the
+    # runtime's call from decision to signal delivered / rule in effect (absent in histories before it was kept)
+    t_decided: NotRequired[float]
 
 
 class FaultSkipped(FaultBase):

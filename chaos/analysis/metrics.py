@@ -41,6 +41,9 @@ class FaultMetrics:
     lost_work_s: float | None
     slowdown: float | None
     note: str | None = None
+    # decision (trigger met) to effect (the runtime's call returned: signal delivered, rule in effect); None in
+    # histories written before the engine recorded its decision time
+    effect_latency_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -228,7 +231,8 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
             id=f.get("fault_id", i), kind=f.get("kind", "?"), target=str(f.get("target")), disruptive=disruptive,
             mechanism=f.get("mechanism"), t_injected=t_f, t_healed=healed.get(f.get("fault_id", i)),
             highest_step_before=highest, restarted=False, resumed_from=None, resume_evidence=None, recovery_s=None,
-            catch_up_s=None, lost_steps=None, lost_work_s=None, slowdown=None)
+            catch_up_s=None, lost_steps=None, lost_work_s=None, slowdown=None,
+            effect_latency_s=t_f - f["t_decided"] if isinstance(f.get("t_decided"), (int, float)) else None)
         out.append(m)
         if not disruptive:
             m.note = "does not interrupt training by itself; its effect shows at the next restart"

@@ -121,6 +121,7 @@ class FaultScheduler:
         return str(trigger_event.get("node"))
 
     def _inject(self, f: FaultState, trigger_event: Event | None) -> None:
+        t_decided = time.time()
         impl = fault_kind(f.spec.kind)
         node = self._resolve_target(f, trigger_event)
         f.node = node
@@ -149,7 +150,7 @@ class FaultScheduler:
             self._progress.fault_injected()
         self._history.write(Ev.FAULT_INJECTED, **base, mechanism=mechanism, details=ctx.details,
                             trigger_event=trigger_event.get("event") if trigger_event else None,
-                            max_step=self._progress.max_step)
+                            max_step=self._progress.max_step, t_decided=t_decided)
         if node is not None and impl.stops_node:
             self._nodes.stopped(node)
         self._note(f"injected {f.spec.kind} on {where} at step {self._progress.max_step}")
