@@ -10,7 +10,7 @@ import pytest
 
 import chaos.analysis.run as run_module
 from chaos.analysis.load import History, load_events
-from chaos.analysis.result_json import build_result, evaluate_expectations
+from chaos.analysis.result_json import RESULT_SCHEMA_VERSION, build_result, evaluate_expectations
 from chaos.analysis.run import analyze_run
 from chaos.analysis.series import MAX_POINTS, downsample
 from chaos.events import Ev
@@ -76,7 +76,7 @@ def test_chaos_report_parses_and_analyses_the_history_once(soak: Path, monkeypat
     assert len(calls) == 1
     written = json.loads((soak / "result.json").read_text())
     assert json.loads((soak / "r.json").read_text())["result"] == written
-    assert written["schema_version"] == 6
+    assert written["schema_version"] == RESULT_SCHEMA_VERSION
 
 
 def test_plot_series_are_bounded_and_keep_a_restart_drop(soak: Path) -> None:
