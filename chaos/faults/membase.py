@@ -22,6 +22,7 @@ cleanup`` moves orphaned processes back, removes the cgroups and restores the li
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -179,6 +180,11 @@ class NodeMemory:
     def usage(self) -> int:
         return int((self.path / self.lay.usage).read_text())
 
+    def anon(self) -> int:
+        """Anonymous memory charged to the cgroup: what the kernel cannot reclaim without swap (page cache it can)."""
+        key = "total_rss" if self.lay.version == 1 else "anon"
+        return read_counter(self.path / "memory.stat", key)
+
     def limit(self) -> int | None:
         return parse_limit((self.path / self.lay.limit).read_text(), self.lay)
 
@@ -198,7 +204,16 @@ class NodeMemory:
                                           "before": self.before, "created": False}))
         for name in self._files():
             value = "0" if (self.lay.version == 2 and name == self.lay.swap) else str(limit)
-            (self.path / name).write_text(value)
+            try:
+                (self.path / name).write_text(value)
+            except OSError as exc:
+                restore_limits(self.path, self.before)
+                self.owner.unlink(missing_ok=True)
+                if exc.errno == errno.EBUSY:
+                    raise RuntimeError(f"the kernel refused a limit of {limit} bytes on {self.path}: below what the "
+                                       "node holds and cannot reclaim (cgroup v1 refuses such a limit instead of "
+                                       "OOM-killing); give a larger limit, or none") from None
+                raise
 
     def restore(self) -> dict[str, Any]:
         """Write the previous limits back (in the raising order) and check they read back exactly."""
@@ -302,7 +317,7 @@ def identify(pids: list[int]) -> dict[int, dict[str, Any]]:
 # ------------------------------------------------------------------------------------------ the allocator
 
 def start_allocator(path: Path, nbytes: int, hold_s: float, protected: bool, run_id: str, fault_id: int,
-                    log: Path) -> subprocess.Popen[bytes]:
+                    log: Path, counter: Path | None = None) -> subprocess.Popen[bytes]:
     """Start ``chaos.faults.allocator`` on the host, move it into the node's memory cgroup, then let it allocate.
 
     ``protected``: try oom_score_adj -1000, so the OOM killer picks one of the node's own processes, not it (a
@@ -314,9 +329,9 @@ def start_allocator(path: Path, nbytes: int, hold_s: float, protected: bool, run
     env = {**os.environ, TREE_VAR: f"{run_id}/{DELAYERS}/memory{fault_id}", ENGINE_VAR: str(os.getpid())}
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "chaos.faults.allocator", str(nbytes), str(hold_s),
-                                 str(os.getpid())], env=env, stdin=subprocess.PIPE, stdout=fh, stderr=fh,
-                                start_new_session=True)
+        argv = [sys.executable, "-m", "chaos.faults.allocator", str(nbytes), str(hold_s), str(os.getpid()),
+                *([str(counter)] if counter is not None else [])]
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=fh, stderr=fh, start_new_session=True)
     proc.protected = False  # type: ignore[attr-defined]
     try:
         if protected:

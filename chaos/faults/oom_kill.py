@@ -7,11 +7,12 @@ it (an ``oom_killed`` event per kill: the cgroup's ``oom_kill`` counter and the 
 and the report can say "OOM-killed" where a crash says "killed".
 
 How: the limit is set to ``limit`` (default: what the node's cgroup holds at that moment, so no room to grow), and
-a small co-located allocator that the OOM killer may not pick (``oom_score_adj -1000``) asks for 64 MiB more than
-the room left. The kernel must then free memory in the cgroup, and kills the node process with the largest
-footprint: a worker, in every run measured (the launcher is smaller). The allocator stops as soon as the kill is
-counted. Without ``duration`` the previous limit comes back at once (one OOM kill, as a worker's spike gives); with
-one, the limit stays that long and restarted workers meet it too (each further kill is recorded).
+a co-located allocator grows in the cgroup, up to 32 MiB past the limit plus the page cache the kernel can reclaim
+first, and stops at the first kill. The kernel must then free memory in the cgroup, and kills the process with
+the largest footprint: a worker, in every run measured (the launcher is smaller, the allocator smaller still; it
+is also given ``oom_score_adj -1000`` where the engine may lower it, see chaos/faults/membase.py).
+Without ``duration`` the previous limit comes back at once (one OOM kill, as a worker's spike gives); with one,
+the limit stays that long and restarted workers meet it too (each further kill is recorded).
 """
 
 from __future__ import annotations
@@ -68,12 +69,15 @@ class OomKill(FaultKind):
         ctx.handles.append(watch)
         t0 = time.time()
         allocator = None
-        push = max(limit - usage, 0) + PUSH
+        # Past the limit even once the kernel has reclaimed all the page cache it can; the allocator stops growing
+        # at the first kill, so it takes only what it took to make the kernel kill.
+        push = max(limit - mem.anon(), 0) + PUSH
         try:
             mem.set_limit(limit, run_id)
             watch.limit = limit
             allocator = start_allocator(mem.path, push, spec.wait + 5, True, run_id, ctx.fault_id,
-                                        ctx.runtime.log_path(f"{ctx.node}-oom_kill-{ctx.fault_id}"))
+                                        ctx.runtime.log_path(f"{ctx.node}-oom_kill-{ctx.fault_id}"),
+                                        counter=mem.path / mem.lay.events)
             watch.allocator = allocator.pid
             deadline = time.monotonic() + spec.wait
             while mem.oom_kills() == watch.counted and time.monotonic() < deadline:
@@ -82,6 +86,7 @@ class OomKill(FaultKind):
             killed = mem.oom_kills() > watch.counted
         except BaseException:
             stop_allocator(allocator)
+            watch.klog.close()
             if mem.before:
                 mem.restore()
             raise
@@ -91,6 +96,7 @@ class OomKill(FaultKind):
                             "allocator_protected": getattr(allocator, "protected", False)})
         first = watch.poll(ctx.fault_id, self.kind, settle_s=1.0) if killed else []
         if not killed or all(k.get("role") == "allocator" for k in first):
+            watch.klog.close()
             restored = mem.restore()
             what = (f"the OOM killer did not act within {spec.wait:g}s" if not killed else
                     f"the OOM killer killed only the co-located allocator (exit {code}), no process of the node")
@@ -106,7 +112,7 @@ class OomKill(FaultKind):
             watch.klog.close()
             ctx.details.update(mem.restore())
         return (f"memory limit {_mib(limit)} on {ctx.node}'s cgroup v{mem.lay.version} (was {_mib(before)}, "
-                f"usage {_mib(usage)}) + a co-located allocator asking {_mib(push)}"
+                f"usage {_mib(usage)}) + a co-located allocator growing until the kernel kills (at most {_mib(push)})"
                 f"{' (oom_score_adj -1000)' if ctx.details['allocator_protected'] else ''}: "
                 f"the kernel's OOM killer killed {victims or 'a process (no kernel log line)'} after "
                 f"{t_kill - t0:.2f}s" + ("; limit lifted at once" if spec.duration is None else ""))
