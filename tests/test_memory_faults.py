@@ -267,3 +267,29 @@ def test_kills_go_to_their_own_fault() -> None:
                                                                             "t_injected": 1000.6}]
     add_oom_kills(faults, h.end())
     assert [k["pid"] for k in faults[0]["oom_kills"]] == [1, 2] and "oom_kills" not in faults[1]
+
+
+def test_victims_are_biased_and_survivors_get_their_setting_back() -> None:
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)]
+    try:
+        before = membase.bias_victims([p.pid for p in procs], 500)
+        assert set(before) == {p.pid for p in procs} and set(before.values()) == {"0"}
+        assert Path(f"/proc/{procs[0].pid}/oom_score_adj").read_text().strip() == "500"
+        assert membase.bias_victims([procs[0].pid], 300) == {}  # never lowered: that needs a privilege
+        procs[1].kill()
+        procs[1].wait()
+        assert membase.unbias(before) == []  # the dead one is no problem
+        assert Path(f"/proc/{procs[0].pid}/oom_score_adj").read_text().strip() == "0"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_local_rank_picks_the_victim() -> None:
+    f = scenario("{kind: oom_kill, target: 1, at_step: 5, local_rank: 1}").faults[0]
+    assert f.local_rank == 1
+    assert "local_rank" in problems("{kind: oom_kill, target: 1, at_step: 5, local_rank: -1}")

@@ -314,6 +314,39 @@ def identify(pids: list[int]) -> dict[int, dict[str, Any]]:
     return out
 
 
+def bias_victims(pids: list[int], adj: int) -> dict[int, str]:
+    """Make these processes likelier OOM victims (``oom_score_adj`` raised to ``adj``; raising needs no privilege);
+    returns what each had, for :func:`unbias`."""
+    before: dict[int, str] = {}
+    for pid in pids:
+        path = Path(f"/proc/{pid}/oom_score_adj")
+        try:
+            old = path.read_text().strip()
+            if int(old) < adj:
+                path.write_text(str(adj))
+                before[pid] = old
+        except (OSError, ValueError):
+            continue
+    return before
+
+
+def unbias(before: dict[int, str]) -> list[str]:
+    """Give the survivors their ``oom_score_adj`` back; returns the processes where it did not read back."""
+    problems = []
+    for pid, old in before.items():
+        path = Path(f"/proc/{pid}/oom_score_adj")
+        try:
+            path.write_text(old)
+            if path.read_text().strip() != old:
+                problems.append(f"pid {pid}: oom_score_adj {path.read_text().strip()}, was {old}")
+        except FileNotFoundError:
+            continue  # the victim: gone with its setting
+        except OSError as exc:
+            if Path(f"/proc/{pid}").exists():
+                problems.append(f"pid {pid}: oom_score_adj not restored ({exc})")
+    return problems
+
+
 # ------------------------------------------------------------------------------------------ the allocator
 
 def start_allocator(path: Path, nbytes: int, hold_s: float, protected: bool, run_id: str, fault_id: int,
@@ -405,6 +438,8 @@ class OomWatch:
     who: dict[int, dict[str, Any]] = field(default_factory=dict)
     allocator: int | None = None
     limit: int | None = None
+    queued: list[dict[str, Any]] = field(default_factory=list)  # events seen during inject, written after it
+    problems: list[str] = field(default_factory=list)  # what did not come back exactly, for the heal
     _pending: list[Kill] = field(default_factory=list)
     _next_look: float = 0.0
 

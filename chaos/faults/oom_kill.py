@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from chaos.faults.base import FaultContext, FaultKind
-from chaos.faults.membase import MiB, NodeMemory, OomWatch, start_allocator, stop_allocator
+from chaos.faults.membase import (
+    MiB,
+    NodeMemory,
+    OomWatch,
+    bias_victims,
+    start_allocator,
+    stop_allocator,
+    unbias,
+)
 from chaos.faults.membase import cleanup as memory_cleanup
 from chaos.faults.membase import machine_checks as memory_checks
 from chaos.faults.storagebase import Bytes
@@ -34,6 +42,9 @@ if TYPE_CHECKING:
     from chaos.machine import Check
 
 PAGE = 4096
+# oom_score_adj the node's workers get while the allocator pushes (the launcher keeps its own): the kernel picks the
+# largest worker, as it does when a worker outgrows a limit; the one chosen with local_rank gets the maximum.
+WORKER_ADJ, CHOSEN_ADJ = 500, 1000
 PUSH = 32 * MiB  # how far past the limit the allocator asks: only a kill can make room, and it stays small
 
 
@@ -44,6 +55,8 @@ class OomKillOptions(FaultSpec):
                                 "holds at the injection, so it has no room to grow")
     wait: Seconds = Field(30.0, gt=0, description="how long to wait for the OOM killer; if it has not acted by "
                           "then, the limit is lifted and the fault failed")
+    local_rank: int | None = Field(None, ge=0, description="the worker (its LOCAL_RANK on the node) the kernel "
+                                   "kills; default: the largest worker, the kernel's choice")
 
 
 def _mib(n: int | None) -> str:
@@ -72,7 +85,14 @@ class OomKill(FaultKind):
         # Past the limit even once the kernel has reclaimed all the page cache it can; the allocator stops growing
         # at the first kill, so it takes only what it took to make the kernel kill.
         push = max(limit - mem.anon(), 0) + PUSH
+        workers = {pid: w for pid, w in watch.who.items() if w.get("role") == "worker"}
+        chosen = [pid for pid, w in workers.items() if spec.local_rank in (None, w.get("local_rank"))]
+        if not chosen:
+            raise RuntimeError(f"{ctx.node} has no worker" + (f" with LOCAL_RANK={spec.local_rank}"
+                                                              if spec.local_rank is not None else " running"))
+        biased: dict[int, str] = {}
         try:
+            biased = bias_victims(chosen, WORKER_ADJ if spec.local_rank is None else CHOSEN_ADJ)
             mem.set_limit(limit, run_id)
             watch.limit = limit
             allocator = start_allocator(mem.path, push, spec.wait + 5, True, run_id, ctx.fault_id,
@@ -86,11 +106,13 @@ class OomKill(FaultKind):
             killed = mem.oom_kills() > watch.counted
         except BaseException:
             stop_allocator(allocator)
+            unbias(biased)
             watch.klog.close()
             if mem.before:
                 mem.restore()
             raise
         code = stop_allocator(allocator)
+        adj_problems = unbias(biased)
         ctx.details.update({"cgroup": str(mem.path), "cgroup_version": mem.lay.version, "usage_bytes": usage,
                             "limit_bytes": limit, "previous_limit_bytes": before,
                             "allocator_protected": getattr(allocator, "protected", False)})
@@ -103,14 +125,19 @@ class OomKill(FaultKind):
             raise RuntimeError(f"{what} (limit {_mib(limit)}, usage {_mib(usage)}); limit lifted, restored "
                                f"exactly: {restored['restored']}")
         ctx.details["time_to_oom_kill_s"] = round(t_kill - t0, 3)
-        ctx.handles.append(first)  # written by observe() right after fault_injected
+        watch.queued = first  # written by observe() right after fault_injected
         victims = ", ".join(f"pid {k['pid']} ({k.get('role', '?')}"
                             + (f" local_rank {k['local_rank']}" if "local_rank" in k else "") + ")" for k in first)
         ctx.details["victims"] = [{k: v for k, v in e.items() if k in ("pid", "role", "rank", "local_rank")}
                                      for e in first]
         if spec.duration is None:
             watch.klog.close()
-            ctx.details.update(mem.restore())
+            restored = mem.restore()
+            if adj_problems:
+                restored = {"restored": False, "problems": restored.get("problems", []) + adj_problems}
+            ctx.details.update(restored)
+        else:
+            watch.problems += adj_problems
         return (f"memory limit {_mib(limit)} on {ctx.node}'s cgroup v{mem.lay.version} (was {_mib(before)}, "
                 f"usage {_mib(usage)}) + a co-located allocator growing until the kernel kills (at most {_mib(push)})"
                 f"{' (oom_score_adj -1000)' if ctx.details['allocator_protected'] else ''}: "
@@ -119,19 +146,20 @@ class OomKill(FaultKind):
 
     def observe(self, ctx: FaultContext) -> list[dict[str, Any]]:
         watch = next((h for h in ctx.handles if isinstance(h, OomWatch)), None)
-        first = next((h for h in ctx.handles if isinstance(h, list)), None)
-        out: list[dict[str, Any]] = []
-        if first is not None:
-            out += first
-            ctx.handles.remove(first)
-        if watch is not None and ctx.spec.duration is not None:
+        if watch is None:
+            return []
+        out, watch.queued = watch.queued, []
+        if ctx.spec.duration is not None and watch.klog.fd is not None:
             out += watch.poll(ctx.fault_id, self.kind)
         return out
 
     def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
         watch = next(h for h in ctx.handles if isinstance(h, OomWatch))
         watch.klog.close()
-        return watch.mem.restore()
+        restored = watch.mem.restore()
+        if watch.problems:
+            restored = {"restored": False, "problems": restored.get("problems", []) + watch.problems}
+        return restored
 
     @classmethod
     def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
