@@ -80,6 +80,10 @@ def test_both_kinds_are_plug_ins_that_need_a_memory_cgroup_and_explore_can_gener
         assert plugins[kind] is cls and cls.needs == {"memory_cgroup"} and cls.can_generate()
 
 
+def test_explore_takes_both_kinds() -> None:
+    assert Explore(kinds=["oom_kill", "memory_pressure"]).kinds == ["oom_kill", "memory_pressure"]
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_generated_options_are_valid(data: st.DataObject) -> None:

@@ -172,6 +172,7 @@ class OomKill(FaultKind):
     @classmethod
     def describe(cls, spec: Any) -> str:
         text = f"limit {_mib(spec.limit)}" if spec.limit is not None else "limit at current usage"
+        text += f", kills local_rank {spec.local_rank}" if spec.local_rank is not None else ""
         return text + (f" for {spec.duration:g}s" if spec.duration is not None else ", lifted after the kill")
 
     @classmethod
