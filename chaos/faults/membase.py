@@ -5,10 +5,10 @@ co-located allocator process.
 v2 never moves charges, and v1's ``memory.move_charge_at_immigrate`` is a no-op on current kernels (measured here:
 6.18 reads it back as 0). A cgroup made at injection time would hold none of the node's memory, and an OOM there
 would kill one process after another without freeing a byte of it. So a run with a memory fault starts each local
-node *inside* a cgroup of its own (``torch-chaos/<run>/<node>``, made by the local runtime before the node starts),
-exactly as a container is: the limit then covers everything the node holds. A docker node's cgroup is its
-container's. The limit is written to the cgroup files directly, for containers too: ``docker update`` cannot lift a
-limit back to none (the API refuses -1 and ignores 0), so it could not heal exactly.
+node *inside* a cgroup of its own (``torch-chaos/<run id suffix>/<node>``, made by the local runtime before the
+node starts), exactly as a container is: the limit then covers everything the node holds. A docker node's cgroup
+is its container's. The limit is written to the cgroup files directly, for containers too: ``docker update``
+cannot lift a limit back to none (the API refuses -1 and ignores 0), so it could not heal exactly.
 
 **The record.** ``oom_kill`` in ``memory.oom_control`` (v1) or ``memory.events`` (v2) counts the kernel's kills in
 that cgroup; ``/dev/kmsg`` names each victim ("Memory cgroup out of memory: Killed process N"). Both are read: the
@@ -116,9 +116,9 @@ def make_node_cgroups(run_id: str, nodes: list[str]) -> dict[str, Path]:
     if lay is None:
         raise RuntimeError("no memory cgroup controller on this machine (neither cgroup v2 nor v1 memory)")
     base = proc_cgroup(os.getpid(), lay) if lay.version == 1 else CGROUP_ROOT
-    run_dir = base / PARENT / run_id[-12:]
+    run_dir = base / PARENT / run_id[-6:]
     OWNERS_DIR.mkdir(parents=True, exist_ok=True)
-    _owner(f"run-{run_id[-12:]}").write_text(json.dumps(
+    _owner(f"run-{run_id[-6:]}").write_text(json.dumps(
         {"run_id": run_id, "engine_pid": os.getpid(), "path": str(run_dir), "home": str(base), "created": True,
          "version": lay.version}))
     made = {}
@@ -174,7 +174,7 @@ class NodeMemory:
         if lay is None:
             raise RuntimeError("no memory cgroup controller on this machine (neither cgroup v2 nor v1 memory)")
         path = runtime.memory_cgroup(node)
-        short = runtime.run_id[-12:]
+        short = runtime.run_id[-6:]
         return cls(node, lay, Path(path), OWNERS_DIR / f"limit-{short}-{node}-f{fault_id}.json")
 
     def usage(self) -> int:
