@@ -75,12 +75,17 @@ class MemoryPressure(FaultKind):
         ctx.handles.append(watch)
         limit = spec.limit if spec.headroom is None else usage + spec.headroom
         if limit is not None:
-            mem.set_limit(limit, run_id)
+            try:
+                mem.set_limit(limit, run_id)
+            except BaseException:
+                watch.klog.close()
+                raise
             watch.limit = limit
         try:
             allocator = start_allocator(mem.path, spec.size, spec.duration + 5, False, run_id, ctx.fault_id,
                                         ctx.runtime.log_path(f"{ctx.node}-memory_pressure-{ctx.fault_id}"))
         except BaseException:
+            watch.klog.close()
             if limit is not None:
                 mem.restore()
             raise
