@@ -66,6 +66,7 @@ class Ev(StrEnum):
     FAULT_NOT_REACHED = "fault_not_reached"
     FAULT_HEALED = "fault_healed"
     FAULT_HEAL_FAILED = "fault_heal_failed"
+    OOM_KILLED = "oom_killed"
     # -- workload (source "workload" through chaos.probe; PROCESS_STARTED and STEP_COMPLETED also "progress")
     PROCESS_STARTED = "process_started"
     STEP_COMPLETED = "step_completed"
@@ -210,6 +211,24 @@ class FaultHealed(FaultBase):
 class FaultHealFailed(Line):
     fault_id: int
     why: str
+
+
+class OomKilled(Line):
+    """The kernel's OOM killer killed a process of a node while a memory fault limited it (the kernel's own record:
+    the cgroup's ``oom_kill`` counter went up; ``pid`` from its "Killed process" log line). What tells an OOM kill
+    from a SIGKILL crash: both end a worker with exit code -9."""
+
+    fault_id: int
+    kind: str
+    node: str
+    pid: int | None  # null when the kernel log could not be read (the counter alone proved the kill)
+    comm: NotRequired[str]  # the process name in the kernel's line
+    role: NotRequired[str]  # "worker", "launcher", "allocator" (the fault's own co-located allocator), "unknown"
+    rank: NotRequired[int]
+    local_rank: NotRequired[int]
+    killed_at: float  # host wall clock of the kernel's record (t is when the engine saw it)
+    limit_bytes: int | None  # the node's memory limit then (null: none)
+    evidence: str  # the counter's change and the kernel's line
 
 
 # ------------------------------------------------------------------------------------------ workload events
@@ -360,6 +379,7 @@ FIELDS: dict[Ev, type] = {
     Ev.FAULT_NOT_REACHED: FaultNotReached,
     Ev.FAULT_HEALED: FaultHealed,
     Ev.FAULT_HEAL_FAILED: FaultHealFailed,
+    Ev.OOM_KILLED: OomKilled,
     Ev.PROCESS_STARTED: ProcessStarted,
     Ev.STEP_COMPLETED: StepCompleted,
     Ev.CHECKPOINT_SAVE_STARTED: CheckpointSaveStarted,

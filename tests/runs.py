@@ -31,7 +31,8 @@ SHORT_STEPS = 600
 TEST_STEPS = {name: SHORT_STEPS for name in (
     "quickstart", "elastic-worker-crash", "elastic-node-crash-no-replace", "elastic-rendezvous-host-crash",
     "elastic-dedicated-store-node-crash", "elastic-default-timeouts", "centralized-crash",
-    "crash-during-checkpoint-save", "corrupt-latest-checkpoint", "network/isolate", "network/partial-partition")}
+    "crash-during-checkpoint-save", "corrupt-latest-checkpoint", "network/isolate", "network/partial-partition",
+    "process/oom-kill", "process/memory-pressure")}
 
 
 def shipped(name: str, runtime: str | None = None, steps: int | None = None) -> Scenario:

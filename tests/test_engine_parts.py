@@ -182,6 +182,35 @@ def test_active_faults_are_healed_at_teardown(tmp_path: Path, stand_in: type[Sto
     assert run.engine_events()[-1]["at_teardown"] is True
 
 
+class Observes(StopsNode):
+    """A kind that sees its effect happen while it acts (as the memory faults see the kernel's OOM kills)."""
+
+    stops_node: ClassVar[bool] = False
+    seen: ClassVar[int] = 0
+
+    def observe(self, ctx: Any) -> list[dict[str, Any]]:
+        Observes.seen += 1
+        return [{"event": "oom_killed", "fault_id": ctx.fault_id, "kind": "x", "node": ctx.node, "pid": Observes.seen,
+                 "killed_at": 0.0, "limit_bytes": None, "evidence": "test"}]
+
+
+def test_what_an_active_fault_observes_is_written_between_its_injection_and_its_heal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    Observes.seen, Observes.healed = 0, []
+    monkeypatch.setattr(scheduler_module, "fault_kind", lambda kind: Observes())
+    run = Run(tmp_path, [make_fault(kind="freeze", target=0, at_step=1, duration=5.0)])
+    run.nodes.start_cluster()
+    run.job("step_completed", step=1)
+    run.tick(now=1.0)  # injected, observed right after, and once more as an active fault of this tick
+    run.tick(now=2.0)
+    run.faults.heal_all()
+    names = [(e["event"], e.get("pid")) for e in run.engine_events() if e["event"] != "node_started"]
+    assert names == [("fault_injected", None), ("oom_killed", 1), ("oom_killed", 2), ("oom_killed", 3),
+                     ("oom_killed", 4), ("fault_healed", None)]
+    run.tick(now=3.0)
+    assert Observes.seen == 4  # healed: no longer asked
+
+
 @pytest.mark.usefixtures("stand_in")
 def test_on_event_fires_on_the_given_occurrence(tmp_path: Path) -> None:
     run = Run(tmp_path, [make_fault(kind="crash", target="event_node", on={"event": "checkpoint_save_started",

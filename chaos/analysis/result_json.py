@@ -94,6 +94,21 @@ def _end(events: list[Event]) -> Event:
     return {"reason": EndReason.ERROR, "why": "incomplete history: no run_ended event (the engine was killed?)"}
 
 
+def add_oom_kills(faults: list[dict[str, Any]], events: list[Event]) -> None:
+    """Each fault under which the kernel's OOM killer acted gets ``oom_kills``: whom it killed, from the kernel's own
+    record (``oom_killed`` events). A SIGKILL crash has none: both say exit -9, only this tells them apart. The key
+    is absent for faults without such events (results of other faults keep their exact content)."""
+    kills = of_kind(events, Ev.OOM_KILLED)
+    for f in faults:
+        mine = [e for e in kills if e.get("fault_id") == f["id"]]
+        if mine:
+            f["oom_kills"] = [{k: e.get(k) for k in ("node", "pid", "role", "rank", "local_rank", "killed_at",
+                                                    "limit_bytes") if e.get(k) is not None}
+                              | {"after_injection_s": (e["killed_at"] - f["t_injected"])
+                                 if f.get("t_injected") is not None and e.get("killed_at") is not None else None}
+                              for e in mine]
+
+
 def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden: dict[str, Any] | None,
                  control: dict[str, Any] | None = None) -> dict[str, Any]:
     """result.json's content for a run, from its (sorted) history, its golden run's summary and, when one was
@@ -102,6 +117,7 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     end = _end(events)
     injected = [{**m.to_dict(), "injected": True} for m in fault_metrics(events)]
     faults = sorted(injected + not_injected(events, {f["id"] for f in injected}), key=lambda f: f["id"])
+    add_oom_kills(faults, events)
     missing = missing_promises(faults)
     gp = goodput(events)
     completed = end.get("reason") == EndReason.COMPLETED

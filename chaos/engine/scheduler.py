@@ -151,6 +151,7 @@ class FaultScheduler:
         self._history.write(Ev.FAULT_INJECTED, **base, mechanism=mechanism, details=ctx.details,
                             trigger_event=trigger_event.get("event") if trigger_event else None,
                             max_step=self._progress.max_step, t_decided=t_decided)
+        self._observe(f)
         if node is not None and impl.stops_node:
             self._nodes.stopped(node)
         self._note(f"injected {f.spec.kind} on {where} at step {self._progress.max_step}")
@@ -208,8 +209,26 @@ class FaultScheduler:
     # ------------------------------------------------------------------ heal
     def heal_due(self, now: float) -> None:
         for f in self.faults:
+            if f.status is FaultStatus.ACTIVE:
+                self._observe(f)
             if f.status is FaultStatus.ACTIVE and f.heal_at is not None and now >= f.heal_at:
                 self._heal(f)
+
+    def _observe(self, f: FaultState) -> None:
+        """Write what an acting fault saw (FaultKind.observe); a failure to look is noted, never fatal."""
+        if f.ctx is None:
+            return
+        observe = getattr(fault_kind(f.spec.kind), "observe", None)
+        if observe is None:
+            return
+        try:
+            seen = observe(f.ctx)
+        except Exception as exc:
+            self._note(f"{f.spec.kind}: could not observe its effect: {exc}")
+            return
+        for e in seen:
+            fields = dict(e)
+            self._history.write(Ev(fields.pop("event")), **fields)
 
     def heal_all(self) -> None:
         """Teardown: heal every fault still active, whatever ended the run."""
@@ -219,6 +238,7 @@ class FaultScheduler:
 
     def _heal(self, f: FaultState, at_teardown: bool = False) -> None:
         assert f.ctx is not None
+        self._observe(f)
         try:
             healed = fault_kind(f.spec.kind).heal(f.ctx) or {}
             self._history.write(Ev.FAULT_HEALED, fault_id=f.index, kind=f.spec.kind, target=f.node,

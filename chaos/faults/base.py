@@ -74,6 +74,12 @@ class FaultKind(ABC):
         May return facts for the ``fault_healed`` event (e.g. whether the previous state came back exactly)."""
         return None
 
+    def observe(self, ctx: FaultContext) -> list[dict[str, Any]]:
+        """What the fault saw happen since the last call while it acts (e.g. the kernel's OOM kills): each dict is
+        one history event, ``{"event": Ev..., **fields}``. Asked right after ``inject``, every engine tick while
+        the fault is active, and once more just before ``heal``; cheap, and never blocking."""
+        return []
+
     @classmethod
     def check(cls, spec: Any, scenario: Scenario) -> list[str]:
         """Problems of this fault in this scenario beyond its own fields (e.g. a group naming a missing node).

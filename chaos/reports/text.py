@@ -51,7 +51,19 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
             ("worker restarts", fmt(r["restarts"])),
             ("restarts after the job finished", fmt(r.get("restarts_after_completion", 0))),
             ("node replacements", fmt(r["node_replacements"])),
-            ("run duration", fmt(r["duration_s"], " s", 1)), ("end", r["end_reason"])]
+            ("run duration", fmt(r["duration_s"], " s", 1)), ("end", r["end_reason"]), *oom_rows(report)]
+
+
+def oom_rows(report: Report) -> list[tuple[str, str]]:
+    """The kernel's OOM kills (its own record, not an exit code: a SIGKILL crash also says -9)."""
+    rows = []
+    for f in report.result["faults"]:
+        for k in f.get("oom_kills") or []:
+            who = k.get("role", "process") + "".join(f" {n} {k[n]}" for n in ("rank", "local_rank") if n in k)
+            rows.append(("OOM-killed by the kernel", f"{k.get('node')} pid {k.get('pid')} ({who}), fault #{f['id']} "
+                         f"{f['kind']}" + (f", {k['after_injection_s']:+.2f} s from its injection"
+                                           if k.get("after_injection_s") is not None else "")))
+    return rows
 
 
 def environment_rows(report: Report) -> list[tuple[str, str]]:

@@ -31,6 +31,7 @@ FREEZE = "freeze"
 NODE_NETWORK = "node_network"
 CHECKPOINT_STORAGE = "checkpoint_storage"
 STORAGE_LAYER = "storage_layer"
+MEMORY_CGROUP = "memory_cgroup"
 CAPABILITIES = {
     KILL: "SIGKILL a node's whole process tree",
     KILL_WORKERS: "kill a node's worker processes and leave its launcher alive",
@@ -38,6 +39,7 @@ CAPABILITIES = {
     NODE_NETWORK: "a network stack per node (a namespace the engine can enter with host tools)",
     CHECKPOINT_STORAGE: "the checkpoint directory is reachable from the engine's host",
     STORAGE_LAYER: "the nodes see the storage layer's FUSE mount of the checkpoint directory",
+    MEMORY_CGROUP: "the node's processes are host processes the engine can put under a memory cgroup limit",
 }
 
 
@@ -102,6 +104,14 @@ class Runtime(ABC):
     def teardown(self) -> list[str]:
         """Kill and remove everything this runtime created for the run; returns what it had to clean up."""
 
+    def node_pids(self, name: str) -> list[int]:
+        """Host pids of every process of the node (memory faults: which processes a memory limit must cover)."""
+        raise Unsupported(f"the {self.name} runtime does not expose its nodes' processes to the host")
+
+    def memory_cgroup(self, name: str) -> Path:
+        """The node's own memory cgroup directory, holding every page the node charged (memory faults)."""
+        raise Unsupported(f"the {self.name} runtime gives nodes no memory cgroup of their own")
+
     def addressing(self, scenario: Scenario) -> Addressing:
         """Where each node will listen; asked before the plan is built, so the plan shows real addresses."""
         return Addressing.loopback(scenario)
@@ -124,3 +134,11 @@ class Runtime(ABC):
 
     def log_path(self, name: str) -> Path:
         return self.run_dir / "logs" / f"{name}.log"
+
+
+def plan_needs(plan: Plan, capability: str) -> bool:
+    """Whether a fault of the plan's scenario needs ``capability`` (a runtime sets it up only then)."""
+    from chaos.registry import fault_plugins
+
+    plugins = fault_plugins()
+    return any(capability in getattr(plugins.get(f.kind), "needs", ()) for f in plan.scenario.faults)

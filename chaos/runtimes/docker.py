@@ -37,6 +37,7 @@ from chaos.runtimes.base import (
     FREEZE,
     KILL,
     KILL_WORKERS,
+    MEMORY_CGROUP,
     NODE_NETWORK,
     STORAGE_LAYER,
     Runtime,
@@ -133,7 +134,8 @@ class DockerOptions(Strict):
 class DockerRuntime(Runtime):
     name = "docker"
     summary = "one container per node on an internal network (needs dockerd and `chaos image build`)"
-    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, NODE_NETWORK, CHECKPOINT_STORAGE, STORAGE_LAYER})
+    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, NODE_NETWORK, CHECKPOINT_STORAGE, STORAGE_LAYER,
+                              MEMORY_CGROUP})
     options = DockerOptions
     cleanup_order = 10  # containers first: their processes carry marks too, a paused one dies only with it
 
@@ -285,6 +287,18 @@ class DockerRuntime(Runtime):
             except psutil.NoSuchProcess:
                 pass
         return f"{what} to {len(chosen)} worker process(es) from the host; the torchrun agent stays"
+
+    def node_pids(self, name: str) -> list[int]:
+        init = psutil.Process(self._pid(name))
+        return [init.pid] + [p.pid for p in init.children(recursive=True)]
+
+    def memory_cgroup(self, name: str) -> Path:
+        from chaos.faults.membase import layout, proc_cgroup
+
+        lay = layout()
+        if lay is None:
+            raise RuntimeError("no memory cgroup controller on this machine")
+        return proc_cgroup(self._pid(name), lay)
 
     def freeze(self, name: str) -> str:
         self.docker.api.pause(self._ids[name])

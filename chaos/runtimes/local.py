@@ -18,25 +18,51 @@ from typing import IO, Any
 import psutil
 
 from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked, marked_processes, signal_all, with_local_rank
-from chaos.plan import NodePlan
-from chaos.runtimes.base import CHECKPOINT_STORAGE, FREEZE, KILL, KILL_WORKERS, STORAGE_LAYER, Runtime
+from chaos.plan import NodePlan, Plan
+from chaos.runtimes.base import (
+    CHECKPOINT_STORAGE,
+    FREEZE,
+    KILL,
+    KILL_WORKERS,
+    MEMORY_CGROUP,
+    STORAGE_LAYER,
+    Runtime,
+    plan_needs,
+)
 
 
 class LocalRuntime(Runtime):
     name = "local"
     summary = "process trees on this machine, sharing its loopback (no daemon, no root)"
-    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE, STORAGE_LAYER})
+    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE, STORAGE_LAYER, MEMORY_CGROUP})
     cleanup_order = 60  # after containers, whose processes carry marks too
 
     @classmethod
     def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
-        return [f"process {p.pid}" for p in kill_marked(run_id, only_orphans=only_orphans)]
+        from chaos.faults import membase
+
+        killed = [f"process {p.pid}" for p in kill_marked(run_id, only_orphans=only_orphans)]
+        return killed + membase.cleanup(run_id, only_orphans)
 
     def __init__(self, run_id: str, run_dir: str | Path):
         super().__init__(run_id, run_dir)
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: dict[str, IO[bytes]] = {}
         self._frozen: set[str] = set()
+        # Per-node memory cgroups, made only for a run with a memory fault (chaos/faults/membase.py says why).
+        self._cgroups: dict[str, Path] = {}
+
+    def prepare(self, plan: Plan) -> None:
+        if plan_needs(plan, MEMORY_CGROUP):
+            from chaos.faults.membase import make_node_cgroups
+
+            names = [n.name for n in plan.nodes] + ([plan.store.name] if plan.store is not None else [])
+            self._cgroups = make_node_cgroups(self.run_id, names)
+
+    def memory_cgroup(self, name: str) -> Path:
+        if name not in self._cgroups:
+            raise RuntimeError(f"{name} runs in no memory cgroup of its own (made only for runs with a memory fault)")
+        return self._cgroups[name]
 
     def _tree_mark(self, name: str) -> str:
         return f"{self.run_id}/{name}"
@@ -50,8 +76,14 @@ class LocalRuntime(Runtime):
         fh.write(f"\n===== torch-chaos: starting {node.name} at {time.time():.3f}\n".encode())
         fh.flush()
         env = {**os.environ, **node.env, TREE_VAR: self._tree_mark(node.name), ENGINE_VAR: str(os.getpid())}
+        argv = node.argv
+        cgroup = self._cgroups.get(node.name)
+        if cgroup is not None:
+            # The shell joins the node's memory cgroup and execs the node (same pid): every page the node ever
+            # touches is charged there. (A preexec_fn would do the same but is unsafe in a threaded engine.)
+            argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *argv]
         self._procs[node.name] = subprocess.Popen(
-            node.argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, cwd=str(self.run_dir))
         self._logs[node.name] = fh
 
@@ -62,6 +94,9 @@ class LocalRuntime(Runtime):
     def pid(self, name: str) -> int | None:
         proc = self._procs.get(name)
         return proc.pid if proc is not None else None
+
+    def node_pids(self, name: str) -> list[int]:
+        return [p.pid for p in self._tree(name)]
 
     def _tree(self, name: str) -> list[psutil.Process]:
         return marked_processes(self._tree_mark(name))
@@ -128,6 +163,11 @@ class LocalRuntime(Runtime):
         for fh in self._logs.values():
             fh.close()
         self._logs.clear()
+        if self._cgroups:
+            from chaos.faults import membase
+
+            cleaned += membase.cleanup(self.run_id, only_orphans=False)
+            self._cgroups.clear()
         return cleaned
 
     def describe(self) -> dict[str, Any]:

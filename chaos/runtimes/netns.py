@@ -117,6 +117,7 @@ class NetnsRuntime(LocalRuntime):
         if os.geteuid() != 0:
             raise RuntimeError("the netns runtime needs root (network namespaces); run as root or use "
                                "cluster.runtime: local")
+        super().prepare(plan)
         OWNERS_DIR.mkdir(parents=True, exist_ok=True)
         (OWNERS_DIR / f"{self.prefix}.json").write_text(json.dumps(
             {"run_id": self.run_id, "engine_pid": os.getpid(), "run_dir": str(self.run_dir)}))

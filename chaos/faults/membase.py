@@ -1,0 +1,510 @@
+"""What the memory faults share: a node's memory cgroup (v1 or v2), its limit, the OOM killer's own record, and a
+co-located allocator process.
+
+**Why a cgroup per node from the start.** A process's pages stay charged to the cgroup they were faulted in: cgroup
+v2 never moves charges, and v1's ``memory.move_charge_at_immigrate`` is a no-op on current kernels (measured here:
+6.18 reads it back as 0). A cgroup made at injection time would hold none of the node's memory, and an OOM there
+would kill one process after another without freeing a byte of it. So a run with a memory fault starts each local
+node *inside* a cgroup of its own (``torch-chaos/<run id suffix>/<node>``, made by the local runtime before the
+node starts), exactly as a container is: the limit then covers everything the node holds. A docker node's cgroup
+is its container's. The limit is written to the cgroup files directly, for containers too: ``docker update``
+cannot lift a limit back to none (the API refuses -1 and ignores 0), so it could not heal exactly.
+
+**The record.** ``oom_kill`` in ``memory.oom_control`` (v1) or ``memory.events`` (v2) counts the kernel's kills in
+that cgroup; ``/dev/kmsg`` names each victim ("Memory cgroup out of memory: Killed process N"). Both are read: the
+counter is the proof that the OOM killer acted, the kernel log says whom it killed.
+
+Leftovers: every cgroup torch-chaos makes has an owner file in ``/run/torch-chaos/memory`` naming the engine, and
+every limit it changes on a container's cgroup records the previous values there until healed, so ``chaos
+cleanup`` moves orphaned processes back, removes the cgroups and restores the limits after an engine SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from chaos.events import Ev
+from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+OWNERS_DIR = Path("/run/torch-chaos/memory")
+PARENT = "torch-chaos"
+MiB = 1 << 20
+
+
+# ------------------------------------------------------------------------------------------ cgroup files
+
+@dataclass(frozen=True)
+class Layout:
+    """The file names of one cgroup version's memory controller."""
+
+    version: int
+    limit: str
+    usage: str
+    swap: str  # the swap limit (absent where swap accounting is off)
+    events: str  # the file with the ``oom_kill`` counter
+    unlimited: str  # what the limit file says with no limit
+
+    def mount(self) -> Path:
+        return CGROUP_ROOT / "memory" if self.version == 1 else CGROUP_ROOT
+
+
+V1 = Layout(1, "memory.limit_in_bytes", "memory.usage_in_bytes", "memory.memsw.limit_in_bytes", "memory.oom_control",
+            "9223372036854771712")
+V2 = Layout(2, "memory.max", "memory.current", "memory.swap.max", "memory.events", "max")
+
+
+def layout() -> Layout | None:
+    """The machine's memory controller: v2 if the unified hierarchy has it, else v1's, else None."""
+    try:
+        if "memory" in (CGROUP_ROOT / "cgroup.controllers").read_text().split():
+            return V2
+    except OSError:
+        pass
+    return V1 if (CGROUP_ROOT / "memory" / V1.limit).exists() else None
+
+
+def proc_cgroup(pid: int, lay: Layout) -> Path:
+    """The memory cgroup directory ``pid`` is in."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, rel = line.split(":", 2)
+        if (lay.version == 2 and controllers == "") or (lay.version == 1 and "memory" in controllers.split(",")):
+            return lay.mount() / rel.lstrip("/")
+    raise RuntimeError(f"process {pid} is in no memory cgroup")
+
+
+def read_counter(path: Path, key: str) -> int:
+    """``key``'s value in a flat-keyed cgroup file (``oom_kill 3``); 0 when the kernel does not count it."""
+    for line in path.read_text().splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return int(value)
+    return 0
+
+
+def parse_limit(text: str, lay: Layout) -> int | None:
+    text = text.strip()
+    return None if text in ("max", lay.unlimited) or int(text) >= int(V1.unlimited) else int(text)
+
+
+# ------------------------------------------------------------------------------------------ per-node cgroups (local)
+
+def _owner(name: str) -> Path:
+    return OWNERS_DIR / f"{name}.json"
+
+
+def make_node_cgroups(run_id: str, nodes: list[str]) -> dict[str, Path]:
+    """One memory cgroup per node for a local run, no limit yet: ``<base>/torch-chaos/<run>/<node>``.
+
+    v1 nests them under the engine's own memory cgroup (accounting stays where the machine's owner put it); v2 puts
+    them under the root (a v2 cgroup holding processes cannot have a child with the memory controller).
+    """
+    lay = layout()
+    if lay is None:
+        raise RuntimeError("no memory cgroup controller on this machine (neither cgroup v2 nor v1 memory)")
+    base = proc_cgroup(os.getpid(), lay) if lay.version == 1 else CGROUP_ROOT
+    run_dir = base / PARENT / run_id[-6:]
+    OWNERS_DIR.mkdir(parents=True, exist_ok=True)
+    _owner(f"run-{run_id[-6:]}").write_text(json.dumps(
+        {"run_id": run_id, "engine_pid": os.getpid(), "path": str(run_dir), "home": str(base), "created": True,
+         "version": lay.version}))
+    made = {}
+    for d in (base / PARENT, run_dir):
+        d.mkdir(exist_ok=True)
+        if lay.version == 2:
+            with contextlib.suppress(OSError):
+                (d / "cgroup.subtree_control").write_text("+memory")
+    for node in nodes:
+        (run_dir / node).mkdir(exist_ok=True)
+        made[node] = run_dir / node
+    return made
+
+
+def remove_run_cgroup(run_dir: Path, home: Path) -> list[str]:
+    """Move whatever still runs in a run's cgroups back to ``home`` and remove them; returns what it removed."""
+    removed = []
+    if not run_dir.is_dir():
+        return removed
+    for node in sorted(p for p in run_dir.iterdir() if p.is_dir()):
+        for _ in range(5):
+            pids = (node / "cgroup.procs").read_text().split()
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    (home / "cgroup.procs").write_text(pid)
+        with contextlib.suppress(OSError):
+            node.rmdir()
+            removed.append(f"memory cgroup {node}")
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()
+    with contextlib.suppress(OSError):
+        run_dir.parent.rmdir()  # the shared torch-chaos parent, once no run uses it
+    return removed
+
+
+# ------------------------------------------------------------------------------------------ one node's limit
+
+@dataclass
+class NodeMemory:
+    """One node's memory cgroup while a memory fault acts on it: the limit it set and what was there before."""
+
+    node: str
+    lay: Layout
+    path: Path
+    owner: Path
+    before: dict[str, str] = field(default_factory=dict)  # limit files as they were, to write back at heal
+
+    @classmethod
+    def of(cls, runtime: Any, node: str, fault_id: int) -> NodeMemory:
+        lay = layout()
+        if lay is None:
+            raise RuntimeError("no memory cgroup controller on this machine (neither cgroup v2 nor v1 memory)")
+        path = runtime.memory_cgroup(node)
+        short = runtime.run_id[-6:]
+        return cls(node, lay, Path(path), OWNERS_DIR / f"limit-{short}-{node}-f{fault_id}.json")
+
+    def usage(self) -> int:
+        return int((self.path / self.lay.usage).read_text())
+
+    def anon(self) -> int:
+        """Anonymous memory charged to the cgroup: what the kernel cannot reclaim without swap (page cache it can)."""
+        key = "total_rss" if self.lay.version == 1 else "anon"
+        return read_counter(self.path / "memory.stat", key)
+
+    def limit(self) -> int | None:
+        return parse_limit((self.path / self.lay.limit).read_text(), self.lay)
+
+    def oom_kills(self) -> int:
+        return read_counter(self.path / self.lay.events, "oom_kill")
+
+    def _files(self) -> list[str]:
+        """The limit files in the order a lower limit is written (v1's memsw must stay >= the memory limit)."""
+        swap = [self.lay.swap] if (self.path / self.lay.swap).exists() else []
+        return [self.lay.limit, *swap] if self.lay.version == 1 else [*swap, self.lay.limit]
+
+    def set_limit(self, limit: int, run_id: str) -> None:
+        """Limit the node's memory (and its swap: the OOM killer, not swapping, must answer) to ``limit`` bytes."""
+        self.before = {name: (self.path / name).read_text().strip() for name in self._files()}
+        OWNERS_DIR.mkdir(parents=True, exist_ok=True)
+        self.owner.write_text(json.dumps({"run_id": run_id, "engine_pid": os.getpid(), "path": str(self.path),
+                                          "before": self.before, "created": False}))
+        for name in self._files():
+            value = "0" if (self.lay.version == 2 and name == self.lay.swap) else str(limit)
+            try:
+                (self.path / name).write_text(value)
+            except OSError as exc:
+                restore_limits(self.path, self.before)
+                self.owner.unlink(missing_ok=True)
+                if exc.errno == errno.EBUSY:
+                    raise RuntimeError(f"the kernel refused a limit of {limit} bytes on {self.path}: below what the "
+                                       "node holds and cannot reclaim (cgroup v1 refuses such a limit instead of "
+                                       "OOM-killing); give a larger limit, or none") from None
+                raise
+
+    def restore(self) -> dict[str, Any]:
+        """Write the previous limits back (in the raising order) and check they read back exactly."""
+        problems = restore_limits(self.path, self.before)
+        self.owner.unlink(missing_ok=True)
+        return {"restored": not problems, **({"problems": problems} if problems else {})}
+
+
+def restore_limits(path: Path, before: dict[str, str]) -> list[str]:
+    problems = []
+    if not path.is_dir():
+        return [f"{path} is gone (the node was replaced or removed)"]
+    for name in reversed(list(before)):
+        try:
+            (path / name).write_text(before[name])
+        except OSError as exc:
+            problems.append(f"{name}: {exc}")
+    for name, value in before.items():
+        now = (path / name).read_text().strip()
+        if now != value:
+            problems.append(f"{name} is {now}, was {value}")
+    return problems
+
+
+# ------------------------------------------------------------------------------------------ the kernel's record
+
+_KILLED = re.compile(r"(?:Memory cgroup out of memory|Out of memory): Killed process (\d+) \(([^)]*)\)")
+# The line before it names the cgroups: "oom-kill:constraint=CONSTRAINT_MEMCG,...,oom_memcg=/a/b,task_memcg=/a/b,..."
+_MEMCG = re.compile(r"oom-kill:.*?oom_memcg=([^,]*),.*?pid=(\d+)")
+
+
+@dataclass
+class Kill:
+    pid: int
+    comm: str
+    t: float  # host wall clock of the kernel's record
+    line: str
+    memcg: str | None = None  # the cgroup whose limit was hit, relative to the hierarchy's root
+
+
+class KernelLog:
+    """New ``/dev/kmsg`` records from the moment it was opened: the OOM killer's "Killed process N" lines."""
+
+    def __init__(self) -> None:
+        self._memcg: dict[int, str] = {}
+        self.fd: int | None
+        try:
+            self.fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+            os.lseek(self.fd, 0, os.SEEK_END)
+        except OSError:
+            self.fd = None  # not root, or a container without it: the counter still proves the kill
+
+    def kills(self) -> list[Kill]:
+        out: list[Kill] = []
+        if self.fd is None:
+            return out
+        while True:
+            try:
+                record = os.read(self.fd, 8192).decode(errors="replace")
+            except BlockingIOError:
+                return out
+            except BrokenPipeError:  # records overwritten before we read them: go on with the next
+                continue
+            except OSError:
+                return out
+            head, _, message = record.partition(";")
+            if (c := _MEMCG.search(message)) is not None:
+                self._memcg[int(c.group(2))] = c.group(1)
+            m = _KILLED.search(message)
+            if m is None:
+                continue
+            fields = head.split(",")
+            t = time.time()
+            with contextlib.suppress(IndexError, ValueError):
+                t -= time.clock_gettime(time.CLOCK_MONOTONIC) - int(fields[2]) / 1e6
+            pid = int(m.group(1))
+            out.append(Kill(pid, m.group(2), t, message.splitlines()[0].strip(), self._memcg.pop(pid, None)))
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def identify(pids: list[int]) -> dict[int, dict[str, Any]]:
+    """What each process is (worker: its rank and local rank), read while it lives: a dead one cannot be asked."""
+    out: dict[int, dict[str, Any]] = {}
+    for pid in pids:
+        try:
+            env = psutil.Process(pid).environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+        who: dict[str, Any] = {"role": "worker" if "LOCAL_RANK" in env else "launcher"}
+        for key in ("RANK", "LOCAL_RANK"):
+            if env.get(key, "").isdigit():
+                who[key.lower()] = int(env[key])
+        out[pid] = who
+    return out
+
+
+def bias_victims(pids: list[int], adj: int) -> dict[int, str]:
+    """Make these processes likelier OOM victims (``oom_score_adj`` raised to ``adj``; raising needs no privilege);
+    returns what each had, for :func:`unbias`."""
+    before: dict[int, str] = {}
+    for pid in pids:
+        path = Path(f"/proc/{pid}/oom_score_adj")
+        try:
+            old = path.read_text().strip()
+            if int(old) < adj:
+                path.write_text(str(adj))
+                before[pid] = old
+        except (OSError, ValueError):
+            continue
+    return before
+
+
+def unbias(before: dict[int, str]) -> list[str]:
+    """Give the survivors their ``oom_score_adj`` back; returns the processes where it did not read back."""
+    problems = []
+    for pid, old in before.items():
+        path = Path(f"/proc/{pid}/oom_score_adj")
+        try:
+            path.write_text(old)
+            if path.read_text().strip() != old:
+                problems.append(f"pid {pid}: oom_score_adj {path.read_text().strip()}, was {old}")
+        except FileNotFoundError:
+            continue  # the victim: gone with its setting
+        except OSError as exc:
+            if Path(f"/proc/{pid}").exists():
+                problems.append(f"pid {pid}: oom_score_adj not restored ({exc})")
+    return problems
+
+
+# ------------------------------------------------------------------------------------------ the allocator
+
+def start_allocator(path: Path, nbytes: int, hold_s: float, protected: bool, run_id: str, fault_id: int,
+                    log: Path, counter: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start ``chaos.faults.allocator`` on the host, move it into the node's memory cgroup, then let it allocate.
+
+    ``protected``: try oom_score_adj -1000, so the OOM killer picks one of the node's own processes, not it (a
+    lower score needs CAP_SYS_RESOURCE, which a sandboxed root may lack: then it stays 0, and what makes the
+    kernel pass it over is its size, small beside a worker's; ``proc.protected`` says which). It waits
+    on its stdin for the go, so it allocates nothing outside the cgroup. Marked like the network delayers
+    (``<run>/delayers/...``): teardown and ``chaos cleanup`` kill it with them.
+    """
+    env = {**os.environ, TREE_VAR: f"{run_id}/{DELAYERS}/memory{fault_id}", ENGINE_VAR: str(os.getpid())}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as fh:
+        argv = [sys.executable, "-m", "chaos.faults.allocator", str(nbytes), str(hold_s), str(os.getpid()),
+                *([str(counter)] if counter is not None else [])]
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=fh, stderr=fh, start_new_session=True)
+    proc.protected = False  # type: ignore[attr-defined]
+    try:
+        if protected:
+            with contextlib.suppress(PermissionError):
+                Path(f"/proc/{proc.pid}/oom_score_adj").write_text("-1000")
+                proc.protected = True  # type: ignore[attr-defined]
+        (path / "cgroup.procs").write_text(str(proc.pid))
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+    except BaseException:
+        stop_allocator(proc)
+        raise
+    return proc
+
+
+def stop_allocator(proc: subprocess.Popen[bytes] | None) -> int | None:
+    """Kill the allocator (its memory goes with it); its exit code (-9 if the OOM killer took it first)."""
+    if proc is None:
+        return None
+    code = proc.poll()
+    if code is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGKILL)
+        code = proc.wait(timeout=10)
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    return code
+
+
+# ------------------------------------------------------------------------------------------ chaos cleanup
+
+def cleanup(run_id: str | None, only_orphans: bool) -> list[str]:
+    """Restore limits and remove cgroups an interrupted run left (owner files name them and their engine)."""
+    removed: list[str] = []
+    if not OWNERS_DIR.is_dir():
+        return removed
+    for owner in sorted(OWNERS_DIR.glob("*.json")):
+        try:
+            info = json.loads(owner.read_text())
+        except (OSError, ValueError):
+            continue
+        if run_id is not None and info.get("run_id") != run_id:
+            continue
+        if only_orphans and psutil.pid_exists(int(info.get("engine_pid", -1))):
+            continue
+        path = Path(info.get("path", ""))
+        if info.get("created"):
+            removed += remove_run_cgroup(path, Path(info.get("home", "")))
+            if path.is_dir():
+                continue  # something still runs there that could not be moved: keep the owner file
+        elif path.is_dir():
+            problems = restore_limits(path, info.get("before", {}))
+            removed.append(f"memory limit on {path} " + ("restored" if not problems else
+                                                         f"NOT restored: {'; '.join(problems)}"))
+        owner.unlink(missing_ok=True)
+    return removed
+
+
+# ------------------------------------------------------------------------------------------ watching for kills
+
+@dataclass
+class OomWatch:
+    """Turns the kernel's record of one node's OOM kills into ``oom_killed`` events, each kill once."""
+
+    mem: NodeMemory
+    runtime: Any
+    klog: KernelLog = field(default_factory=KernelLog)
+    counted: int = 0  # the cgroup's oom_kill counter as last reported
+    who: dict[int, dict[str, Any]] = field(default_factory=dict)
+    allocator: int | None = None
+    limit: int | None = None
+    queued: list[dict[str, Any]] = field(default_factory=list)  # events seen during inject, written after it
+    problems: list[str] = field(default_factory=list)  # what did not come back exactly, for the heal
+    _pending: list[Kill] = field(default_factory=list)
+    _next_look: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counted = self.mem.oom_kills()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Learn the node's processes while they live (a restarted worker is new); at most twice a second."""
+        now = time.monotonic()
+        if now < self._next_look:
+            return
+        self._next_look = now + 0.5
+        with contextlib.suppress(Exception):
+            self.who.update(identify(self.runtime.node_pids(self.mem.node)))
+
+    def poll(self, fault_id: int, kind: str, settle_s: float = 0.0) -> list[dict[str, Any]]:
+        """New kills since the last poll; ``settle_s``: wait that long for the kernel's line of a counted kill."""
+        count = self.mem.oom_kills() if self.mem.path.is_dir() else self.counted
+        self._pending += [k for k in self.klog.kills() if self._ours(k)]
+        new = count - self.counted
+        deadline = time.monotonic() + settle_s
+        while new > len(self._pending) and time.monotonic() < deadline and self.klog.fd is not None:
+            time.sleep(0.02)
+            self._pending += [k for k in self.klog.kills() if self._ours(k)]
+        events = []
+        before = self.counted
+        for i in range(new):
+            kill = self._pending.pop(0) if self._pending else None
+            fields: dict[str, Any] = {"event": Ev.OOM_KILLED, "fault_id": fault_id, "kind": kind,
+                                      "node": self.mem.node, "pid": kill.pid if kill else None,
+                                      "killed_at": kill.t if kill else time.time(), "limit_bytes": self.limit}
+            if kill is not None:
+                fields["comm"] = kill.comm
+                role = ({"role": "allocator"} if kill.pid == self.allocator
+                        else self.who.get(kill.pid, {"role": "unknown"}))
+                fields.update(role)
+            else:
+                fields["role"] = "unknown"
+            fields["evidence"] = (f"{self.mem.path / self.mem.lay.events}: oom_kill {before + i} -> {before + i + 1}"
+                                  + (f"; kernel: {kill.line}" if kill else "; no kernel log line (no /dev/kmsg)"))
+            events.append(fields)
+        self.counted = count
+        self._pending.clear()
+        self.refresh()
+        return events
+
+    def _ours(self, kill: Kill) -> bool:
+        """A kill in this node's cgroup (other cgroups' OOMs on the machine are none of this fault's doing)."""
+        if kill.memcg is not None:
+            rel = "/" + str(self.mem.path.relative_to(self.mem.lay.mount()))
+            return kill.memcg == rel or kill.memcg.endswith(rel)
+        return kill.pid in self.who or kill.pid == self.allocator
+
+
+def machine_checks() -> list[Any]:
+    """``chaos doctor`` for the memory faults: a memory controller this process can make cgroups in."""
+    from chaos.machine import Check
+
+    lay = layout()
+    if lay is None:
+        return [Check("memory cgroup", False, "no memory cgroup controller (neither cgroup v2 nor v1 memory)",
+                      "boot with the memory controller enabled (cgroup_enable=memory), or mount it")]
+    base = proc_cgroup(os.getpid(), lay) if lay.version == 1 else CGROUP_ROOT
+    writable = os.access(base, os.W_OK)
+    return [Check("memory cgroup", writable, f"cgroup v{lay.version} memory controller, "
+                  + (f"{base} writable" if writable else f"{base} not writable"),
+                  "" if writable else "run as root, with the cgroup filesystem mounted read-write")]

@@ -1,0 +1,299 @@
+"""The memory faults without a cluster: their options, the kernel's record turned into events, the report telling an
+OOM kill from a SIGKILL crash, and ``chaos cleanup`` restoring what an interrupted run left.
+
+The kernel side is faked with files shaped like a memory cgroup's (a directory with ``memory.oom_control``); the
+real kernel is exercised by tests/integration/test_memory_faults.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chaos.analysis.result_json import add_oom_kills
+from chaos.events import Ev, Source, required_fields
+from chaos.faults import membase
+from chaos.faults.membase import V1, V2, Kill, NodeMemory, OomWatch
+from chaos.faults.memory_pressure import MemoryPressure
+from chaos.faults.oom_kill import OomKill
+from chaos.loading import ScenarioInvalid, parse_scenario
+from chaos.registry import fault_plugins
+from chaos.reports.text import oom_rows
+from chaos.scenario import Explore
+from tests.histories import H
+
+BASE = """
+name: t
+cluster: {mode: elastic, nodes: 2}
+workload: {name: ddp-mlp, args: {steps: 100}}
+faults:
+  - %s
+"""
+
+
+def scenario(fault: str) -> Any:
+    return parse_scenario(BASE % fault)
+
+
+def problems(fault: str) -> str:
+    with pytest.raises(ScenarioInvalid) as err:
+        scenario(fault)
+    return str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ options
+
+def test_options_parse_sizes_and_defaults() -> None:
+    f = scenario("{kind: oom_kill, target: 1, at_step: 5}").faults[0]
+    assert f.limit is None and f.wait == 30 and f.duration is None
+    f = scenario("{kind: oom_kill, target: 1, at_step: 5, limit: 1GB, duration: 3s}").faults[0]
+    assert f.limit == 10**9 and f.duration == 3
+    f = scenario("{kind: memory_pressure, target: 0, at_step: 5, size: 512MB, headroom: 256MiB, duration: 10s}"
+                 ).faults[0]
+    assert (f.size, f.headroom, f.limit) == (512 * 10**6, 256 << 20, None)
+
+
+@pytest.mark.parametrize(("fault", "says"), [
+    ("{kind: oom_kill, at_step: 5}", "needs a target"),
+    ("{kind: oom_kill, target: 1, at_step: 5, limit: lots}", "limit"),
+    ("{kind: oom_kill, target: 1, at_step: 5, wait: 0}", "wait"),
+    ("{kind: oom_kill, target: 1, at_step: 5, size: 1GB}", "size applies to kind: memory_pressure only"),
+    ("{kind: memory_pressure, target: 1, at_step: 5, duration: 2s}", "needs size, e.g. size: 512MB"),
+    ("{kind: memory_pressure, target: 1, at_step: 5, size: 1GB}", "needs a duration"),
+    ("{kind: memory_pressure, target: 1, at_step: 5, size: 0, duration: 2s}", "size"),
+    ("{kind: memory_pressure, target: 1, at_step: 5, size: 1GB, limit: 2GB, headroom: 1GB, duration: 2s}",
+     "limit or headroom, not both"),
+])
+def test_bad_options_name_the_field(fault: str, says: str) -> None:
+    assert says in problems(fault)
+
+
+def test_both_kinds_are_plug_ins_that_need_a_memory_cgroup_and_explore_can_generate() -> None:
+    plugins = fault_plugins()
+    for kind, cls in (("oom_kill", OomKill), ("memory_pressure", MemoryPressure)):
+        assert plugins[kind] is cls and cls.needs == {"memory_cgroup"} and cls.can_generate()
+
+
+def test_explore_takes_both_kinds() -> None:
+    assert Explore(kinds=["oom_kill", "memory_pressure"]).kinds == ["oom_kill", "memory_pressure"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_generated_options_are_valid(data: st.DataObject) -> None:
+    for cls in (OomKill, MemoryPressure):
+        opts = cls.generate(data.draw, Explore())
+        spec = cls.options(kind=cls.kind, target=0, at_step=3, **opts)
+        assert cls.describe(spec)
+        if cls is MemoryPressure:
+            assert spec.size is not None and spec.size <= 512 << 20 and spec.duration is not None
+
+
+# ------------------------------------------------------------------------------------------ the kernel's record
+
+def test_kernel_lines_are_parsed() -> None:
+    line = ("Memory cgroup out of memory: Killed process 4242 (python) total-vm:323772kB, anon-rss:314092kB, "
+            "file-rss:6636kB, shmem-rss:0kB, UID:0 pgtables:672kB oom_score_adj:0")
+    m = membase._KILLED.search(line)
+    assert m and (m.group(1), m.group(2)) == ("4242", "python")
+    c = membase._MEMCG.search("oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,"
+                              "oom_memcg=/a/torch-chaos/r/node1,task_memcg=/a/torch-chaos/r/node1,task=python,"
+                              "pid=4242,uid=0")
+    assert c and (c.group(1), c.group(2)) == ("/a/torch-chaos/r/node1", "4242")
+
+
+def test_counters_and_limits_of_both_versions(tmp_path: Path) -> None:
+    (tmp_path / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\noom_group_kill 0\n")
+    assert membase.read_counter(tmp_path / V1.events, "oom_kill") == 3
+    assert membase.read_counter(tmp_path / V2.events, "oom_kill") == 2
+    assert membase.read_counter(tmp_path / V2.events, "absent") == 0
+    assert membase.parse_limit("9223372036854771712\n", V1) is None and membase.parse_limit("max\n", V2) is None
+    assert membase.parse_limit("1048576", V2) == 1 << 20
+
+
+class FakeLog:
+    def __init__(self) -> None:
+        self.lines: list[Kill] = []
+        self.fd = 1
+
+    def kills(self) -> list[Kill]:
+        out, self.lines = self.lines, []
+        return out
+
+    def close(self) -> None:
+        self.fd = None  # type: ignore[assignment]
+
+
+class FakeRuntime:
+    run_id = "run-abcdef"
+
+    def node_pids(self, name: str) -> list[int]:
+        return []
+
+
+def fake_cgroup(tmp_path: Path, version: Any = V1) -> NodeMemory:
+    mount = tmp_path / "memory"
+    path = mount / "a" / "torch-chaos" / "r" / "node1"
+    path.mkdir(parents=True)
+    (path / version.events).write_text("oom_kill 0\n")
+    (path / version.limit).write_text(version.unlimited + "\n")
+    (path / version.usage).write_text(str(500 << 20))
+    return NodeMemory("node1", version, path, tmp_path / "owner.json")
+
+
+def bump(mem: NodeMemory, n: int) -> None:
+    (mem.path / mem.lay.events).write_text(f"oom_kill {n}\n")
+
+
+def test_each_counted_kill_is_one_event_with_the_victim_from_the_kernel_line(tmp_path: Path,
+                                                                               monkeypatch: Any) -> None:
+    monkeypatch.setattr(membase, "CGROUP_ROOT", tmp_path)
+    mem = fake_cgroup(tmp_path)
+    log = FakeLog()
+    watch = OomWatch(mem, FakeRuntime(), klog=log)  # type: ignore[arg-type]
+    watch.who = {4242: {"role": "worker", "rank": 1, "local_rank": 0}}
+    watch.allocator, watch.limit = 99, 1 << 29
+    assert watch.poll(0, "oom_kill") == []  # nothing counted: no event, whatever the log says
+    log.lines = [Kill(4242, "python", 5.0, "Memory cgroup out of memory: Killed process 4242 (python)",
+                      "/a/torch-chaos/r/node1"),
+                 Kill(777, "java", 5.1, "Memory cgroup out of memory: Killed process 777 (java)", "/elsewhere")]
+    bump(mem, 1)
+    [event] = watch.poll(0, "oom_kill")
+    assert {k: event[k] for k in ("event", "pid", "role", "rank", "local_rank", "killed_at", "limit_bytes")} == {
+        "event": "oom_killed", "pid": 4242, "role": "worker", "rank": 1, "local_rank": 0, "killed_at": 5.0,
+        "limit_bytes": 1 << 29}
+    assert "oom_kill 0 -> 1" in event["evidence"] and "Killed process 4242" in event["evidence"]
+    assert set(event) - {"event"} >= required_fields(Ev.OOM_KILLED) - {"t", "source", "event"}
+    assert watch.poll(0, "oom_kill") == []  # reported once
+    log.lines = [Kill(99, "python", 6.0, "Memory cgroup out of memory: Killed process 99 (python)", None)]
+    bump(mem, 2)
+    assert watch.poll(0, "memory_pressure")[0]["role"] == "allocator"
+    bump(mem, 3)  # counted, but the kernel's line could not be read
+    [blind] = watch.poll(0, "oom_kill")
+    assert blind["pid"] is None and blind["role"] == "unknown" and "oom_kill 2 -> 3" in blind["evidence"]
+
+
+def test_a_limit_is_set_with_swap_and_restored_exactly(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(membase, "OWNERS_DIR", tmp_path / "owners")
+    mem = fake_cgroup(tmp_path)
+    (mem.path / V1.swap).write_text(V1.unlimited + "\n")
+    mem.owner = tmp_path / "owners" / "limit.json"
+    mem.set_limit(400 << 20, "run-abcdef")
+    assert (mem.path / V1.limit).read_text() == str(400 << 20) == (mem.path / V1.swap).read_text()
+    assert json.loads(mem.owner.read_text())["before"][V1.limit] == V1.unlimited
+    assert mem.restore() == {"restored": True} and not mem.owner.exists()
+    assert (mem.path / V1.limit).read_text() == V1.unlimited
+
+
+def test_a_restore_that_does_not_read_back_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "cg"
+    path.mkdir()
+    (path / V2.limit).write_text("max")
+    assert membase.restore_limits(tmp_path / "gone", {V2.limit: "max"}) == [f"{tmp_path / 'gone'} is gone (the "
+                                                                             "node was replaced or removed)"]
+    problems = membase.restore_limits(path, {V2.limit: "max", "memory.swap.max": "max"})
+    assert problems == [] and (path / "memory.swap.max").read_text() == "max"
+
+
+# ------------------------------------------------------------------------------------------ chaos cleanup
+
+def test_cleanup_restores_limits_of_dead_engines_only(tmp_path: Path, monkeypatch: Any) -> None:
+    owners = tmp_path / "owners"
+    owners.mkdir()
+    monkeypatch.setattr(membase, "OWNERS_DIR", owners)
+    cgroups = {}
+    for name, engine in (("dead", 2**22 + 12345), ("live", os.getpid())):
+        path = tmp_path / name
+        path.mkdir()
+        (path / V1.limit).write_text("1000")
+        cgroups[name] = path
+        (owners / f"limit-{name}.json").write_text(json.dumps(
+            {"run_id": name, "engine_pid": engine, "path": str(path), "before": {V1.limit: V1.unlimited},
+             "created": False}))
+    removed = membase.cleanup(None, only_orphans=True)
+    assert removed == [f"memory limit on {cgroups['dead']} restored"]
+    assert (cgroups["dead"] / V1.limit).read_text() == V1.unlimited
+    assert (cgroups["live"] / V1.limit).read_text() == "1000"
+    assert [p.name for p in owners.iterdir()] == ["limit-live.json"]
+    assert membase.cleanup("live", only_orphans=False) == [f"memory limit on {cgroups['live']} restored"]
+
+
+def test_cleanup_forgets_a_container_that_is_gone(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(membase, "OWNERS_DIR", tmp_path)
+    (tmp_path / "limit-x.json").write_text(json.dumps({"run_id": "x", "engine_pid": 2**22 + 1, "created": False,
+                                                       "path": str(tmp_path / "removed"), "before": {}}))
+    assert membase.cleanup(None, only_orphans=True) == [] and not list(tmp_path.iterdir())
+
+
+# ------------------------------------------------------------------------------------------ the report
+
+def oom_event(fid: int, t: float, pid: int = 4242) -> dict[str, Any]:
+    return {"t": t + 0.2, "source": Source.ENGINE, "event": Ev.OOM_KILLED, "fault_id": fid, "kind": "oom_kill",
+            "node": "node1", "pid": pid, "role": "worker", "rank": 1, "local_rank": 0, "killed_at": t + 0.05,
+            "limit_bytes": 1 << 29, "evidence": "x"}
+
+
+class Rep:
+    def __init__(self, faults: list[dict[str, Any]]):
+        self.result = {"faults": faults}
+
+
+def test_the_report_says_oom_killed_for_an_oom_kill_and_nothing_of_the_kind_for_a_crash() -> None:
+    h = H().start(2).steps(1, 10).fault(0, kind="oom_kill")
+    t_f = h.events[-1]["t"]
+    h.events.append(oom_event(0, t_f))
+    events = h.start(2, load=10).steps(11, 20).end()
+    faults = [{"id": 0, "kind": "oom_kill", "t_injected": t_f}]
+    add_oom_kills(faults, events)
+    [kill] = faults[0]["oom_kills"]
+    assert kill["pid"] == 4242 and kill["role"] == "worker" and kill["after_injection_s"] == pytest.approx(0.05)
+    [(label, text)] = oom_rows(Rep(faults))  # type: ignore[arg-type]
+    assert label == "OOM-killed by the kernel" and "node1 pid 4242 (worker rank 1 local_rank 0)" in text
+
+    crash = H().start(2).steps(1, 10).fault(0, kind="kill_worker").start(2, load=10).steps(11, 20).end()
+    faults = [{"id": 0, "kind": "kill_worker", "t_injected": 1001.0}]
+    add_oom_kills(faults, crash)
+    assert "oom_kills" not in faults[0] and oom_rows(Rep(faults)) == []  # type: ignore[arg-type]
+
+
+def test_kills_go_to_their_own_fault() -> None:
+    h = H().start(2).steps(1, 5).fault(0, kind="memory_pressure", duration=5).fault(1, kind="kill_worker")
+    h.events.append(oom_event(0, h.events[-1]["t"], pid=1))
+    h.events.append(oom_event(0, h.events[-1]["t"] + 1, pid=2))
+    faults = [{"id": 0, "kind": "memory_pressure", "t_injected": 1000.5}, {"id": 1, "kind": "kill_worker",
+                                                                            "t_injected": 1000.6}]
+    add_oom_kills(faults, h.end())
+    assert [k["pid"] for k in faults[0]["oom_kills"]] == [1, 2] and "oom_kills" not in faults[1]
+
+
+def test_victims_are_biased_and_survivors_get_their_setting_back() -> None:
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)]
+    try:
+        before = membase.bias_victims([p.pid for p in procs], 500)
+        assert set(before) == {p.pid for p in procs} and set(before.values()) == {"0"}
+        assert Path(f"/proc/{procs[0].pid}/oom_score_adj").read_text().strip() == "500"
+        assert membase.bias_victims([procs[0].pid], 300) == {}  # never lowered: that needs a privilege
+        procs[1].kill()
+        procs[1].wait()
+        assert membase.unbias(before) == []  # the dead one is no problem
+        assert Path(f"/proc/{procs[0].pid}/oom_score_adj").read_text().strip() == "0"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_local_rank_picks_the_victim() -> None:
+    f = scenario("{kind: oom_kill, target: 1, at_step: 5, local_rank: 1}").faults[0]
+    assert f.local_rank == 1
+    assert "local_rank" in problems("{kind: oom_kill, target: 1, at_step: 5, local_rank: -1}")
