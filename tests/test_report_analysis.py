@@ -76,7 +76,7 @@ def test_chaos_report_parses_and_analyses_the_history_once(soak: Path, monkeypat
     assert len(calls) == 1
     written = json.loads((soak / "result.json").read_text())
     assert json.loads((soak / "r.json").read_text())["result"] == written
-    assert written["schema_version"] == 6
+    assert written["schema_version"] == 7
 
 
 def test_plot_series_are_bounded_and_keep_a_restart_drop(soak: Path) -> None:
@@ -112,8 +112,8 @@ def test_breakdown_phases_add_up_to_the_recovery_and_skip_non_disruptive_faults(
     faults = [m.to_dict() for m in fault_metrics(events)]
     [b] = recovery_breakdowns(events, faults)
     assert b["fault"] == 1
-    assert [name for name, _ in b["phases"]] == ["detection + rendezvous + worker start", "checkpoint load",
-                                                 "first step"]
+    assert [name for name, _ in b["phases"]] == ["detection + rendezvous + worker start",
+                                                 "worker init (imports, process group) + checkpoint load", "first step"]
     assert sum(v for _, v in b["phases"]) == pytest.approx(faults[1]["recovery_s"])
 
 

@@ -160,7 +160,7 @@ def test_recorded_stock_ddp_crash_is_within_the_measured_noise(recorded: dict[st
     assert 1e-8 < v["noise_floor_rel"] < 1e-5 and v["band_rel"] == pytest.approx(BAND_FACTOR * v["noise_floor_rel"])
     assert v["times_noise_floor"] == pytest.approx(1.0)  # a clean resume from the same checkpoint is deterministic
     assert v["faulted_resumed_from"] == v["control_resumed_from"] == 100
-    assert result["control_run"] and result["schema_version"] == 6
+    assert result["control_run"] and result["schema_version"] == 7
 
 
 def test_recorded_stock_ddp_crash_without_its_control_is_not_checked(recorded: dict[str, Path],
