@@ -155,3 +155,19 @@ def test_the_report_shows_the_phases_what_was_not_measured_and_the_advice(tmp_pa
     assert rows[1] == (RENDEZVOUS, "2.10 s", f"{100 * 2.1 / fault['recovery_s']:.0f}%")
     notes = breakdown_notes(b)
     assert notes[0].startswith(f"not measured separately: {WORKER_INIT}") and notes[-1] == b["advice"]
+
+
+def test_compare_names_the_phase_that_differs_most_with_its_numbers() -> None:
+    from chaos.compare import Column, conclusions
+
+    def column(label: str, phases: list[tuple[str, float | None]]) -> Column:
+        return Column(label=label, scenario=label, run_dir="", verdict="pass", mode="elastic", nodes=3, world_size=3,
+                      steps_per_s=None, samples_per_s=None, comm_share=None, time_to_first_step_s=None,
+                      recovery_s=sum(s or 0 for _, s in phases), lost_work_s=None, lost_steps=None, goodput=None,
+                      node_seconds_per_step=None, duration_s=None, recovery_phases=phases)
+
+    tuned = column("tuned", [(DETECTION, 0.2), (RENDEZVOUS, 2.3), (WORKER_START, 3.0), (FIRST_STEP, 0.5)])
+    defaults = column("defaults", [(DETECTION, 0.2), (RENDEZVOUS, 30.4), (WORKER_START, 3.1), (FIRST_STEP, 0.5)])
+    lines = conclusions([tuned, defaults])
+    assert any(line.startswith(f"The recovery phase that differs most is {RENDEZVOUS}: 2.3 s on tuned, 30.4 s on "
+                               "defaults (28.1 s of the 28.2 s difference)") for line in lines), lines
