@@ -171,3 +171,27 @@ def test_compare_names_the_phase_that_differs_most_with_its_numbers() -> None:
     lines = conclusions([tuned, defaults])
     assert any(line.startswith(f"The recovery phase that differs most is {RENDEZVOUS}: 2.3 s on tuned, 30.4 s on "
                                "defaults (28.1 s of the 28.2 s difference)") for line in lines), lines
+
+
+def test_a_recorded_quickstart_splits_its_recovery_from_torchruns_own_agent_events(tmp_path: Path) -> None:
+    """A real run (tests/data/histories/quickstart): the agents' lines are in the history, every phase is measured,
+    and result.json carries the same split."""
+    from chaos.analysis.result_json import analyze
+    from tests.data.recorded import expand
+
+    run_dir = expand("quickstart", tmp_path)
+    result = analyze(run_dir)
+    [fault] = result["faults"]
+    split = fault["recovery_breakdown"]
+    assert [p["phase"] for p in split["phases"]] == [DETECTION, RENDEZVOUS, WORKER_START, WORKER_INIT, LOAD,
+                                                     FIRST_STEP]
+    assert all(p["seconds"] >= 0 for p in split["phases"]) and split["not_measured"] == []
+    assert sum(p["seconds"] for p in split["phases"]) == pytest.approx(fault["recovery_s"])
+    assert split["largest"]["seconds"] == max(p["seconds"] for p in split["phases"])
+    # the survivors' agents, not the crashed node's: they noticed, rendezvoused and started workers again
+    from chaos.history import read_history
+
+    agent = [e for e in read_history(run_dir / "events.jsonl")
+             if e.get("source") == Source.AGENT and e["t"] > fault["t_injected"]]
+    assert {Ev.AGENT_RENDEZVOUS_STARTED, Ev.AGENT_WORKERS_STARTED} <= {e["event"] for e in agent}
+    assert {e["node"] for e in agent if e["event"] == Ev.AGENT_WORKERS_STARTED} >= {"node0", "node1"}
