@@ -144,6 +144,15 @@ def test_a_print_only_job_with_agents_gets_detection_and_rendezvous_and_one_span
     assert names == [DETECTION, RENDEZVOUS, f"{WORKER_START} + {WORKER_INIT} + {LOAD} + {FIRST_STEP}"]
     assert "no probe" in b["not_measured"][0]["why"]
     assert b["largest"]["phase"] == names[-1] and "the lever of each part" in b["advice"]
+    # with the storage layer: its first read of the new round marks where the load began
+    t_f = fault["t_injected"]
+    events.append({"t": t_f + 5.7, "source": Source.STORAGE, "event": Ev.CHECKPOINT_LOADED, "node": "node0",
+                   "pid": 99, "path": "step_30.pt", "step": 30, "sha256": "x"})
+    [b] = recovery_breakdowns(sorted(events, key=lambda e: e["t"]), [fault])
+    assert [name for name, _ in b["phases"]] == [DETECTION, RENDEZVOUS, f"{WORKER_START} + {WORKER_INIT}",
+                                                 f"{LOAD} + {FIRST_STEP}"]
+    assert dict(b["phases"])[f"{WORKER_START} + {WORKER_INIT}"] == pytest.approx(5.7 - 2.6)
+    assert "first read" in b["not_measured"][-1]["why"]
 
 
 def test_the_report_shows_the_phases_what_was_not_measured_and_the_advice(tmp_path: Path) -> None:

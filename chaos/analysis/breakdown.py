@@ -36,9 +36,11 @@ COMPARE_TIMEOUTS = ("chaos compare scenarios/compare/elastic-torchrun-defaults.y
 
 def recovery_breakdowns(events: list[Event], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One breakdown per disruptive fault of ``faults`` (result.json's entries)."""
-    # The job's own marks: the storage layer's checkpoint_loaded is the first read, not the end of a load.
+    # The job's own marks. The storage layer's checkpoint_loaded is a load's first read, not its end: it only
+    # marks where a load began, for a script without the probe (recovery_breakdown keeps it apart).
     marks = of_kinds(events, *_AGENT_EVENTS) + of_kind(events, Ev.PROCESS_STARTED) + [
-        e for e in checkpoint_events(events, *_JOB_EVENTS[1:]) if e.get("source") != Source.STORAGE]
+        e for e in checkpoint_events(events, *_JOB_EVENTS[1:]) if e.get("source") != Source.STORAGE] + [
+        e for e in of_kind(events, Ev.CHECKPOINT_LOADED) if e.get("source") == Source.STORAGE]
     settings = _settings(events)
     return [recovery_breakdown(marks, f, settings) for f in faults
             if f.get("disruptive", True) and f.get("injected", True)]
@@ -65,8 +67,9 @@ def recovery_breakdown(events: list[Event], fault: dict[str, Any],
     end = t_f + fault["recovery_s"]
 
     def times(*names: Ev, source: str | None = None) -> list[float]:
+        """``source`` None: any writer but the storage layer."""
         return sorted(e["t"] for e in events if e.get("event") in names and t_f < e["t"] <= end
-                      and (source is None or e.get("source") == source))
+                      and (e.get("source") != Source.STORAGE if source is None else e.get("source") == source))
 
     agent = times(*_AGENT_EVENTS)
     out["agent_rounds"] = _rounds(events, t_f, end)
@@ -91,6 +94,10 @@ def recovery_breakdown(events: list[Event], fault: dict[str, Any],
     t_start = procs[-1] if procs else None
     load_started = [t for t in times(Ev.CHECKPOINT_LOAD_STARTED) if t >= (t_start or after)]
     t_init = load_started[0] if load_started else None
+    # a script without the probe: the storage layer's first read of the new round is where its load began
+    reads = [t for t in times(Ev.CHECKPOINT_LOADED, source=Source.STORAGE) if t >= (t_start or after)]
+    if t_init is None and reads and not times(Ev.CHECKPOINT_LOADED):
+        t_init = reads[0]
     loaded = [t for t in times(Ev.CHECKPOINT_LOADED) if t >= (t_init or t_start or after)]
     t_load = loaded[-1] if loaded else None
     no_probe = not times(Ev.PROCESS_STARTED, source=Source.WORKLOAD)
@@ -100,8 +107,9 @@ def recovery_breakdown(events: list[Event], fault: dict[str, Any],
         (WORKER_START, t_start, "the script reports no process_started (no probe): its workers' start is not "
                                 "marked" if no_probe else "no process_started after the agents started workers"),
         (WORKER_INIT, t_init, "no checkpoint_load_started (the script does not report its loads through the "
-                              "probe, or it started from scratch)"),
-        (LOAD, t_load, "no checkpoint_loaded after the load began"),
+                              "probe, or it started from scratch), and the storage layer saw no read"),
+        (LOAD, t_load, "the storage layer sees a load's first read, not its end (no probe)" if reads else
+         "no checkpoint_loaded after the load began"),
     ]
     phases: list[tuple[str, float | None]] = []
     not_measured: list[dict[str, str]] = []
