@@ -6,7 +6,8 @@ The phases, in order, and the marks that end them (docs/design.md, "Recovery bre
   to join, or a new agent begins a rendezvous): ``agent_*`` events, written by :mod:`chaos.agent_log`;
 - rendezvous: until the last agent starts its workers for the round that trained next (``agent_workers_started``);
 - worker start: spawn, interpreter and imports, until the new workers' last ``process_started`` (the probe);
-- worker init: until the first ``checkpoint_load_started`` (the process group forms here in the reference workload);
+- worker init: until the first ``checkpoint_load_started`` (the process group forms here in the reference workload;
+  a script without the probe: the storage layer's first read of the new round);
 - checkpoint load: until the last ``checkpoint_loaded``;
 - first step: until the first step of a new worker (the end of ``recovery_s``).
 
