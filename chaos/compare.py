@@ -37,6 +37,9 @@ class Column:
     node_seconds_per_step: float | None
     duration_s: float | None
     machine: str = ""
+    # the first disruptive fault's recovery, split (chaos.analysis.breakdown): [(phase, seconds)], largest part
+    recovery_phases: list[tuple[str, float | None]] | None = None
+    recovery_largest: str | None = None
 
 
 def measure(run: Path | RunAnalysis) -> Column:
@@ -54,7 +57,18 @@ def measure(run: Path | RunAnalysis) -> Column:
         recovery_s=figures["recovery_s"], lost_work_s=figures["lost_work_s"], lost_steps=figures["lost_steps"],
         goodput=result["goodput"], node_seconds_per_step=figures["node_seconds_per_step"],
         duration_s=result["duration_s"], machine=_machine(result.get("environment", {})),
+        **_first_breakdown(analysis.breakdowns),
     )
+
+
+def _first_breakdown(breakdowns: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first disruptive fault's phases and its largest part, as the column shows them."""
+    for b in breakdowns:
+        if b.get("largest"):
+            big = b["largest"]
+            return {"recovery_phases": [tuple(p) for p in b["phases"]],
+                    "recovery_largest": f"{big['phase']}: {big['seconds']:.1f} s"}
+    return {}
 
 
 def _machine(env: dict[str, Any]) -> str:
@@ -67,6 +81,7 @@ ROWS = [("throughput (steps/s, fault-free median)", "steps_per_s", "{:.1f}"),
         ("communication share of a step (median)", "comm_share", "{:.0%}"),
         ("start → first step", "time_to_first_step_s", "{:.1f} s"),
         ("recovery time (first fault)", "recovery_s", "{:.1f} s"),
+        ("recovery, largest part", "recovery_largest", "{}"),
         ("lost work (first fault)", "lost_work_s", "{:.2f} s"),
         ("lost steps (first fault)", "lost_steps", "{}"),
         ("goodput under the fault plan", "goodput", "{:.2f}"),
@@ -112,6 +127,11 @@ def conclusions(columns: list[Column]) -> list[str]:
         ratio = (slow.recovery_s or 0) / (quick.recovery_s or 1)
         out.append(f"Recovery from the fault took {quick.recovery_s:.1f} s on {quick.label} and "
                    f"{slow.recovery_s:.1f} s on {slow.label} ({ratio:.1f}×).")
+        if (phase := _widest_gap(quick, slow)) is not None:
+            name, q, w = phase
+            out.append(f"The recovery phase that differs most is {name}: {q:.1f} s on {quick.label}, {w:.1f} s on "
+                       f"{slow.label} ({w - q:.1f} s of the {(slow.recovery_s or 0) - (quick.recovery_s or 0):.1f} s "
+                       f"difference).")
     gp = [c for c in columns if c.goodput is not None]
     if len(gp) >= 2:
         best = max(gp, key=lambda c: c.goodput or 0)
@@ -127,6 +147,17 @@ def conclusions(columns: list[Column]) -> list[str]:
     for c in failed:
         out.append(f"{c.label} did not pass ({c.verdict}): its figures describe a failed run.")
     return out
+
+
+def _widest_gap(quick: Column, slow: Column) -> tuple[str, float, float] | None:
+    """The recovery phase (measured in both runs) whose duration differs most between them."""
+    a = {n: v for n, v in quick.recovery_phases or [] if v is not None}
+    b = {n: v for n, v in slow.recovery_phases or [] if v is not None}
+    common = [n for n in a if n in b]
+    if not common:
+        return None
+    name = max(common, key=lambda n: b[n] - a[n])
+    return (name, a[name], b[name]) if b[name] > a[name] else None
 
 
 def render_markdown(columns: list[Column]) -> str:

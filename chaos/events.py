@@ -49,6 +49,7 @@ class Source(StrEnum):
     WORKLOAD = "workload"  # a training process, through chaos.probe
     PROGRESS = "progress"  # the engine on behalf of a workload without the probe (its printed progress, its files)
     STORAGE = "storage"  # the storage layer serving the checkpoint directory (docs/design.md, "The storage layer")
+    AGENT = "agent"  # torchrun's elastic agent on a node, through chaos.agent_log (its own log records)
 
 
 class Ev(StrEnum):
@@ -83,6 +84,12 @@ class Ev(StrEnum):
     # -- storage (source "storage": the storage layer; it also writes the CHECKPOINT_* events above for any script)
     STORAGE_OP_FAILED = "storage_op_failed"
     STORAGE_OP_STALLED = "storage_op_stalled"
+    # -- agent (source "agent": torchrun's elastic agent, its log records turned into events by chaos.agent_log)
+    AGENT_WORKERS_FAILED = "agent_workers_failed"
+    AGENT_MEMBERSHIP_CHANGED = "agent_membership_changed"
+    AGENT_RENDEZVOUS_STARTED = "agent_rendezvous_started"
+    AGENT_RENDEZVOUS_COMPLETED = "agent_rendezvous_completed"
+    AGENT_WORKERS_STARTED = "agent_workers_started"
 
 
 class EndReason(StrEnum):
@@ -331,6 +338,45 @@ class StorageOpStalled(Line):
     fault_id: int
 
 
+# ------------------------------------------------------------------------------------------ agent events
+
+class AgentLine(Line):
+    """Fields of every agent event: ``t`` is when torchrun's agent logged the step (its log record's time)."""
+
+    node: str  # CHAOS_NODE of the agent
+    pid: int  # the agent's (torchrun's) pid
+
+
+class AgentWorkersFailed(AgentLine):
+    """The agent's monitor found its worker group failed and will restart it (the failure's detection)."""
+
+    state: str  # FAILED or UNHEALTHY
+    attempts_left: int  # restarts left before this one
+    max_restarts: int
+
+
+class AgentMembershipChanged(AgentLine):
+    """The agent's monitor found nodes waiting to join: it restarts its healthy workers for a new round."""
+
+    waiting: int  # nodes waiting
+
+
+class AgentRendezvousStarted(AgentLine):
+    """The agent begins a rendezvous round (at its start, and after stopping its workers)."""
+
+
+class AgentRendezvousCompleted(AgentLine):
+    """The round closed: the agent knows its group rank and the group's size."""
+
+    restart_count: NotRequired[int]  # restarts the agent used so far
+    group_rank: NotRequired[int]
+    group_world_size: NotRequired[int]  # nodes in the round
+
+
+class AgentWorkersStarted(AgentLine):
+    """The agent spawned its worker processes (they now import and initialise)."""
+
+
 class StorageLine(Line):
     """Fields of every checkpoint event the storage layer writes (source ``storage``; docs/design.md, "The storage
     layer"): the probe's event names, with what a filesystem can and cannot know."""
@@ -393,6 +439,11 @@ FIELDS: dict[Ev, type] = {
     Ev.CHECKPOINT_SEEN: CheckpointSeen,
     Ev.STORAGE_OP_FAILED: StorageOpFailed,
     Ev.STORAGE_OP_STALLED: StorageOpStalled,
+    Ev.AGENT_WORKERS_FAILED: AgentWorkersFailed,
+    Ev.AGENT_MEMBERSHIP_CHANGED: AgentMembershipChanged,
+    Ev.AGENT_RENDEZVOUS_STARTED: AgentRendezvousStarted,
+    Ev.AGENT_RENDEZVOUS_COMPLETED: AgentRendezvousCompleted,
+    Ev.AGENT_WORKERS_STARTED: AgentWorkersStarted,
 }
 
 

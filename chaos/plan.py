@@ -214,6 +214,7 @@ class Addressing:
 
 
 def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing | None = None) -> Plan:
+    from chaos.agent_log import launcher as agent_launcher
     from chaos.paths import confine
     from chaos.registry import rendezvous_backend
     from chaos.scenario import CommandWorkload, ShippedWorkload
@@ -275,7 +276,8 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
     backend = rendezvous_backend(c.rendezvous.backend)
     for i in range(c.nodes):
         is_host = c.rendezvous.store == "node0" and i == 0
-        argv = [python, "-m", "torch.distributed.run",
+        # torchrun itself, with its agent's steps written to the history (chaos.agent_log)
+        argv = [*agent_launcher(python, str(REPO_ROOT)),
                 f"--nnodes={min_nodes}:{c.nodes}", f"--nproc-per-node={c.procs_per_node}",
                 *backend.torchrun_args(endpoint=endpoint, run_id=run_id, is_host=is_host, settings=settings),
                 f"--max-restarts={settings['max_restarts']}",

@@ -112,8 +112,8 @@ def test_breakdown_phases_add_up_to_the_recovery_and_skip_non_disruptive_faults(
     faults = [m.to_dict() for m in fault_metrics(events)]
     [b] = recovery_breakdowns(events, faults)
     assert b["fault"] == 1
-    assert [name for name, _ in b["phases"]] == ["detection + rendezvous + worker start", "checkpoint load",
-                                                 "first step"]
+    assert [name for name, _ in b["phases"]] == ["detection + rendezvous + worker start",
+                                                 "worker init (imports, process group) + checkpoint load", "first step"]
     assert sum(v for _, v in b["phases"]) == pytest.approx(faults[1]["recovery_s"])
 
 

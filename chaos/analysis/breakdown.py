@@ -1,52 +1,236 @@
-"""Recovery breakdown: a fault's ``recovery_s`` split into the phases the history shows."""
+"""Recovery breakdown: a fault's ``recovery_s`` split into the phases the history shows.
+
+The phases, in order, and the marks that end them (docs/design.md, "Recovery breakdown"):
+
+- detection: the fault, until the first agent acts on it (its monitor finds its workers failed, or nodes waiting
+  to join, or a new agent begins a rendezvous): ``agent_*`` events, written by :mod:`chaos.agent_log`;
+- rendezvous: until the last agent starts its workers for the round that trained next (``agent_workers_started``);
+- worker start: spawn, interpreter and imports, until the new workers' last ``process_started`` (the probe);
+- worker init: until the first ``checkpoint_load_started`` (the process group forms here in the reference workload;
+  a script without the probe: the storage layer's first read of the new round);
+- checkpoint load: until the last ``checkpoint_loaded``;
+- first step: until the first step of a new worker (the end of ``recovery_s``).
+
+A missing mark merges its phase into the next (their names joined by " + "), so the measured spans always add up
+to ``recovery_s``; ``not_measured`` says which boundary is missing and why. The largest span is named with the
+settings that shrink it (``largest``, ``advice``), citing the measured number and the values in force.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from chaos.analysis.ckpt_source import checkpoint_events
-from chaos.analysis.load import of_kind
+from chaos.analysis.load import of_kind, of_kinds
 from chaos.events import Ev, Source
 from chaos.history import Event
 
-_PHASE_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)
+DETECTION, RENDEZVOUS, WORKER_START = "detection", "rendezvous", "worker start (spawn, imports)"
+WORKER_INIT, LOAD, FIRST_STEP = "worker init (process group)", "checkpoint load", "first step"
+RESTART = "restart"  # a centralized job: the engine restarts it (no agent)
+_AGENT_ACTS = (Ev.AGENT_WORKERS_FAILED, Ev.AGENT_MEMBERSHIP_CHANGED, Ev.AGENT_RENDEZVOUS_STARTED)
+_AGENT_EVENTS = (*_AGENT_ACTS, Ev.AGENT_RENDEZVOUS_COMPLETED, Ev.AGENT_WORKERS_STARTED)
+_JOB_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)
+COMPARE_TIMEOUTS = ("chaos compare scenarios/compare/elastic-torchrun-defaults.yaml "
+                    "scenarios/compare/elastic-tuned.yaml")
 
 
 def recovery_breakdowns(events: list[Event], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One breakdown per disruptive fault of ``faults`` (result.json's entries)."""
-    # The job's own marks: the storage layer's checkpoint_loaded is the first read, not the end of a load.
-    marks = of_kind(events, Ev.PROCESS_STARTED) + [e for e in checkpoint_events(events, *_PHASE_EVENTS[1:])
-                                                   if e.get("source") != Source.STORAGE]
-    return [recovery_breakdown(marks, f) for f in faults if f.get("disruptive", True) and f.get("injected", True)]
+    # The job's own marks. The storage layer's checkpoint_loaded is a load's first read, not its end: it only
+    # marks where a load began, for a script without the probe (recovery_breakdown keeps it apart).
+    marks = of_kinds(events, *_AGENT_EVENTS) + of_kind(events, Ev.PROCESS_STARTED) + [
+        e for e in checkpoint_events(events, *_JOB_EVENTS[1:]) if e.get("source") != Source.STORAGE] + [
+        e for e in of_kind(events, Ev.CHECKPOINT_LOADED) if e.get("source") == Source.STORAGE]
+    settings = _settings(events)
+    return [recovery_breakdown(marks, f, settings) for f in faults
+            if f.get("disruptive", True) and f.get("injected", True)]
 
 
-def recovery_breakdown(events: list[Event], fault: dict[str, Any]) -> dict[str, Any]:
-    """Split recovery_s into: detection + rendezvous + worker start, worker init, checkpoint load, first step.
+def _settings(events: list[Event]) -> dict[str, Any]:
+    """The elastic settings in force (run_started's environment), for the advice."""
+    for e in of_kind(events, Ev.RUN_STARTED)[:1]:
+        env = e.get("environment") or {}
+        return {"mode": env.get("mode"), **(env.get("elastic_settings") or {})}
+    return {}
 
-    The agent's own detection of the failure is not logged separately, so it is counted with the rendezvous.
-    """
+
+def recovery_breakdown(events: list[Event], fault: dict[str, Any],
+                       settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Split one fault's recovery_s at the marks of ``events`` (agent, process and checkpoint events)."""
+    settings = settings or {}
     t_f = fault["t_injected"]
     out: dict[str, Any] = {"fault": fault["id"], "kind": fault["kind"], "recovery_s": fault["recovery_s"]}
     if not fault["restarted"] or fault["recovery_s"] is None:
         out["phases"] = [("no restart: until the next step", fault["recovery_s"])]
+        out["not_measured"], out["largest"], out["advice"] = [], None, None
         return out
     end = t_f + fault["recovery_s"]
 
-    def times(name: Ev) -> list[float]:
-        return [e["t"] for e in events if e.get("event") == name and t_f < e["t"] <= end]
+    def times(*names: Ev, source: str | None = None) -> list[float]:
+        """``source`` None: any writer but the storage layer."""
+        return sorted(e["t"] for e in events if e.get("event") in names and t_f < e["t"] <= end
+                      and (e.get("source") != Source.STORAGE if source is None else e.get("source") == source))
 
-    starts, load_started, loaded = (times(name) for name in _PHASE_EVENTS)
+    agent = times(*_AGENT_EVENTS)
+    out["agent_rounds"] = _rounds(events, t_f, end)
+    if not agent:
+        out["phases"] = _legacy_phases(times, t_f, end, settings.get("mode"))
+        second = RESTART if settings.get("mode") == "centralized" else RENDEZVOUS
+        out["not_measured"] = [{"phase": f"{DETECTION}, {second}", "why": _no_agent_why(settings, events)}]
+        if not times(Ev.PROCESS_STARTED, source=Source.WORKLOAD):
+            out["not_measured"].append({"phase": "worker start", "why": "the script reports no process_started "
+                                        "(no probe): its workers' start is not marked"})
+        out["largest"] = _largest(out["phases"], fault["recovery_s"])
+        out["advice"] = _advice(out["largest"], settings, out["agent_rounds"]) if out["largest"] else None
+        return out
+
+    # Each boundary: (phase it ends, its time or None, why it is missing).
+    acts = times(*_AGENT_ACTS)
+    detect = acts[0] if acts else None
+    started = [t for t in times(Ev.AGENT_WORKERS_STARTED) if detect is None or t >= detect]
+    t_rdzv = started[-1] if started else None
+    after = t_rdzv if t_rdzv is not None else (detect if detect is not None else t_f)
+    procs = [t for t in times(Ev.PROCESS_STARTED, source=Source.WORKLOAD) if t >= after]
+    t_start = procs[-1] if procs else None
+    load_started = [t for t in times(Ev.CHECKPOINT_LOAD_STARTED) if t >= (t_start or after)]
+    t_init = load_started[0] if load_started else None
+    # a script without the probe: the storage layer's first read of the new round is where its load began
+    reads = [t for t in times(Ev.CHECKPOINT_LOADED, source=Source.STORAGE) if t >= (t_start or after)]
+    if t_init is None and reads and not times(Ev.CHECKPOINT_LOADED):
+        t_init = reads[0]
+    loaded = [t for t in times(Ev.CHECKPOINT_LOADED) if t >= (t_init or t_start or after)]
+    t_load = loaded[-1] if loaded else None
+    no_probe = not times(Ev.PROCESS_STARTED, source=Source.WORKLOAD)
+    boundaries: list[tuple[str, float | None, str]] = [
+        (DETECTION, detect, "no agent acted on this fault before the workers restarted"),
+        (RENDEZVOUS, t_rdzv, "no agent_workers_started after the agents acted"),
+        (WORKER_START, t_start, "the script reports no process_started (no probe): its workers' start is not "
+                                "marked" if no_probe else "no process_started after the agents started workers"),
+        (WORKER_INIT, t_init, "no checkpoint_load_started (the script does not report its loads through the "
+                              "probe, or it started from scratch), and the storage layer saw no read"),
+        (LOAD, t_load, "the storage layer sees a load's first read, not its end (no probe)" if reads else
+         "no checkpoint_loaded after the load began"),
+    ]
+    phases: list[tuple[str, float | None]] = []
+    not_measured: list[dict[str, str]] = []
+    pending: list[str] = []
+    t = t_f
+    for name, mark, why in boundaries:
+        pending.append(name)
+        if mark is None or mark < t:
+            not_measured.append({"phase": name, "why": why})
+            continue
+        phases.append((" + ".join(pending), mark - t))
+        pending, t = [], mark
+    phases.append((" + ".join([*pending, FIRST_STEP]), end - t))
+    out["phases"], out["not_measured"] = phases, not_measured
+    out["largest"] = _largest(phases, fault["recovery_s"])
+    out["advice"] = _advice(out["largest"], settings, out["agent_rounds"]) if out["largest"] else None
+    return out
+
+
+def breakdown_for_result(b: dict[str, Any]) -> dict[str, Any]:
+    """A breakdown as result.json carries it: phases as objects, the advice left to the reports."""
+    return {"phases": [{"phase": name, "seconds": s} for name, s in b["phases"]],
+            "not_measured": b["not_measured"], "largest": b["largest"], "agent_rounds": b.get("agent_rounds")}
+
+
+def _legacy_phases(times: Any, t_f: float, end: float, mode: str | None) -> list[tuple[str, float | None]]:
+    """Without agent events (a history from before chaos.agent_log, a centralized job): the job's marks only.
+
+    A print-only job's ``process_started`` is inferred at its first printed step, after its loads: it marks no
+    start, so its whole recovery is one span.
+    """
+    marks = [("worker start", times(Ev.PROCESS_STARTED, source=Source.WORKLOAD)[:1]),
+             ("worker init (imports, process group)", times(Ev.CHECKPOINT_LOAD_STARTED)[:1]),
+             (LOAD, times(Ev.CHECKPOINT_LOADED)[-1:])]
+    head = [DETECTION, RESTART if mode == "centralized" else RENDEZVOUS]
     phases: list[tuple[str, float | None]] = []
     t = t_f
-    if starts:
-        phases.append(("detection + rendezvous + worker start", min(starts) - t))
-        t = min(starts)
-    if load_started and min(load_started) >= t:
-        phases.append(("worker init (imports, process group)", min(load_started) - t))
-        t = min(load_started)
-    if loaded and max(loaded) >= t:  # a print-only job's start is inferred at its first step, after its loads
-        phases.append(("checkpoint load", max(loaded) - t))
-        t = max(loaded)
-    phases.append(("first step", end - t))
-    out["phases"] = phases
-    return out
+    for name, mark in marks:
+        head.append(name)
+        if mark and mark[0] >= t:
+            phases.append((" + ".join(head), mark[0] - t))
+            t, head = mark[0], []
+    phases.append((" + ".join([*head, FIRST_STEP]), end - t))
+    return phases
+
+
+def _no_agent_why(settings: dict[str, Any], events: list[Event]) -> str:
+    if settings.get("mode") == "centralized":
+        return "a centralized job has no elastic agent: the engine restarts it, so detection and restart are one"
+    if not of_kinds(events, *_AGENT_EVENTS):
+        return ("the history has no agent events (recorded before torch-chaos started torchrun through "
+                "chaos.agent_log, or torchrun's log format changed)")
+    return "no agent event fell between this fault and the first step after it"
+
+
+def _rounds(events: list[Event], t_f: float, end: float) -> int | None:
+    """Rendezvous rounds the agents completed during the recovery (the most any one agent did), None without."""
+    per_node: dict[str, int] = {}
+    for e in events:
+        if e.get("event") == Ev.AGENT_RENDEZVOUS_COMPLETED and t_f < e["t"] <= end:
+            per_node[str(e.get("node"))] = per_node.get(str(e.get("node")), 0) + 1
+    return max(per_node.values()) if per_node else None
+
+
+def _largest(phases: list[tuple[str, float | None]], recovery_s: float) -> dict[str, Any] | None:
+    measured = [(name, s) for name, s in phases if s is not None]
+    if not measured or not recovery_s or recovery_s <= 0:
+        return None
+    name, seconds = max(measured, key=lambda p: p[1])
+    return {"phase": name, "seconds": seconds, "share": seconds / recovery_s}
+
+
+def _advice(largest: dict[str, Any], settings: dict[str, Any], rounds: int | None) -> str:
+    """What would shrink the largest span, citing its number and the settings in force in this run."""
+    name, s = largest["phase"], largest["seconds"]
+    text = f"{name} is the largest part: {s:.2f} s of the recovery ({100 * largest['share']:.0f}%)"
+    parts = name.split(" + ")
+    if len(parts) == 1:
+        text += f"; what shrinks it: {_lever(parts[0], settings, rounds)}."
+    else:
+        text += ("; the history cannot split it (see what was not measured), so the lever of each part: "
+                 + "; ".join(f"{part}: {_lever(part, settings, rounds)}" for part in parts) + ".")
+    if (DETECTION in parts or RENDEZVOUS in parts) and settings.get("mode") != "centralized":
+        text += (f" The effect of the elastic settings is measured by the same crash run with torchrun's defaults "
+                 f"and with the tuned values: `{COMPARE_TIMEOUTS}` (or scenarios/elastic-default-timeouts.yaml "
+                 f"beside scenarios/quickstart.yaml); compare their recovery breakdowns.")
+    return text
+
+
+def _lever(phase: str, settings: dict[str, Any], rounds: int | None) -> str:
+    """The setting (or the cost) behind one phase, with the values in force in this run."""
+
+    def val(key: str) -> str:
+        v = settings.get(key)
+        return f"{v} s in this run" if v is not None else "not recorded"
+
+    if phase == DETECTION and settings.get("mode") == "centralized":
+        return "the engine sees the job's process exit at its next poll (a fraction of a second)"
+    if phase == DETECTION:
+        return (f"the agents notice dead workers at their monitor_interval (torchrun --monitor-interval); workers "
+                f"that hang on a dead peer instead of failing wait for the process-group timeout "
+                f"(process_group_timeout_s: {val('process_group_timeout_s')}); a dead agent is noticed after "
+                f"keep_alive_interval_s x keep_alive_max_attempt ({val('keep_alive_interval_s')} x "
+                f"{settings.get('keep_alive_max_attempt', 'not recorded')})")
+    if phase == RENDEZVOUS:
+        tip = (f"the round closes last_call_timeout_s after min_nodes joined (last_call_timeout_s: "
+               f"{val('last_call_timeout_s')}; join_timeout_s: {val('join_timeout_s')}); a lower min_nodes lets "
+               f"fewer nodes resume")
+        if rounds and rounds > 1:
+            tip += (f"; the agents went through {rounds} rounds (a node that arrives after a round closed restarts "
+                    f"the workers again)")
+        return tip
+    if phase == RESTART:
+        return "the engine restarts the job node_restart.delay_s after it died (the scenario's setting)"
+    if phase.startswith("worker start"):
+        return ("the interpreter's start and the script's imports (import torch and the rest) on every worker: fewer "
+                "or lazier imports, a warm file cache, a local environment rather than a network filesystem")
+    if phase.startswith("worker init"):
+        return (f"the process group's setup (init_process_group: store connection, first collective), bounded by "
+                f"its timeout (process_group_timeout_s: {val('process_group_timeout_s')})")
+    if phase == LOAD:
+        return "reading and restoring the checkpoint: a smaller checkpoint or faster storage"
+    return "the first step after the restart (warm-up: allocation, lazy initialisation, compilation)"

@@ -1,7 +1,8 @@
 """``result.json``: a run's metrics, expectations and verdict, built from its analysed history and written.
 
 ``result.json`` is the public contract CI users parse; ``RESULT_SCHEMA_VERSION`` changes whenever a field's
-meaning does (4: each fault says whether it is ``disruptive``, as its kind declared it). Reads the run directory
+meaning does (4: each fault says whether it is ``disruptive``, as its kind declared it; 7: each disruptive
+fault's ``recovery_breakdown``). Reads the run directory
 and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()`` returns.)
 """
 
@@ -12,6 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chaos.analysis.breakdown import breakdown_for_result, recovery_breakdowns
 from chaos.analysis.checkpoints import checkpoint_verdicts, restart_loop_cause
 from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
@@ -159,6 +161,10 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     t0 = started.get("t")
     for f in faults:
         f["t_injected_rel_s"] = f["t_injected"] - t0 if t0 and f["t_injected"] is not None else None
+    breakdowns = {b["fault"]: b for b in recovery_breakdowns(events, faults)}
+    for f in faults:
+        if f["id"] in breakdowns:  # injected and disruptive: its recovery split into phases
+            f["recovery_breakdown"] = breakdown_for_result(breakdowns[f["id"]])
     return {
         "schema_version": RESULT_SCHEMA_VERSION,
         "scenario": scenario.name,

@@ -8,8 +8,11 @@ from typing import Any
 from chaos.reports.model import Report
 from chaos.reports.plots import figures, to_svg
 from chaos.reports.text import (
+    BREAKDOWN_INTRO,
     FAULT_COLUMNS,
     advice_lines,
+    breakdown_notes,
+    breakdown_rows,
     environment_rows,
     fault_rows,
     fmt,
@@ -63,12 +66,12 @@ def render_html(report: Report) -> str:
         parts += ["<h2>Loss against the golden run</h2>", f"<figure id=loss>{figs['loss']}</figure>"]
     parts += ["<h2>Faults</h2>", _table(FAULT_COLUMNS, fault_rows(report))]
     if report.breakdowns:
-        parts.append("<h2>Recovery breakdown</h2><p>As far as the history shows the phases (the agent's own "
-                     "detection is not logged separately).</p>")
+        parts.append(f"<h2>Recovery breakdown</h2><p>{escape(BREAKDOWN_INTRO)}</p>")
         for b in report.breakdowns:
-            rows = [(name, fmt(value, " s")) for name, value in b["phases"]]
+            notes = "".join(f"<li>{escape(line)}</li>" for line in breakdown_notes(b))
             parts.append(f"<p>fault {b['fault']} ({escape(b['kind'])}): recovery {fmt(b['recovery_s'], ' s')}</p>"
-                         + _table(("phase", "seconds"), rows))
+                         + _table(("phase", "seconds", "share"), breakdown_rows(b))
+                         + (f"<ul>{notes}</ul>" if notes else ""))
     exp_rows = "".join(f"<tr><td>{escape(x['name'])}{' (implicit)' if x.get('implicit') else ''}</td>"
                        f"<td>{escape(limit_text(x['limit']))}</td><td>{escape(fmt(x['value']))}</td>"
                        f"<td>{_ok(x['ok'])}</td></tr>" for x in r["expectations"])

@@ -7,8 +7,11 @@ from pathlib import Path
 from chaos.reports.model import Report
 from chaos.reports.plots import figures, to_png
 from chaos.reports.text import (
+    BREAKDOWN_INTRO,
     FAULT_COLUMNS,
     advice_lines,
+    breakdown_notes,
+    breakdown_rows,
     environment_rows,
     fault_rows,
     fmt,
@@ -42,10 +45,11 @@ def render_markdown(report: Report, directory: Path, stem: str) -> str:
         out += [f"## {title}", "", f"![{name}]({png.name})", ""]
     out += ["## Faults", "", _table(FAULT_COLUMNS, fault_rows(report)), ""]
     if report.breakdowns:
-        out += ["## Recovery breakdown", ""]
+        out += ["## Recovery breakdown", "", BREAKDOWN_INTRO, ""]
         for b in report.breakdowns:
             out += [f"fault {b['fault']} ({b['kind']}): recovery {fmt(b['recovery_s'], ' s')}", "",
-                    _table(("phase", "seconds"), [(n, fmt(v, " s")) for n, v in b["phases"]]), ""]
+                    _table(("phase", "seconds", "share"), breakdown_rows(b)), ""]
+            out += [*(f"- {line}" for line in breakdown_notes(b)), ""] if breakdown_notes(b) else []
     out += ["## Expectations", "", _table(("expectation", "limit", "measured", "outcome"), [
         [x["name"], limit_text(x["limit"]), fmt(x["value"]), "ok" if x["ok"] else "FAILED"]
         for x in r["expectations"]]), ""]

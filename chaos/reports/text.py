@@ -93,3 +93,25 @@ def advice_lines(report: Report) -> list[str]:
         lines.append(f"Expected goodput: {a['expected_goodput_at_current']:.4f} at the current interval, "
                      f"{a['expected_goodput_at_daly']:.4f} at Daly's.")
     return lines
+
+
+BREAKDOWN_INTRO = ("Each phase ends at a mark in the history: torchrun's agent (detection, rendezvous: "
+                   "chaos.agent_log), the probe (worker start, worker init, checkpoint load), the first step. "
+                   "A missing mark merges its phase into the next.")
+
+
+def breakdown_rows(b: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(phase, seconds, share of the recovery) rows of one breakdown."""
+    total = b.get("recovery_s")
+    return [(name, fmt(s, " s"), f"{100 * s / total:.0f}%" if s is not None and total else "—")
+            for name, s in b["phases"]]
+
+
+def breakdown_notes(b: dict[str, Any]) -> list[str]:
+    """What was not measured and why, then what would shrink the largest part (analysis wrote the advice)."""
+    lines = [f"not measured separately: {x['phase']} ({x['why']})" for x in b.get("not_measured", [])]
+    if b.get("agent_rounds"):
+        lines.append(f"rendezvous rounds the agents completed during the recovery: {b['agent_rounds']}")
+    if b.get("advice"):
+        lines.append(b["advice"])
+    return lines
