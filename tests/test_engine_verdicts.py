@@ -78,7 +78,7 @@ def test_time_trigger_fires_after_the_first_step(tmp_path: Path) -> None:
     result = run(tmp_path, "print_steps.py", """\
 faults:
   - {kind: crash, target: 0, at: 1s}
-expect: {completes: true}""", args="200")
+expect: {completes: true}""", args="60")
     [fault] = result["faults"]
     assert fault["kind"] == "crash" and fault["restarted"]
     assert result["node_replacements"] == 1
