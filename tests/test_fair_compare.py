@@ -3,6 +3,7 @@ result.json, and stated (and flagged when unfair) by ``chaos compare``."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -183,3 +184,49 @@ def test_final_loss_is_compared_only_at_the_same_global_batch() -> None:
     assert rows["final loss (global batch 48/96)"] == ["0.5 (step 100)", "0.6 (step 100)", "0.5 (step 100)"]
     assert rows[f"final loss vs one (tolerance {LOSS_RTOL:g} relative)"] == ["reference", "+2.00e-01 (BEYOND)", "—"]
     assert any("beyond it: the model differs with the world size" in line for line in conclusions([one, far, other]))
+
+
+# ------------------------------------------------------------------------------------------ the interconnect sweep
+
+
+def test_a_sweep_is_parsed_best_link_first_and_bad_values_are_refused() -> None:
+    from chaos.sweep import parse_sweep, rate_bits
+
+    assert parse_sweep("bandwidth=10mbit,1gbit,100mbit") == ("bandwidth", ["1gbit", "100mbit", "10mbit"])
+    assert rate_bits("1mbps") == 8e6  # tc's bps units are bytes
+    for bad in ("delay=10ms,20ms", "bandwidth=1gbit", "bandwidth=fast,slow", "bandwidth"):
+        with pytest.raises(ValueError, match=r"--sweep|tc rate"):
+            parse_sweep(bad)
+
+
+def test_swept_runs_impair_every_nodes_link_for_the_whole_run_on_netns() -> None:
+    from chaos.loading import load_scenario, shipped_scenarios_dir
+    from chaos.sweep import baseline_scenario, swept_scenario
+
+    elastic = load_scenario(shipped_scenarios_dir() / "compare" / "elastic-tuned.yaml")
+    swept = swept_scenario(elastic, "bandwidth", "10mbit")
+    assert swept.cluster.runtime == "netns" and swept.cluster.resources == elastic.cluster.resources
+    assert [(f.kind, f.target, f.at, f.duration, f.rate) for f in swept.faults] == [
+        ("bandwidth", i, 0, None, "10mbit") for i in range(elastic.cluster.nodes)]
+    assert not swept.checks.golden
+    base = baseline_scenario(load_scenario(shipped_scenarios_dir() / "compare" / "centralized.yaml"))
+    assert base.faults == [] and base.cluster.nodes == 1
+
+
+def test_the_crossover_is_where_the_speedup_falls_below_one(tmp_path: Path) -> None:
+    from chaos.sweep import write_sweep
+
+    base = _column("one", 1, pin_cpus(1, 1, [0, 1]), steps_per_s=100.0)
+    swept = {"two": [(v, _column(f"two-{v}", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=pace))
+                     for v, pace in (("10mbit", 40.0), ("1gbit", 150.0), ("100mbit", 120.0))]}
+    paths = write_sweep("bandwidth", base, swept, tmp_path)
+    data = json.loads(paths["json"].read_text())
+    [curve] = data["curves"]
+    assert [(p["value"], p["speedup"]) for p in curve["points"]] == [("1gbit", 1.5), ("100mbit", 1.2),
+                                                                      ("10mbit", 0.4)]
+    assert curve["crossover"] == ("two: crossover between 100mbit (1.20×) and 10mbit (0.40×): on a link of 10mbit "
+                                  "or worse, one machine (one) wins.")
+    assert paths["svg"].read_text().startswith("<?xml") and "| 10mbit | 40.0 | 0.40× |" in paths["md"].read_text()
+    slow = {"two": [(v, _column("two", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=10.0)) for v in ("1gbit", "10mbit")]}
+    assert "wins at every tested link quality" in json.loads(
+        write_sweep("bandwidth", base, slow, tmp_path / "slow")["json"].read_text())["curves"][0]["crossover"]
