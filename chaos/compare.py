@@ -73,7 +73,7 @@ def measure(run: Path | RunAnalysis) -> Column:
         goodput=result["goodput"], node_seconds_per_step=figures["node_seconds_per_step"],
         duration_s=result["duration_s"], machine=_machine(result.get("environment", {})),
         **_first_breakdown(analysis.breakdowns),
-        resources=result.get("resources"), final_step=figures.get("final_step"), final_loss=figures.get("final_loss"),
+        resources=result.get("resources"), final_step=analysis.final[0], final_loss=analysis.final[1],
         training=training_setup(scenario.workload),
     )
 

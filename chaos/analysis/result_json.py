@@ -188,7 +188,8 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         "golden_run": golden.get("run_dir") if golden else None,
         "control_run": control.get("run_dir") if control else None,
         "environment": started.get("environment", {}),
-        "resources": resources_of(started),
+        # what each node got; absent for a history from before schema 8, whose plan did not say
+        **({"resources": r} if (r := resources_of(started)) is not None else {}),
     }
 
 

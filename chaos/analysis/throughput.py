@@ -30,7 +30,6 @@ def throughput(events: list[Event], result: dict[str, Any], nodes: int) -> dict[
         samples_per_step[key] = samples_per_step.get(key, 0) + int(samples or 0)
         if rank == 0 and comm is not None and duration:
             shares.append(comm / duration)
-    loss_step, loss = final_loss(events)
     median = result["median_step_s"]
     disruptive = [f for f in result["faults"] if f.get("disruptive", True) and f.get("injected", True)]
     first = disruptive[0] if disruptive else {}
@@ -46,8 +45,6 @@ def throughput(events: list[Event], result: dict[str, Any], nodes: int) -> dict[
         "lost_work_s": first.get("lost_work_s"),
         "lost_steps": first.get("lost_steps"),
         "node_seconds_per_step": (nodes * duration / useful) if duration and useful else None,
-        "final_step": loss_step,
-        "final_loss": loss,
     }
 
 
