@@ -230,3 +230,38 @@ def test_the_crossover_is_where_the_speedup_falls_below_one(tmp_path: Path) -> N
     slow = {"two": [(v, _column("two", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=10.0)) for v in ("1gbit", "10mbit")]}
     assert "wins at every tested link quality" in json.loads(
         write_sweep("bandwidth", base, slow, tmp_path / "slow")["json"].read_text())["curves"][0]["crossover"]
+
+
+def test_a_pinned_docker_node_gets_its_cores_as_the_containers_cpuset(tmp_path: Path) -> None:
+    from chaos.plan import NodePlan
+    from chaos.runtimes.docker import DockerRuntime
+
+    host_configs: list[dict[str, Any]] = []
+
+    class Api:
+
+        def containers(self, **_: Any) -> list[Any]:
+            return []
+
+        def create_host_config(self, **kw: Any) -> dict[str, Any]:
+            host_configs.append(kw)
+            return kw
+
+        def create_networking_config(self, config: Any) -> Any:
+            return config
+
+        def create_endpoint_config(self, **kw: Any) -> Any:
+            return kw
+
+        def create_container(self, *_: Any, **__: Any) -> dict[str, str]:
+            return {"Id": "c"}
+
+        def start(self, _: str) -> None:
+            return None
+
+    runtime = DockerRuntime("run-abcdef", tmp_path, image="img")
+    runtime._client = type("Client", (), {"api": Api()})()
+    runtime.addresses = {"node0": "172.30.0.10", "node1": "172.30.0.11"}
+    runtime.start_node(NodePlan("node0", 0, ["python", "t.py"], {}, cpus=[2, 3]))
+    runtime.start_node(NodePlan("node1", 1, ["python", "t.py"], {}))
+    assert [c["cpuset_cpus"] for c in host_configs] == ["2,3", None]
