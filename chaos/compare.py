@@ -270,14 +270,18 @@ def conclusions(columns: list[Column]) -> list[str]:
 
 
 def _widest_gap(quick: Column, slow: Column) -> tuple[str, float, float] | None:
-    """The recovery phase (measured in both runs) whose duration differs most between them."""
+    """The recovery phase (measured in both runs) whose duration differs most between them, if it explains at
+    least a tenth of the difference."""
     a = {n: v for n, v in quick.recovery_phases or [] if v is not None}
     b = {n: v for n, v in slow.recovery_phases or [] if v is not None}
     common = [n for n in a if n in b]
     if not common:
         return None
     name = max(common, key=lambda n: b[n] - a[n])
-    return (name, a[name], b[name]) if b[name] > a[name] else None
+    # a phase that explains under a tenth of the difference says nothing about it (the two runs' other phases
+    # are not comparable: e.g. a centralized restart has no rendezvous)
+    difference = (slow.recovery_s or 0) - (quick.recovery_s or 0)
+    return (name, a[name], b[name]) if b[name] - a[name] >= 0.1 * difference and b[name] > a[name] else None
 
 
 def render_markdown(columns: list[Column]) -> str:

@@ -265,3 +265,13 @@ def test_a_pinned_docker_node_gets_its_cores_as_the_containers_cpuset(tmp_path: 
     runtime.start_node(NodePlan("node0", 0, ["python", "t.py"], {}, cpus=[2, 3]))
     runtime.start_node(NodePlan("node1", 1, ["python", "t.py"], {}))
     assert [c["cpuset_cpus"] for c in host_configs] == ["2,3", None]
+
+
+def test_no_phase_is_named_when_the_common_ones_explain_almost_none_of_the_difference() -> None:
+    from chaos.compare import _widest_gap
+
+    quick = _column("quick", 1, None)
+    slow = _column("slow", 2, None)
+    quick.recovery_s, quick.recovery_phases = 14.8, [("detection + restart", 14.8), ("first step", 0.0)]
+    slow.recovery_s, slow.recovery_phases = 99.3, [("rendezvous", 99.2), ("first step", 0.1)]
+    assert _widest_gap(quick, slow) is None
