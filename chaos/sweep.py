@@ -130,6 +130,10 @@ def plot(baseline: Column, found: list[Curve], path: Path) -> None:
                 ax.axvspan(min(p.bits_per_s for p in pts) / 2, a.bits_per_s, color="#d62728", alpha=0.08)
                 ax.axvline((a.bits_per_s * b.bits_per_s) ** 0.5, color="#d62728", linestyle=":",
                            label="crossover")
+    known = [p for c in found for p in c.points if p.speedup is not None]
+    if known and all((p.speedup or 0) < 1 for p in known):  # no crossover in range: one machine wins throughout
+        ax.axvspan(min(p.bits_per_s for p in known) / 2, max(p.bits_per_s for p in known) * 2, color="#d62728",
+                   alpha=0.08, label="one machine wins")
     ax.axhline(1.0, color="grey", linestyle="--", label=f"one machine ({baseline.label})")
     ax.set_xscale("log")
     ax.set_xlabel("link bandwidth per node (bit/s, tc tbf)")
@@ -153,7 +157,13 @@ def render_markdown(kind: str, baseline: Column, found: list[Curve]) -> str:
                          f"{'—' if p.speedup is None else f'{p.speedup:.2f}×'} | "
                          f"{'—' if p.comm_share is None else f'{p.comm_share:.0%}'} | {p.verdict} |")
         lines += [""]
-    lines += ["## Conclusions", "", *[f"- {c.crossover}" for c in found], "", "![speedup vs link](sweep.svg)", ""]
+    failed = [f"- {c.label} at {p.value} did not pass ({p.verdict}): its pace is that of the steps it ran."
+              for c in found for p in c.points if p.verdict != "pass"]
+    lines += ["## Conclusions", "", *[f"- {c.crossover}" for c in found], *failed, "",
+              "![speedup vs link](sweep.svg)", "",
+              "## Runs", "", f"- {baseline.label}: `{baseline.run_dir}`"]
+    lines += [f"- {c.label} at {p.value}: `{p.run_dir}`" for c in found for p in c.points]
+    lines += [""]
     return "\n".join(lines)
 
 
