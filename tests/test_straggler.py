@@ -274,3 +274,21 @@ def test_a_runtime_with_its_own_quota_gets_it_back_as_it_recorded_it() -> None:
     healed = kind.heal(ctx)
     assert rt.calls[-1] == (0, 0) and healed is not None and healed["restored"] is True
     assert not ctx.handles[0].owner.exists()
+
+
+def test_explore_generates_stragglers_within_the_bounds() -> None:
+    from hypothesis import given, settings
+
+    from chaos.explore import fault_strategy
+    from chaos.scenario import Explore
+
+    bounds = Explore(kinds=["straggler"], targets=[1], durations=(2.0, 6.0))
+    assert straggler.Straggler.can_generate()
+
+    @settings(max_examples=25, deadline=None, database=None)
+    @given(fault_strategy(bounds, nodes=3))
+    def check(plan: list[Any]) -> None:
+        for f in plan:
+            assert f.kind == "straggler" and f.slowdown in (2, 4, 8) and 2.0 <= f.duration <= 6.0 and f.target == 1
+
+    check()
