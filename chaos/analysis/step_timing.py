@@ -6,7 +6,8 @@ rank spent its step (docs/design.md, "Metric definitions", step timing):
 
 - ``cpu_wait_s`` (the probe, from the kernel's schedstat): time the rank was runnable but had no CPU, which is
   where a CPU quota's throttling (and any CPU contention) shows. A rank waiting for a peer in a collective sleeps,
-  which counts here not at all. The share of a step spent so (``starved``) names a rank starved of CPU.
+  which counts here not at all. Per second of the step (``starved``; summed over the process's threads, so several
+  threads waiting at once can make it exceed 1), it names a rank starved of CPU.
 - ``compute_s`` = ``duration_s`` − ``comm_s`` (a workload that times its collectives, as the reference one does):
   time outside the collectives. A rank that computes slowly (a slower GPU, a throttled CPU on a compute-bound job)
   has a larger one, while the ranks it holds up spend the difference waiting inside the collective.
@@ -68,8 +69,9 @@ def _rows(events: list[Any]) -> list[dict[str, Any]]:
             "step_s": step_s, "comm_s": comm,
             "compute_s": max(0.0, duration - comm) if duration is not None and comm is not None else None,
             "cpu_s": cpu, "cpu_wait_s": wait,
-            # the share of the rank's time since its previous step spent runnable without a CPU
-            "starved": min(1.0, wait / step_s) if wait is not None and step_s > 0 else None})
+            # thread-seconds runnable without a CPU per second of the step (threads waiting at once each count,
+            # so it can exceed 1)
+            "starved": wait / step_s if wait is not None and step_s > 0 else None})
     return out
 
 
