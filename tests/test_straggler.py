@@ -103,9 +103,9 @@ def test_the_rank_starved_of_cpu_is_named_from_its_wait_for_a_cpu() -> None:
     assert [n["node"] for n in st["nodes"]] == ["node0", "node1", "node2"]
     assert fault["slowdown"] == pytest.approx(3.0, rel=0.05)  # the job's: every rank's step took 3× as long
     line = slow_node_line(fault)
-    assert line is not None and line.startswith("node1 rank 1 (the fault's target)") and "70%" in line
+    assert line is not None and line.startswith("node1 rank 1 (the fault's target)") and "0.70 s per second" in line
     rows = step_timing_rows(st)
-    assert rows[1][0] == "1 ◀ slow" and rows[1][3] == "5% / 70% / 5%" and rows[0][2] == "100.0 / 300.0 / 100.0"
+    assert rows[1][0] == "1 ◀ slow" and rows[1][3] == "0.05 / 0.70 / 0.05" and rows[0][2] == "100.0 / 300.0 / 100.0"
 
 
 def test_without_the_probe_s_cpu_figures_the_time_outside_the_collectives_names_it() -> None:

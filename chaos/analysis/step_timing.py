@@ -98,10 +98,6 @@ def _stands_out(values: dict[Any, float], floor: float) -> tuple[Any, float, flo
     return (top, values[top], others) if values[top] >= floor and values[top] >= MARGIN * others else None
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
 def fault_step_timing(rows: list[dict[str, Any]], t_from: float, t_f: float, t_h: float, t_to: float,
                       target: str | None) -> dict[str, Any] | None:
     """Step timing of one fault active in ``[t_f, t_h]``, ``before`` from ``t_from``, ``after`` up to ``t_to``."""
@@ -127,9 +123,9 @@ def fault_step_timing(rows: list[dict[str, Any]], t_from: float, t_f: float, t_h
     if (hit := _stands_out(starved, STARVED_MIN)) is not None:
         key, value, others = hit
         out.update(signal="cpu_wait", why=(
-            f"rank {key[1]} on {key[0]} waited for a CPU {_pct(value)} of each step during the fault (median), "
-            f"the other ranks at most {_pct(others)}: it was starved of CPU while the others waited for it in the "
-            "collectives"))
+            f"rank {key[1]} on {key[0]} was runnable without a CPU {value:.2f} s per second of its steps during the "
+            f"fault (median, its threads summed), the other ranks at most {others:.2f} s: it was starved of CPU "
+            "while the others waited for it in the collectives"))
     elif (hit := _stands_out(compute, MARGIN)) is not None:
         key, value, others = hit
         out.update(signal="compute", why=(
@@ -139,7 +135,8 @@ def fault_step_timing(rows: list[dict[str, Any]], t_from: float, t_f: float, t_h
         if starved or compute:
             parts = []
             if starved:
-                parts.append("waiting for a CPU " + ", ".join(f"rank {k[1]} {_pct(v)}" for k, v in starved.items()))
+                parts.append("runnable without a CPU (s per s of step) "
+                             + ", ".join(f"rank {k[1]} {v:.2f}" for k, v in starved.items()))
             if compute:
                 parts.append("time outside the collectives against before the fault "
                              + ", ".join(f"rank {k[1]} {v:.1f}×" for k, v in compute.items()))

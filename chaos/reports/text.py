@@ -76,10 +76,10 @@ def slow_node_line(f: dict[str, Any]) -> str | None:
         return f"fault #{f['id']} {f['kind']}: no slow node named: {st['why']}"
     target = "" if st.get("slow_is_target") is None else (" (the fault's target)" if st["slow_is_target"]
                                                            else f" (NOT the fault's target, {st['target']})")
-    ran = [f"{x:.2f}× less CPU than it asked for" if (x := st.get("cpu_slowdown")) else None,
-           f"{x:.2f}× as long outside the collectives" if (x := st.get("compute_slowdown")) else None]
+    ran = [f"got {x:.2f}× less of the CPU it asked for" if (x := st.get("cpu_slowdown")) else None,
+           f"spent {x:.2f}× as long outside the collectives" if (x := st.get("compute_slowdown")) else None]
     return (f"{st['slow_node']} rank {st['slow_rank']}{target}, fault #{f['id']} {f['kind']}: {st['why']}"
-            + (f"; it got {'; '.join(r for r in ran if r)} as before" if any(ran) else ""))
+            + (f"; against before the fault it {' and '.join(r for r in ran if r)}" if any(ran) else ""))
 
 
 def slow_node_rows(report: Report) -> list[tuple[str, str]]:
@@ -89,16 +89,18 @@ def slow_node_rows(report: Report) -> list[tuple[str, str]]:
 
 STEP_TIMING_INTRO = ("Median per step, before / during / after the fault. In a synchronous job every rank's step "
                      "lasts as long as the slowest one's; what names the slow rank is how it spent the step: waiting "
-                     "for a CPU (runnable without one: CPU quota, contention; the probe reads the kernel's schedstat) "
+                     "for a CPU (runnable without one: CPU quota, contention; the probe reads the kernel's schedstat, "
+                     "its threads summed, per second of the step) "
                      "or outside the collectives (step time − time in all-reduces, from the workload), while the "
                      "ranks it holds up wait inside the collectives.")
-STEP_TIMING_COLUMNS = ("rank", "node", "step (ms)", "waiting for a CPU", "outside collectives (ms)", "steps")
+STEP_TIMING_COLUMNS = ("rank", "node", "step (ms)", "waiting for a CPU (s per s)", "outside collectives (ms)",
+                       "steps")
 
 
-def _three(x: dict[str, Any], name: str, scale: float = 1000.0, pct: bool = False) -> str:
+def _three(x: dict[str, Any], name: str, scale: float = 1000.0, digits: int = 1) -> str:
     def one(w: str) -> str:
         v = (x.get(w) or {}).get(name)
-        return "—" if v is None else (f"{100 * v:.0f}%" if pct else f"{v * scale:.1f}")
+        return "—" if v is None else f"{v * scale:.{digits}f}"
     return " / ".join(one(w) for w in ("before", "during", "after"))
 
 
@@ -107,7 +109,7 @@ def step_timing_rows(st: dict[str, Any]) -> list[list[str]]:
     rows = []
     for x in st["ranks"]:
         mark = " ◀ slow" if (x["node"], x["rank"]) == (st.get("slow_node"), st.get("slow_rank")) else ""
-        rows.append([f"{x['rank']}{mark}", x["node"], _three(x, "step_s"), _three(x, "starved", pct=True),
+        rows.append([f"{x['rank']}{mark}", x["node"], _three(x, "step_s"), _three(x, "starved", 1.0, 2),
                      _three(x, "compute_s"), " / ".join(str((x.get(w) or {}).get("steps", 0))
                                                         for w in ("before", "during", "after"))])
     return rows
