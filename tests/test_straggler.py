@@ -292,3 +292,13 @@ def test_explore_generates_stragglers_within_the_bounds() -> None:
             assert f.kind == "straggler" and f.slowdown in (2, 4, 8) and 2.0 <= f.duration <= 6.0 and f.target == 1
 
     check()
+
+
+def test_the_report_adds_a_node_table_only_when_a_node_runs_several_ranks() -> None:
+    from chaos.reports.text import step_timing_node_rows
+
+    st = timing(history(STARVED))["step_timing"]
+    assert step_timing_node_rows(st) == []  # one rank per node: the rank rows say it all
+    two_per_node = {**st, "ranks": st["ranks"] + [{**st["ranks"][1], "rank": 3}]}
+    rows = step_timing_node_rows(two_per_node)
+    assert [r[0] for r in rows] == ["node0", "node1 ◀ slow", "node2"] and rows[1][2] == "0.05 / 0.70 / 0.05"

@@ -20,6 +20,7 @@ from chaos.reports.text import (
     fmt,
     limit_text,
     slow_node_line,
+    step_timing_node_rows,
     step_timing_rows,
     summary_rows,
 )
@@ -82,7 +83,9 @@ def render_html(report: Report) -> str:
         for f in timed:
             parts.append(f"<p>fault {f['id']} ({escape(f['kind'])} on {escape(str(f['target']))}): "
                          f"{escape(slow_node_line(f) or '')}</p>"
-                         + _table(STEP_TIMING_COLUMNS, step_timing_rows(f["step_timing"])))
+                         + _table(STEP_TIMING_COLUMNS, step_timing_rows(f["step_timing"]))
+                         + (_table(("node", *STEP_TIMING_COLUMNS[2:]), node_rows)
+                            if (node_rows := step_timing_node_rows(f["step_timing"])) else ""))
     exp_rows = "".join(f"<tr><td>{escape(x['name'])}{' (implicit)' if x.get('implicit') else ''}</td>"
                        f"<td>{escape(limit_text(x['limit']))}</td><td>{escape(fmt(x['value']))}</td>"
                        f"<td>{_ok(x['ok'])}</td></tr>" for x in r["expectations"])

@@ -19,6 +19,7 @@ from chaos.reports.text import (
     fmt,
     limit_text,
     slow_node_line,
+    step_timing_node_rows,
     step_timing_rows,
     summary_rows,
     verdict_text,
@@ -60,6 +61,8 @@ def render_markdown(report: Report, directory: Path, stem: str) -> str:
         for f in timed:
             out += [f"fault {f['id']} ({f['kind']} on {f['target']}): {slow_node_line(f)}", "",
                     _table(STEP_TIMING_COLUMNS, step_timing_rows(f["step_timing"])), ""]
+            if node_rows := step_timing_node_rows(f["step_timing"]):
+                out += [_table(("node", *STEP_TIMING_COLUMNS[2:]), node_rows), ""]
     out += ["## Expectations", "", _table(("expectation", "limit", "measured", "outcome"), [
         [x["name"], limit_text(x["limit"]), fmt(x["value"]), "ok" if x["ok"] else "FAILED"]
         for x in r["expectations"]]), ""]

@@ -115,6 +115,16 @@ def step_timing_rows(st: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def step_timing_node_rows(st: dict[str, Any]) -> list[list[str]]:
+    """Per node (its ranks' steps pooled), when some node runs more than one rank; else none (the rank rows say it)."""
+    if len(st.get("nodes", [])) >= len(st["ranks"]):
+        return []
+    return [[f"{x['node']}{' ◀ slow' if x['node'] == st.get('slow_node') else ''}", _three(x, "step_s"),
+             _three(x, "starved", 1.0, 2), _three(x, "compute_s"),
+             " / ".join(str((x.get(w) or {}).get("steps", 0)) for w in ("before", "during", "after"))]
+            for x in st["nodes"]]
+
+
 def environment_rows(report: Report) -> list[tuple[str, str]]:
     env = dict(report.result.get("environment", {}))
     settings = env.pop("elastic_settings", {})
