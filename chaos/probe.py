@@ -131,7 +131,8 @@ def set_context(**fields: Any) -> None:
 
 
 def process_started(**fields: Any) -> None:
-    _cpu_since_last()  # the baseline of the first step's CPU times
+    if enabled():
+        _cpu_since_last()  # the baseline of the first step's CPU times
     emit(Ev.PROCESS_STARTED, **fields)
 
 
