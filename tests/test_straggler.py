@@ -302,3 +302,20 @@ def test_the_report_adds_a_node_table_only_when_a_node_runs_several_ranks() -> N
     two_per_node = {**st, "ranks": st["ranks"] + [{**st["ranks"][1], "rank": 3}]}
     rows = step_timing_node_rows(two_per_node)
     assert [r[0] for r in rows] == ["node0", "node1 ◀ slow", "node2"] and rows[1][2] == "0.05 / 0.70 / 0.05"
+
+
+def test_a_node_whose_processes_are_all_gone_is_not_capped_and_nothing_is_left() -> None:
+    lay = _cpu_cgroup_or_skip()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+
+    class Vanishing(HostProcesses):
+        def node_pids(self, name: str) -> list[int]:
+            return [dead.pid]  # listed, but gone before it can be moved
+
+    ctx = _context(Vanishing([]))
+    with pytest.raises(RuntimeError, match="acted on nothing"):
+        straggler.Straggler().inject(ctx)
+    owners = [p.name for p in straggler.OWNERS_DIR.glob("*abc123-*")] if straggler.OWNERS_DIR.is_dir() else []
+    base = lay.cgroup_of(os.getpid()) if lay.version == 1 else lay.mount
+    assert owners == [] and not list((base / straggler.PARENT).glob("abc123/*"))

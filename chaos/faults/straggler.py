@@ -195,11 +195,11 @@ class NodeCpu:
         return {"periods": periods - p0, "throttled_periods": throttled - t0, "throttled_s": round(seconds - s0, 3)}
 
 
-def _node_home(lay: CpuLayout, run_id: str, node: str, pids: list[int]) -> tuple[Path, bool]:
+def _node_home(lay: CpuLayout, run_id: str, node: str, homes: dict[str, str]) -> tuple[Path, bool]:
     """The cgroup to cap: on v2 the node's own (a memory fault's per-node cgroup) when every process is in it
     (in place), else a new one of the fault's."""
     if lay.version == 2:
-        own = {lay.cgroup_of(pid) for pid in pids}
+        own = {Path(h) for h in homes.values()}
         mine = lay.mount / PARENT / run_id[-6:] / node
         if own == {mine}:
             return mine, False
@@ -279,14 +279,17 @@ class Straggler(FaultKind):
         else:
             if lay is None:
                 raise RuntimeError("no cpu cgroup controller on this machine (neither cgroup v2 cpu nor v1 cpu)")
-            pids = sorted(rt.node_pids(ctx.node))
-            if not pids:
+            homes: dict[str, str] = {}
+            for pid in sorted(rt.node_pids(ctx.node)):
+                with contextlib.suppress(OSError, RuntimeError):  # gone meanwhile
+                    homes[str(pid)] = str(lay.cgroup_of(pid))
+            if not homes:
                 raise RuntimeError(f"no process of {ctx.node} is alive: the straggler acted on nothing")
-            cpu.path, cpu.created = _node_home(lay, rt.run_id, ctx.node, pids)
-            cpu.home = lay.cgroup_of(pids[0])
+            cpu.path, cpu.created = _node_home(lay, rt.run_id, ctx.node, homes)
+            cpu.home = Path(next(iter(homes.values())))  # the node's first (lowest) pid's: its launcher's
             try:
                 if cpu.created:
-                    cpu.homes = {str(pid): str(lay.cgroup_of(pid)) for pid in pids}
+                    cpu.homes = homes
                     cpu.save(rt.run_id)  # before anything changes: cleanup can undo a half-done injection
                     _enable_cpu(lay, cpu.path)
                     cpu.path.mkdir(parents=True, exist_ok=True)
@@ -301,6 +304,9 @@ class Straggler(FaultKind):
                                 cpu.homes.setdefault(str(pid), str(lay.cgroup_of(pid)))
                             _move(pid, cpu.path)
                         moved.update(new)
+                    if not _procs(cpu.path):
+                        raise RuntimeError(f"no process of {ctx.node} could be moved into {cpu.path}: the straggler "
+                                           "acted on nothing")
                     cpu.save(rt.run_id)
                     how = (f"{len(moved)} processes moved into cpu cgroup v{lay.version} "
                            f"{cpu.path.relative_to(lay.mount)}")
