@@ -266,7 +266,11 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
     store_host = STORE_NODE if c.rendezvous.store == "dedicated" else "node0"
     endpoint = f"{net.addresses[store_host]}:{port}"
     if c.rendezvous.store == "dedicated":
-        store = NodePlan(STORE_NODE, None, [python, "-m", "chaos.store_server", "--host", net.addresses[STORE_NODE],
+        # Like the agents' launcher: the repository goes on sys.path inside the command, so the store starts
+        # from the run directory whether or not torch-chaos is installed as a package.
+        code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); from chaos.store_server import main; "
+                "sys.exit(main(sys.argv[1:]))")
+        store = NodePlan(STORE_NODE, None, [python, "-c", code, "--host", net.addresses[STORE_NODE],
                                             "--port", str(port)],
                          {"CHAOS_RUN_ID": run_id, "CHAOS_NODE": STORE_NODE, "PYTHONUNBUFFERED": "1"}, role="store")
     min_nodes = c.min_nodes or c.nodes

@@ -174,6 +174,22 @@ Fault = Annotated[
 ]
 
 
+def _store_target_problems(kind: str, cluster: Any, plugins: dict[str, Any]) -> list[str]:
+    """Why ``target: store`` cannot be taken here: no dedicated store process, or a kind that cannot act on one."""
+    if cluster.mode == "centralized":
+        return ["a centralized job has no rendezvous store"]
+    problems = []
+    if cluster.rendezvous.store != "dedicated":
+        problems.append("store means the dedicated rendezvous store process, and this cluster has none "
+                        "(rendezvous.store: node0 keeps it inside node 0's torchrun agent); set rendezvous: "
+                        "{store: dedicated}, or target rendezvous_host to crash node 0 with its store")
+    if not getattr(plugins[kind], "acts_on_store", False):
+        able = sorted(k for k, p in plugins.items() if getattr(p, "acts_on_store", False))
+        problems.append(f"{kind} cannot act on the rendezvous store (it has no workers, checkpoints or memory "
+                        f"cgroup of its own); kinds that can: {', '.join(able)} (and partition with a 'store' group)")
+    return problems
+
+
 def make_fault(**fields: Any) -> Any:
     """A validated fault spec of whichever kind ``fields["kind"]`` names (``Fault`` is a union, not a class)."""
     return TypeAdapter(Fault).validate_python(fields)
@@ -305,6 +321,8 @@ class Scenario(Strict):
             if fault.target == "rendezvous_host" and c.mode == "centralized":
                 problems.append(f"faults[{i}].target: a centralized job has no rendezvous host")
             plugin = plugins[fault.kind]
+            if fault.target == "store":
+                problems += [f"faults[{i}].target: {why}" for why in _store_target_problems(fault.kind, c, plugins)]
             for need in sorted(plugin.needs - runtime.capabilities):
                 able = [n for n, r in runtime_plugins().items() if need in r.capabilities]
                 problems.append(f"faults[{i}].kind: {fault.kind} needs {CAPABILITIES.get(need, need)}, which the "
