@@ -1,7 +1,8 @@
 """Faults on the dedicated c10d rendezvous store (``target: store``), for real: the shipped scenarios
 scenarios/store/*.yaml give their documented verdicts, and the history shows what the store fault did.
 
-Three real runs of 400 steps without golden runs: a crashed store ends the job within seconds (torchrun cannot
+Three real runs of 300 steps without golden runs (~100-200 s in all on 2 shared cores, most of it the
+stalls being measured): a crashed store ends the job within seconds (torchrun cannot
 recover from a lost store); a frozen store (local) and a partitioned store (netns) cost nothing until a node
 crash needs a rendezvous, which then waits for the heal. The partition run is skipped, saying why, where netns
 cannot run (not root, no iptables).
