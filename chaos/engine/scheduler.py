@@ -23,6 +23,7 @@ from chaos.history import Event, HistoryWriter
 from chaos.plan import STORE_NODE, Plan
 from chaos.runtimes.base import NODE_NETWORK, Runtime
 from chaos.scenario import Fault, ShippedWorkload
+from chaos.spec import SERVER_PREFIXES
 from chaos.storage.layer import StorageLayer
 
 # Sources whose held events (an ``id``) wait for the engine's acknowledgement: the probe and the storage layer.
@@ -117,6 +118,8 @@ class FaultScheduler:
             return STORE_NODE if self._plan.store is not None else "node0"
         if target == "store":
             return STORE_NODE
+        if isinstance(target, str) and target.startswith(SERVER_PREFIXES):
+            return target  # a rendezvous backend's server (etcd0, ...)
         if target == "random":
             return f"node{random_node(f.spec.seed, len(self._plan.nodes))}"
         assert trigger_event is not None
@@ -130,10 +133,10 @@ class FaultScheduler:
         where = node or ("network" if NODE_NETWORK in impl.needs else "storage")
         base = {"fault_id": f.index, "kind": f.spec.kind, "target": where, "disruptive": impl.disruptive}
         status = None
-        if node == STORE_NODE:
-            status = self._nodes.store_status()
-        elif node is not None:
-            status = self._nodes.status(node)
+        if node is not None:
+            status = self._nodes.service_status(node)
+            if status is None and node in self._nodes.nodes:
+                status = self._nodes.status(node)
         if status is not None and status is not NodeStatus.RUNNING:
             f.move_to(FaultStatus.SKIPPED)
             self._history.write(Ev.FAULT_SKIPPED, **base, why=f"{node} is {status}")

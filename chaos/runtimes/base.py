@@ -32,6 +32,7 @@ NODE_NETWORK = "node_network"
 CHECKPOINT_STORAGE = "checkpoint_storage"
 STORAGE_LAYER = "storage_layer"
 MEMORY_CGROUP = "memory_cgroup"
+LOOPBACK_SERVERS = "loopback_servers"
 CAPABILITIES = {
     KILL: "SIGKILL a node's whole process tree",
     KILL_WORKERS: "kill a node's worker processes and leave its launcher alive",
@@ -40,6 +41,8 @@ CAPABILITIES = {
     CHECKPOINT_STORAGE: "the checkpoint directory is reachable from the engine's host",
     STORAGE_LAYER: "the nodes see the storage layer's FUSE mount of the checkpoint directory",
     MEMORY_CGROUP: "the node's processes are host processes the engine can put under a memory cgroup limit",
+    LOOPBACK_SERVERS: "every node shares the engine's loopback, so servers the runtime starts there (etcd members) "
+    "are reachable from all of them",
 }
 
 
