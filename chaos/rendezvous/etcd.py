@@ -1,12 +1,13 @@
 """etcd rendezvous: torchrun's two etcd backends, over etcd members the runtime runs on the engine's loopback.
 
-``etcd`` is torchelastic's original etcd rendezvous (``EtcdRendezvousHandler``: its own protocol in etcd keys; its
-python-etcd client is made with ``allow_reconnect=True``, so it learns every member from the endpoint and moves
-to another when its member dies). ``etcd-v2`` is the dynamic rendezvous (the c10d backend's state machine) over
-etcd's v2 API (``EtcdRendezvousBackend``); its client talks to the one endpoint member only. Both need etcd's v2
-API (``--enable-v2``; Debian's ``etcd-server`` is etcd 3.4) and the ``python-etcd`` client (``pip install
-torch-chaos[etcd]``). ``rendezvous.members`` (1 or 3) members named ``etcd0``..; the endpoint is ``etcd0``.
-Faults target a member by name (``crash``/``freeze`` ``target: etcd1``). See docs/design.md, "etcd rendezvous".
+``etcd`` is torchelastic's original etcd rendezvous (``EtcdRendezvousHandler``: its own protocol in etcd keys);
+``etcd-v2`` is the dynamic rendezvous (the c10d backend's state machine) over etcd's v2 API
+(``EtcdRendezvousBackend``). In torch 2.13 both make their python-etcd client with ``allow_reconnect=True``: it
+reads the member list from the endpoint when it is made, and moves to another member when its own dies.
+Both need etcd's v2 API (``--enable-v2``; Debian's ``etcd-server`` is etcd 3.4) and the ``python-etcd`` client
+(``pip install torch-chaos[etcd]``). ``rendezvous.members`` (1 or 3) members named ``etcd0``..; the endpoint is
+``etcd0``. Faults target a member by name (``crash``/``freeze`` ``target: etcd1``).
+See docs/design.md, "etcd rendezvous".
 """
 
 from __future__ import annotations
@@ -91,8 +92,7 @@ class EtcdBackend(RendezvousBackend):
 
 class Etcd(EtcdBackend):
     name = "etcd"
-    summary = ("torchelastic's etcd rendezvous over etcd members the runtime runs (rendezvous.members); its "
-               "client moves to another member when its own dies")
+    summary = "torchelastic's etcd rendezvous, over etcd members the runtime runs (rendezvous.members)"
     # EtcdRendezvousHandler reads `timeout` (join) and `last_call_timeout`, integers in seconds
     conf: ClassVar[dict[str, str]] = {"join_timeout_s": "timeout", "last_call_timeout_s": "last_call_timeout"}
 
@@ -103,8 +103,7 @@ class Etcd(EtcdBackend):
 
 class EtcdV2(EtcdBackend):
     name = "etcd-v2"
-    summary = ("the dynamic rendezvous (c10d's state machine) over etcd's v2 API, on members the runtime runs; "
-               "its client talks to the endpoint member only")
+    summary = "the dynamic rendezvous (c10d's state machine) over etcd's v2 API, on members the runtime runs"
     conf: ClassVar[dict[str, str]] = {
         "join_timeout_s": "join_timeout", "last_call_timeout_s": "last_call_timeout",
         "close_timeout_s": "close_timeout", "keep_alive_interval_s": "keep_alive_interval",
