@@ -11,6 +11,7 @@ import pytest
 from chaos.plan import build_plan
 from chaos.registry import rendezvous_plugins
 from chaos.scenario import Scenario
+from tests.test_engine_parts import stand_in  # noqa: F401 (the fixture)
 
 
 def validate(rendezvous: dict[str, Any], faults: list[dict[str, Any]] | None = None,
@@ -77,3 +78,29 @@ def test_faults_on_a_member() -> None:
         validate({}, [{**crash, "target": "etcd0"}])
     with pytest.raises(ValueError, match=r"faults\[0\].target: kill_worker cannot act on a rendezvous server"):
         validate({"backend": "etcd"}, [{**crash, "kind": "kill_worker", "target": "etcd0"}])
+
+
+@pytest.mark.usefixtures("stand_in")
+def test_the_engine_starts_members_first_and_faults_reach_them(tmp_path: Path) -> None:
+    from chaos.engine import FaultScheduler, FaultStatus, NodeOrchestrator, NodeStatus
+    from chaos.plan import NodePlan
+    from chaos.scenario import NodeRestart, make_fault
+    from tests.test_engine_parts import Run
+
+    faults = [make_fault(kind="crash", target="etcd1", at_step=3)]
+    run = Run(tmp_path, faults)
+    run.plan.servers = [NodePlan(f"etcd{i}", i, ["etcd"], {}, role="server") for i in range(3)]
+    run.nodes = NodeOrchestrator(run.runtime, run.plan, NodeRestart(), run.history,  # type: ignore[arg-type]
+                                 run.notes.append)
+    run.faults = FaultScheduler(faults, run.runtime, run.plan, run.history, tmp_path / "acks",  # type: ignore[arg-type]
+                                run.nodes, run.progress, run.notes.append)
+    run.nodes.start_cluster()
+    assert run.runtime.started[:3] == ["etcd0", "etcd1", "etcd2"] and run.runtime.started[3:] == ["node0", "node1"]
+    run.job("step_completed", step=3)
+    run.tick(now=1.0)
+    assert run.faults.faults[0].status is FaultStatus.DONE and run.faults.faults[0].node == "etcd1"
+    run.runtime.codes["etcd1"] = -9
+    run.tick(now=2.0)
+    assert run.nodes.service_status("etcd1") is NodeStatus.DEAD
+    [exited] = [e for e in run.engine_events() if e["event"] == "node_exited"]
+    assert exited["node"] == "etcd1" and exited["role"] == "server" and exited["code"] == -9
