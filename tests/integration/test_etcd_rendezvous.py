@@ -1,6 +1,7 @@
 """torchrun's ``etcd`` rendezvous over three etcd members the local runtime runs, for real: the member torchrun
 was pointed at (etcd0) is SIGKILLed, then a node; the shipped scenario gives its documented verdict. One real run
-(300 steps, no golden run); skipped, saying why, where etcd or python-etcd is missing (`chaos doctor`)."""
+(300 steps, no golden run; 65 s on 2 shared cores); skipped, saying why, where etcd or python-etcd is missing
+(`chaos doctor`)."""
 
 from __future__ import annotations
 
