@@ -133,10 +133,10 @@ class FaultScheduler:
         where = node or ("network" if NODE_NETWORK in impl.needs else "storage")
         base = {"fault_id": f.index, "kind": f.spec.kind, "target": where, "disruptive": impl.disruptive}
         status = None
-        if node is not None:
-            status = self._nodes.service_status(node)
-            if status is None and node in self._nodes.nodes:
-                status = self._nodes.status(node)
+        if node == STORE_NODE or (node or "").startswith(SERVER_PREFIXES):
+            status = self._nodes.service_status(node)  # type: ignore[arg-type]
+        elif node is not None:
+            status = self._nodes.status(node)
         if status is not None and status is not NodeStatus.RUNNING:
             f.move_to(FaultStatus.SKIPPED)
             self._history.write(Ev.FAULT_SKIPPED, **base, why=f"{node} is {status}")
