@@ -44,7 +44,7 @@ class NodePlan:
     index: int | None
     argv: list[str]
     env: dict[str, str]
-    role: str = "node"  # node | store
+    role: str = "node"  # node | store | server (a rendezvous backend's: an etcd member)
     cpus: list[int] | None = None  # the cores the node's whole process tree is pinned to (None: not pinned)
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,6 +67,8 @@ class Plan:
     addresses: dict[str, str] = field(default_factory=dict)
     store_port: int | None = None
     resources: dict[str, Any] = field(default_factory=dict)  # what pin_cpus decided (result.json `resources`)
+    # Servers the rendezvous backend runs (etcd members), started before the nodes (RendezvousBackend.servers).
+    servers: list[NodePlan] = field(default_factory=list)
 
     @property
     def store_host(self) -> str | None:
@@ -76,7 +78,7 @@ class Plan:
         return STORE_NODE if self.store is not None else "node0"
 
     def node(self, name: str) -> NodePlan:
-        for n in self.nodes + ([self.store] if self.store else []):
+        for n in self.nodes + ([self.store] if self.store else []) + self.servers:
             if n.name == name:
                 return n
         raise KeyError(name)
@@ -92,6 +94,7 @@ class Plan:
             "addresses": self.addresses,
             "resources": self.resources,
             "store": self.store.to_dict() if self.store else None,
+            **({"servers": [n.to_dict() for n in self.servers]} if self.servers else {}),
             "nodes": [n.to_dict() for n in self.nodes],
             "faults": [fault_summary(i, f) for i, f in enumerate(self.scenario.faults)],
         }
@@ -312,15 +315,24 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
     port = net.store_port
     store_host = STORE_NODE if c.rendezvous.store == "dedicated" else "node0"
     endpoint = f"{net.addresses[store_host]}:{port}"
+    backend = rendezvous_backend(c.rendezvous.backend)
+    servers: list[NodePlan] = []
+    if backend.server_prefix is not None:
+        servers = backend.servers(run_id=run_id, run_dir=run_dir,
+                                  members=c.rendezvous.members or backend.default_members)
+        endpoint = backend.endpoint(servers)
     if c.rendezvous.store == "dedicated":
-        store = NodePlan(STORE_NODE, None, [python, "-m", "chaos.store_server", "--host", net.addresses[STORE_NODE],
+        # Like the agents' launcher: the repository goes on sys.path inside the command, so the store starts
+        # from the run directory whether or not torch-chaos is installed as a package.
+        code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); from chaos.store_server import main; "
+                "sys.exit(main(sys.argv[1:]))")
+        store = NodePlan(STORE_NODE, None, [python, "-c", code, "--host", net.addresses[STORE_NODE],
                                             "--port", str(port)],
                          {"CHAOS_RUN_ID": run_id, "CHAOS_NODE": STORE_NODE, "PYTHONUNBUFFERED": "1"}, role="store")
     min_nodes = c.min_nodes or c.nodes
     if not settings["share_rendezvous_store"]:
         base_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     script_argv = _python_script(script)
-    backend = rendezvous_backend(c.rendezvous.backend)
     for i in range(c.nodes):
         is_host = c.rendezvous.store == "node0" and i == 0
         # torchrun itself, with its agent's steps written to the history (chaos.agent_log)
@@ -331,4 +343,4 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
                 f"--local-addr={net.addresses[f'node{i}']}", *script_argv]
         nodes.append(NodePlan(f"node{i}", i, argv, {**base_env, "CHAOS_NODE": f"node{i}"}, cpus=pinned.get(f"node{i}")))
     return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, store, settings, pause_on, net.addresses, port,
-                resources=resources)
+                servers=servers, resources=resources)

@@ -20,6 +20,7 @@ from chaos.runtimes.base import (
     FREEZE,
     KILL,
     KILL_WORKERS,
+    LOOPBACK_SERVERS,
     NODE_NETWORK,
     STORAGE_LAYER,
     Runtime,
@@ -28,7 +29,8 @@ from chaos.runtimes.base import (
 from chaos.spec import EventTrigger, FaultSpec, Seconds, Strict
 
 __all__ = [
-    "CAPABILITIES", "CHECKPOINT_STORAGE", "FREEZE", "KILL", "KILL_WORKERS", "NODE_NETWORK", "STORAGE_LAYER",
+    "CAPABILITIES", "CHECKPOINT_STORAGE", "FREEZE", "KILL", "KILL_WORKERS", "LOOPBACK_SERVERS", "NODE_NETWORK",
+    "STORAGE_LAYER",
     "Addressing", "Check",
     "EventTrigger", "FaultContext", "FaultKind", "FaultSpec", "NodePlan", "Plan", "RendezvousBackend", "Runtime",
     "Seconds", "Strict", "Unsupported",

@@ -21,7 +21,7 @@ from chaos.events import ExploreTriggerEvent
 from chaos.paths import check_allowed, check_path
 from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
 from chaos.runtimes.base import CAPABILITIES, STORAGE_LAYER
-from chaos.spec import EventTrigger, FaultSpec, Seconds, Strict, parse_duration
+from chaos.spec import SERVER_PREFIXES, EventTrigger, FaultSpec, Seconds, Strict, parse_duration
 from chaos.workload_args import SHIPPED
 
 __all__ = ["EventTrigger", "Fault", "FaultSpec", "Scenario", "Seconds", "make_fault", "parse_duration"]
@@ -42,6 +42,9 @@ class Rendezvous(Strict):
     store: Literal["node0", "dedicated"] = Field(
         "node0", description="node0: the store lives in node 0's agent (torchrun's layout, a single point of "
         "failure); dedicated: a separate store process that faults leave alone unless they target it")
+    members: Literal[1, 3] | None = Field(
+        None, description="how many servers a backend with servers of its own runs (etcd, etcd-v2: 1 or 3 etcd "
+        "members etcd0.., default 1); not for c10d")
     join_timeout_s: Seconds | None = None
     last_call_timeout_s: Seconds | None = None
     close_timeout_s: Seconds | None = None
@@ -188,6 +191,38 @@ Fault = Annotated[
 ]
 
 
+def _store_target_problems(kind: str, cluster: Any, plugins: dict[str, Any]) -> list[str]:
+    """Why ``target: store`` cannot be taken here: no dedicated store process, or a kind that cannot act on one."""
+    if cluster.mode == "centralized":
+        return ["a centralized job has no rendezvous store"]
+    problems = []
+    if cluster.rendezvous.store != "dedicated":
+        problems.append("store means the dedicated rendezvous store process, and this cluster has none "
+                        "(rendezvous.store: node0 keeps it inside node 0's torchrun agent); set rendezvous: "
+                        "{store: dedicated}, or target rendezvous_host to crash node 0 with its store")
+    if not getattr(plugins[kind], "acts_on_store", False):
+        able = sorted(k for k, p in plugins.items() if getattr(p, "acts_on_store", False))
+        problems.append(f"{kind} cannot act on the rendezvous store (it has no workers, checkpoints or memory "
+                        f"cgroup of its own); kinds that can: {', '.join(able)} (and partition with a 'store' group)")
+    return problems
+
+
+def _server_target_problems(fault: Any, cluster: Any, plugins: dict[str, Any]) -> list[str]:
+    """Why ``target: etcd1`` (a rendezvous backend's server) cannot be taken here."""
+    backend = rendezvous_plugins()[cluster.rendezvous.backend]
+    members = cluster.rendezvous.members or backend.default_members
+    names = [f"{backend.server_prefix}{i}" for i in range(members)] if backend.server_prefix else []
+    problems = []
+    if cluster.mode == "centralized" or fault.target not in names:
+        problems.append(f"{fault.target} is not a server of this cluster's rendezvous (backend: "
+                        f"{cluster.rendezvous.backend}" + (f", servers {', '.join(names)})" if names else
+                                                            ", which runs none)"))
+    if not getattr(plugins[fault.kind], "acts_on_store", False):
+        able = sorted(k for k, p in plugins.items() if getattr(p, "acts_on_store", False))
+        problems.append(f"{fault.kind} cannot act on a rendezvous server; kinds that can: {', '.join(able)}")
+    return problems
+
+
 def make_fault(**fields: Any) -> Any:
     """A validated fault spec of whichever kind ``fields["kind"]`` names (``Fault`` is a union, not a class)."""
     return TypeAdapter(Fault).validate_python(fields)
@@ -312,6 +347,7 @@ class Scenario(Strict):
         problems = [f"allow_paths[{i}]: {p}" for i, entry in enumerate(self.allow_paths)
                     if (p := check_allowed(entry))]
         problems += self._workload_problems()
+        problems += self._rendezvous_problems(runtime)
         for i, fault in enumerate(self.faults):
             if isinstance(fault.target, int) and fault.target >= c.nodes:
                 problems.append(f"faults[{i}].target: node {fault.target} does not exist "
@@ -319,6 +355,10 @@ class Scenario(Strict):
             if fault.target == "rendezvous_host" and c.mode == "centralized":
                 problems.append(f"faults[{i}].target: a centralized job has no rendezvous host")
             plugin = plugins[fault.kind]
+            if fault.target == "store":
+                problems += [f"faults[{i}].target: {why}" for why in _store_target_problems(fault.kind, c, plugins)]
+            elif isinstance(fault.target, str) and fault.target.startswith(SERVER_PREFIXES):
+                problems += [f"faults[{i}].target: {why}" for why in _server_target_problems(fault, c, plugins)]
             for need in sorted(plugin.needs - runtime.capabilities):
                 able = [n for n, r in runtime_plugins().items() if need in r.capabilities]
                 problems.append(f"faults[{i}].kind: {fault.kind} needs {CAPABILITIES.get(need, need)}, which the "
@@ -332,6 +372,26 @@ class Scenario(Strict):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _rendezvous_problems(self, runtime: Any) -> list[str]:
+        c = self.cluster
+        backend = rendezvous_plugins()[c.rendezvous.backend]
+        if c.mode == "centralized":
+            return []
+        problems = []
+        for need in sorted(backend.needs - runtime.capabilities):
+            able = [n for n, r in runtime_plugins().items() if need in r.capabilities]
+            problems.append(f"cluster.rendezvous.backend: {backend.name} needs {CAPABILITIES.get(need, need)}, "
+                            f"which the {c.runtime} runtime does not give"
+                            + (f"; set cluster.runtime: {' or '.join(able)}" if able else ""))
+        if not backend.uses_c10d_store and c.rendezvous.store != "node0":
+            problems.append(f"cluster.rendezvous.store: {backend.name} keeps the rendezvous in its own servers, "
+                            "not in a c10d store; store applies to backend: c10d only")
+        if backend.server_prefix is None and c.rendezvous.members is not None:
+            problems.append(f"cluster.rendezvous.members: {backend.name} runs no servers of its own; members "
+                            "applies to backends that do (" + ", ".join(
+                                n for n, b in rendezvous_plugins().items() if b.server_prefix) + ")")
+        return problems
 
     def _workload_problems(self) -> list[str]:
         w = self.workload

@@ -49,7 +49,12 @@ class EventTrigger(Strict):
 
 
 NodeIndex = Annotated[int, Field(ge=0)]
-NodeTarget = NodeIndex | Literal["rendezvous_host", "random", "event_node"]
+# ``store``: the dedicated rendezvous store process (``rendezvous.store: dedicated``), for the kinds that say they
+# can act on it (FaultKind.acts_on_store); ``rendezvous_host`` is the store wherever it lives (node 0 or dedicated).
+# ``etcd0``, ``etcd1``, ...: a server a rendezvous backend runs (chaos/rendezvous/etcd.py), for the same kinds.
+SERVER_PREFIXES = ("etcd",)
+ServerName = Annotated[str, Field(pattern=r"^etcd[0-9]$")]
+NodeTarget = NodeIndex | Literal["rendezvous_host", "random", "event_node", "store"] | ServerName
 
 
 def _drop_properties(*names: str) -> Any:
@@ -77,8 +82,10 @@ class FaultSpec(Strict):
 
     kind: str
     target: NodeTarget | None = Field(
-        None, description="a node index, rendezvous_host (node 0 or the dedicated store), random (with seed), or "
-        "event_node (the node that emitted the triggering event)")
+        None, description="a node index, rendezvous_host (node 0 or the dedicated store), store (the dedicated "
+        "store process; crash, freeze, isolate), etcd0.. (a member of an etcd rendezvous), random (with seed), or "
+        "event_node (the node that emitted the "
+        "triggering event)")
     seed: int | None = Field(None, description="seed for target: random")
     at: Seconds | None = Field(None, description="seconds after the first training step")
     at_step: int | None = Field(None, ge=1, description="right after the job first completes this global step "
@@ -123,7 +130,8 @@ class FaultSpec(Strict):
         if cls.DURATION == "required" and data.get("duration") is None:
             raise ValueError(f"{kind} needs a duration, e.g. duration: 5s")
         if cls.TARGET == "node" and data.get("target") is None:
-            raise ValueError(f"{kind} needs a target: a node index, rendezvous_host, random or event_node")
+            raise ValueError(f"{kind} needs a target: a node index, rendezvous_host, store, etcdN, random or "
+                             "event_node")
         return data
 
     @classmethod

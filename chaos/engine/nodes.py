@@ -30,7 +30,9 @@ class NodeState:
 
 
 class NodeOrchestrator:
-    """Owns the nodes' states; the rendezvous store (when the plan has one) is started but never replaced."""
+    """Owns the nodes' states; the dedicated rendezvous store (when the plan has one) is started and watched, and
+    faults may freeze or kill it (``target: store``), but it is never replaced: torchrun's agents keep their
+    rendezvous state in it, and a fresh store would hold none of it (docs/design.md, "Store faults")."""
 
     def __init__(self, runtime: Runtime, plan: Plan, policy: NodeRestart, history: HistoryWriter,
                  note: Callable[[str], None]):
@@ -39,17 +41,37 @@ class NodeOrchestrator:
         self._policy = policy
         self._history = history
         self._note = note
-        self._store_exit_logged = False
         self.nodes = {n.name: NodeState(n.name) for n in plan.nodes}
+        self.store = NodeState(STORE_NODE) if plan.store is not None else None
+        # A rendezvous backend's own servers (etcd members): started first, watched, never replaced, like the store.
+        self.servers = {n.name: NodeState(n.name) for n in getattr(plan, "servers", [])}
         # When the first node exited with 0: the job is finishing, failed nodes are no longer replaced.
         self.finishing_since: float | None = None
 
     def status(self, name: str) -> NodeStatus:
         return self.nodes[name].status
 
+    def store_status(self) -> NodeStatus | None:
+        """The dedicated store's state (None without one): running, frozen by a fault, or dead once it exited."""
+        return self.store.status if self.store is not None else None
+
+    def service_status(self, name: str) -> NodeStatus | None:
+        """The state of the store or of a rendezvous server by name (None for a training node)."""
+        state = self._service(name)
+        return state.status if state is not None else None
+
+    def _service(self, name: str | None) -> NodeState | None:
+        return self.store if name == STORE_NODE else self.servers.get(name) if name is not None else None
+
     def start_cluster(self) -> None:
+        for server in getattr(self._plan, "servers", []):
+            self._runtime.start_node(server)
+            self.servers[server.name].move_to(NodeStatus.RUNNING)
+            self._history.write(Ev.NODE_STARTED, node=server.name, role=server.role, argv=server.argv)
         if self._plan.store is not None:
             self._runtime.start_node(self._plan.store)
+            assert self.store is not None
+            self.store.move_to(NodeStatus.RUNNING)
             self._history.write(Ev.NODE_STARTED, node=STORE_NODE, role="store", argv=self._plan.store.argv)
         for node in self._plan.nodes:
             self._start_node(node.name, replacement=False)
@@ -65,13 +87,15 @@ class NodeOrchestrator:
 
     def stopped(self, name: str) -> None:
         """A fault that stops the node (``stops_node``) took effect on it."""
-        if name in self.nodes:
-            self.nodes[name].move_to(NodeStatus.FROZEN)
+        state = self._service(name) or self.nodes.get(name)
+        if state is not None and state.status is NodeStatus.RUNNING:
+            state.move_to(NodeStatus.FROZEN)
 
     def resumed(self, name: str | None) -> None:
         """A fault on the node was healed: a node still frozen by it runs again (one that exited stays as it is)."""
-        if name in self.nodes and self.nodes[name].status is NodeStatus.FROZEN:
-            self.nodes[name].move_to(NodeStatus.RUNNING)
+        state = self._service(name) or (self.nodes.get(name) if name is not None else None)
+        if state is not None and state.status is NodeStatus.FROZEN:
+            state.move_to(NodeStatus.RUNNING)
 
     def watch(self, now: float) -> None:
         """Start due replacements, then record every node that exited since the last tick."""
@@ -103,10 +127,15 @@ class NodeOrchestrator:
         self._watch_store()
 
     def _watch_store(self) -> None:
-        if self._plan.store is None or self._store_exit_logged:
-            return
-        code = self._runtime.exit_code(STORE_NODE)
-        if code is not None:
-            self._store_exit_logged = True
-            self._history.write(Ev.NODE_EXITED, node=STORE_NODE, code=code, role="store")
-            self._note(f"rendezvous store exited with code {code}")
+        services = ([self.store] if self.store is not None else []) + list(self.servers.values())
+        for state in services:
+            if state.status not in (NodeStatus.RUNNING, NodeStatus.FROZEN):
+                continue
+            code = self._runtime.exit_code(state.name)
+            if code is None:
+                continue
+            state.exit_code = code
+            state.move_to(NodeStatus.DEAD)
+            role = "store" if state is self.store else "server"
+            self._history.write(Ev.NODE_EXITED, node=state.name, code=code, role=role)
+            self._note(f"rendezvous {'store' if role == 'store' else 'server ' + state.name} exited with code {code}")

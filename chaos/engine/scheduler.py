@@ -23,6 +23,7 @@ from chaos.history import Event, HistoryWriter
 from chaos.plan import STORE_NODE, Plan
 from chaos.runtimes.base import NODE_NETWORK, Runtime
 from chaos.scenario import Fault, ShippedWorkload
+from chaos.spec import SERVER_PREFIXES
 from chaos.storage.layer import StorageLayer
 
 # Sources whose held events (an ``id``) wait for the engine's acknowledgement: the probe and the storage layer.
@@ -115,6 +116,10 @@ class FaultScheduler:
             return f"node{target}"
         if target == "rendezvous_host":
             return STORE_NODE if self._plan.store is not None else "node0"
+        if target == "store":
+            return STORE_NODE
+        if isinstance(target, str) and target.startswith(SERVER_PREFIXES):
+            return target  # a rendezvous backend's server (etcd0, ...)
         if target == "random":
             return f"node{random_node(f.spec.seed, len(self._plan.nodes))}"
         assert trigger_event is not None
@@ -127,8 +132,12 @@ class FaultScheduler:
         f.node = node
         where = node or ("network" if NODE_NETWORK in impl.needs else "storage")
         base = {"fault_id": f.index, "kind": f.spec.kind, "target": where, "disruptive": impl.disruptive}
-        if node is not None and node != STORE_NODE and self._nodes.status(node) is not NodeStatus.RUNNING:
+        status = None
+        if node == STORE_NODE or (node or "").startswith(SERVER_PREFIXES):
+            status = self._nodes.service_status(node)  # type: ignore[arg-type]
+        elif node is not None:
             status = self._nodes.status(node)
+        if status is not None and status is not NodeStatus.RUNNING:
             f.move_to(FaultStatus.SKIPPED)
             self._history.write(Ev.FAULT_SKIPPED, **base, why=f"{node} is {status}")
             self._note(f"skipped {f.spec.kind} on {node}: it is {status}")

@@ -61,6 +61,10 @@ class FaultKind(ABC):
     lasts_until_healed: ClassVar[bool] = False
     # True when the target node stops responding while the fault is active (the engine shows it as frozen).
     stops_node: ClassVar[bool] = False
+    # True when ``target: store`` is accepted: the kind acts on a process tree or a network stack, which the
+    # dedicated rendezvous store has too (crash, freeze, isolate); kinds that need workers, a memory cgroup or
+    # checkpoints do not. Validation refuses the target for the others (docs/design.md, "Store faults").
+    acts_on_store: ClassVar[bool] = False
     # How reports draw it (a matplotlib colour).
     colour: ClassVar[str] = "#7f7f7f"
 

@@ -19,6 +19,7 @@ class Crash(FaultKind):
     summary = "the node's whole process tree is SIGKILLed (a machine losing power)"
     needs = frozenset({KILL})
     colour = "#d62728"
+    acts_on_store = True
 
     def inject(self, ctx: FaultContext) -> str:
         assert ctx.node is not None

@@ -21,6 +21,7 @@ class Freeze(FaultKind):
     needs = frozenset({FREEZE})
     stops_node = True
     colour = "#1f77b4"
+    acts_on_store = True
 
     def inject(self, ctx: FaultContext) -> str:
         assert ctx.node is not None

@@ -22,6 +22,7 @@ class Isolate(NetworkFault):
     options = IsolateOptions
     summary = "the node loses its network entirely but keeps running (a pulled cable)"
     colour = "#17becf"
+    acts_on_store = True
 
     def impair(self, ctx: FaultContext) -> str:
         assert ctx.node is not None and ctx.plan is not None
