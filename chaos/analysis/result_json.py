@@ -2,7 +2,7 @@
 
 ``result.json`` is the public contract CI users parse; ``RESULT_SCHEMA_VERSION`` changes whenever a field's
 meaning does (4: each fault says whether it is ``disruptive``, as its kind declared it; 7: each disruptive
-fault's ``recovery_breakdown``). Reads the run directory
+fault's ``recovery_breakdown``; 8: a hang's ``hang`` outcome). Reads the run directory
 and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()`` returns.)
 """
 
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from chaos.analysis.breakdown import breakdown_for_result, recovery_breakdowns
 from chaos.analysis.checkpoints import checkpoint_verdicts, restart_loop_cause
+from chaos.analysis.hangs import add_hangs, hung_cause
 from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
 from chaos.analysis.planned import missing_promises, not_injected
@@ -25,7 +26,7 @@ from chaos.scenario import Bound, CommandWorkload, Scenario
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
 
-RESULT_SCHEMA_VERSION = 7
+RESULT_SCHEMA_VERSION = 8
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
@@ -120,6 +121,7 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     injected = [{**m.to_dict(), "injected": True} for m in fault_metrics(events)]
     faults = sorted(injected + not_injected(events, {f["id"] for f in injected}), key=lambda f: f["id"])
     add_oom_kills(faults, events)
+    hangs = add_hangs(faults, events)
     missing = missing_promises(faults)
     gp = goodput(events)
     completed = end.get("reason") == EndReason.COMPLETED
@@ -145,6 +147,9 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         cause = restart_loop_cause(events) if reason in (EndReason.RESTART_LOOP, EndReason.HUNG) else None
         if cause:  # the file a crash loop kept dying on (the error the workers printed is in the engine's why)
             why += f"; {cause}"
+        stuck = hung_cause(hangs) if reason == EndReason.HUNG else None
+        if stuck:  # the rank a hang fault left stuck, named
+            why += f"; {stuck}"
     elif missing:  # a run whose planned fault did not happen proves nothing about that fault: never a pass
         verdict = "error"
         why = "planned fault(s) did not happen: " + "; ".join(

@@ -100,7 +100,7 @@ class Hang(FaultKind):
         assert ctx.node is not None and ctx.plan is not None
         spec = ctx.spec
         mode = resolved_mode(spec, ctx.plan.scenario)
-        ctx.details.update(mode=mode, local_rank=spec.local_rank)
+        ctx.details.update(hang_mode=mode, local_rank=spec.local_rank)
         if mode == "main_thread":
             events = ctx.plan.node(ctx.node).env.get("CHAOS_EVENTS") or str(ctx.plan.run_dir / "events.jsonl")
             order = order_path(events, ctx.node, spec.local_rank)
@@ -124,7 +124,7 @@ class Hang(FaultKind):
 
     def observe(self, ctx: FaultContext) -> list[dict[str, Any]]:
         """Process mode: the engine's record that the worker is stopped (the probe writes main_thread's)."""
-        if ctx.details.get("mode") != "process" or not ctx.handles or ctx.handles[0]["reported"]:
+        if ctx.details.get("hang_mode") != "process" or not ctx.handles or ctx.handles[0]["reported"]:
             return []
         ctx.handles[0]["reported"] = True
         pids = ctx.handles[0]["pids"]
@@ -138,7 +138,7 @@ class Hang(FaultKind):
 
     def heal(self, ctx: FaultContext) -> dict[str, Any]:
         assert ctx.node is not None
-        if ctx.details.get("mode") == "main_thread":
+        if ctx.details.get("hang_mode") == "main_thread":
             order = ctx.handles[0] if ctx.handles else None
             if order is not None:
                 Path(order).unlink(missing_ok=True)
