@@ -272,6 +272,7 @@ def test_a_process_group_timeout_is_noticed_with_its_detection_time() -> None:
     assert fid == 0 and o["outcome"] == "noticed" and o["noticed_by"].startswith("torchrun's agent on node0")
     assert o["detection_s"] == pytest.approx(10.0, abs=0.01)
     assert o["stuck"] == {"node": "node1", "rank": 1, "local_rank": 0, "pid": 11} and o["since_step"] == 20
+    assert o["held_s"] is None  # its agent stopped it: never released, so how long it was held is not recorded
 
 
 def test_a_hang_nothing_notices_is_hung_and_the_why_names_the_stuck_rank() -> None:
@@ -288,7 +289,8 @@ def test_a_hang_nothing_notices_is_hung_and_the_why_names_the_stuck_rank() -> No
 
 def test_released_before_anything_noticed_and_not_checked_without_the_probe() -> None:
     h = _hang(H().start(2).steps(1, 20), mode="process").wait(5)
-    h.events.append({"t": h.t, "source": Source.ENGINE, "event": Ev.FAULT_HEALED, "fault_id": 0, "kind": "hang"})
+    h.events.append({"t": h.t, "source": Source.ENGINE, "event": Ev.FAULT_HEALED, "fault_id": 0, "kind": "hang",
+                     "continued": [11]})
     o = hang_outcomes(h.steps(21, 40).finish(40).end())[0]
     assert o["outcome"] == "released" and o["held_s"] == pytest.approx(4.95, abs=0.01)
     h = H().start(2).steps(1, 20).fault(0, kind="hang")

@@ -96,12 +96,13 @@ def hang_outcomes(events: list[Event]) -> dict[int, dict[str, Any]]:
         entry.update(stuck=stuck, t_hang_started=t0, since_step=start.get("step", inj.get("max_step")))
         rel = released.get(fid)
         t_rel = rel["t"] if rel is not None else math.inf
-        if rel is not None and rel.get("event") == Ev.HANG_RELEASED and rel.get("held_s") is not None:
-            entry["held_s"] = rel["held_s"]
-        elif rel is not None:
-            entry["held_s"] = max(0.0, rel["t"] - t0)
         pids = stuck.get("pid")
         stuck_pids = set(pids) if isinstance(pids, list) else {pids}
+        if rel is not None and rel.get("event") == Ev.HANG_RELEASED and rel.get("held_s") is not None:
+            entry["held_s"] = rel["held_s"]
+        elif rel is not None and stuck_pids & set(rel.get("continued") or ()):  # SIGCONT found it still alive
+            entry["held_s"] = max(0.0, rel["t"] - t0)
+        # else: the stuck process ended without being released (its agent stopped it): how long is not recorded
         limit = min(t_rel, t_end)
         first = next(((t, what) for t, what in _marks(events, stuck_pids) if t0 < t <= limit), None)
         who = stuck_text(stuck)
