@@ -114,10 +114,14 @@ class Hang(FaultKind):
                     "blocks at its next step while its process and other threads live")
         mechanism = ctx.runtime.kill_workers(ctx.node, sig=signal.SIGSTOP, local_rank=spec.local_rank)
         pids: list[int] = []
-        try:
-            pids = [p for p in ctx.runtime.node_pids(ctx.node) if _stopped(p)]
-        except Exception:  # a runtime without node_pids: heal falls back to the runtime's signal
-            pass
+        deadline = time.monotonic() + 1.0  # the signal is sent; the kernel shows the process stopped a moment later
+        while not pids and time.monotonic() < deadline:
+            try:
+                pids = [p for p in ctx.runtime.node_pids(ctx.node) if _stopped(p)]
+            except Exception:  # a runtime without node_pids: heal falls back to the runtime's signal
+                break
+            if not pids:
+                time.sleep(0.01)
         ctx.details["pids"] = pids
         ctx.handles.append({"pids": pids, "reported": False})
         return f"{mechanism} (process hang: SIGCONT at heal)"
