@@ -293,6 +293,12 @@ def test_released_before_anything_noticed_and_not_checked_without_the_probe() ->
                      "continued": [11]})
     o = hang_outcomes(h.steps(21, 40).finish(40).end())[0]
     assert o["outcome"] == "released" and o["held_s"] == pytest.approx(4.95, abs=0.01)
+    h = _hang(H().start(2).steps(1, 20)).wait(3)  # a main-thread hang with a duration: healed, then let go
+    h.events.append({"t": h.t, "source": Source.ENGINE, "event": Ev.FAULT_HEALED, "fault_id": 0, "kind": "hang"})
+    h.events.append({"t": h.t + 0.03, "source": Source.WORKLOAD, "event": Ev.HANG_RELEASED, "fault_id": 0,
+                     "mode": "main_thread", "node": "node1", "why": "healed", "held_s": 2.98})
+    o = hang_outcomes(h.steps(21, 40).finish(40).end())[0]
+    assert o["outcome"] == "released" and o["held_s"] == 2.98
     h = H().start(2).steps(1, 20).fault(0, kind="hang")
     h.events[-1]["details"] = {"hang_mode": "main_thread", "local_rank": 0}
     o = hang_outcomes(h.steps(21, 40).end())[0]

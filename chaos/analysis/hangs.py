@@ -67,11 +67,11 @@ def hang_outcomes(events: list[Event]) -> dict[int, dict[str, Any]]:
     ends = of_kind(events, Ev.RUN_ENDED)
     end = ends[-1] if ends else None
     t_end = end["t"] if end is not None else math.inf
-    released: dict[Any, Event] = {}
-    for e in of_kind(events, Ev.HANG_RELEASED) + of_kind(events, Ev.FAULT_HEALED):
-        if e.get("fault_id") in ids and (e.get("fault_id") not in released
-                                         or e["t"] < released[e.get("fault_id")]["t"]):
-            released[e.get("fault_id")] = e
+    let_go: dict[Any, Event] = {}  # the probe's hang_released (main_thread)
+    healed: dict[Any, Event] = {}  # the engine's fault_healed (the order removed, or SIGCONT)
+    for into, kind in ((let_go, Ev.HANG_RELEASED), (healed, Ev.FAULT_HEALED)):
+        for e in of_kind(events, kind):
+            into.setdefault(e.get("fault_id"), e)
     out: dict[int, dict[str, Any]] = {}
     for fid in sorted(i for i in ids if isinstance(i, int)):
         inj = injected[fid]
@@ -94,14 +94,14 @@ def hang_outcomes(events: list[Event]) -> dict[int, dict[str, Any]]:
         if stuck.get("rank") is None and stuck.get("local_rank") is None:
             stuck["local_rank"] = details.get("local_rank")
         entry.update(stuck=stuck, t_hang_started=t0, since_step=start.get("step", inj.get("max_step")))
-        rel = released.get(fid)
-        t_rel = rel["t"] if rel is not None else math.inf
+        probe, heal = let_go.get(fid), healed.get(fid)
+        t_rel = min((e["t"] for e in (probe, heal) if e is not None), default=math.inf)
         pids = stuck.get("pid")
         stuck_pids = set(pids) if isinstance(pids, list) else {pids}
-        if rel is not None and rel.get("event") == Ev.HANG_RELEASED and rel.get("held_s") is not None:
-            entry["held_s"] = rel["held_s"]
-        elif rel is not None and stuck_pids & set(rel.get("continued") or ()):  # SIGCONT found it still alive
-            entry["held_s"] = max(0.0, rel["t"] - t0)
+        if probe is not None and isinstance(probe.get("held_s"), (int, float)):
+            entry["held_s"] = probe["held_s"]
+        elif heal is not None and stuck_pids & set(heal.get("continued") or ()):  # SIGCONT found it still alive
+            entry["held_s"] = max(0.0, heal["t"] - t0)
         # else: the stuck process ended without being released (its agent stopped it): how long is not recorded
         limit = min(t_rel, t_end)
         first = next(((t, what) for t, what in _marks(events, stuck_pids) if t0 < t <= limit), None)
