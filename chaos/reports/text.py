@@ -73,8 +73,9 @@ def hang_rows(report: Report) -> list[tuple[str, str]]:
     for f in report.result["faults"]:
         h = f.get("hang")
         if h:
-            head = h["outcome"] + (f" in {h['detection_s']:.1f} s" if h.get("detection_s") is not None else "")
-            rows.append((f"hang #{f['id']} ({h.get('mode')})", f"{head}: {h.get('why', '')}"))
+            why = str(h.get("why", ""))
+            text = why if why.startswith((h["outcome"], "not checked")) else f"{h['outcome']}: {why}"
+            rows.append((f"hang #{f['id']} ({h.get('mode')})", text))
     return rows
 
 
