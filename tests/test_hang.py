@@ -310,3 +310,12 @@ def test_other_faults_get_no_hang_entry() -> None:
     assert hang_outcomes(events) == {}
     result = build_result(Path("r"), scenario("{kind: crash, target: 1, at_step: 20}"), events, None)
     assert "hang" not in result["faults"][0]
+
+
+def test_the_report_names_the_outcome_once() -> None:
+    from chaos.reports.text import hang_rows
+
+    events = _hang(H().start(2).steps(1, 20)).wait(20).end("hung")
+    result = build_result(Path("r"), scenario("{kind: hang, target: 1, at_step: 20}"), events, None)
+    [(label, text)] = hang_rows(type("R", (), {"result": result})())  # type: ignore[arg-type]
+    assert label == "hang #0 (main_thread)" and text.startswith("hung: node1 rank 1"), text
