@@ -318,6 +318,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from chaos.compare import write_comparison
 
+    if args.sweep:
+        return _compare_sweep(args)
     if args.from_runs:
         run_dirs = [Path(p) for p in args.items]
         missing = [str(p) for p in run_dirs if not (p / "events.jsonl").exists()]
@@ -338,6 +340,49 @@ def cmd_compare(args: argparse.Namespace) -> int:
     paths = write_comparison(run_dirs, Path(args.output))
     out.print(paths["md"].read_text(), highlight=False)
     out.print(f"written: {paths['html']}, {paths['md']}, {paths['json']}", highlight=False)
+    return EXIT_PASS
+
+
+def _compare_sweep(args: argparse.Namespace) -> int:
+    """``compare --sweep KIND=V1,V2,...``: the one-node scenario once without faults, each multi-node one per value
+    with every node's link impaired (chaos.sweep)."""
+    from chaos.compare import measure
+    from chaos.engine import Engine
+    from chaos.sweep import baseline_scenario, parse_sweep, swept_scenario, write_sweep
+
+    try:
+        kind, values = parse_sweep(args.sweep)
+    except ValueError as exc:
+        err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False)
+        return EXIT_USAGE
+    if args.from_runs:
+        err.print("[red]error[/red] --sweep runs its scenarios; it does not take --from-runs", highlight=False)
+        return EXIT_USAGE
+    scenarios = [_load(p, args.runtime) for p in args.items]
+    single = [s for s in scenarios if s.cluster.nodes == 1]
+    multi = [s for s in scenarios if s.cluster.nodes > 1]
+    if len(single) != 1 or not multi:
+        err.print("[red]error[/red] --sweep needs exactly one one-node scenario (the baseline) and at least one "
+                  "multi-node scenario", highlight=False)
+        return EXIT_USAGE
+
+    def run(scenario: Any) -> Any:
+        err.print(f"running {scenario.name} ...", highlight=False)
+        engine = Engine(scenario, out_dir=args.out)
+        result = engine.run()
+        err.print(f"  {scenario.name}: {result['verdict']} ({result['why']})", highlight=False)
+        return measure(engine.run_dir)
+
+    baseline = run(baseline_scenario(single[0]))
+    swept: dict[str, list[tuple[str, Any]]] = {}
+    for scenario in multi:
+        for value in values:
+            column = run(swept_scenario(scenario, kind, value))
+            label = column.label.replace(f"-{kind}-{value}", "", 1)  # the curve is the scenario's, not one run's
+            swept.setdefault(label, []).append((value, column))
+    paths = write_sweep(kind, baseline, swept, Path(args.output))
+    out.print(paths["md"].read_text(), highlight=False)
+    out.print(f"written: {paths['md']}, {paths['svg']}, {paths['json']}", highlight=False)
     return EXIT_PASS
 
 
@@ -492,6 +537,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--runtime", default=None, help=RUNTIME_HELP + "; every scenario of the comparison")
     cmp.add_argument("-o", "--output", default="reports/generated/compare", help="where the report is written")
     cmp.add_argument("--golden-cache", default=None, metavar="DIR", help=GOLDEN_CACHE_HELP)
+    cmp.add_argument("--sweep", default=None, metavar="KIND=V1,V2,...",
+                     help="interconnect sweep, e.g. bandwidth=1gbit,100mbit,10mbit: the one-node scenario once "
+                     "without faults, each multi-node scenario per value on netns with every node's link impaired "
+                     "for the whole run; draws speedup against link quality and marks the crossover")
     cmp.set_defaults(func=cmd_compare)
     c = sub.add_parser("cleanup", help="remove what runs whose engine died left behind (processes, containers, "
                        "networks, namespaces, delayers)")

@@ -9,12 +9,19 @@ computed from those figures, nothing else.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
 
+from chaos.analysis.noise import CHANGED_WORLD_RTOL
 from chaos.analysis.run import RunAnalysis, analyze_run
+from chaos.analysis.throughput import training_setup
+
+# The final loss of a column may differ from the one-worker column's by this much, relative: the shipped workload
+# trains on the same global batches at any world size, so only the order of every sum changes (the tolerance the
+# golden comparison uses when the world size changed, chaos.analysis.noise).
+LOSS_RTOL = CHANGED_WORLD_RTOL
 
 
 @dataclass
@@ -40,6 +47,13 @@ class Column:
     # the first disruptive fault's recovery, split (chaos.analysis.breakdown): [(phase, seconds)], largest part
     recovery_phases: list[tuple[str, float | None]] | None = None
     recovery_largest: str | None = None
+    # what each node got (result.json `resources`: cpus_per_node, host_cpus, nodes, oversubscribed); None: not
+    # recorded (a run from before schema 8)
+    resources: dict[str, Any] | None = None
+    final_step: int | None = None
+    final_loss: float | None = None
+    # the shipped workload's model-deciding arguments (chaos.analysis.throughput.training_setup); None: unknown
+    training: dict[str, Any] | None = field(default=None)
 
 
 def measure(run: Path | RunAnalysis) -> Column:
@@ -49,7 +63,8 @@ def measure(run: Path | RunAnalysis) -> Column:
     c = scenario.cluster
     return Column(
         label=f"{scenario.name} ({c.mode}, {c.nodes}×{c.procs_per_node}"
-              + (f", {c.preset}" if c.mode == "elastic" else "") + ")",
+              + (f", {c.preset}" if c.mode == "elastic" else "")
+              + (f", {c.resources.cpus} cpu/node" if c.resources.cpus is not None else "") + ")",
         scenario=scenario.name, run_dir=str(analysis.run_dir), verdict=result["verdict"], mode=c.mode,
         nodes=c.nodes, world_size=c.nodes * c.procs_per_node,
         steps_per_s=figures["steps_per_s"], samples_per_s=figures["samples_per_s"],
@@ -58,6 +73,8 @@ def measure(run: Path | RunAnalysis) -> Column:
         goodput=result["goodput"], node_seconds_per_step=figures["node_seconds_per_step"],
         duration_s=result["duration_s"], machine=_machine(result.get("environment", {})),
         **_first_breakdown(analysis.breakdowns),
+        resources=result.get("resources"), final_step=analysis.final[0], final_loss=analysis.final[1],
+        training=training_setup(scenario.workload),
     )
 
 
@@ -89,26 +106,117 @@ ROWS = [("throughput (steps/s, fault-free median)", "steps_per_s", "{:.1f}"),
         ("verdict", "verdict", "{}")]
 
 
+def resources_text(col: Column) -> str:
+    """What each node of the column had, as recorded in its result.json."""
+    r = col.resources
+    if r is None:
+        return "not recorded"
+    host = len(r.get("host_cpus") or [])
+    if r.get("cpus_per_node") is None:
+        return f"not pinned: {col.nodes} node(s) on any of {host} host cores"
+    cores = "; ".join(f"{name}: {','.join(map(str, c))}" for name, c in (r.get("nodes") or {}).items())
+    return (f"{r['cpus_per_node']} core(s) pinned per node ({cores}) of {host}"
+            + (", oversubscribed" if r.get("oversubscribed") else ""))
+
+
+def fairness(columns: list[Column]) -> dict[str, list[str]]:
+    """Why each column is not a fair comparison (label → reasons; none: fair): its nodes share cores (not pinned
+    with more than one node, or oversubscribed), its resources were not recorded, or it is not pinned while other
+    columns are (its one node may use every core)."""
+    any_pinned = any(c.resources and c.resources.get("cpus_per_node") is not None for c in columns)
+    out: dict[str, list[str]] = {}
+    for c in columns:
+        r, why = c.resources, []
+        if r is None:
+            why.append("its resources were not recorded (a run from before result.json schema 8)")
+        elif r.get("cpus_per_node") is None:
+            host = len(r.get("host_cpus") or [])
+            if c.nodes > 1:
+                why.append(f"its {c.nodes} nodes are not pinned and share the host's {host} cores")
+            elif any_pinned:
+                why.append(f"its node is not pinned (it may use all {host} host cores) while other columns' are")
+        elif r.get("oversubscribed"):
+            why.append(f"oversubscribed: {c.nodes} nodes × {r['cpus_per_node']} core(s) on "
+                       f"{len(r.get('host_cpus') or [])} host cores, so nodes share cores")
+        out[c.label] = why
+    return out
+
+
+def loss_vs_reference(columns: list[Column]) -> tuple[Column | None, dict[str, float | None]]:
+    """The reference column (the smallest world size whose final loss is known, one worker when there is one)
+    and each column's relative final-loss difference from it; None where the two did not train the same model
+    setup (another global batch, step count, seed ...) or the loss or setup is unknown."""
+    known = [c for c in columns if c.final_loss is not None and c.training is not None
+             and c.final_step == c.training.get("steps")]
+    if not known:
+        return None, {}
+    ref = min(known, key=lambda c: c.world_size)
+    diffs: dict[str, float | None] = {}
+    for c in columns:
+        same = c in known and c.training == ref.training
+        diffs[c.label] = ((c.final_loss or 0) - (ref.final_loss or 0)) / abs(ref.final_loss or 1) if same else None
+    return ref, diffs
+
+
+def _speedup(columns: list[Column]) -> tuple[Column | None, dict[str, float | None]]:
+    """Steps/s of each column over the one-node column's (the smallest node count with a measured pace)."""
+    paced = [c for c in columns if c.steps_per_s]
+    if not paced:
+        return None, {}
+    ref = min(paced, key=lambda c: (c.nodes, c.world_size))
+    return ref, {c.label: (c.steps_per_s / (ref.steps_per_s or 1)) if c.steps_per_s else None for c in columns}
+
+
 def table(columns: list[Column]) -> list[list[str]]:
-    rows = []
+    flags = fairness(columns)
+    rows = [["resources per node", *[resources_text(c) for c in columns]],
+            ["fair comparison", *["no: " + "; ".join(flags[c.label]) if flags[c.label] else "yes"
+                                  for c in columns]]]
     for title, attr, pattern in ROWS:
         row = [title]
         for col in columns:
             value = getattr(col, attr)
             row.append("—" if value is None else pattern.format(value))
         rows.append(row)
+        if attr == "samples_per_s":
+            ref, speedups = _speedup(columns)
+            rows.append([f"speedup over {ref.label if ref else 'one node'} (steps/s)",
+                         *[f"{v:.2f}×" if (v := speedups.get(c.label)) is not None else "—" for c in columns]])
+    batches = {c.training.get("global_batch") for c in columns if c.training}
+    rows.append([f"final loss (global batch {'/'.join(str(b) for b in sorted(batches)) or '?'})",
+                 *[f"{c.final_loss:.6g} (step {c.final_step})" if c.final_loss is not None else "—"
+                   for c in columns]])
+    ref, diffs = loss_vs_reference(columns)
+    rows.append([f"final loss vs {ref.label if ref else 'the one-worker column'} (tolerance {LOSS_RTOL:g} relative)",
+                 *["reference" if c is ref else (f"{d:+.2e} ({'within' if abs(d) <= LOSS_RTOL else 'BEYOND'})"
+                                                 if (d := diffs.get(c.label)) is not None else "—")
+                   for c in columns]])
+    rows.append(rows.pop(next(i for i, r in enumerate(rows) if r[0] == "verdict")))  # the verdict stays last
     return rows
 
 
 def conclusions(columns: list[Column]) -> list[str]:
-    """Sentences derived from the measured figures only."""
+    """Sentences derived from the measured figures (and recorded resources) only."""
     out: list[str] = []
+    flags = fairness(columns)
+    unfair = {label: why for label, why in flags.items() if why}
+    if unfair:
+        out.append("Not a fair comparison: " + "; ".join(f"{label}: {', '.join(why)}" for label, why in unfair.items())
+                   + ". Speed and cost figures of those columns describe how this host shares its cores, not what "
+                   "more machines would give.")
+    elif columns and all(c.resources for c in columns):
+        out.append("A fair comparison: every node ran on cores of its own ("
+                   + "; ".join(f"{c.label}: {resources_text(c)}" for c in columns) + ").")
+
+    def mark(*cs: Column) -> str:
+        return " (not a fair comparison, see above)" if any(c.label in unfair for c in cs) else ""
+
     fast = [c for c in columns if c.steps_per_s]
     if len(fast) >= 2:
         best = max(fast, key=lambda c: c.steps_per_s or 0)
         worst = min(fast, key=lambda c: c.steps_per_s or 0)
         out.append(f"{best.label} is the fastest: {best.steps_per_s:.1f} steps/s, "
-                   f"{(best.steps_per_s or 0) / (worst.steps_per_s or 1):.1f}× {worst.label}.")
+                   f"{(best.steps_per_s or 0) / (worst.steps_per_s or 1):.1f}× {worst.label}{mark(best, worst)}.")
         central = [c for c in fast if c.mode == "centralized"]
         dist = [c for c in fast if c.mode == "elastic" and c.comm_share is not None]
         if central and dist:
@@ -116,10 +224,11 @@ def conclusions(columns: list[Column]) -> list[str]:
             if (c0.steps_per_s or 0) > (d0.steps_per_s or 0):
                 out.append(f"For this model size one node is faster ({c0.steps_per_s:.1f} against "
                            f"{d0.steps_per_s:.1f} steps/s): communication alone is {d0.comm_share:.0%} of a "
-                           f"distributed step on {d0.world_size} workers.")
+                           f"distributed step on {d0.world_size} workers{mark(c0, d0)}.")
             else:
                 out.append(f"Distributing pays off: {d0.world_size} workers reach {d0.steps_per_s:.1f} steps/s "
-                           f"against {c0.steps_per_s:.1f}, with communication at {d0.comm_share:.0%} of a step.")
+                           f"against {c0.steps_per_s:.1f}, with communication at {d0.comm_share:.0%} of a "
+                           f"step{mark(c0, d0)}.")
     rec = [c for c in columns if c.recovery_s is not None]
     if len(rec) >= 2:
         quick = min(rec, key=lambda c: c.recovery_s or 0)
@@ -143,6 +252,17 @@ def conclusions(columns: list[Column]) -> list[str]:
         out.append(f"Per useful step, {cheap.label} costs {cheap.node_seconds_per_step:.3f} node-seconds, "
                    f"{(dear.node_seconds_per_step or 0) / (cheap.node_seconds_per_step or 1):.1f}× less "
                    f"than {dear.label}.")
+    ref, diffs = loss_vs_reference(columns)
+    others = [(c, d) for c in columns if c is not ref and (d := diffs.get(c.label)) is not None]
+    if ref is not None and others:
+        batch = (ref.training or {}).get("global_batch")
+        worst_c, worst_d = max(others, key=lambda cd: abs(cd[1]))
+        verdict = ("within it: more workers did not change the model" if abs(worst_d) <= LOSS_RTOL
+                   else "beyond it: the model differs with the world size")
+        out.append(f"At the same global batch ({batch} samples per step, {ref.final_step} steps), the final loss "
+                   f"differs from {ref.label} (world size {ref.world_size}, {ref.final_loss:.6g}) by at most "
+                   f"{abs(worst_d):.2e} relative, on {worst_c.label} (world size {worst_c.world_size}, "
+                   f"{worst_c.final_loss:.6g}); tolerance {LOSS_RTOL:g}: {verdict}.")
     failed = [c for c in columns if c.verdict != "pass"]
     for c in failed:
         out.append(f"{c.label} did not pass ({c.verdict}): its figures describe a failed run.")
@@ -150,14 +270,18 @@ def conclusions(columns: list[Column]) -> list[str]:
 
 
 def _widest_gap(quick: Column, slow: Column) -> tuple[str, float, float] | None:
-    """The recovery phase (measured in both runs) whose duration differs most between them."""
+    """The recovery phase (measured in both runs) whose duration differs most between them, if it explains at
+    least a tenth of the difference."""
     a = {n: v for n, v in quick.recovery_phases or [] if v is not None}
     b = {n: v for n, v in slow.recovery_phases or [] if v is not None}
     common = [n for n in a if n in b]
     if not common:
         return None
     name = max(common, key=lambda n: b[n] - a[n])
-    return (name, a[name], b[name]) if b[name] > a[name] else None
+    # a phase that explains under a tenth of the difference says nothing about it (the two runs' other phases
+    # are not comparable: e.g. a centralized restart has no rendezvous)
+    difference = (slow.recovery_s or 0) - (quick.recovery_s or 0)
+    return (name, a[name], b[name]) if b[name] - a[name] >= 0.1 * difference and b[name] > a[name] else None
 
 
 def render_markdown(columns: list[Column]) -> str:

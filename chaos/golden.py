@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.analysis.checkpoints import first_resume_step, golden_summary
+from chaos.events import Ev, Source
 from chaos.history import Event, read_history
 from chaos.plan import SHIPPED_WORKLOADS
 from chaos.scenario import Checks, CommandWorkload, Expect, NodeRestart, Scenario, make_fault
@@ -45,8 +46,8 @@ SUMMARY_FILE = "golden.json"
 CONTROL_FILE = "control.json"
 ATTEMPTS = 2  # a golden or control run that restarted unprovoked is run once more, not until it happens to be clean
 # torchrun's agent logs every worker that dies (as chaos.engine.progress reads it live): in a golden run any such
-# line is an unprovoked restart even when the job printed nothing afterwards; in a control run, any but the
-# planned SIGKILL (-9), e.g. gloo's abort at exit (-6).
+# line is an unprovoked restart even when the job printed nothing afterwards; in a control run whose history has no
+# agent events to time them, any but the planned SIGKILL (-9), e.g. gloo's abort at exit (-6).
 _WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 
 # Arguments of the shipped workload that change how and when it saves or breaks, never what a fault-free run
@@ -179,11 +180,32 @@ def control_problem(run_dir: Path, result: dict[str, Any], events: list[Event]) 
     restarts, after = int(result.get("restarts") or 0), int(result.get("restarts_after_completion") or 0)
     if restarts != 1 or after:
         return f"restarted {restarts} time(s) during training and {after} after it (1 planned)"
-    unplanned = [c for c in logged_worker_failures(run_dir) if c != -9]
-    if unplanned:
-        return f"had worker(s) die unprovoked (exit codes {sorted(set(unplanned))})"
+    early = _failed_before_kill(run_dir, events)
+    if early is not None:
+        return early
     if first_resume_step(events) is None:
         return "shows no resumed worker in its history"
+    return None
+
+
+def _failed_before_kill(run_dir: Path, events: list[Event]) -> str | None:
+    """A worker group that failed before the planned kill: the only unprovoked death a control run can show
+    without a second restart. After the kill, the other nodes' workers die of their own accord too (gloo's
+    "Connection closed by peer" exits 1) whenever they notice the lost peer before their agent restarts them: that
+    is the kill's doing, and which of the two comes first is a race the machine's load decides."""
+    if not any(e.get("source") == Source.AGENT for e in events):  # no agent events (no torchrun agent, or an
+        # older history): the node logs' failure lines, untimed; any but the planned SIGKILL is unprovoked
+        unplanned = [c for c in logged_worker_failures(run_dir) if c != -9]
+        return f"had worker(s) die unprovoked (exit codes {sorted(set(unplanned))})" if unplanned else None
+    kills = [e for e in events if e.get("event") == Ev.FAULT_INJECTED]
+    if not kills:
+        return None  # the planned kill did not happen: said above
+    t_kill = float(kills[0]["t"])
+    early = [e for e in events if e.get("event") == Ev.AGENT_WORKERS_FAILED and float(e["t"]) < t_kill]
+    if early:
+        first = early[0]
+        return (f"had a worker group fail unprovoked before the planned kill ({first.get('node', 'a node')}, "
+                f"{t_kill - float(first['t']):.1f} s before it)")
     return None
 
 

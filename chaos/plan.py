@@ -5,6 +5,7 @@ The engine runs this plan and ``chaos run --dry-run`` prints it, so what a user 
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -44,9 +45,13 @@ class NodePlan:
     argv: list[str]
     env: dict[str, str]
     role: str = "node"  # node | store
+    cpus: list[int] | None = None  # the cores the node's whole process tree is pinned to (None: not pinned)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role, "argv": self.argv, "env": self.env}
+        out: dict[str, Any] = {"name": self.name, "role": self.role, "argv": self.argv, "env": self.env}
+        if self.cpus is not None:
+            out["cpus"] = list(self.cpus)
+        return out
 
 
 @dataclass
@@ -61,6 +66,7 @@ class Plan:
     pause_on: list[str] = field(default_factory=list)
     addresses: dict[str, str] = field(default_factory=dict)
     store_port: int | None = None
+    resources: dict[str, Any] = field(default_factory=dict)  # what pin_cpus decided (result.json `resources`)
 
     @property
     def store_host(self) -> str | None:
@@ -84,6 +90,7 @@ class Plan:
             "elastic_settings": self.elastic,
             "checkpoint_dir": str(self.checkpoint_dir) if self.checkpoint_dir else None,
             "addresses": self.addresses,
+            "resources": self.resources,
             "store": self.store.to_dict() if self.store else None,
             "nodes": [n.to_dict() for n in self.nodes],
             "faults": [fault_summary(i, f) for i, f in enumerate(self.scenario.faults)],
@@ -107,6 +114,42 @@ def fault_summary(index: int, fault: FaultSpec) -> dict[str, Any]:
         out["optional"] = True
     out.update(fault.options())
     return out
+
+
+def host_cpus() -> list[int]:
+    """The cores this engine may run on (its own affinity: a container's cpuset or a taskset narrows it)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def pin_cpus(nodes: int, cpus: int | None, available: list[int], allow_oversubscribe: bool = False,
+             names: list[str] | None = None) -> dict[str, Any]:
+    """Which cores each node gets: ``cpus`` consecutive cores of ``available`` per node, disjoint across nodes.
+
+    Returned as result.json's ``resources``: ``cpus_per_node`` (None: not pinned, every node may use every core),
+    ``host_cpus`` (the cores there were), ``nodes`` (name → cores), ``oversubscribed`` (some core serves two nodes),
+    ``shared_cores`` (nodes can run on the same core: unpinned with more than one node, or oversubscribed).
+    A shape the host cannot give is a PlanError naming the field, unless oversubscription is allowed; then cores
+    are dealt round-robin and the plan says so."""
+    names = names or [f"node{i}" for i in range(nodes)]
+    if cpus is None:
+        return {"cpus_per_node": None, "host_cpus": list(available), "nodes": {}, "oversubscribed": False,
+                "shared_cores": nodes > 1}
+    want = nodes * cpus
+    if cpus > len(available) or (want > len(available) and not allow_oversubscribe):
+        shown = ",".join(map(str, available))
+        raise PlanError(
+            f"cluster.resources.cpus: {nodes} node(s) × {cpus} core(s) = {want} cores to pin, but this host gives "
+            f"{len(available)} ({shown}); lower cluster.nodes or cluster.resources.cpus"
+            + ("" if cpus > len(available) else ", or set cluster.resources.allow_oversubscribe: true (nodes then "
+               "share cores and the run is flagged oversubscribed)"))
+    pinned = {name: [available[(i * cpus + k) % len(available)] for k in range(cpus)]
+              for i, name in enumerate(names)}
+    over = want > len(available)
+    return {"cpus_per_node": cpus, "host_cpus": list(available), "nodes": pinned, "oversubscribed": over,
+            "shared_cores": over}
 
 
 def free_port() -> int:
@@ -222,6 +265,9 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
     c = scenario.cluster
     net = net or Addressing.loopback(scenario)
     python = net.python
+    r = c.resources
+    resources = pin_cpus(c.nodes, r.cpus, host_cpus(), r.allow_oversubscribe)
+    pinned: dict[str, list[int]] = resources["nodes"]
     settings = elastic_settings(scenario)
     w = scenario.workload
     if isinstance(w, ShippedWorkload):
@@ -259,8 +305,9 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
             # torchrun starts a script: `[python, train.py]` would make it run a file named "python"
             argv = [python, "-m", "torch.distributed.run", "--standalone",
                     f"--nproc-per-node={c.procs_per_node}", *_python_script(script)]
-        nodes.append(NodePlan("node0", 0, argv, {**base_env, "CHAOS_NODE": "node0"}))
-        return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, None, settings, pause_on, net.addresses)
+        nodes.append(NodePlan("node0", 0, argv, {**base_env, "CHAOS_NODE": "node0"}, cpus=pinned.get("node0")))
+        return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, None, settings, pause_on, net.addresses,
+                    resources=resources)
 
     port = net.store_port
     store_host = STORE_NODE if c.rendezvous.store == "dedicated" else "node0"
@@ -282,5 +329,6 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
                 *backend.torchrun_args(endpoint=endpoint, run_id=run_id, is_host=is_host, settings=settings),
                 f"--max-restarts={settings['max_restarts']}",
                 f"--local-addr={net.addresses[f'node{i}']}", *script_argv]
-        nodes.append(NodePlan(f"node{i}", i, argv, {**base_env, "CHAOS_NODE": f"node{i}"}))
-    return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, store, settings, pause_on, net.addresses, port)
+        nodes.append(NodePlan(f"node{i}", i, argv, {**base_env, "CHAOS_NODE": f"node{i}"}, cpus=pinned.get(f"node{i}")))
+    return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, store, settings, pause_on, net.addresses, port,
+                resources=resources)

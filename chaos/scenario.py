@@ -58,6 +58,19 @@ class NodeRestart(Strict):
     max_restarts: int = Field(10, ge=0, description="replacements per node before the orchestrator gives up")
 
 
+class Resources(Strict):
+    """Pinned compute per node, so adding a node adds a machine's worth of compute (docs/design.md, "Fair
+    comparisons"): every node gets ``cpus`` cores of its own, disjoint from every other node's."""
+
+    cpus: int | None = Field(
+        None, ge=1, le=1024, description="cores pinned to each node, disjoint across nodes (CPU affinity of the "
+        "node's process tree on local and netns, cpuset on docker); unset: every node may run on every core of the "
+        "host. nodes × cpus must fit the host's cores unless allow_oversubscribe")
+    allow_oversubscribe: bool = Field(
+        False, description="let nodes × cpus exceed the host's cores: cores are then dealt round-robin, nodes share "
+        "some, and the run (and any comparison of it) is flagged oversubscribed")
+
+
 class ClusterBase(Strict):
     runtime: _names(runtime_plugins()) = Field(  # type: ignore[valid-type]
         "local", description="; ".join(f"{n}: {p.summary}" for n, p in runtime_plugins().items()))
@@ -74,6 +87,7 @@ class ClusterBase(Strict):
         None, description="false sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1")
     node_restart: NodeRestart = Field(default_factory=NodeRestart)
     threads_per_proc: int = Field(1, ge=1, description="OMP_NUM_THREADS for each worker")
+    resources: Resources = Field(default_factory=Resources, description="pinned resources per node")
 
     @model_validator(mode="after")
     def _check(self) -> ClusterBase:

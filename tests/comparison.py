@@ -22,7 +22,11 @@ def assert_centralized_vs_elastic(paths: dict[str, Path]) -> None:
     # the measured samples/s follow from the global batch of the shipped workload (48 samples per step)
     assert c["samples_per_s"] == pytest.approx(48 * c["steps_per_s"], rel=1e-6)
     faster = max((c, e), key=lambda col: col["steps_per_s"])
-    assert data["conclusions"][0].startswith(f"{faster['label']} is the fastest")
+    assert any(line.startswith(f"{faster['label']} is the fastest") for line in data["conclusions"])
+    # every column says what its nodes had, and the first conclusion says whether the comparison is fair
+    assert all(col["resources"] is None or "cpus_per_node" in col["resources"] for col in (c, e))
+    assert data["conclusions"][0].startswith(("Not a fair comparison: ", "A fair comparison: "))
     md = paths["md"].read_text()
     assert "| communication share of a step (median) |" in md and "## Conclusions" in md
+    assert "| resources per node |" in md and "| fair comparison |" in md and "| final loss (global batch 48) |" in md
     assert "<table>" in paths["html"].read_text()

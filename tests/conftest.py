@@ -19,6 +19,7 @@ pytest_plugins = ["pytester"]
 
 GOLDEN_CACHE_ENV = "TORCH_CHAOS_GOLDEN_CACHE"
 SHARE_LOCK_ENV = "TORCH_CHAOS_TEST_SHARE_LOCK"
+MACHINE_LOCK_ENV = "TORCH_CHAOS_MACHINE_LOCK"
 _created: dict[str, str] = {}  # env variable -> the path this session made for it
 _session_has_clusters = pytest.StashKey[bool]()
 
@@ -108,7 +109,21 @@ def _share_the_machine(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     cluster = request.node.get_closest_marker("integration") is not None
-    with _locked(path, fcntl.LOCK_EX if cluster else fcntl.LOCK_SH):
+    with _locked(path, fcntl.LOCK_EX if cluster else fcntl.LOCK_SH), _machine_lock(cluster):
+        yield
+
+
+@contextmanager
+def _machine_lock(cluster: bool) -> Iterator[None]:
+    """With ``TORCH_CHAOS_MACHINE_LOCK=PATH``: each real-cluster test also holds that lock file, so clusters of
+    other processes on the machine that take it (``flock PATH pytest ...``, benchmarks) run between this session's
+    tests instead of beside them. Off by default: a session started under ``flock PATH`` itself would wait on its
+    own launcher."""
+    path = os.environ.get(MACHINE_LOCK_ENV)
+    if not cluster or not path:
+        yield
+        return
+    with _locked(path, fcntl.LOCK_EX):
         yield
 
 
@@ -120,7 +135,7 @@ def _alone_module(request: pytest.FixtureRequest) -> Iterator[None]:
     if path is None or not marked:
         yield
         return
-    with _locked(path, fcntl.LOCK_EX):
+    with _locked(path, fcntl.LOCK_EX), _machine_lock(True):
         yield
 
 

@@ -2,7 +2,8 @@
 
 ``result.json`` is the public contract CI users parse; ``RESULT_SCHEMA_VERSION`` changes whenever a field's
 meaning does (4: each fault says whether it is ``disruptive``, as its kind declared it; 7: each disruptive
-fault's ``recovery_breakdown``; 8: a hang's ``hang`` outcome). Reads the run directory
+fault's ``recovery_breakdown``; 8: ``resources``, the cores each node was pinned to; 9: a hang's ``hang``
+outcome). Reads the run directory
 and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()`` returns.)
 """
 
@@ -26,7 +27,7 @@ from chaos.scenario import Bound, CommandWorkload, Scenario
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
 
-RESULT_SCHEMA_VERSION = 8
+RESULT_SCHEMA_VERSION = 9
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
@@ -193,7 +194,16 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         "golden_run": golden.get("run_dir") if golden else None,
         "control_run": control.get("run_dir") if control else None,
         "environment": started.get("environment", {}),
+        # what each node got; absent for a history from before schema 8, whose plan did not say
+        **({"resources": r} if (r := resources_of(started)) is not None else {}),
     }
+
+
+def resources_of(started: dict[str, Any]) -> dict[str, Any] | None:
+    """What each node got (``cluster.resources``, as the plan pinned it); None for a history that predates it."""
+    plan = started.get("plan")
+    resources = plan.get("resources") if isinstance(plan, dict) else None
+    return resources if isinstance(resources, dict) and resources else None
 
 
 def analyze(run_dir: str | Path) -> dict[str, Any]:

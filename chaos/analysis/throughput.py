@@ -46,3 +46,30 @@ def throughput(events: list[Event], result: dict[str, Any], nodes: int) -> dict[
         "lost_steps": first.get("lost_steps"),
         "node_seconds_per_step": (nodes * duration / useful) if duration and useful else None,
     }
+
+
+def final_loss(events: list[Event]) -> tuple[int | None, float | None]:
+    """Rank 0's loss at the highest step of the surviving lineage (the model the run ended with): (step, loss)."""
+    from chaos.analysis.checkpoints import _lineage_losses
+
+    losses = _lineage_losses(events)[0]
+    if not losses:
+        return None, None
+    last = max(losses)
+    return last, losses[last]
+
+
+# What decides the model a shipped workload trains (not how often it saves, or how slowly it runs): two runs with
+# the same values train on the same global batches in the same order, whatever their world size.
+TRAINING_ARGS = ("steps", "global_batch", "dataset_size", "features", "hidden", "lr", "seed", "data_seed", "bug")
+
+
+def training_setup(workload: Any) -> dict[str, Any] | None:
+    """The shipped workload's model-deciding arguments with defaults filled in (None for a command workload, whose
+    global batch torch-chaos cannot know)."""
+    from chaos.workload_args import SHIPPED
+
+    declared = SHIPPED.get(getattr(workload, "name", None) or "")
+    if declared is None or getattr(workload, "command", None) is not None:
+        return None
+    return {k: workload.args.get(k, declared[k].default) for k in TRAINING_ARGS}

@@ -218,7 +218,9 @@ class DockerRuntime(Runtime):
         host_config = api.create_host_config(
             binds={str(REPO_ROOT): {"bind": str(REPO_ROOT), "mode": "ro"},
                    str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}},
-            network_mode=self.network_name, init=True, shm_size="256m")
+            network_mode=self.network_name, init=True, shm_size="256m",
+            # cluster.resources.cpus: the container's cgroup cpuset, the node's own cores
+            cpuset_cpus=",".join(map(str, node.cpus)) if node.cpus is not None else None)
         networking = api.create_networking_config({self.network_name: api.create_endpoint_config(
             ipv4_address=self.addresses[node.name])})
         created = api.create_container(

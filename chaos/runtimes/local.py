@@ -9,8 +9,10 @@ mark, so it reaches orphans too, and teardown kills everything marked with the r
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -29,6 +31,22 @@ from chaos.runtimes.base import (
     Runtime,
     plan_needs,
 )
+
+# Without taskset (util-linux), the same in Python: set the affinity, then exec the node (same pid).
+_SET_AFFINITY = ("import os, sys; os.sched_setaffinity(0, [int(c) for c in sys.argv[1].split(',')]); "
+                 "os.execvp(sys.argv[2], sys.argv[2:])")
+
+
+def pinned_argv(argv: list[str], cpus: list[int] | None) -> list[str]:
+    """``argv`` run with its CPU affinity set to ``cpus`` (None: as it is). The affinity is set before the node's
+    first instruction and inherited by every process it starts (torchrun's workers, their threads), so the whole
+    tree stays on those cores; the wrapper execs, so the node keeps the pid the runtime tracks."""
+    if cpus is None:
+        return argv
+    cores = ",".join(map(str, cpus))
+    if shutil.which("taskset"):
+        return ["taskset", "--cpu-list", cores, *argv]
+    return [sys.executable, "-c", _SET_AFFINITY, cores, *argv]
 
 
 class LocalRuntime(Runtime):
@@ -82,6 +100,7 @@ class LocalRuntime(Runtime):
             # The shell joins the node's memory cgroup and execs the node (same pid): every page the node ever
             # touches is charged there. (A preexec_fn would do the same but is unsafe in a threaded engine.)
             argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *argv]
+        argv = pinned_argv(argv, node.cpus)  # cluster.resources.cpus: the tree runs on its own cores only
         self._procs[node.name] = subprocess.Popen(
             argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, cwd=str(self.run_dir))

@@ -1,0 +1,277 @@
+"""Fair comparisons (issue 15, item 1): cores pinned per node, refused when the host cannot give them, recorded in
+result.json, and stated (and flagged when unfair) by ``chaos compare``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chaos.plan
+from chaos.admission import admit
+from chaos.analysis.result_json import resources_of
+from chaos.compare import LOSS_RTOL, Column, conclusions, fairness, table
+from chaos.loading import ScenarioInvalid
+from chaos.plan import PlanError, build_plan, pin_cpus
+from chaos.runtimes.local import pinned_argv
+from chaos.scenario import Scenario
+
+# ------------------------------------------------------------------------------------------ the plan
+
+
+def test_each_node_gets_its_own_consecutive_cores() -> None:
+    r = pin_cpus(3, 2, [0, 1, 2, 3, 4, 5, 6, 7])
+    assert r["nodes"] == {"node0": [0, 1], "node1": [2, 3], "node2": [4, 5]}
+    assert r["cpus_per_node"] == 2 and not r["oversubscribed"] and not r["shared_cores"]
+    cores = [c for cs in r["nodes"].values() for c in cs]
+    assert len(cores) == len(set(cores)), "pinned sets are disjoint"
+
+
+def test_pinning_follows_the_engines_own_cores_not_their_numbers() -> None:
+    assert pin_cpus(2, 1, [2, 5])["nodes"] == {"node0": [2], "node1": [5]}
+
+
+def test_unpinned_nodes_are_recorded_as_sharing_the_host() -> None:
+    assert pin_cpus(2, None, [0, 1]) == {"cpus_per_node": None, "host_cpus": [0, 1], "nodes": {},
+                                         "oversubscribed": False, "shared_cores": True}
+    assert pin_cpus(1, None, [0, 1])["shared_cores"] is False
+
+
+def test_a_shape_the_host_cannot_give_is_refused_naming_the_field_and_the_host() -> None:
+    with pytest.raises(PlanError) as exc:
+        pin_cpus(3, 1, [0, 1])
+    message = str(exc.value)
+    assert message.startswith("cluster.resources.cpus: 3 node(s) × 1 core(s) = 3 cores to pin")
+    assert "this host gives 2 (0,1)" in message and "allow_oversubscribe: true" in message
+
+
+def test_oversubscription_when_allowed_deals_cores_round_robin_and_is_flagged() -> None:
+    r = pin_cpus(3, 1, [0, 1], allow_oversubscribe=True)
+    assert r["nodes"] == {"node0": [0], "node1": [1], "node2": [0]}
+    assert r["oversubscribed"] and r["shared_cores"]
+
+
+def test_more_cores_per_node_than_the_host_has_is_refused_even_when_oversubscription_is_allowed() -> None:
+    with pytest.raises(PlanError, match=r"lower cluster\.nodes or cluster\.resources\.cpus$"):
+        pin_cpus(1, 4, [0, 1], allow_oversubscribe=True)
+
+
+def _scenario(resources: dict[str, Any], nodes: int = 2, mode: str = "elastic") -> Scenario:
+    return Scenario.model_validate({"name": "pin", "cluster": {"mode": mode, "nodes": nodes, "resources": resources},
+                                    "workload": {"name": "ddp-mlp", "args": {"steps": 10}}})
+
+
+def test_the_plan_shows_each_nodes_cores(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(chaos.plan, "host_cpus", lambda: [0, 1, 2, 3])
+    plan = build_plan(_scenario({"cpus": 2}), "r", tmp_path)
+    shown = plan.to_dict()
+    assert [n["cpus"] for n in shown["nodes"]] == [[0, 1], [2, 3]]
+    assert shown["resources"]["nodes"] == {"node0": [0, 1], "node1": [2, 3]}
+    central = build_plan(_scenario({"cpus": 1}, nodes=1, mode="centralized"), "r", tmp_path)
+    assert central.nodes[0].cpus == [0]
+    unpinned = build_plan(_scenario({}), "r", tmp_path).to_dict()
+    assert all("cpus" not in n for n in unpinned["nodes"]) and unpinned["resources"]["cpus_per_node"] is None
+
+
+def test_validation_refuses_the_shape_at_its_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(chaos.plan, "host_cpus", lambda: [0, 1])
+    path = tmp_path / "s.yaml"
+    path.write_text("name: pin\ncluster:\n  nodes: 3\n  resources:\n    cpus: 1\n"
+                    "workload: {name: ddp-mlp, args: {steps: 10}}\n")
+    with pytest.raises(ScenarioInvalid) as exc:
+        admit(path, machine=False)
+    [error] = exc.value.errors
+    assert error.line == 5 and "this host gives 2" in str(error)
+    path.write_text(path.read_text().replace("cpus: 1", "cpus: 1\n    allow_oversubscribe: true"))
+    assert admit(path, machine=False).cluster.resources.allow_oversubscribe
+
+
+def test_the_run_records_what_each_node_got() -> None:
+    resources = pin_cpus(2, 1, [0, 1])
+    assert resources_of({"plan": {"resources": resources}}) == resources
+    assert resources_of({"plan": {"nodes": []}}) is None and resources_of({}) is None
+
+
+# ------------------------------------------------------------------------------------------ the runtime
+
+
+def test_a_pinned_node_is_started_under_taskset() -> None:
+    argv = ["python", "train.py"]
+    assert pinned_argv(argv, None) == argv
+    if chaos.runtimes.local.shutil.which("taskset"):
+        assert pinned_argv(argv, [0, 2]) == ["taskset", "--cpu-list", "0,2", *argv]
+
+
+def test_without_taskset_the_python_wrapper_pins_the_process_and_its_children(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    monkeypatch.setattr(chaos.runtimes.local.shutil, "which", lambda name: None)
+    core = min(os.sched_getaffinity(0))
+    child = "import os, subprocess, sys; subprocess.run([sys.executable, '-c', " \
+            "'import os; print(sorted(os.sched_getaffinity(0)))'])"
+    argv = pinned_argv([sys.executable, "-c", child], [core])
+    assert argv[0] == sys.executable
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+    assert out.strip() == str([core])
+
+
+# ------------------------------------------------------------------------------------------ compare
+
+
+def _column(label: str, nodes: int, resources: dict[str, Any] | None, loss: float | None = 0.5,
+            steps_per_s: float = 10.0, world_size: int | None = None, batch: int = 48) -> Column:
+    return Column(label=label, scenario=label, run_dir="", verdict="pass",
+                  mode="centralized" if nodes == 1 else "elastic", nodes=nodes, world_size=world_size or nodes,
+                  steps_per_s=steps_per_s, samples_per_s=None, comm_share=0.5 if nodes > 1 else 0.0,
+                  time_to_first_step_s=None, recovery_s=None, lost_work_s=None, lost_steps=None, goodput=None,
+                  node_seconds_per_step=None, duration_s=None, resources=resources, final_step=100,
+                  final_loss=loss, training={"steps": 100, "global_batch": batch, "seed": 1})
+
+
+def test_pinned_columns_are_a_fair_comparison_and_say_what_each_node_had() -> None:
+    one = _column("one", 1, pin_cpus(1, 1, [0, 1]))
+    two = _column("two", 2, pin_cpus(2, 1, [0, 1]), loss=0.5 * (1 + LOSS_RTOL / 2), steps_per_s=15.0)
+    assert fairness([one, two]) == {"one": [], "two": []}
+    rows = {r[0]: r[1:] for r in table([one, two])}
+    assert rows["resources per node"] == ["1 core(s) pinned per node (node0: 0) of 2",
+                                          "1 core(s) pinned per node (node0: 0; node1: 1) of 2"]
+    assert rows["fair comparison"] == ["yes", "yes"]
+    assert rows["speedup over one (steps/s)"] == ["1.00×", "1.50×"]
+    assert rows[f"final loss vs one (tolerance {LOSS_RTOL:g} relative)"] == ["reference", "+5.00e-04 (within)"]
+    assert table([one, two])[-1][0] == "verdict"
+    lines = conclusions([one, two])
+    assert lines[0].startswith("A fair comparison: every node ran on cores of its own")
+    assert not any("not a fair comparison" in line for line in lines)
+    assert any(line.startswith("At the same global batch (48 samples per step, 100 steps)") and
+               "within it: more workers did not change the model" in line for line in lines), lines
+
+
+def test_unpinned_shared_and_oversubscribed_columns_are_flagged_in_the_table_and_the_conclusions() -> None:
+    central = _column("central", 1, pin_cpus(1, 1, [0, 1]), steps_per_s=100.0)
+    shared = _column("shared", 3, pin_cpus(3, None, [0, 1]))
+    over = _column("over", 3, pin_cpus(3, 1, [0, 1], allow_oversubscribe=True))
+    alone = _column("alone", 1, pin_cpus(1, None, [0, 1]))
+    old = _column("old", 2, None)
+    flags = fairness([central, shared, over, alone, old])
+    assert flags["central"] == []
+    assert flags["shared"] == ["its 3 nodes are not pinned and share the host's 2 cores"]
+    assert flags["over"] == ["oversubscribed: 3 nodes × 1 core(s) on 2 host cores, so nodes share cores"]
+    assert flags["alone"] == ["its node is not pinned (it may use all 2 host cores) while other columns' are"]
+    assert flags["old"][0].startswith("its resources were not recorded")
+    rows = {r[0]: r[1:] for r in table([central, shared, over])}
+    assert rows["fair comparison"][0] == "yes" and rows["fair comparison"][1].startswith("no: its 3 nodes")
+    assert rows["resources per node"][2].endswith("of 2, oversubscribed")
+    lines = conclusions([central, shared, over])
+    assert lines[0].startswith("Not a fair comparison: shared: its 3 nodes are not pinned") and "over: " in lines[0]
+    # the speed conclusions stay computed from the numbers, and say they rest on an unfair column
+    assert any(line.startswith("central is the fastest: 100.0 steps/s, 10.0× ") and
+               line.endswith("(not a fair comparison, see above).") for line in lines), lines
+    # a single unpinned node alone is no unfairness
+    assert fairness([alone]) == {"alone": []}
+
+
+def test_final_loss_is_compared_only_at_the_same_global_batch() -> None:
+    one = _column("one", 1, pin_cpus(1, 1, [0, 1]))
+    far = _column("far", 2, pin_cpus(2, 1, [0, 1]), loss=0.6)
+    other = _column("other", 2, pin_cpus(2, 1, [0, 1]), batch=96)
+    rows = {r[0]: r[1:] for r in table([one, far, other])}
+    assert rows["final loss (global batch 48/96)"] == ["0.5 (step 100)", "0.6 (step 100)", "0.5 (step 100)"]
+    assert rows[f"final loss vs one (tolerance {LOSS_RTOL:g} relative)"] == ["reference", "+2.00e-01 (BEYOND)", "—"]
+    assert any("beyond it: the model differs with the world size" in line for line in conclusions([one, far, other]))
+
+
+# ------------------------------------------------------------------------------------------ the interconnect sweep
+
+
+def test_a_sweep_is_parsed_best_link_first_and_bad_values_are_refused() -> None:
+    from chaos.sweep import parse_sweep, rate_bits
+
+    assert parse_sweep("bandwidth=10mbit,1gbit,100mbit") == ("bandwidth", ["1gbit", "100mbit", "10mbit"])
+    assert rate_bits("1mbps") == 8e6  # tc's bps units are bytes
+    for bad in ("delay=10ms,20ms", "bandwidth=1gbit", "bandwidth=fast,slow", "bandwidth"):
+        with pytest.raises(ValueError, match=r"--sweep|tc rate"):
+            parse_sweep(bad)
+
+
+def test_swept_runs_impair_every_nodes_link_for_the_whole_run_on_netns() -> None:
+    from chaos.loading import load_scenario, shipped_scenarios_dir
+    from chaos.sweep import baseline_scenario, swept_scenario
+
+    elastic = load_scenario(shipped_scenarios_dir() / "compare" / "elastic-tuned.yaml")
+    swept = swept_scenario(elastic, "bandwidth", "10mbit")
+    assert swept.cluster.runtime == "netns" and swept.cluster.resources == elastic.cluster.resources
+    assert [(f.kind, f.target, f.at, f.duration, f.rate) for f in swept.faults] == [
+        ("bandwidth", i, 0, None, "10mbit") for i in range(elastic.cluster.nodes)]
+    assert not swept.checks.golden
+    base = baseline_scenario(load_scenario(shipped_scenarios_dir() / "compare" / "centralized.yaml"))
+    assert base.faults == [] and base.cluster.nodes == 1
+
+
+def test_the_crossover_is_where_the_speedup_falls_below_one(tmp_path: Path) -> None:
+    from chaos.sweep import write_sweep
+
+    base = _column("one", 1, pin_cpus(1, 1, [0, 1]), steps_per_s=100.0)
+    swept = {"two": [(v, _column(f"two-{v}", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=pace))
+                     for v, pace in (("10mbit", 40.0), ("1gbit", 150.0), ("100mbit", 120.0))]}
+    paths = write_sweep("bandwidth", base, swept, tmp_path)
+    data = json.loads(paths["json"].read_text())
+    [curve] = data["curves"]
+    assert [(p["value"], p["speedup"]) for p in curve["points"]] == [("1gbit", 1.5), ("100mbit", 1.2),
+                                                                      ("10mbit", 0.4)]
+    assert curve["crossover"] == ("two: crossover between 100mbit (1.20×) and 10mbit (0.40×): on a link of 10mbit "
+                                  "or worse, one machine (one) wins.")
+    assert paths["svg"].read_text().startswith("<?xml") and "| 10mbit | 40.0 | 0.40× |" in paths["md"].read_text()
+    slow = {"two": [(v, _column("two", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=10.0)) for v in ("1gbit", "10mbit")]}
+    assert "wins at every tested link quality" in json.loads(
+        write_sweep("bandwidth", base, slow, tmp_path / "slow")["json"].read_text())["curves"][0]["crossover"]
+
+
+def test_a_pinned_docker_node_gets_its_cores_as_the_containers_cpuset(tmp_path: Path) -> None:
+    from chaos.plan import NodePlan
+    from chaos.runtimes.docker import DockerRuntime
+
+    host_configs: list[dict[str, Any]] = []
+
+    class Api:
+
+        def containers(self, **_: Any) -> list[Any]:
+            return []
+
+        def create_host_config(self, **kw: Any) -> dict[str, Any]:
+            host_configs.append(kw)
+            return kw
+
+        def create_networking_config(self, config: Any) -> Any:
+            return config
+
+        def create_endpoint_config(self, **kw: Any) -> Any:
+            return kw
+
+        def create_container(self, *_: Any, **__: Any) -> dict[str, str]:
+            return {"Id": "c"}
+
+        def start(self, _: str) -> None:
+            return None
+
+    runtime = DockerRuntime("run-abcdef", tmp_path, image="img")
+    runtime._client = type("Client", (), {"api": Api()})()
+    runtime.addresses = {"node0": "172.30.0.10", "node1": "172.30.0.11"}
+    runtime.start_node(NodePlan("node0", 0, ["python", "t.py"], {}, cpus=[2, 3]))
+    runtime.start_node(NodePlan("node1", 1, ["python", "t.py"], {}))
+    assert [c["cpuset_cpus"] for c in host_configs] == ["2,3", None]
+
+
+def test_no_phase_is_named_when_the_common_ones_explain_almost_none_of_the_difference() -> None:
+    from chaos.compare import _widest_gap
+
+    quick = _column("quick", 1, None)
+    slow = _column("slow", 2, None)
+    quick.recovery_s, quick.recovery_phases = 14.8, [("detection + restart", 14.8), ("first step", 0.0)]
+    slow.recovery_s, slow.recovery_phases = 99.3, [("rendezvous", 99.2), ("first step", 0.1)]
+    assert _widest_gap(quick, slow) is None
