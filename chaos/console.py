@@ -102,6 +102,10 @@ def summary(result: dict[str, Any], console: Console) -> None:
             if f.get("note"):
                 line += f"; {f['note']}"
             console.print(line, highlight=False)
+            st = f.get("step_timing")
+            if st:
+                console.print(f"    slow node: {st['slow_node']} (rank {st['slow_rank']}): {st['why']}"
+                              if st.get("slow_node") else f"    slow node: none named: {st['why']}", highlight=False)
     e = Table(title="expectations")
     for col in ("expectation", "limit", "measured", "ok"):
         e.add_column(col)

@@ -287,7 +287,9 @@ class StepCompleted(WorkloadLine):
     loss: NotRequired[float | None]  # null: not reported, or not finite (NaN / inf)
     samples: NotRequired[int | None]  # samples this rank consumed in the step
     duration_s: NotRequired[float | None]  # the workload's own timing of the step
-    comm_s: NotRequired[float]  # cumulative seconds in communication so far (the reference workload)
+    comm_s: NotRequired[float]  # seconds of the step in collectives (the reference workload)
+    cpu_s: NotRequired[float]  # the probe: seconds on a CPU since the process's previous step, all threads
+    cpu_wait_s: NotRequired[float]  # the probe: seconds runnable but waiting for a CPU (run queue, CPU quota)
     sample_ids: NotRequired[list[int]]  # dataset indices this rank consumed: enables the exactly-once check
     epoch: NotRequired[int]
     dataset_size: NotRequired[int]

@@ -196,7 +196,7 @@ class Observes(StopsNode):
 
 def test_what_an_active_fault_observes_is_written_between_its_injection_and_its_heal(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    Observes.seen, Observes.healed = 0, []
+    Observes.seen, Observes.healed, Observes.fail = 0, [], False  # another test may have left StopsNode.fail set
     monkeypatch.setattr(scheduler_module, "fault_kind", lambda kind: Observes())
     run = Run(tmp_path, [make_fault(kind="freeze", target=0, at_step=1, duration=5.0)])
     run.nodes.start_cluster()

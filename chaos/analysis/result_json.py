@@ -20,6 +20,7 @@ from chaos.analysis.hangs import add_hangs, hung_cause
 from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
 from chaos.analysis.planned import missing_promises, not_injected
+from chaos.analysis.step_timing import step_timings
 from chaos.events import EndReason, Ev
 from chaos.history import Event
 from chaos.scenario import Bound, CommandWorkload, Scenario
@@ -123,6 +124,10 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     faults = sorted(injected + not_injected(events, {f["id"] for f in injected}), key=lambda f: f["id"])
     add_oom_kills(faults, events)
     hangs = add_hangs(faults, events)
+    timings = step_timings(events, faults)
+    for f in faults:
+        if f["id"] in timings:  # a fault with an end and steps inside it: how each rank spent its steps
+            f["step_timing"] = timings[f["id"]]
     missing = missing_promises(faults)
     gp = goodput(events)
     completed = end.get("reason") == EndReason.COMPLETED

@@ -35,8 +35,8 @@ MISSING: Any = _Missing()
 # when a value needs it; floats stay 8-byte doubles (a narrower float would change the figures).
 _NUMBERS: dict[str, tuple[str, type]] = {
     "t": ("d", float), "step": ("i", int), "loss": ("d", float), "duration_s": ("d", float),
-    "comm_s": ("d", float), "samples": ("i", int), "rank": ("i", int), "world_size": ("i", int),
-    "epoch": ("i", int), "dataset_size": ("i", int)}
+    "comm_s": ("d", float), "cpu_s": ("d", float), "cpu_wait_s": ("d", float), "samples": ("i", int),
+    "rank": ("i", int), "world_size": ("i", int), "epoch": ("i", int), "dataset_size": ("i", int)}
 # Widening order of integer arrays.
 _WIDER = {"B": "H", "H": "i", "i": "q"}
 # Coded columns: values that repeat across steps (a process, its incarnation), stored as indices into a table.

@@ -10,6 +10,8 @@ from chaos.reports.plots import figures, to_svg
 from chaos.reports.text import (
     BREAKDOWN_INTRO,
     FAULT_COLUMNS,
+    STEP_TIMING_COLUMNS,
+    STEP_TIMING_INTRO,
     advice_lines,
     breakdown_notes,
     breakdown_rows,
@@ -17,6 +19,9 @@ from chaos.reports.text import (
     fault_rows,
     fmt,
     limit_text,
+    slow_node_line,
+    step_timing_node_rows,
+    step_timing_rows,
     summary_rows,
 )
 
@@ -72,6 +77,15 @@ def render_html(report: Report) -> str:
             parts.append(f"<p>fault {b['fault']} ({escape(b['kind'])}): recovery {fmt(b['recovery_s'], ' s')}</p>"
                          + _table(("phase", "seconds", "share"), breakdown_rows(b))
                          + (f"<ul>{notes}</ul>" if notes else ""))
+    timed = [f for f in r["faults"] if f.get("step_timing")]
+    if timed:
+        parts.append(f"<h2>Per-rank step timing</h2><p>{escape(STEP_TIMING_INTRO)}</p>")
+        for f in timed:
+            parts.append(f"<p>fault {f['id']} ({escape(f['kind'])} on {escape(str(f['target']))}): "
+                         f"{escape(slow_node_line(f) or '')}</p>"
+                         + _table(STEP_TIMING_COLUMNS, step_timing_rows(f["step_timing"]))
+                         + (_table(("node", *STEP_TIMING_COLUMNS[2:]), node_rows)
+                            if (node_rows := step_timing_node_rows(f["step_timing"])) else ""))
     exp_rows = "".join(f"<tr><td>{escape(x['name'])}{' (implicit)' if x.get('implicit') else ''}</td>"
                        f"<td>{escape(limit_text(x['limit']))}</td><td>{escape(fmt(x['value']))}</td>"
                        f"<td>{_ok(x['ok'])}</td></tr>" for x in r["expectations"])

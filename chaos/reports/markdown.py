@@ -9,6 +9,8 @@ from chaos.reports.plots import figures, to_png
 from chaos.reports.text import (
     BREAKDOWN_INTRO,
     FAULT_COLUMNS,
+    STEP_TIMING_COLUMNS,
+    STEP_TIMING_INTRO,
     advice_lines,
     breakdown_notes,
     breakdown_rows,
@@ -16,6 +18,9 @@ from chaos.reports.text import (
     fault_rows,
     fmt,
     limit_text,
+    slow_node_line,
+    step_timing_node_rows,
+    step_timing_rows,
     summary_rows,
     verdict_text,
 )
@@ -50,6 +55,14 @@ def render_markdown(report: Report, directory: Path, stem: str) -> str:
             out += [f"fault {b['fault']} ({b['kind']}): recovery {fmt(b['recovery_s'], ' s')}", "",
                     _table(("phase", "seconds", "share"), breakdown_rows(b)), ""]
             out += [*(f"- {line}" for line in breakdown_notes(b)), ""] if breakdown_notes(b) else []
+    timed = [f for f in r["faults"] if f.get("step_timing")]
+    if timed:
+        out += ["## Per-rank step timing", "", STEP_TIMING_INTRO, ""]
+        for f in timed:
+            out += [f"fault {f['id']} ({f['kind']} on {f['target']}): {slow_node_line(f)}", "",
+                    _table(STEP_TIMING_COLUMNS, step_timing_rows(f["step_timing"])), ""]
+            if node_rows := step_timing_node_rows(f["step_timing"]):
+                out += [_table(("node", *STEP_TIMING_COLUMNS[2:]), node_rows), ""]
     out += ["## Expectations", "", _table(("expectation", "limit", "measured", "outcome"), [
         [x["name"], limit_text(x["limit"]), fmt(x["value"]), "ok" if x["ok"] else "FAILED"]
         for x in r["expectations"]]), ""]

@@ -52,7 +52,7 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
             ("restarts after the job finished", fmt(r.get("restarts_after_completion", 0))),
             ("node replacements", fmt(r["node_replacements"])),
             ("run duration", fmt(r["duration_s"], " s", 1)), ("end", r["end_reason"]), *oom_rows(report),
-            *hang_rows(report)]
+            *slow_node_rows(report), *hang_rows(report)]
 
 
 def oom_rows(report: Report) -> list[tuple[str, str]]:
@@ -77,6 +77,64 @@ def hang_rows(report: Report) -> list[tuple[str, str]]:
             text = why if why.startswith((h["outcome"], "not checked")) else f"{h['outcome']}: {why}"
             rows.append((f"hang #{f['id']} ({h.get('mode')})", text))
     return rows
+
+
+def slow_node_line(f: dict[str, Any]) -> str | None:
+    """Which node the per-rank step timing names as slow during a fault, and on what evidence (analysis wrote it)."""
+    st = f.get("step_timing")
+    if not st:
+        return None
+    if st.get("slow_node") is None:
+        return f"fault #{f['id']} {f['kind']}: no slow node named: {st['why']}"
+    target = "" if st.get("slow_is_target") is None else (" (the fault's target)" if st["slow_is_target"]
+                                                           else f" (NOT the fault's target, {st['target']})")
+    ran = [f"got {x:.2f}× less of the CPU it asked for" if (x := st.get("cpu_slowdown")) else None,
+           f"spent {x:.2f}× as long outside the collectives" if (x := st.get("compute_slowdown")) else None]
+    return (f"{st['slow_node']} rank {st['slow_rank']}{target}, fault #{f['id']} {f['kind']}: {st['why']}"
+            + (f"; against before the fault it {' and '.join(r for r in ran if r)}" if any(ran) else ""))
+
+
+def slow_node_rows(report: Report) -> list[tuple[str, str]]:
+    return [("slow node (per-rank step timing)", line) for f in report.result["faults"]
+            if (line := slow_node_line(f)) is not None]
+
+
+STEP_TIMING_INTRO = ("Median per step, before / during / after the fault. In a synchronous job every rank's step "
+                     "lasts as long as the slowest one's; what names the slow rank is how it spent the step: waiting "
+                     "for a CPU (runnable without one: CPU quota, contention; the probe reads the kernel's schedstat, "
+                     "its threads summed, per second of the step) "
+                     "or outside the collectives (step time − time in all-reduces, from the workload), while the "
+                     "ranks it holds up wait inside the collectives.")
+STEP_TIMING_COLUMNS = ("rank", "node", "step (ms)", "waiting for a CPU (s per s)", "outside collectives (ms)",
+                       "steps")
+
+
+def _three(x: dict[str, Any], name: str, scale: float = 1000.0, digits: int = 1) -> str:
+    def one(w: str) -> str:
+        v = (x.get(w) or {}).get(name)
+        return "—" if v is None else f"{v * scale:.{digits}f}"
+    return " / ".join(one(w) for w in ("before", "during", "after"))
+
+
+def step_timing_rows(st: dict[str, Any]) -> list[list[str]]:
+    """One row per rank of a fault's step timing (before / during / after in each cell)."""
+    rows = []
+    for x in st["ranks"]:
+        mark = " ◀ slow" if (x["node"], x["rank"]) == (st.get("slow_node"), st.get("slow_rank")) else ""
+        rows.append([f"{x['rank']}{mark}", x["node"], _three(x, "step_s"), _three(x, "starved", 1.0, 2),
+                     _three(x, "compute_s"), " / ".join(str((x.get(w) or {}).get("steps", 0))
+                                                        for w in ("before", "during", "after"))])
+    return rows
+
+
+def step_timing_node_rows(st: dict[str, Any]) -> list[list[str]]:
+    """Per node (its ranks' steps pooled), when some node runs more than one rank; else none (the rank rows say it)."""
+    if len(st.get("nodes", [])) >= len(st["ranks"]):
+        return []
+    return [[f"{x['node']}{' ◀ slow' if x['node'] == st.get('slow_node') else ''}", _three(x, "step_s"),
+             _three(x, "starved", 1.0, 2), _three(x, "compute_s"),
+             " / ".join(str((x.get(w) or {}).get("steps", 0)) for w in ("before", "during", "after"))]
+            for x in st["nodes"]]
 
 
 def environment_rows(report: Report) -> list[tuple[str, str]]:

@@ -32,6 +32,7 @@ NODE_NETWORK = "node_network"
 CHECKPOINT_STORAGE = "checkpoint_storage"
 STORAGE_LAYER = "storage_layer"
 MEMORY_CGROUP = "memory_cgroup"
+CPU_QUOTA = "cpu_quota"
 CAPABILITIES = {
     KILL: "SIGKILL a node's whole process tree",
     KILL_WORKERS: "kill a node's worker processes and leave its launcher alive",
@@ -40,6 +41,8 @@ CAPABILITIES = {
     CHECKPOINT_STORAGE: "the checkpoint directory is reachable from the engine's host",
     STORAGE_LAYER: "the nodes see the storage layer's FUSE mount of the checkpoint directory",
     MEMORY_CGROUP: "the node's processes are host processes the engine can put under a memory cgroup limit",
+    CPU_QUOTA: "the node's CPU time can be capped and given back exactly: its own CPU quota (cpu_quota/set_cpu_quota, "
+               "a container's), or host processes (node_pids) the engine moves into a cpu cgroup of its own",
 }
 
 
@@ -111,6 +114,16 @@ class Runtime(ABC):
     def memory_cgroup(self, name: str) -> Path:
         """The node's own memory cgroup directory, holding every page the node charged (memory faults)."""
         raise Unsupported(f"the {self.name} runtime gives nodes no memory cgroup of their own")
+
+    def cpu_quota(self, name: str) -> tuple[int, int]:
+        """The node's own CPU quota as the runtime records it: (quota µs per period, period µs), 0 = not set
+        (straggler). Unsupported: the node has none of its own, and its processes (:meth:`node_pids`) are host
+        processes the fault puts in a cpu cgroup itself."""
+        raise Unsupported(f"the {self.name} runtime keeps no CPU quota of its own per node")
+
+    def set_cpu_quota(self, name: str, quota_us: int, period_us: int) -> str:
+        """Set the node's own CPU quota (``quota_us`` ≤ 0: none); returns the mechanism used."""
+        raise Unsupported(f"the {self.name} runtime keeps no CPU quota of its own per node")
 
     def addressing(self, scenario: Scenario) -> Addressing:
         """Where each node will listen; asked before the plan is built, so the plan shows real addresses."""

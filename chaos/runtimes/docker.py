@@ -34,6 +34,7 @@ from chaos.plan import (
 )
 from chaos.runtimes.base import (
     CHECKPOINT_STORAGE,
+    CPU_QUOTA,
     FREEZE,
     KILL,
     KILL_WORKERS,
@@ -135,7 +136,7 @@ class DockerRuntime(Runtime):
     name = "docker"
     summary = "one container per node on an internal network (needs dockerd and `chaos image build`)"
     capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, NODE_NETWORK, CHECKPOINT_STORAGE, STORAGE_LAYER,
-                              MEMORY_CGROUP})
+                              MEMORY_CGROUP, CPU_QUOTA})
     options = DockerOptions
     cleanup_order = 10  # containers first: their processes carry marks too, a paused one dies only with it
 
@@ -301,6 +302,20 @@ class DockerRuntime(Runtime):
         if lay is None:
             raise RuntimeError("no memory cgroup controller on this machine")
         return proc_cgroup(self._pid(name), lay)
+
+    def cpu_quota(self, name: str) -> tuple[int, int]:
+        host = self.docker.api.inspect_container(self._ids[name])["HostConfig"]
+        if host.get("NanoCpus"):
+            raise RuntimeError(f"{name}'s container has a --cpus limit (NanoCpus), which docker refuses to combine "
+                               "with a CPU quota")
+        return int(host.get("CpuQuota") or 0), int(host.get("CpuPeriod") or 0)
+
+    def set_cpu_quota(self, name: str, quota_us: int, period_us: int) -> str:
+        # docker update ignores 0 ("leave as is"), so "no quota" is written as the kernel's -1 (and its default
+        # period): the cgroup reads back exactly as before; docker's record then says -1/100000 instead of unset.
+        quota, period = (quota_us, period_us) if quota_us > 0 else (-1, period_us or 100_000)
+        self.docker.api.update_container(self._ids[name], cpu_quota=quota, cpu_period=period)
+        return f"docker update --cpu-quota {quota} --cpu-period {period} (the container's CFS quota)"
 
     def freeze(self, name: str) -> str:
         self.docker.api.pause(self._ids[name])

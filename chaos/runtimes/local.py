@@ -23,6 +23,7 @@ from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked, marked_processes, sig
 from chaos.plan import NodePlan, Plan
 from chaos.runtimes.base import (
     CHECKPOINT_STORAGE,
+    CPU_QUOTA,
     FREEZE,
     KILL,
     KILL_WORKERS,
@@ -52,7 +53,8 @@ def pinned_argv(argv: list[str], cpus: list[int] | None) -> list[str]:
 class LocalRuntime(Runtime):
     name = "local"
     summary = "process trees on this machine, sharing its loopback (no daemon, no root)"
-    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE, STORAGE_LAYER, MEMORY_CGROUP})
+    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE, STORAGE_LAYER, MEMORY_CGROUP,
+                              CPU_QUOTA})
     cleanup_order = 60  # after containers, whose processes carry marks too
 
     @classmethod
