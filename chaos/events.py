@@ -255,6 +255,7 @@ class HangStarted(Line):
     rank: NotRequired[int]
     local_rank: NotRequired[int]
     step: NotRequired[int | None]  # the last step the stuck rank completed (main_thread)
+    hold_gil: NotRequired[bool]  # the stuck main thread spins holding the GIL (main_thread with hold_gil: true)
 
 
 class HangReleased(Line):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 import uuid
@@ -40,6 +41,8 @@ _HEARTBEAT_FILE = "engine.alive"
 _ENGINE_GONE_S = 3.0
 _HANG_PREFIX = "hang-"  # <history>.acks/hang-<node>-<local rank>: the hang fault's order (chaos/faults/hang.py)
 _IMPORTED_AT = time.time()  # orders older than this process's probe are not for it
+_GIL_SWITCH_S = 30.0  # a hang holding the GIL: how long another thread waits before forcing a switch
+_GIL_CHECK_S = 1.0  # ... and how often it looks at its order (the only moments it lets the GIL go)
 
 _lock = threading.Lock()
 _fd: int | None = None
@@ -166,18 +169,30 @@ def _hang_if_ordered(path: str, step: Any) -> None:
     if fault_id in _hung_for:  # released once already: never twice for one fault
         return
     _hung_for.add(fault_id)
+    hold_gil = spec.get("hold_gil") is True
     started = time.time()
-    emit(Ev.HANG_STARTED, fault_id=fault_id, mode="main_thread", step=step)
+    emit(Ev.HANG_STARTED, fault_id=fault_id, mode="main_thread", step=step, **({"hold_gil": True} if hold_gil else {}))
     why = "healed"
-    while True:
-        current = _read_order(order)
-        if current is None or current.get("fault_id") != fault_id:
-            why = "healed" if not os.path.exists(order) else "cancelled"
-            break
-        if _engine_gone(acks):
-            why = "engine gone"
-            break
-        time.sleep(0.05)
+    switch = sys.getswitchinterval()
+    if hold_gil:  # other Python threads get the GIL only when this one does I/O (once a second), or after 30 s
+        sys.setswitchinterval(_GIL_SWITCH_S)
+    try:
+        while True:
+            current = _read_order(order)
+            if current is None or current.get("fault_id") != fault_id:
+                why = "healed" if not os.path.exists(order) else "cancelled"
+                break
+            if _engine_gone(acks):
+                why = "engine gone"
+                break
+            if hold_gil:
+                until = time.monotonic() + _GIL_CHECK_S
+                while time.monotonic() < until:  # spins without releasing the GIL
+                    pass
+            else:
+                time.sleep(0.05)
+    finally:
+        sys.setswitchinterval(switch)
     emit(Ev.HANG_RELEASED, fault_id=fault_id, mode="main_thread", why=why, held_s=time.time() - started)
 
 

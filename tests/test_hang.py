@@ -171,6 +171,30 @@ def test_the_main_thread_blocks_at_its_step_while_other_threads_run_and_goes_on_
     assert [e["step"] for e in events if e["event"] == Ev.STEP_COMPLETED] == [7, 8]  # hung once, not again
 
 
+def test_holding_the_gil_starves_the_other_python_threads_until_released(tmp_path: Path, history: Path) -> None:
+    proc, go, beats = _worker(tmp_path, _env(history))
+    try:
+        order = order_path(history, "node1", 0)
+        order.write_text(json.dumps({"fault_id": 5, "t": time.time(), "hold_gil": True}))
+        go.touch()
+        _wait(lambda: any(e["event"] == Ev.HANG_STARTED for e in _history(history)))
+        time.sleep(0.3)
+        size = beats.stat().st_size
+        time.sleep(2.0)
+        starved = beats.stat().st_size - size  # a free thread beats every 50 ms: ~40 in 2 s
+        order.unlink()
+        released = time.monotonic()
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - released < 3.0  # it looks at its order once a second
+    finally:
+        proc.kill()
+    assert starved <= 15, starved
+    [started] = [e for e in _history(history) if e["event"] == Ev.HANG_STARTED]
+    assert started["hold_gil"] is True
+    with pytest.raises(ScenarioInvalid, match="hold_gil: applies to mode: main_thread only"):
+        scenario("{kind: hang, target: 1, at_step: 5, mode: process, hold_gil: true}")
+
+
 def test_an_order_older_than_the_process_is_not_for_it(tmp_path: Path, history: Path) -> None:
     _order(history, time.time() - 60)  # a restarted worker must not obey the order its predecessor obeyed
     proc, go, _ = _worker(tmp_path, _env(history))

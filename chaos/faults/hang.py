@@ -52,6 +52,9 @@ class HangOptions(FaultSpec):
         "process and other threads live (needs the probe); process: SIGSTOP to the one worker process (any "
         "script). Default: main_thread for the shipped workload, process for a command workload")
     local_rank: int = Field(0, ge=0, description="the worker on the target node that hangs (its LOCAL_RANK)")
+    hold_gil: bool = Field(False, description="main_thread only: the stuck main thread spins holding the GIL "
+                           "(other Python threads starve; native threads such as the process group's run on) "
+                           "instead of sleeping")
 
 
 def resolved_mode(spec: Any, scenario: Any) -> str:
@@ -106,7 +109,7 @@ class Hang(FaultKind):
             order = order_path(events, ctx.node, spec.local_rank)
             tmp = order.with_name(f".{order.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"fault_id": ctx.fault_id, "t": time.time(), "node": ctx.node,
-                                       "local_rank": spec.local_rank}))
+                                       "local_rank": spec.local_rank, "hold_gil": spec.hold_gil}))
             os.replace(tmp, order)  # atomic: the probe never reads half an order
             ctx.handles.append(order)
             ctx.details["order"] = str(order)
@@ -166,10 +169,13 @@ class Hang(FaultKind):
 
     @classmethod
     def check(cls, spec: Any, scenario: Scenario) -> list[str]:
+        problems = []
         procs = scenario.cluster.procs_per_node
         if spec.local_rank >= procs:
-            return [f"local_rank: {spec.local_rank} does not exist (cluster.procs_per_node is {procs})"]
-        return []
+            problems.append(f"local_rank: {spec.local_rank} does not exist (cluster.procs_per_node is {procs})")
+        if spec.hold_gil and resolved_mode(spec, scenario) != "main_thread":
+            problems.append("hold_gil: applies to mode: main_thread only (a stopped process holds nothing)")
+        return problems
 
     @classmethod
     def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
