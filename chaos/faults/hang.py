@@ -6,7 +6,8 @@ Two mechanisms (``mode``):
   the engine writes an order file, ``<history>.acks/hang-<node>-<local rank>``, atomically; the rank's main
   thread reads it at its next completed step and blocks in the probe (``chaos.probe._hang_if_ordered``) while its
   process, the process group's threads and every other thread keep running, exactly as a rank stuck before its
-  next collective. The probe writes ``hang_started`` when it blocks and ``hang_released`` when it is let go. Heal
+  next collective (``hold_gil: true``: it spins holding the GIL, so other Python threads starve too). The probe
+  writes ``hang_started`` when it blocks and ``hang_released`` when it is let go. Heal
   removes the order; a process that started after the order (a restarted worker) never obeys it, and a probe that
   sees the engine's heartbeat stale lets go by itself (an engine SIGKILLed mid-fault leaves no stuck rank).
 - ``process`` (any script): SIGSTOP to the one worker process (``local_rank``) on the target node, not its node;
