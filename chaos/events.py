@@ -68,6 +68,9 @@ class Ev(StrEnum):
     FAULT_HEALED = "fault_healed"
     FAULT_HEAL_FAILED = "fault_heal_failed"
     OOM_KILLED = "oom_killed"
+    # -- a hang (source "workload" from the probe for a main-thread hang, "engine" for a stopped process)
+    HANG_STARTED = "hang_started"
+    HANG_RELEASED = "hang_released"
     # -- workload (source "workload" through chaos.probe; PROCESS_STARTED and STEP_COMPLETED also "progress")
     PROCESS_STARTED = "process_started"
     STEP_COMPLETED = "step_completed"
@@ -236,6 +239,38 @@ class OomKilled(Line):
     killed_at: float  # host wall clock of the kernel's record (t is when the engine saw it)
     limit_bytes: int | None  # the node's memory limit then (null: none)
     evidence: str  # the counter's change and the kernel's line
+
+
+class HangStarted(Line):
+    """One rank stopped making progress while its process stays alive (the ``hang`` fault, chaos/faults/hang.py).
+
+    Written by the probe in the stuck process when its main thread starts blocking (``mode: main_thread``: ``t``
+    is the moment it blocked, right after its step), or by the engine when it stopped the worker process
+    (``mode: process``: ``t`` is just after the SIGSTOP). Analysis measures detection from this ``t``."""
+
+    fault_id: int
+    mode: str  # "main_thread" or "process"
+    node: str
+    pid: NotRequired[int | list[int]]  # the stuck process (the probe's own pid; the pids stopped)
+    rank: NotRequired[int]
+    local_rank: NotRequired[int]
+    step: NotRequired[int | None]  # the last step the stuck rank completed (main_thread)
+    hold_gil: NotRequired[bool]  # the stuck main thread spins holding the GIL (main_thread with hold_gil: true)
+
+
+class HangReleased(Line):
+    """The stuck rank was let go: its main thread left the probe's loop, or the stopped process got SIGCONT."""
+
+    fault_id: int
+    mode: str
+    node: str
+    # "healed" (the fault's duration ended, or teardown), "engine gone" (the probe saw the engine's heartbeat
+    # stale), "cancelled" (the order file became unreadable)
+    why: str
+    held_s: NotRequired[float]  # how long the rank was blocked
+    pid: NotRequired[int | list[int]]
+    rank: NotRequired[int]
+    local_rank: NotRequired[int]
 
 
 # ------------------------------------------------------------------------------------------ workload events
@@ -428,6 +463,8 @@ FIELDS: dict[Ev, type] = {
     Ev.FAULT_HEALED: FaultHealed,
     Ev.FAULT_HEAL_FAILED: FaultHealFailed,
     Ev.OOM_KILLED: OomKilled,
+    Ev.HANG_STARTED: HangStarted,
+    Ev.HANG_RELEASED: HangReleased,
     Ev.PROCESS_STARTED: ProcessStarted,
     Ev.STEP_COMPLETED: StepCompleted,
     Ev.CHECKPOINT_SAVE_STARTED: CheckpointSaveStarted,

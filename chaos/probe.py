@@ -11,12 +11,18 @@ runs unchanged outside chaos.
 the engine's acknowledgement file (``<history>.acks/<event id>``). That is how a fault lands deterministically
 *between* two workload events (a crash halfway through a checkpoint write, or right after step N and before
 anything else) instead of racing a fast job.
+
+A ``hang`` fault (chaos/faults/hang.py) orders one rank to block: the engine writes ``<history>.acks/hang-<node>-
+<local rank>``, and that rank's main thread, at its next completed step, stays in :func:`_hang_if_ordered` (its
+process and every other thread alive) until the file goes, or the engine is gone. A process started after the
+order never obeys it: the hang hits the rank running when the fault landed, not its restarted successor.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 import uuid
@@ -33,11 +39,16 @@ _ENV_PAUSE_TIMEOUT = "CHAOS_PAUSE_TIMEOUT_S"
 # The engine refreshes this file (chaos/engine/heartbeat.py) twice a second while it runs; stale = engine gone.
 _HEARTBEAT_FILE = "engine.alive"
 _ENGINE_GONE_S = 3.0
+_HANG_PREFIX = "hang-"  # <history>.acks/hang-<node>-<local rank>: the hang fault's order (chaos/faults/hang.py)
+_IMPORTED_AT = time.time()  # orders older than this process's probe are not for it
+_GIL_SWITCH_S = 30.0  # a hang holding the GIL: how long another thread waits before forcing a switch
+_GIL_CHECK_S = 1.0  # ... and how often it looks at its order (the only moments it lets the GIL go)
 
 _lock = threading.Lock()
 _fd: int | None = None
 _fd_path: str | None = None
 _context: dict[str, Any] = {}
+_hung_for: set[Any] = set()  # hang faults this process obeyed (and was released from)
 
 
 def enabled() -> bool:
@@ -87,6 +98,8 @@ def emit(event: str, **fields: Any) -> None:
         os.write(_descriptor(path), line.encode())
     if pause:
         wait_for_ack(path, record["id"])
+    if event == Ev.STEP_COMPLETED:
+        _hang_if_ordered(path, fields.get("step"))
 
 
 def _json_safe(value: Any) -> Any:
@@ -123,6 +136,64 @@ def wait_for_ack(path: str, event_id: str, timeout_s: float | None = None,
             except OSError:
                 pass  # no heartbeat (an older engine): only the safety timeout applies
         time.sleep(0.005)
+
+
+def _engine_gone(acks: str) -> bool:
+    try:
+        return time.time() - os.stat(os.path.join(acks, _HEARTBEAT_FILE)).st_mtime > _ENGINE_GONE_S
+    except OSError:
+        return False  # no heartbeat (an older engine): only the order's removal releases
+
+
+def _read_order(order: str) -> dict[str, Any] | None:
+    try:
+        with open(order) as fh:
+            value = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _hang_if_ordered(path: str, step: Any) -> None:
+    """Block this rank's main thread while the engine's hang order for it stands (a hang fault in main_thread
+    mode): one failed ``open`` per step when there is none. Other threads (the process group's) keep running."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    acks = path + ".acks"
+    order = os.path.join(acks, f"{_HANG_PREFIX}{os.environ.get(_ENV_NODE, 'local')}-"
+                               f"{os.environ.get('LOCAL_RANK', '0')}")
+    spec = _read_order(order)
+    if spec is None or not isinstance(spec.get("t"), (int, float)) or spec["t"] < _IMPORTED_AT:
+        return
+    fault_id = spec.get("fault_id")
+    if fault_id in _hung_for:  # released once already: never twice for one fault
+        return
+    _hung_for.add(fault_id)
+    hold_gil = spec.get("hold_gil") is True
+    started = time.time()
+    emit(Ev.HANG_STARTED, fault_id=fault_id, mode="main_thread", step=step, **({"hold_gil": True} if hold_gil else {}))
+    why = "healed"
+    switch = sys.getswitchinterval()
+    if hold_gil:  # other Python threads get the GIL only when this one does I/O (once a second), or after 30 s
+        sys.setswitchinterval(_GIL_SWITCH_S)
+    try:
+        while True:
+            current = _read_order(order)
+            if current is None or current.get("fault_id") != fault_id:
+                why = "healed" if not os.path.exists(order) else "cancelled"
+                break
+            if _engine_gone(acks):
+                why = "engine gone"
+                break
+            if hold_gil:
+                until = time.monotonic() + _GIL_CHECK_S
+                while time.monotonic() < until:  # spins without releasing the GIL
+                    pass
+            else:
+                time.sleep(0.05)
+    finally:
+        sys.setswitchinterval(switch)
+    emit(Ev.HANG_RELEASED, fault_id=fault_id, mode="main_thread", why=why, held_s=time.time() - started)
 
 
 def set_context(**fields: Any) -> None:

@@ -8,6 +8,7 @@ from chaos.loading import shipped_scenarios_dir
 from tests.integration import (
     test_etcd_rendezvous,
     test_explore,
+    test_hang,
     test_memory_faults,
     test_planted_bugs,
     test_runtime_matrix,
@@ -29,7 +30,7 @@ def shipped_names() -> set[str]:
 def test_every_shipped_scenario_is_run_by_an_integration_test() -> None:
     run_for_real = (set(test_shipped_scenarios.EXPECTED_VERDICT) | set(test_runtime_matrix.EXPECTED_VERDICT)
                     | set(test_storage_faults.EXPECTED_VERDICT) | set(test_memory_faults.EXPECTED_VERDICT)
-                    | set(test_straggler.EXPECTED_VERDICT)
+                    | set(test_straggler.EXPECTED_VERDICT) | set(test_hang.EXPECTED_VERDICT)
                     | set(test_store_faults.EXPECTED_VERDICT) | set(test_etcd_rendezvous.EXPECTED_VERDICT)
                     | {f"bugs/{bug}" for bug in test_planted_bugs.EXPECTED}
                     | {str(test_explore.SCENARIO.relative_to(shipped_scenarios_dir()).with_suffix(""))})

@@ -2,7 +2,8 @@
 
 ``result.json`` is the public contract CI users parse; ``RESULT_SCHEMA_VERSION`` changes whenever a field's
 meaning does (4: each fault says whether it is ``disruptive``, as its kind declared it; 7: each disruptive
-fault's ``recovery_breakdown``; 8: ``resources``, the cores each node was pinned to). Reads the run directory
+fault's ``recovery_breakdown``; 8: ``resources``, the cores each node was pinned to; 9: a hang's ``hang``
+outcome). Reads the run directory
 and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()`` returns.)
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from chaos.analysis.breakdown import breakdown_for_result, recovery_breakdowns
 from chaos.analysis.checkpoints import checkpoint_verdicts, restart_loop_cause
+from chaos.analysis.hangs import add_hangs, hung_cause
 from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
 from chaos.analysis.planned import missing_promises, not_injected
@@ -121,6 +123,7 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     injected = [{**m.to_dict(), "injected": True} for m in fault_metrics(events)]
     faults = sorted(injected + not_injected(events, {f["id"] for f in injected}), key=lambda f: f["id"])
     add_oom_kills(faults, events)
+    hangs = add_hangs(faults, events)
     timings = step_timings(events, faults)
     for f in faults:
         if f["id"] in timings:  # a fault with an end and steps inside it: how each rank spent its steps
@@ -150,6 +153,9 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         cause = restart_loop_cause(events) if reason in (EndReason.RESTART_LOOP, EndReason.HUNG) else None
         if cause:  # the file a crash loop kept dying on (the error the workers printed is in the engine's why)
             why += f"; {cause}"
+        stuck = hung_cause(hangs) if reason == EndReason.HUNG else None
+        if stuck:  # the rank a hang fault left stuck, named
+            why += f"; {stuck}"
     elif missing:  # a run whose planned fault did not happen proves nothing about that fault: never a pass
         verdict = "error"
         why = "planned fault(s) did not happen: " + "; ".join(

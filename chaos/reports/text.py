@@ -52,7 +52,7 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
             ("restarts after the job finished", fmt(r.get("restarts_after_completion", 0))),
             ("node replacements", fmt(r["node_replacements"])),
             ("run duration", fmt(r["duration_s"], " s", 1)), ("end", r["end_reason"]), *oom_rows(report),
-            *slow_node_rows(report)]
+            *slow_node_rows(report), *hang_rows(report)]
 
 
 def oom_rows(report: Report) -> list[tuple[str, str]]:
@@ -64,6 +64,18 @@ def oom_rows(report: Report) -> list[tuple[str, str]]:
             rows.append(("OOM-killed by the kernel", f"{k.get('node')} pid {k.get('pid')} ({who}), fault #{f['id']} "
                          f"{f['kind']}" + (f", {k['after_injection_s']:+.2f} s from its injection"
                                            if k.get("after_injection_s") is not None else "")))
+    return rows
+
+
+def hang_rows(report: Report) -> list[tuple[str, str]]:
+    """Each hang: whether the job noticed the stuck rank (and how fast) or hung (chaos.analysis.hangs)."""
+    rows = []
+    for f in report.result["faults"]:
+        h = f.get("hang")
+        if h:
+            why = str(h.get("why", ""))
+            text = why if why.startswith((h["outcome"], "not checked")) else f"{h['outcome']}: {why}"
+            rows.append((f"hang #{f['id']} ({h.get('mode')})", text))
     return rows
 
 
