@@ -8,8 +8,12 @@ helpers, and cleanup, so none of them imports another's module.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -82,3 +86,22 @@ def kill_marked(prefix: str | None, only_orphans: bool = False) -> list[psutil.P
         killed.update((p.pid, p) for p in procs)
         psutil.wait_procs(procs, timeout=2)
     return list(killed.values())
+
+
+def leftover_owner_files(owners_dir: Path, run_id: str | None,
+                         only_orphans: bool) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """(owner file, its record) for each change a fault wrote down before making it (``run_id``, ``engine_pid``
+    and what to undo), of ``run_id`` (any run when None), and only those whose engine is gone when
+    ``only_orphans``: what ``chaos cleanup`` must undo. Unreadable files are skipped."""
+    if not owners_dir.is_dir():
+        return
+    for owner in sorted(owners_dir.glob("*.json")):
+        try:
+            info = json.loads(owner.read_text())
+        except (OSError, ValueError):
+            continue
+        if run_id is not None and info.get("run_id") != run_id:
+            continue
+        if only_orphans and psutil.pid_exists(int(info.get("engine_pid", -1))):
+            continue
+        yield owner, info

@@ -37,7 +37,7 @@ from typing import Any
 import psutil
 
 from chaos.events import Ev
-from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR
+from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, leftover_owner_files
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 OWNERS_DIR = Path("/run/torch-chaos/memory")
@@ -401,17 +401,7 @@ def stop_allocator(proc: subprocess.Popen[bytes] | None) -> int | None:
 def cleanup(run_id: str | None, only_orphans: bool) -> list[str]:
     """Restore limits and remove cgroups an interrupted run left (owner files name them and their engine)."""
     removed: list[str] = []
-    if not OWNERS_DIR.is_dir():
-        return removed
-    for owner in sorted(OWNERS_DIR.glob("*.json")):
-        try:
-            info = json.loads(owner.read_text())
-        except (OSError, ValueError):
-            continue
-        if run_id is not None and info.get("run_id") != run_id:
-            continue
-        if only_orphans and psutil.pid_exists(int(info.get("engine_pid", -1))):
-            continue
+    for owner, info in leftover_owner_files(OWNERS_DIR, run_id, only_orphans):
         path = Path(info.get("path", ""))
         if info.get("created"):
             removed += remove_run_cgroup(path, Path(info.get("home", "")))

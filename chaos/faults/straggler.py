@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import psutil
 from pydantic import Field
 
 from chaos.faults.base import FaultContext, FaultKind
+from chaos.marks import leftover_owner_files
 from chaos.runtimes.base import CPU_QUOTA, Unsupported
 from chaos.spec import FaultSpec
 
@@ -378,17 +378,7 @@ class Straggler(FaultKind):
     def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
         """After an engine SIGKILL: the node processes back where they were, our cgroups gone, quotas restored."""
         removed: list[str] = []
-        if not OWNERS_DIR.is_dir():
-            return removed
-        for owner in sorted(OWNERS_DIR.glob("*.json")):
-            try:
-                info = json.loads(owner.read_text())
-            except (OSError, ValueError):
-                continue
-            if run_id is not None and info.get("run_id") != run_id:
-                continue
-            if only_orphans and psutil.pid_exists(int(info.get("engine_pid", -1))):
-                continue
+        for owner, info in leftover_owner_files(OWNERS_DIR, run_id, only_orphans):
             path = Path(info.get("path") or "/nonexistent")
             if info.get("created"):
                 problems = _empty_and_remove(path, Path(info.get("home", "")), info.get("homes") or {})
