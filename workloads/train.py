@@ -107,29 +107,47 @@ def state_digest(model: nn.Module, optimizer: torch.optim.Optimizer) -> str:
 
 
 class CommTimer:
-    """Seconds spent in gradient and loss all-reduces during the current step (the step's communication time)."""
+    """Seconds spent in gradient and loss all-reduces during the current step (the step's communication time),
+    and the model's parameter order, which the gradient all-reduce uses as its fixed layout."""
 
-    def __init__(self) -> None:
+    def __init__(self, parameters: list[nn.Parameter]) -> None:
         self.seconds = 0.0
+        self.order = {id(p): i for i, p in enumerate(parameters)}
 
 
 # No annotations: DDP checks them against the real classes, and this module's would be postponed strings.
-def per_parameter_allreduce(timer, bucket):  # type: ignore[no-untyped-def]
-    """DDP communication hook: all-reduce each gradient on its own, and time it.
+def fixed_layout_allreduce(state, bucket):  # type: ignore[no-untyped-def]
+    """DDP communication hook: all-reduce a bucket's gradients as one flat buffer in the model's parameter order,
+    and time it.
 
-    DDP's default hook all-reduces whole buckets, and the bucket layout is rebuilt after the first iteration of
-    every incarnation: a resumed job then sums some gradient elements in another order than a fault-free run
-    (gloo's ring reduces each chunk of a flat buffer starting at a different rank), and its weights drift by an
-    ulp (measured: losses differ by ~1e-7 relative a few steps after a resume). Reducing each parameter
-    separately makes the summation order depend on the parameter alone, so a resumed run matches its golden
-    run bitwise.
+    DDP's default hook all-reduces its bucket buffer, whose layout is rebuilt after the first iteration of every
+    incarnation: a resumed job then sums some gradient elements in another order than a fault-free run (gloo's
+    ring reduces each chunk of a flat buffer starting at a different rank), and its weights drift by an ulp
+    (measured: losses differ by ~1e-7 relative a few steps after a resume). Laying the gradients out in the
+    model's parameter order, whatever order the bucket holds them in, makes each element's summation order the
+    same in every incarnation, so a resumed run matches its golden run bitwise. One collective per bucket, not
+    one per parameter: measured here with 3 ranks on 2 cores, 6.0 ms per step against 31.6 ms (6 gradients
+    all-reduced one by one), which had made communication look like most of this small job's step. A model big
+    enough to need several buckets, whose split may differ between incarnations, falls back to one all-reduce
+    per gradient (slower, equally exact).
     """
     t0 = time.perf_counter()
     world_size = dist.get_world_size()
-    for grad in bucket.gradients():
-        dist.all_reduce(grad)
-        grad.div_(world_size)
-    timer.seconds += time.perf_counter() - t0
+    pairs = sorted(zip(bucket.parameters(), bucket.gradients(), strict=True),
+                   key=lambda pg: state.order[id(pg[0])])
+    if len(pairs) == len(state.order):
+        flat = torch.cat([grad.reshape(-1) for _, grad in pairs])
+        dist.all_reduce(flat)
+        flat.div_(world_size)
+        offset = 0
+        for _, grad in pairs:
+            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
+    else:
+        for _, grad in pairs:
+            dist.all_reduce(grad)
+            grad.div_(world_size)
+    state.seconds += time.perf_counter() - t0
     fut = torch.futures.Future()
     fut.set_result(bucket.buffer())
     return fut
@@ -267,11 +285,11 @@ def main(argv: list[str] | None = None) -> int:
         # the digest of the bytes actually loaded: the checker compares it with the one recorded at save time
         probe.checkpoint_loaded(int(state["step"]), str(path), hashlib.sha256(data).hexdigest())
 
-    comm = CommTimer()
+    comm = CommTimer(list(model.parameters()))
     train_model: nn.Module = model
     if distributed:
         train_model = nn.parallel.DistributedDataParallel(model)
-        train_model.register_comm_hook(comm, per_parameter_allreduce)
+        train_model.register_comm_hook(comm, fixed_layout_allreduce)
     loss_fn = nn.MSELoss(reduction="sum")
     for step in range(start_step + 1, args.steps + 1):
         t0 = time.perf_counter()
