@@ -194,9 +194,48 @@ def test_a_sweep_is_parsed_best_link_first_and_bad_values_are_refused() -> None:
 
     assert parse_sweep("bandwidth=10mbit,1gbit,100mbit") == ("bandwidth", ["1gbit", "100mbit", "10mbit"])
     assert rate_bits("1mbps") == 8e6  # tc's bps units are bytes
-    for bad in ("delay=10ms,20ms", "bandwidth=1gbit", "bandwidth=fast,slow", "bandwidth"):
-        with pytest.raises(ValueError, match=r"--sweep|tc rate"):
+    # a delay sweep: the best link (least delay) first
+    assert parse_sweep("delay=20ms,0ms,5ms") == ("delay", ["0ms", "5ms", "20ms"])
+    for bad in ("jitter=10ms,20ms", "bandwidth=1gbit", "bandwidth=fast,slow", "bandwidth", "delay=5ms,soon",
+                "delay=5ms,0.005s", "delay=-5ms,5ms"):
+        with pytest.raises(ValueError, match=r"--sweep|tc rate|a delay such as"):
             parse_sweep(bad)
+
+
+def test_a_delay_sweep_delays_every_node_and_its_zero_point_is_the_unimpaired_link() -> None:
+    from chaos.loading import load_scenario, shipped_scenarios_dir
+    from chaos.sweep import swept_scenario
+
+    elastic = load_scenario(shipped_scenarios_dir() / "compare" / "elastic-tuned.yaml")
+    swept = swept_scenario(elastic, "delay", "20ms")
+    assert swept.cluster.runtime == "netns"
+    assert [(f.kind, f.target, f.at, f.duration, f.delay) for f in swept.faults] == [
+        ("delay", i, 0, None, 0.02) for i in range(elastic.cluster.nodes)]
+    zero = swept_scenario(elastic, "delay", "0ms")
+    assert zero.faults == [] and zero.cluster.runtime == "netns" and zero.name == "compare-elastic-tuned-delay-0ms"
+
+
+def test_a_point_runs_fewer_steps_only_when_the_previous_pace_says_they_would_not_fit() -> None:
+    from chaos.loading import load_scenario, shipped_scenarios_dir
+    from chaos.sweep import MIN_STEPS, fit_steps, swept_scenario
+
+    elastic = load_scenario(shipped_scenarios_dir() / "compare" / "elastic-tuned.yaml")  # 1000 steps, 240 s
+    prev = _column("two-100mbit", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=20.0)
+    prev.time_to_first_step_s = 24.0
+    assert fit_steps(elastic, "bandwidth", None, "1gbit") == (None, "")  # the first point: nothing to go by
+    # 10× less bandwidth: 2 steps/s planned; 0.6 × 240 s - 24 s start = 120 s → 240 steps
+    steps, note = fit_steps(elastic, "bandwidth", ("100mbit", prev), "10mbit")
+    assert steps == 240 and note.startswith("240 of 1000 steps: at 100mbit it ran 20.0 steps/s")
+    assert swept_scenario(elastic, "bandwidth", "10mbit", steps).workload.args["steps"] == 240
+    # a small slowdown fits: the scenario's steps are kept
+    assert fit_steps(elastic, "bandwidth", ("100mbit", prev), "80mbit") == (None, "")
+    # a hopeless link still runs enough steps for a median
+    assert fit_steps(elastic, "bandwidth", ("100mbit", prev), "10kbit")[0] == MIN_STEPS
+    # delay: 0 ms → 20 ms is 21× the 1 ms a step's round trips are assumed to take unimpaired
+    steps, _ = fit_steps(elastic, "delay", ("0ms", prev), "20ms")
+    assert steps == int(120 * 20.0 / 21)
+    prev.steps_per_s = None  # no pace measured: nothing to go by
+    assert fit_steps(elastic, "bandwidth", ("100mbit", prev), "10mbit") == (None, "")
 
 
 def test_swept_runs_impair_every_nodes_link_for_the_whole_run_on_netns() -> None:
@@ -226,10 +265,29 @@ def test_the_crossover_is_where_the_speedup_falls_below_one(tmp_path: Path) -> N
                                                                       ("10mbit", 0.4)]
     assert curve["crossover"] == ("two: crossover between 100mbit (1.20×) and 10mbit (0.40×): on a link of 10mbit "
                                   "or worse, one machine (one) wins.")
-    assert paths["svg"].read_text().startswith("<?xml") and "| 10mbit | 40.0 | 0.40× |" in paths["md"].read_text()
+    assert paths["svg"].read_text().startswith("<?xml")
+    assert "| 10mbit | 100 | 40.0 | 0.40× |" in paths["md"].read_text()
     slow = {"two": [(v, _column("two", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=10.0)) for v in ("1gbit", "10mbit")]}
     assert "wins at every tested link quality" in json.loads(
         write_sweep("bandwidth", base, slow, tmp_path / "slow")["json"].read_text())["curves"][0]["crossover"]
+
+
+def test_a_delay_sweep_finds_its_crossover_and_states_the_points_steps(tmp_path: Path) -> None:
+    from chaos.sweep import write_sweep
+
+    base = _column("one", 1, pin_cpus(1, 1, [0, 1]), steps_per_s=100.0)
+    cut = "240 of 1000 steps: test"
+    swept = {"two": [("20ms", _column("two", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=30.0), cut),
+                     ("0ms", _column("two", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=180.0), ""),
+                     ("5ms", _column("two", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=90.0), "")]}
+    paths = write_sweep("delay", base, swept, tmp_path)
+    [curve] = json.loads(paths["json"].read_text())["curves"]
+    assert [(p["value"], p["delay_s"], p["bits_per_s"], p["speedup"]) for p in curve["points"]] == [
+        ("0ms", 0.0, None, 1.8), ("5ms", 0.005, None, 0.9), ("20ms", 0.02, None, 0.3)]
+    assert curve["crossover"].startswith("two: crossover between 0ms (1.80×) and 5ms (0.90×)")
+    md = paths["md"].read_text()
+    assert f"- two at 20ms: {cut}." in md and "every node's packets delayed" in md
+    assert "delay added to every packet" in paths["svg"].read_text()
 
 
 def test_a_pinned_docker_node_gets_its_cores_as_the_containers_cpuset(tmp_path: Path) -> None:
