@@ -338,7 +338,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             err.print(f"  {scenario.name}: {result['verdict']} ({result['why']})", highlight=False)
             run_dirs.append(engine.run_dir)
     paths = write_comparison(run_dirs, Path(args.output))
-    out.print(paths["md"].read_text(), highlight=False)
+    out.print(paths["md"].read_text(), highlight=False, markup=False)
     out.print(f"written: {paths['html']}, {paths['md']}, {paths['json']}", highlight=False)
     return EXIT_PASS
 
@@ -386,7 +386,7 @@ def _compare_sweep(args: argparse.Namespace) -> int:
             swept.setdefault(label, []).append((value, column, note))
             previous = (value, column)
     paths = write_sweep(kind, baseline, swept, Path(args.output))
-    out.print(paths["md"].read_text(), highlight=False)
+    out.print(paths["md"].read_text(), highlight=False, markup=False)
     out.print(f"written: {paths['md']}, {paths['svg']}, {paths['json']}", highlight=False)
     return EXIT_PASS
 

@@ -333,3 +333,94 @@ def test_no_phase_is_named_when_the_common_ones_explain_almost_none_of_the_diffe
     quick.recovery_s, quick.recovery_phases = 14.8, [("detection + restart", 14.8), ("first step", 0.0)]
     slow.recovery_s, slow.recovery_phases = 99.3, [("rendezvous", 99.2), ("first step", 0.1)]
     assert _widest_gap(quick, slow) is None
+
+
+# ------------------------------------------------------------------------------------------ setup steps and levers
+
+
+def _plan(tmp_path: Path, name: str) -> dict[str, Any]:
+    """The plan.yaml build_plan writes for a shipped compare scenario (no cluster started)."""
+    from chaos.loading import load_scenario, shipped_scenarios_dir
+
+    scenario = load_scenario(shipped_scenarios_dir() / "compare" / f"{name}.yaml")
+    plan = build_plan(scenario, f"run-{name}", tmp_path / name)
+    return json.loads(json.dumps(plan.to_dict()))
+
+
+def test_setup_steps_are_derived_from_the_plan_of_each_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos.compare import setup_steps
+
+    monkeypatch.setattr(chaos.plan, "host_cpus", lambda: [0, 1])
+    restart = {"policy": "on-failure", "delay_s": 1.0, "max_restarts": 10}
+    central = setup_steps(_plan(tmp_path, "centralized"), restart)
+    assert central == ["provision 1 host (1 core)", "start 1 process on the host (train.py)",
+                       "checkpoint storage on the host",
+                       "a supervisor that restarts a failed host's process (after 1 s, at most 10 times)"]
+    elastic = setup_steps(_plan(tmp_path, "elastic-tuned"), None)
+    assert elastic[0] == "provision 2 hosts (1 core each)"
+    assert elastic[1] == "start torchrun on each of the 2 hosts (--nnodes=1:2, --nproc-per-node=1, train.py)"
+    assert elastic[2].startswith("a c10d rendezvous endpoint (node0's TCP store)")
+    assert elastic[3].startswith("a network between the 2 hosts")
+    assert elastic[4] == "checkpoint storage every host reads and writes (shared)"
+    assert len(elastic) == 5  # no node_restart given: no supervisor
+    # a dedicated store is one more host to run, on the network
+    plan = _plan(tmp_path, "elastic-tuned")
+    plan["store"] = {"name": "store", "role": "store", "argv": ["python", "-c", "..."]}
+    steps = setup_steps(plan, None)
+    assert "run the rendezvous store on a host of its own" in steps
+    assert any(s.startswith("a c10d rendezvous endpoint (the store host)") for s in steps)
+    assert any(s.startswith("a network between the 3 hosts") for s in steps)
+    assert setup_steps({}, None) == []
+
+
+def test_the_comparison_has_a_setup_row_and_says_what_the_bigger_shape_adds() -> None:
+    one = _column("one", 1, pin_cpus(1, 1, [0, 1]))
+    two = _column("two", 2, pin_cpus(2, 1, [0, 1]))
+    one.setup, two.setup = ["provision 1 host", "start 1 process"], ["provision 2 hosts", "start 1 process", "a net"]
+    rows = {r[0]: r[1:] for r in table([one, two])}
+    assert rows["setup steps (from the run's plan)"] == ["2: provision 1 host; start 1 process",
+                                                        "3: provision 2 hosts; start 1 process; a net"]
+    assert "Setting up one takes 2 steps; two takes 3, differing in: provision 2 hosts; a net." in conclusions(
+        [one, two])
+    two.setup = None
+    assert rows["setup steps (from the run's plan)"][0].startswith("2:")
+    assert {r[0]: r[1:] for r in table([one, two])}["setup steps (from the run's plan)"][1] == (
+        "not recorded (no plan.yaml)")
+
+
+def test_the_largest_recovery_part_is_named_with_its_settings_and_their_measured_effect() -> None:
+    from chaos.analysis.breakdown import RENDEZVOUS, WORKER_INIT
+
+    tuned = _column("tuned", 2, pin_cpus(2, 1, [0, 1]))
+    defaults = _column("defaults", 2, pin_cpus(2, 1, [0, 1]))
+    tuned.recovery_s, tuned.recovery_phases = 10.0, [(RENDEZVOUS, 2.0), (WORKER_INIT, 6.0), ("first step", 2.0)]
+    tuned.largest_phase, tuned.largest_s = WORKER_INIT, 6.0
+    tuned.settings = {"last_call_timeout_s": 2, "join_timeout_s": 60, "min_nodes": 1, "process_group_timeout_s": 10,
+                      "share_rendezvous_store": False}
+    defaults.recovery_s, defaults.recovery_phases = 90.0, [(RENDEZVOUS, 80.0), (WORKER_INIT, 7.0), ("first step", 3.0)]
+    defaults.largest_phase, defaults.largest_s = RENDEZVOUS, 80.0
+    defaults.settings = {**tuned.settings, "last_call_timeout_s": 30, "join_timeout_s": 600,
+                         "process_group_timeout_s": 1800, "share_rendezvous_store": True}
+    rows = {r[0]: r[1:] for r in table([tuned, defaults])}
+    assert rows["recovery, what shrinks the largest part"] == [
+        "process_group_timeout_s (10 s); share_rendezvous_store (False)",
+        "last_call_timeout_s (30 s); join_timeout_s (600 s); min_nodes (1)"]
+    lines = conclusions([tuned, defaults])
+    [on_defaults] = [line for line in lines if line.startswith("On defaults")]
+    assert on_defaults == (
+        "On defaults the largest part of the 90.0 s recovery is rendezvous: 80.0 s (89%); the settings that bound "
+        "it: last_call_timeout_s = 30 s, join_timeout_s = 600 s, min_nodes = 1. Measured effect: tuned, with "
+        "last_call_timeout_s = 2 s, join_timeout_s = 60 s, spent 2.0 s in rendezvous: 78.0 s less (the two runs "
+        "also differ in process_group_timeout_s, share_rendezvous_store).")
+    [on_tuned] = [line for line in lines if line.startswith("On tuned")]
+    assert "Measured effect: defaults, with process_group_timeout_s = 1800 s, share_rendezvous_store = True, " \
+        "spent 7.0 s in worker init (process group): 1.0 s more" in on_tuned
+    # a centralized column: its restart is bounded by node_restart.delay_s, the imports by no setting
+    central = _column("central", 1, pin_cpus(1, 1, [0, 1]))
+    central.recovery_s, central.largest_s = 8.0, 6.0
+    central.largest_phase, central.settings = "detection + restart + worker start", {"node_restart.delay_s": 1.0}
+    [line] = [x for x in conclusions([central, tuned]) if x.startswith("On central")]
+    assert line == ("On central the largest part of the 8.0 s recovery is detection + restart + worker start: 6.0 s "
+                    "(75%); the settings that bound it: node_restart.delay_s = 1 s; what else shrinks it: fewer or "
+                    "lazier imports, a warm file cache. Their effect is not measured here: no other column of this "
+                    "mode ran with other values.")
