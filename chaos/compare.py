@@ -58,6 +58,8 @@ class Column:
     # the shipped workload's model-deciding arguments (chaos.analysis.throughput.training_setup); None: unknown
     training: dict[str, Any] | None = field(default=None)
     # the largest recovery phase's name and seconds (recovery_largest is its text)
+    # run start → the training's last step first completed (chaos.analysis.throughput.time_to_result)
+    time_to_result_s: float | None = None
     largest_phase: str | None = None
     largest_s: float | None = None
     # what setting the cluster up takes, derived from the run's plan.yaml (setup_steps); None: no plan recorded
@@ -85,7 +87,7 @@ def measure(run: Path | RunAnalysis) -> Column:
         duration_s=result["duration_s"], machine=_machine(result.get("environment", {})),
         **_first_breakdown(analysis.breakdowns),
         resources=result.get("resources"), final_step=analysis.final[0], final_loss=analysis.final[1],
-        training=training_setup(scenario.workload),
+        training=training_setup(scenario.workload), time_to_result_s=analysis.time_to_result_s,
         **_from_plan(analysis.run_dir / "plan.yaml", scenario),
     )
 
@@ -187,6 +189,7 @@ ROWS = [("throughput (steps/s, fault-free median)", "steps_per_s", "{:.1f}"),
         ("throughput (samples/s)", "samples_per_s", "{:.0f}"),
         ("communication share of a step (median)", "comm_share", "{:.0%}"),
         ("start → first step", "time_to_first_step_s", "{:.1f} s"),
+        ("time to result (start → last step, faults included)", "time_to_result_s", "{:.1f} s"),
         ("recovery time (first fault)", "recovery_s", "{:.1f} s"),
         ("recovery, largest part", "recovery_largest", "{}"),
         ("lost work (first fault)", "lost_work_s", "{:.2f} s"),
@@ -393,6 +396,13 @@ def conclusions(columns: list[Column]) -> list[str]:
                 out.append(f"Distributing pays off: {d0.world_size} workers reach {d0.steps_per_s:.1f} steps/s "
                            f"against {c0.steps_per_s:.1f}, with communication at {d0.comm_share:.0%} of a "
                            f"step{mark(c0, d0)}.")
+    done = [c for c in columns if c.time_to_result_s is not None]
+    if len(done) >= 2:
+        first = min(done, key=lambda c: c.time_to_result_s or 0)
+        last = max(done, key=lambda c: c.time_to_result_s or 0)
+        out.append(f"Under this fault plan the last step came first on {first.label}, {first.time_to_result_s:.1f} s "
+                   f"after the start; {last.label} took {last.time_to_result_s:.1f} s "
+                   f"({(last.time_to_result_s or 0) / (first.time_to_result_s or 1):.1f}×){mark(first, last)}.")
     rec = [c for c in columns if c.recovery_s is not None]
     if len(rec) >= 2:
         quick = min(rec, key=lambda c: c.recovery_s or 0)

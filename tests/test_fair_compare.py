@@ -424,3 +424,20 @@ def test_the_largest_recovery_part_is_named_with_its_settings_and_their_measured
                     "(75%); the settings that bound it: node_restart.delay_s = 1 s; what else shrinks it: fewer or "
                     "lazier imports, a warm file cache. Their effect is not measured here: no other column of this "
                     "mode ran with other values.")
+
+
+def test_time_to_result_is_the_start_until_the_last_step_first_completed() -> None:
+    from chaos.analysis.throughput import time_to_result
+
+    events = [{"event": "run_started", "t": 100.0},
+              *[{"event": "step_completed", "t": 100.0 + s, "step": s, "rank": r} for s in (1, 2, 3) for r in (0, 1)],
+              {"event": "step_completed", "t": 110.0, "step": 3, "rank": 0}]  # a later repeat of the last step
+    assert time_to_result(events) == 3.0
+    assert time_to_result([{"event": "run_started", "t": 1.0}]) is None
+    one = _column("one", 1, pin_cpus(1, 1, [0, 1]))
+    two = _column("two", 2, pin_cpus(2, 1, [0, 1]))
+    one.time_to_result_s, two.time_to_result_s = 20.0, 50.0
+    rows = {r[0]: r[1:] for r in table([one, two])}
+    assert rows["time to result (start → last step, faults included)"] == ["20.0 s", "50.0 s"]
+    assert ("Under this fault plan the last step came first on one, 20.0 s after the start; two took 50.0 s (2.5×)."
+            in conclusions([one, two]))
