@@ -441,3 +441,19 @@ def test_time_to_result_is_the_start_until_the_last_step_first_completed() -> No
     assert rows["time to result (start → last step, faults included)"] == ["20.0 s", "50.0 s"]
     assert ("Under this fault plan the last step came first on one, 20.0 s after the start; two took 50.0 s (2.5×)."
             in conclusions([one, two]))
+
+
+def test_a_bad_sweep_is_a_usage_error_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    from chaos.cli import main
+    from chaos.loading import shipped_scenarios_dir
+
+    central = str(shipped_scenarios_dir() / "compare" / "centralized.yaml")
+    tuned = str(shipped_scenarios_dir() / "compare" / "elastic-tuned.yaml")
+    for sweep, message in (("delay=5ms,soon", "expected a delay such as 0ms, 5ms or 20ms, got 'soon'"),
+                           ("delay=5ms,0.005s", "two values name the same link"),
+                           ("latency=1ms,2ms", "KIND one of bandwidth, delay")):
+        assert main(["compare", central, tuned, "--sweep", sweep]) == 2
+        err = capsys.readouterr().err
+        assert message in " ".join(err.split()) and "Traceback" not in err
+    assert main(["compare", central, "--sweep", "delay=0ms,5ms"]) == 2  # no multi-node scenario: nothing to sweep
+    assert "at least one multi-node scenario" in " ".join(capsys.readouterr().err.split())
