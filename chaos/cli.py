@@ -346,9 +346,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _compare_sweep(args: argparse.Namespace) -> int:
     """``compare --sweep KIND=V1,V2,...``: the one-node scenario once without faults, each multi-node one per value
     with every node's link impaired (chaos.sweep)."""
-    from chaos.compare import measure
     from chaos.engine import Engine
-    from chaos.sweep import baseline_scenario, fit_steps, parse_sweep, swept_scenario, write_sweep
+    from chaos.sweep import baseline_scenario, fit_steps, measure_point, parse_sweep, swept_scenario, write_sweep
 
     try:
         kind, values = parse_sweep(args.sweep)
@@ -371,7 +370,7 @@ def _compare_sweep(args: argparse.Namespace) -> int:
         engine = Engine(scenario, out_dir=args.out)
         result = engine.run()
         err.print(f"  {scenario.name}: {result['verdict']} ({result['why']})", highlight=False)
-        return measure(engine.run_dir)
+        return measure_point(engine.run_dir)
 
     baseline = run(baseline_scenario(single[0]))
     swept: dict[str, list[tuple[str, Any, str]]] = {}

@@ -102,6 +102,39 @@ def swept_scenario(scenario: Scenario, kind: str, value: str, steps: int | None 
     return _rebuilt(scenario, f"{scenario.name}-{kind}-{value}", cluster=cluster, faults=faults, **changes)
 
 
+def impaired_pace(events: list[Any]) -> tuple[float | None, float | None, int]:
+    """(steps/s, communication share, steps measured) under the point's impairment: over the steps completed after
+    the last ``fault_injected`` (every node's link impaired from there on; the whole run for a point without
+    faults). Not result.json's median step: that one is taken before the first disruptive fault when at least three
+    steps came before it, and a delay fault's mechanism can take that long to land (measured: a 20ms point reported
+    the unimpaired pace of its first steps, 26.5 steps/s, while its steps took 0.52 s)."""
+    import statistics
+
+    from chaos.analysis.load import of_kind, step_table
+    from chaos.analysis.metrics import step_intervals
+    from chaos.events import Ev
+
+    t_from = max((f["t"] for f in of_kind(events, Ev.FAULT_INJECTED)), default=float("-inf"))
+    intervals = step_intervals(events, t_from=t_from)
+    table = step_table(events)
+    shares = [comm / duration for t, rank, comm, duration in zip(
+        table.values("t"), table.values("rank", 0), table.values("comm_s"), table.values("duration_s"), strict=True)
+        if t >= t_from and rank == 0 and comm is not None and duration]
+    pace = 1 / statistics.median(intervals) if intervals and statistics.median(intervals) > 0 else None
+    return pace, (statistics.median(shares) if shares else None), len(intervals)
+
+
+def measure_point(run_dir: Path) -> Column:
+    """A sweep run's column, its steps/s and communication share taken under the impairment (``impaired_pace``)."""
+    from dataclasses import replace
+
+    from chaos.analysis.load import load_events
+    from chaos.compare import measure
+
+    pace, share, _ = impaired_pace(load_events(Path(run_dir) / "events.jsonl"))
+    return replace(measure(run_dir), steps_per_s=pace, comm_share=share)
+
+
 def slowdown(kind: str, better: str, worse: str) -> float:
     """How much longer a step may take on ``worse`` than on ``better``, at most, for planning: a step that were all
     transfer slows as the bandwidth falls; one that were all round trips as the delay grows (1 ms stands for the
@@ -239,12 +272,15 @@ def plot(baseline: Column, found: list[Curve], path: Path, kind: str = "bandwidt
 _HOW = {"bandwidth": "every node's link capped (bandwidth, netns, tc tbf, the whole run)",
         "delay": "every node's packets delayed (delay, netns, the delay fault's mechanism, the whole run; 0: no "
                  "fault)"}
+PACE = ("A point's steps/s is 1 / the median step interval (all ranks) over the steps completed after the last node's "
+        "impairment took effect (its last fault_injected; the whole run without faults), and its communication share "
+        "the median of rank 0's over the same steps.")
 
 
 def render_markdown(kind: str, baseline: Column, found: list[Curve]) -> str:
     lines = [f"# torch-chaos interconnect sweep: {kind}", "",
              f"Speedup = steps/s of the multi-node run with {_HOW[kind]} over steps/s of {baseline.label} without "
-             f"faults. Measured on: {baseline.machine}.", "",
+             f"faults. {PACE} Measured on: {baseline.machine}.", "",
              f"Baseline: {baseline.label}: {baseline.steps_per_s or 0:.1f} steps/s; {resources_text(baseline)}.", ""]
     for curve in found:
         lines += [f"## {curve.label}", "", "| link | steps run | steps/s | speedup | communication share | verdict |",

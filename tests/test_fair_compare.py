@@ -457,3 +457,23 @@ def test_a_bad_sweep_is_a_usage_error_without_a_traceback(capsys: pytest.Capture
         assert message in " ".join(err.split()) and "Traceback" not in err
     assert main(["compare", central, "--sweep", "delay=0ms,5ms"]) == 2  # no multi-node scenario: nothing to sweep
     assert "at least one multi-node scenario" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_sweep_points_pace_is_taken_after_every_nodes_impairment_took_effect() -> None:
+    from chaos.sweep import impaired_pace
+
+    def step(t: float, s: int, rank: int, duration: float, comm: float) -> dict[str, Any]:
+        return {"event": "step_completed", "t": t, "step": s, "rank": rank, "node": f"node{rank}", "pid": rank,
+                "duration_s": duration, "comm_s": comm}
+
+    # ten fast steps (0.1 s, half communication) before the delay lands on both nodes, then slow ones (0.5 s)
+    events = [{"event": "run_started", "t": 0.0}]
+    events += [step(0.1 * s, s, r, 0.1, 0.05) for s in range(1, 11) for r in (0, 1)]
+    events += [{"event": "fault_injected", "t": 1.02, "id": 0}, {"event": "fault_injected", "t": 1.05, "id": 1}]
+    events += [step(1.0 + 0.5 * (s - 10), s, r, 0.5, 0.45) for s in range(11, 31) for r in (0, 1)]
+    pace, share, measured = impaired_pace(sorted(events, key=lambda e: e["t"]))
+    assert pace == pytest.approx(2.0) and share == pytest.approx(0.9) and measured == 40
+    # a point without faults (a 0 ms delay): the whole run
+    plain = [e for e in events if e["event"] != "fault_injected"]
+    pace, share, measured = impaired_pace(sorted(plain, key=lambda e: e["t"]))
+    assert measured == 58 and share == pytest.approx(0.9)  # 18 fast intervals, 40 slow: the median is a slow one
