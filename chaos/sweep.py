@@ -4,10 +4,10 @@ quality, and the crossover.
 The one-node scenarios of the comparison run once without faults (the baseline); every multi-node scenario runs
 once per value, on the netns runtime, with its faults replaced by the swept impairment on every node's link for the
 whole run (a ``bandwidth`` or ``delay`` fault per node, from the first step, never healed; a delay of 0 is the
-unimpaired link: no fault at all) and no golden run. Each run's pace is the median step time ``chaos.analysis``
-measures (the whole run is under the impairment, so the median covers it); the speedup is that pace over the
-baseline's, and the crossover is where it falls below 1 as the link gets worse: from there on one machine wins.
-Every sentence is computed from those figures.
+unimpaired link: no fault at all) and no golden run. Each run's pace is the median step interval over the steps
+after every node's impairment took effect (``impaired_pace``); the speedup is that pace over the baseline's, and
+the crossover is where it falls below 1 as the link gets worse: from there on one machine wins. Every sentence is
+computed from those figures.
 
 A pace needs steps, not the whole run: before each point after the first, the steps of a shipped workload are cut
 (never below ``MIN_STEPS``) to what the previous, better link's measured pace says fits the run's deadline if the
