@@ -338,7 +338,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             err.print(f"  {scenario.name}: {result['verdict']} ({result['why']})", highlight=False)
             run_dirs.append(engine.run_dir)
     paths = write_comparison(run_dirs, Path(args.output))
-    out.print(paths["md"].read_text(), highlight=False)
+    out.print(paths["md"].read_text(), highlight=False, markup=False)
     out.print(f"written: {paths['html']}, {paths['md']}, {paths['json']}", highlight=False)
     return EXIT_PASS
 
@@ -346,9 +346,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _compare_sweep(args: argparse.Namespace) -> int:
     """``compare --sweep KIND=V1,V2,...``: the one-node scenario once without faults, each multi-node one per value
     with every node's link impaired (chaos.sweep)."""
-    from chaos.compare import measure
     from chaos.engine import Engine
-    from chaos.sweep import baseline_scenario, parse_sweep, swept_scenario, write_sweep
+    from chaos.sweep import baseline_scenario, fit_steps, measure_point, parse_sweep, swept_scenario, write_sweep
 
     try:
         kind, values = parse_sweep(args.sweep)
@@ -371,17 +370,22 @@ def _compare_sweep(args: argparse.Namespace) -> int:
         engine = Engine(scenario, out_dir=args.out)
         result = engine.run()
         err.print(f"  {scenario.name}: {result['verdict']} ({result['why']})", highlight=False)
-        return measure(engine.run_dir)
+        return measure_point(engine.run_dir)
 
     baseline = run(baseline_scenario(single[0]))
-    swept: dict[str, list[tuple[str, Any]]] = {}
+    swept: dict[str, list[tuple[str, Any, str]]] = {}
     for scenario in multi:
-        for value in values:
-            column = run(swept_scenario(scenario, kind, value))
+        previous: tuple[str, Any] | None = None
+        for value in values:  # best link first: each point's steps are fitted from the one before (fit_steps)
+            steps, note = fit_steps(scenario, kind, previous, value)
+            if note:
+                err.print(f"  {note}", highlight=False)
+            column = run(swept_scenario(scenario, kind, value, steps))
             label = column.label.replace(f"-{kind}-{value}", "", 1)  # the curve is the scenario's, not one run's
-            swept.setdefault(label, []).append((value, column))
+            swept.setdefault(label, []).append((value, column, note))
+            previous = (value, column)
     paths = write_sweep(kind, baseline, swept, Path(args.output))
-    out.print(paths["md"].read_text(), highlight=False)
+    out.print(paths["md"].read_text(), highlight=False, markup=False)
     out.print(f"written: {paths['md']}, {paths['svg']}, {paths['json']}", highlight=False)
     return EXIT_PASS
 
@@ -538,7 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("-o", "--output", default="reports/generated/compare", help="where the report is written")
     cmp.add_argument("--golden-cache", default=None, metavar="DIR", help=GOLDEN_CACHE_HELP)
     cmp.add_argument("--sweep", default=None, metavar="KIND=V1,V2,...",
-                     help="interconnect sweep, e.g. bandwidth=1gbit,100mbit,10mbit: the one-node scenario once "
+                     help="interconnect sweep, e.g. bandwidth=1gbit,100mbit,10mbit or delay=0ms,5ms,20ms: the one-node "
+                     "scenario once "
                      "without faults, each multi-node scenario per value on netns with every node's link impaired "
                      "for the whole run; draws speedup against link quality and marks the crossover")
     cmp.set_defaults(func=cmd_compare)

@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from html import escape
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
+import yaml
+
+from chaos.analysis.breakdown import phase_costs, phase_settings
 from chaos.analysis.noise import CHANGED_WORLD_RTOL
 from chaos.analysis.run import RunAnalysis, analyze_run
 from chaos.analysis.throughput import training_setup
@@ -54,6 +57,16 @@ class Column:
     final_loss: float | None = None
     # the shipped workload's model-deciding arguments (chaos.analysis.throughput.training_setup); None: unknown
     training: dict[str, Any] | None = field(default=None)
+    # the largest recovery phase's name and seconds (recovery_largest is its text)
+    # run start → the training's last step first completed (chaos.analysis.throughput.time_to_result)
+    time_to_result_s: float | None = None
+    largest_phase: str | None = None
+    largest_s: float | None = None
+    # what setting the cluster up takes, derived from the run's plan.yaml (setup_steps); None: no plan recorded
+    setup: list[str] | None = None
+    # the settings in force that bound recovery phases (plan.yaml's elastic_settings, min_nodes,
+    # node_restart.delay_s); None: no plan recorded
+    settings: dict[str, Any] | None = None
 
 
 def measure(run: Path | RunAnalysis) -> Column:
@@ -74,8 +87,86 @@ def measure(run: Path | RunAnalysis) -> Column:
         duration_s=result["duration_s"], machine=_machine(result.get("environment", {})),
         **_first_breakdown(analysis.breakdowns),
         resources=result.get("resources"), final_step=analysis.final[0], final_loss=analysis.final[1],
-        training=training_setup(scenario.workload),
+        training=training_setup(scenario.workload), time_to_result_s=analysis.time_to_result_s,
+        **_from_plan(analysis.run_dir / "plan.yaml", scenario),
     )
+
+
+def _from_plan(path: Path, scenario: Any) -> dict[str, Any]:
+    """The column's setup steps and recovery settings, from the plan the run was started with."""
+    try:
+        plan = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    if not isinstance(plan, dict):
+        return {}
+    c = scenario.cluster
+    restart = c.node_restart.model_dump(mode="json")
+    settings = dict(plan.get("elastic_settings") or {}) if c.mode == "elastic" else {}
+    if c.mode == "elastic":
+        settings["min_nodes"] = c.min_nodes or c.nodes
+    if restart.get("policy") == "on-failure":
+        settings["node_restart.delay_s"] = restart.get("delay_s")
+    return {"setup": setup_steps(plan, restart), "settings": settings}
+
+
+def _arg(argv: list[str], name: str) -> str | None:
+    """The value of ``--name=value`` (or ``--name value``) in a command line."""
+    for i, a in enumerate(argv):
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def setup_steps(plan: dict[str, Any], node_restart: dict[str, Any] | None = None) -> list[str]:
+    """What a cluster of this shape takes to set up, derived from the plan the run was started with (plan.yaml:
+    its nodes' command lines, the rendezvous store or servers, the pinned cores, the checkpoint directory) and the
+    scenario's node_restart: hosts to provision, services to run, processes to launch, the rendezvous endpoint,
+    the network between hosts, shared checkpoint storage, a supervisor that replaces a failed host."""
+    nodes = [n for n in plan.get("nodes") or [] if n.get("role", "node") == "node"]
+    store, servers = plan.get("store"), plan.get("servers") or []
+    if not nodes:
+        return []
+    per = (plan.get("resources") or {}).get("cpus_per_node")
+    steps = [f"provision {len(nodes)} host{'s' if len(nodes) > 1 else ''}"
+             + (f" ({per} core{'s' if per > 1 else ''}{' each' if len(nodes) > 1 else ''})" if per else "")]
+    argv = [str(a) for a in nodes[0].get("argv") or []]
+    script = next((PurePath(a).name for a in argv[1:] if a.endswith(".py")), "the training script")
+    backend = _arg(argv, "--rdzv-backend")
+    if backend is not None:
+        if store:
+            steps.append("run the rendezvous store on a host of its own")
+        if servers:
+            steps.append(f"run {len(servers)} {backend} server{'s' if len(servers) > 1 else ''} for the rendezvous")
+        launcher = "torchrun"
+        steps.append(f"start torchrun on each of the {len(nodes)} hosts (--nnodes={_arg(argv, '--nnodes')}, "
+                     f"--nproc-per-node={_arg(argv, '--nproc-per-node')}, {script})" if len(nodes) > 1 else
+                     f"start torchrun on the host (--nnodes={_arg(argv, '--nnodes')}, {script})")
+        hosted = [n["name"] for n in nodes if "is_host=true" in (_arg([str(a) for a in n.get("argv") or []],
+                                                                        "--rdzv-conf") or "")]
+        where = ("the store host" if store else f"the {backend} servers" if servers
+                 else f"{hosted[0]}'s TCP store" if hosted else "its endpoint")
+        steps.append(f"a {backend} rendezvous endpoint ({where}) that every host's torchrun is given and can reach")
+    elif "torch.distributed.run" in argv:
+        launcher = "torchrun"
+        steps.append(f"start torchrun --standalone on the host (--nproc-per-node={_arg(argv, '--nproc-per-node')}, "
+                     f"{script})")
+    else:
+        launcher = "process"
+        steps.append(f"start 1 process on the host ({script})")
+    hosts = len(nodes) + (1 if store else 0)
+    if hosts > 1:
+        steps.append(f"a network between the {hosts} hosts (the rendezvous port and the process group's ports "
+                     f"open between them)")
+    if plan.get("checkpoint_dir"):
+        steps.append("checkpoint storage every host reads and writes (shared)" if len(nodes) > 1
+                     else "checkpoint storage on the host")
+    if node_restart and node_restart.get("policy") == "on-failure":
+        steps.append(f"a supervisor that restarts a failed host's {launcher} (after {node_restart.get('delay_s'):g} s, "
+                     f"at most {node_restart.get('max_restarts')} times)")
+    return steps
 
 
 def _first_breakdown(breakdowns: list[dict[str, Any]]) -> dict[str, Any]:
@@ -84,7 +175,8 @@ def _first_breakdown(breakdowns: list[dict[str, Any]]) -> dict[str, Any]:
         if b.get("largest"):
             big = b["largest"]
             return {"recovery_phases": [tuple(p) for p in b["phases"]],
-                    "recovery_largest": f"{big['phase']}: {big['seconds']:.1f} s"}
+                    "recovery_largest": f"{big['phase']}: {big['seconds']:.1f} s",
+                    "largest_phase": big["phase"], "largest_s": big["seconds"]}
     return {}
 
 
@@ -97,6 +189,7 @@ ROWS = [("throughput (steps/s, fault-free median)", "steps_per_s", "{:.1f}"),
         ("throughput (samples/s)", "samples_per_s", "{:.0f}"),
         ("communication share of a step (median)", "comm_share", "{:.0%}"),
         ("start → first step", "time_to_first_step_s", "{:.1f} s"),
+        ("time to result (start → last step, faults included)", "time_to_result_s", "{:.1f} s"),
         ("recovery time (first fault)", "recovery_s", "{:.1f} s"),
         ("recovery, largest part", "recovery_largest", "{}"),
         ("lost work (first fault)", "lost_work_s", "{:.2f} s"),
@@ -182,6 +275,8 @@ def table(columns: list[Column]) -> list[list[str]]:
             ref, speedups = _speedup(columns)
             rows.append([f"speedup over {ref.label if ref else 'one node'} (steps/s)",
                          *[f"{v:.2f}×" if (v := speedups.get(c.label)) is not None else "—" for c in columns]])
+        if attr == "recovery_largest":
+            rows.append(["recovery, what shrinks the largest part", *[shrinks(c) for c in columns]])
     batches = {c.training.get("global_batch") for c in columns if c.training}
     rows.append([f"final loss (global batch {'/'.join(str(b) for b in sorted(batches)) or '?'})",
                  *[f"{c.final_loss:.6g} (step {c.final_step})" if c.final_loss is not None else "—"
@@ -191,8 +286,80 @@ def table(columns: list[Column]) -> list[list[str]]:
                  *["reference" if c is ref else (f"{d:+.2e} ({'within' if abs(d) <= LOSS_RTOL else 'BEYOND'})"
                                                  if (d := diffs.get(c.label)) is not None else "—")
                    for c in columns]])
+    rows.append(["setup steps (from the run's plan)",
+                 *[f"{len(c.setup)}: " + "; ".join(c.setup) if c.setup else "not recorded (no plan.yaml)"
+                   for c in columns]])
     rows.append(rows.pop(next(i for i, r in enumerate(rows) if r[0] == "verdict")))  # the verdict stays last
     return rows
+
+
+def _setting(settings: dict[str, Any] | None, key: str) -> str:
+    value = (settings or {}).get(key)
+    if value is None:
+        return "not recorded"
+    return f"{value:g} s" if key.endswith("_s") and isinstance(value, (int, float)) else str(value)
+
+
+def shrinks(c: Column) -> str:
+    """The settings (with this run's values) that bound the column's largest recovery phase, or what else shrinks
+    it when no setting does."""
+    if c.largest_phase is None:
+        return "—"
+    keys = phase_settings(c.largest_phase, c.mode)
+    parts = [f"{k} ({_setting(c.settings, k)})" for k in keys] + phase_costs(c.largest_phase)
+    return "; ".join(parts) or "—"
+
+
+def recovery_levers(columns: list[Column]) -> list[str]:
+    """Per column: the largest part of recovery, the settings that bound it, and their measured effect where
+    another column of the same mode ran with other values of those settings (its time in the same phase)."""
+    out = []
+    for c in columns:
+        if c.largest_phase is None or c.largest_s is None or not c.recovery_s:
+            continue
+        phase, sec = c.largest_phase, c.largest_s
+        keys = phase_settings(phase, c.mode)
+        text = (f"On {c.label} the largest part of the {c.recovery_s:.1f} s recovery is {phase}: {sec:.1f} s "
+                f"({sec / c.recovery_s:.0%})")
+        if keys:
+            text += "; the settings that bound it: " + ", ".join(f"{k} = {_setting(c.settings, k)}" for k in keys)
+        if costs := phase_costs(phase):
+            text += "; " + ("what else shrinks it: " if keys else "no setting bounds it; what shrinks it: ") \
+                + ", ".join(costs)
+        effects = []
+        for o in columns:
+            other = dict(o.recovery_phases or []).get(phase)
+            if o is c or o.mode != c.mode or other is None or c.settings is None or o.settings is None:
+                continue
+            differ = [k for k in keys if o.settings.get(k) != c.settings.get(k)]
+            if not differ:
+                continue
+            also = [k for k in sorted(set(c.settings) | set(o.settings))
+                    if k not in keys and o.settings.get(k) != c.settings.get(k)]
+            effects.append(f"{o.label}, with " + ", ".join(f"{k} = {_setting(o.settings, k)}" for k in differ)
+                           + f", spent {other:.1f} s in {phase}: {abs(sec - other):.1f} s "
+                           + ("less" if other < sec else "more")
+                           + (f" (the two runs also differ in {', '.join(also)})" if also else ""))
+        if effects:
+            text += ". Measured effect: " + "; ".join(effects)
+        elif keys:
+            text += ". Their effect is not measured here: no other column of this mode ran with other values"
+        out.append(text + ".")
+    return out
+
+
+def setup_conclusion(columns: list[Column]) -> str | None:
+    """Which shape takes the fewest setup steps, and what the one that takes the most adds."""
+    known = [c for c in columns if c.setup]
+    if len(known) < 2:
+        return None
+    few = min(known, key=lambda c: len(c.setup or []))
+    many = max(known, key=lambda c: len(c.setup or []))
+    if len(many.setup or []) == len(few.setup or []):
+        return f"Every shape takes {len(few.setup or [])} setup steps (see the table)."
+    extra = [step for step in many.setup or [] if step not in (few.setup or [])]
+    return (f"Setting up {few.label} takes {len(few.setup or [])} steps; {many.label} takes "
+            f"{len(many.setup or [])}, differing in: " + "; ".join(extra) + ".")
 
 
 def conclusions(columns: list[Column]) -> list[str]:
@@ -229,6 +396,13 @@ def conclusions(columns: list[Column]) -> list[str]:
                 out.append(f"Distributing pays off: {d0.world_size} workers reach {d0.steps_per_s:.1f} steps/s "
                            f"against {c0.steps_per_s:.1f}, with communication at {d0.comm_share:.0%} of a "
                            f"step{mark(c0, d0)}.")
+    done = [c for c in columns if c.time_to_result_s is not None]
+    if len(done) >= 2:
+        first = min(done, key=lambda c: c.time_to_result_s or 0)
+        last = max(done, key=lambda c: c.time_to_result_s or 0)
+        out.append(f"Under this fault plan the last step came first on {first.label}, {first.time_to_result_s:.1f} s "
+                   f"after the start; {last.label} took {last.time_to_result_s:.1f} s "
+                   f"({(last.time_to_result_s or 0) / (first.time_to_result_s or 1):.1f}×){mark(first, last)}.")
     rec = [c for c in columns if c.recovery_s is not None]
     if len(rec) >= 2:
         quick = min(rec, key=lambda c: c.recovery_s or 0)
@@ -241,6 +415,7 @@ def conclusions(columns: list[Column]) -> list[str]:
             out.append(f"The recovery phase that differs most is {name}: {q:.1f} s on {quick.label}, {w:.1f} s on "
                        f"{slow.label} ({w - q:.1f} s of the {(slow.recovery_s or 0) - (quick.recovery_s or 0):.1f} s "
                        f"difference).")
+    out += recovery_levers(columns)
     gp = [c for c in columns if c.goodput is not None]
     if len(gp) >= 2:
         best = max(gp, key=lambda c: c.goodput or 0)
@@ -263,6 +438,8 @@ def conclusions(columns: list[Column]) -> list[str]:
                    f"differs from {ref.label} (world size {ref.world_size}, {ref.final_loss:.6g}) by at most "
                    f"{abs(worst_d):.2e} relative, on {worst_c.label} (world size {worst_c.world_size}, "
                    f"{worst_c.final_loss:.6g}); tolerance {LOSS_RTOL:g}: {verdict}.")
+    if (setup := setup_conclusion(columns)) is not None:
+        out.append(setup)
     failed = [c for c in columns if c.verdict != "pass"]
     for c in failed:
         out.append(f"{c.label} did not pass ({c.verdict}): its figures describe a failed run.")

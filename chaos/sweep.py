@@ -1,11 +1,17 @@
-"""``chaos compare --sweep bandwidth=1gbit,100mbit,10mbit``: speedup against link quality, and the crossover.
+"""``chaos compare --sweep bandwidth=1gbit,100mbit,10mbit`` (or ``delay=0ms,5ms,20ms``): speedup against link
+quality, and the crossover.
 
 The one-node scenarios of the comparison run once without faults (the baseline); every multi-node scenario runs
 once per value, on the netns runtime, with its faults replaced by the swept impairment on every node's link for the
-whole run (a ``bandwidth`` fault per node, from the first step, never healed) and no golden run. Each run's pace is
-the median step time ``chaos.analysis`` measures (the whole run is under the impairment, so the median covers it);
-the speedup is that pace over the baseline's, and the crossover is where it falls below 1 as the link gets worse:
-from there on one machine wins. Every sentence is computed from those figures.
+whole run (a ``bandwidth`` or ``delay`` fault per node, from the first step, never healed; a delay of 0 is the
+unimpaired link: no fault at all) and no golden run. Each run's pace is the median step interval over the steps
+after every node's impairment took effect (``impaired_pace``); the speedup is that pace over the baseline's, and
+the crossover is where it falls below 1 as the link gets worse: from there on one machine wins. Every sentence is
+computed from those figures.
+
+A pace needs steps, not the whole run: before each point after the first, the steps of a shipped workload are cut
+(never below ``MIN_STEPS``) to what the previous, better link's measured pace says fits the run's deadline if the
+step time grew as much as the link got worse (``fit_steps``); the report states every point's steps.
 """
 
 from __future__ import annotations
@@ -19,11 +25,15 @@ from typing import Any
 
 from chaos.compare import Column, fairness, resources_text
 from chaos.scenario import Scenario
+from chaos.spec import parse_duration
 
 # kind → the option the swept value sets (a fault kind that impairs one node's link, applied to every node)
-SWEEPABLE = {"bandwidth": "rate"}
+SWEEPABLE = {"bandwidth": "rate", "delay": "delay"}
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)$")
 _BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
+# fewest steps a cut point keeps (a median over fewer says little), and the part of the deadline a point may plan
+# to use (the rest: start-up, the first step, checkpoints, teardown)
+MIN_STEPS, DEADLINE_SHARE = 100, 0.6
 
 
 def rate_bits(rate: str) -> float:
@@ -34,6 +44,22 @@ def rate_bits(rate: str) -> float:
     return float(m.group(1)) * _BITS[m.group(2)]
 
 
+def delay_seconds(value: str) -> float:
+    """A delay such as ``5ms`` or ``0.02s`` in seconds (a bare number is seconds, as in a scenario)."""
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        raise ValueError(f"expected a delay such as 0ms, 5ms or 20ms, got {value!r}") from None
+    if not isinstance(seconds, float) or seconds < 0:
+        raise ValueError(f"expected a delay such as 0ms, 5ms or 20ms, got {value!r}")
+    return seconds
+
+
+def badness(kind: str, value: str) -> float:
+    """How bad a link the value makes (larger: worse), the order of the curve: less bandwidth, more delay."""
+    return -rate_bits(value) if kind == "bandwidth" else delay_seconds(value)
+
+
 def parse_sweep(text: str) -> tuple[str, list[str]]:
     """``bandwidth=1gbit,100mbit`` → ("bandwidth", [values from the best link to the worst])."""
     kind, sep, values = text.partition("=")
@@ -41,10 +67,14 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
         raise ValueError(f"--sweep: expected KIND=V1,V2,... with KIND one of {', '.join(SWEEPABLE)}, got {text!r}")
     items = [v.strip() for v in values.split(",") if v.strip()]
     if len(items) < 2:
-        raise ValueError("--sweep: give at least two values to draw a curve, e.g. bandwidth=1gbit,100mbit,10mbit")
+        raise ValueError("--sweep: give at least two values to draw a curve, e.g. bandwidth=1gbit,100mbit,10mbit "
+                         "or delay=0ms,5ms,20ms")
     for v in items:
-        rate_bits(v)
-    return kind, sorted(dict.fromkeys(items), key=rate_bits, reverse=True)
+        badness(kind, v)
+    ordered = sorted(dict.fromkeys(items), key=lambda v: badness(kind, v))
+    if len({badness(kind, v) for v in ordered}) < len(ordered):
+        raise ValueError(f"--sweep: two values name the same link: {', '.join(ordered)}")
+    return kind, ordered
 
 
 def _rebuilt(scenario: Scenario, name: str, **changes: Any) -> Scenario:
@@ -59,22 +89,101 @@ def baseline_scenario(scenario: Scenario) -> Scenario:
     return _rebuilt(scenario, f"{scenario.name}-baseline", faults=[])
 
 
-def swept_scenario(scenario: Scenario, kind: str, value: str) -> Scenario:
-    """The multi-node scenario on netns, its faults replaced by ``kind`` at ``value`` on every node, whole run."""
+def swept_scenario(scenario: Scenario, kind: str, value: str, steps: int | None = None) -> Scenario:
+    """The multi-node scenario on netns, its faults replaced by ``kind`` at ``value`` on every node, whole run (a
+    delay of 0: no fault); ``steps``: the shipped workload's steps (``fit_steps``), None to keep the scenario's."""
     cluster = {**scenario.cluster.model_dump(mode="json", exclude_none=True), "runtime": "netns"}
-    faults = [{"kind": kind, "target": i, "at": 0, SWEEPABLE[kind]: value} for i in range(scenario.cluster.nodes)]
-    return _rebuilt(scenario, f"{scenario.name}-{kind}-{value}", cluster=cluster, faults=faults)
+    faults = [] if kind == "delay" and delay_seconds(value) == 0 else [
+        {"kind": kind, "target": i, "at": 0, SWEEPABLE[kind]: value} for i in range(scenario.cluster.nodes)]
+    changes: dict[str, Any] = {}
+    if steps is not None:
+        workload = scenario.workload.model_dump(mode="json", exclude_none=True)
+        changes["workload"] = {**workload, "args": {**workload.get("args", {}), "steps": steps}}
+    return _rebuilt(scenario, f"{scenario.name}-{kind}-{value}", cluster=cluster, faults=faults, **changes)
+
+
+def impaired_pace(events: list[Any]) -> tuple[float | None, float | None, int]:
+    """(steps/s, communication share, steps measured) under the point's impairment: over the steps completed after
+    the last ``fault_injected`` (every node's link impaired from there on; the whole run for a point without
+    faults). Not result.json's median step: that one is taken before the first disruptive fault when at least three
+    steps came before it, and a delay fault's mechanism can take that long to land (measured: a 20ms point reported
+    the unimpaired pace of its first steps, 26.5 steps/s, while its steps took 0.52 s)."""
+    import statistics
+
+    from chaos.analysis.load import of_kind, step_table
+    from chaos.analysis.metrics import step_intervals
+    from chaos.events import Ev
+
+    t_from = max((f["t"] for f in of_kind(events, Ev.FAULT_INJECTED)), default=float("-inf"))
+    intervals = step_intervals(events, t_from=t_from)
+    table = step_table(events)
+    shares = [comm / duration for t, rank, comm, duration in zip(
+        table.values("t"), table.values("rank", 0), table.values("comm_s"), table.values("duration_s"), strict=True)
+        if t >= t_from and rank == 0 and comm is not None and duration]
+    pace = 1 / statistics.median(intervals) if intervals and statistics.median(intervals) > 0 else None
+    return pace, (statistics.median(shares) if shares else None), len(intervals)
+
+
+def measure_point(run_dir: Path) -> Column:
+    """A sweep run's column, its steps/s and communication share taken under the impairment (``impaired_pace``)."""
+    from dataclasses import replace
+
+    from chaos.analysis.load import load_events
+    from chaos.compare import measure
+
+    pace, share, _ = impaired_pace(load_events(Path(run_dir) / "events.jsonl"))
+    return replace(measure(run_dir), steps_per_s=pace, comm_share=share)
+
+
+def slowdown(kind: str, better: str, worse: str) -> float:
+    """How much longer a step may take on ``worse`` than on ``better``, at most, for planning: a step that were all
+    transfer slows as the bandwidth falls; one that were all round trips as the delay grows (1 ms stands for the
+    unimpaired link's own round trip)."""
+    if kind == "bandwidth":
+        return rate_bits(better) / rate_bits(worse)
+    return (delay_seconds(worse) + 1e-3) / (delay_seconds(better) + 1e-3)
+
+
+def fit_steps(scenario: Scenario, kind: str, previous: tuple[str, Column] | None,
+              value: str) -> tuple[int | None, str]:
+    """The steps a point should run so it can end before the deadline, and why: the scenario's own, unless the
+    previous (better) point's measured pace, slowed by ``slowdown``, says they would not fit ``DEADLINE_SHARE`` of
+    the deadline after its start-up; then fewer, never below ``MIN_STEPS``. None: keep the scenario's (no previous
+    pace, not a shipped workload, or they fit)."""
+    from chaos.analysis.throughput import training_setup
+
+    setup = training_setup(scenario.workload)
+    if previous is None or setup is None:
+        return None, ""
+    planned = int(setup["steps"])
+    prev_value, prev = previous
+    if not prev.steps_per_s:
+        return None, ""
+    factor = slowdown(kind, prev_value, value)
+    pace = prev.steps_per_s / factor
+    budget = DEADLINE_SHARE * scenario.limits.deadline_s - (prev.time_to_first_step_s or 0.0)
+    fits = int(max(budget, 0.0) * pace)
+    if fits >= planned:
+        return None, ""
+    steps = max(MIN_STEPS, fits)
+    return steps, (f"{steps} of {planned} steps: at {prev_value} it ran {prev.steps_per_s:.1f} steps/s; if a step "
+                   f"took {factor:.3g}× as long at {value}, {planned} would not fit {DEADLINE_SHARE:.0%} of the "
+                   f"{scenario.limits.deadline_s:g} s deadline after its {prev.time_to_first_step_s or 0:.1f} s "
+                   f"start")
 
 
 @dataclass
 class Point:
     value: str
-    bits_per_s: float
+    bits_per_s: float | None  # a bandwidth point's rate (None for a delay point)
     steps_per_s: float | None
     speedup: float | None
     comm_share: float | None
     verdict: str
     run_dir: str
+    delay_s: float | None = None  # a delay point's added delay (None for a bandwidth point)
+    steps: int | None = None  # the steps the run reached (its last step)
+    steps_note: str = ""  # why the point ran fewer steps than the scenario (fit_steps), "" when it did not
 
 
 @dataclass
@@ -106,37 +215,53 @@ def crossover(label: str, baseline: str, points: list[Point]) -> str:
             f"{worst.speedup:.2f}×.")
 
 
-def curves(baseline: Column, swept: dict[str, list[tuple[str, Column]]]) -> list[Curve]:
-    """One curve per multi-node scenario (its base label → [(value, column)])."""
+def curves(baseline: Column, swept: dict[str, list[tuple[Any, ...]]], kind: str = "bandwidth") -> list[Curve]:
+    """One curve per multi-node scenario (its base label → [(value, column) or (value, column, steps note)])."""
     out = []
     for label, cols in swept.items():
-        points = [Point(v, rate_bits(v), c.steps_per_s,
-                        (c.steps_per_s / baseline.steps_per_s) if c.steps_per_s and baseline.steps_per_s else None,
-                        c.comm_share, c.verdict, c.run_dir) for v, c in cols]
-        points.sort(key=lambda p: p.bits_per_s, reverse=True)
+        points = []
+        for value, c, *note in cols:
+            points.append(Point(
+                value, rate_bits(value) if kind == "bandwidth" else None, c.steps_per_s,
+                (c.steps_per_s / baseline.steps_per_s) if c.steps_per_s and baseline.steps_per_s else None,
+                c.comm_share, c.verdict, c.run_dir, delay_s=delay_seconds(value) if kind == "delay" else None,
+                steps=c.final_step, steps_note=note[0] if note else ""))
+        points.sort(key=lambda p: badness(kind, p.value))
         out.append(Curve(label, points, crossover(label, baseline.label, points)))
     return out
 
 
-def plot(baseline: Column, found: list[Curve], path: Path) -> None:
+def _x(kind: str, p: Point) -> float:
+    return p.bits_per_s or 0.0 if kind == "bandwidth" else (p.delay_s or 0.0) * 1000
+
+
+def plot(baseline: Column, found: list[Curve], path: Path, kind: str = "bandwidth") -> None:
     from chaos.reports.plots import plt
 
     fig, ax = plt.subplots(figsize=(7, 3.8), dpi=100)
+    xs = [_x(kind, p) for c in found for p in c.points if p.speedup is not None]
+    worse_side = (min(xs) / 2, max(xs) * 2) if kind == "bandwidth" and xs else (0.0, max(xs or [1.0]) * 1.05)
     for curve in found:
         pts = [p for p in curve.points if p.speedup is not None]
-        ax.plot([p.bits_per_s for p in pts], [p.speedup for p in pts], "o-", label=curve.label)
+        ax.plot([_x(kind, p) for p in pts], [p.speedup for p in pts], "o-", label=curve.label)
         for a, b in itertools.pairwise(pts):
             if (a.speedup or 0) >= 1 > (b.speedup or 0):  # the crossover: shade the links where one machine wins
-                ax.axvspan(min(p.bits_per_s for p in pts) / 2, a.bits_per_s, color="#d62728", alpha=0.08)
-                ax.axvline((a.bits_per_s * b.bits_per_s) ** 0.5, color="#d62728", linestyle=":",
-                           label="crossover")
+                if kind == "bandwidth":
+                    ax.axvspan(worse_side[0], _x(kind, a), color="#d62728", alpha=0.08)
+                    mid = (_x(kind, a) * _x(kind, b)) ** 0.5
+                else:
+                    ax.axvspan(_x(kind, a), worse_side[1], color="#d62728", alpha=0.08)
+                    mid = (_x(kind, a) + _x(kind, b)) / 2
+                ax.axvline(mid, color="#d62728", linestyle=":", label="crossover")
     known = [p for c in found for p in c.points if p.speedup is not None]
     if known and all((p.speedup or 0) < 1 for p in known):  # no crossover in range: one machine wins throughout
-        ax.axvspan(min(p.bits_per_s for p in known) / 2, max(p.bits_per_s for p in known) * 2, color="#d62728",
-                   alpha=0.08, label="one machine wins")
+        ax.axvspan(*worse_side, color="#d62728", alpha=0.08, label="one machine wins")
     ax.axhline(1.0, color="grey", linestyle="--", label=f"one machine ({baseline.label})")
-    ax.set_xscale("log")
-    ax.set_xlabel("link bandwidth per node (bit/s, tc tbf)")
+    if kind == "bandwidth":
+        ax.set_xscale("log")
+        ax.set_xlabel("link bandwidth per node (bit/s, tc tbf)")
+    else:
+        ax.set_xlabel("delay added to every packet of every node (ms)")
     ax.set_ylabel("speedup over one machine")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -144,22 +269,32 @@ def plot(baseline: Column, found: list[Curve], path: Path) -> None:
     plt.close(fig)
 
 
+_HOW = {"bandwidth": "every node's link capped (bandwidth, netns, tc tbf, the whole run)",
+        "delay": "every node's packets delayed (delay, netns, the delay fault's mechanism, the whole run; 0: no "
+                 "fault)"}
+PACE = ("A point's steps/s is 1 / the median step interval (all ranks) over the steps completed after the last node's "
+        "impairment took effect (its last fault_injected; the whole run without faults), and its communication share "
+        "the median of rank 0's over the same steps.")
+
+
 def render_markdown(kind: str, baseline: Column, found: list[Curve]) -> str:
     lines = [f"# torch-chaos interconnect sweep: {kind}", "",
-             f"Speedup = steps/s of the multi-node run with every node's link capped ({kind}, netns, tc tbf, the "
-             f"whole run) over steps/s of {baseline.label} without faults. Measured on: {baseline.machine}.", "",
+             f"Speedup = steps/s of the multi-node run with {_HOW[kind]} over steps/s of {baseline.label} without "
+             f"faults. {PACE} Measured on: {baseline.machine}.", "",
              f"Baseline: {baseline.label}: {baseline.steps_per_s or 0:.1f} steps/s; {resources_text(baseline)}.", ""]
     for curve in found:
-        lines += [f"## {curve.label}", "", "| link | steps/s | speedup | communication share | verdict |",
-                  "|---|---|---|---|---|"]
+        lines += [f"## {curve.label}", "", "| link | steps run | steps/s | speedup | communication share | verdict |",
+                  "|---|---|---|---|---|---|"]
         for p in curve.points:
-            lines.append(f"| {p.value} | {'—' if p.steps_per_s is None else f'{p.steps_per_s:.1f}'} | "
+            lines.append(f"| {p.value} | {'—' if p.steps is None else p.steps} | "
+                         f"{'—' if p.steps_per_s is None else f'{p.steps_per_s:.1f}'} | "
                          f"{'—' if p.speedup is None else f'{p.speedup:.2f}×'} | "
                          f"{'—' if p.comm_share is None else f'{p.comm_share:.0%}'} | {p.verdict} |")
         lines += [""]
+    cut = [f"- {c.label} at {p.value}: {p.steps_note}." for c in found for p in c.points if p.steps_note]
     failed = [f"- {c.label} at {p.value} did not pass ({p.verdict}): its pace is that of the steps it ran."
               for c in found for p in c.points if p.verdict != "pass"]
-    lines += ["## Conclusions", "", *[f"- {c.crossover}" for c in found], *failed, "",
+    lines += ["## Conclusions", "", *[f"- {c.crossover}" for c in found], *cut, *failed, "",
               "![speedup vs link](sweep.svg)", "",
               "## Runs", "", f"- {baseline.label}: `{baseline.run_dir}`"]
     lines += [f"- {c.label} at {p.value}: `{p.run_dir}`" for c in found for p in c.points]
@@ -167,15 +302,15 @@ def render_markdown(kind: str, baseline: Column, found: list[Curve]) -> str:
     return "\n".join(lines)
 
 
-def write_sweep(kind: str, baseline: Column, swept: dict[str, list[tuple[str, Column]]],
+def write_sweep(kind: str, baseline: Column, swept: dict[str, list[tuple[Any, ...]]],
                 output: Path) -> dict[str, Path]:
     output.mkdir(parents=True, exist_ok=True)
-    found = curves(baseline, swept)
+    found = curves(baseline, swept, kind)
     paths = {"md": output / "sweep.md", "json": output / "sweep.json", "svg": output / "sweep.svg"}
-    plot(baseline, found, paths["svg"])
+    plot(baseline, found, paths["svg"], kind)
     md = render_markdown(kind, baseline, found)
     unfair = [f"{label}: {', '.join(why)}" for label, why in fairness(
-        [baseline, *[c for cols in swept.values() for _, c in cols]]).items() if why]
+        [baseline, *[col for cols in swept.values() for _, col, *_ in cols]]).items() if why]
     if unfair:
         md = md.replace("## Conclusions\n\n", "## Conclusions\n\n- Not a fair comparison: " + "; ".join(unfair)
                         + ".\n", 1)

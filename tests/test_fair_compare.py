@@ -194,9 +194,48 @@ def test_a_sweep_is_parsed_best_link_first_and_bad_values_are_refused() -> None:
 
     assert parse_sweep("bandwidth=10mbit,1gbit,100mbit") == ("bandwidth", ["1gbit", "100mbit", "10mbit"])
     assert rate_bits("1mbps") == 8e6  # tc's bps units are bytes
-    for bad in ("delay=10ms,20ms", "bandwidth=1gbit", "bandwidth=fast,slow", "bandwidth"):
-        with pytest.raises(ValueError, match=r"--sweep|tc rate"):
+    # a delay sweep: the best link (least delay) first
+    assert parse_sweep("delay=20ms,0ms,5ms") == ("delay", ["0ms", "5ms", "20ms"])
+    for bad in ("jitter=10ms,20ms", "bandwidth=1gbit", "bandwidth=fast,slow", "bandwidth", "delay=5ms,soon",
+                "delay=5ms,0.005s", "delay=-5ms,5ms"):
+        with pytest.raises(ValueError, match=r"--sweep|tc rate|a delay such as"):
             parse_sweep(bad)
+
+
+def test_a_delay_sweep_delays_every_node_and_its_zero_point_is_the_unimpaired_link() -> None:
+    from chaos.loading import load_scenario, shipped_scenarios_dir
+    from chaos.sweep import swept_scenario
+
+    elastic = load_scenario(shipped_scenarios_dir() / "compare" / "elastic-tuned.yaml")
+    swept = swept_scenario(elastic, "delay", "20ms")
+    assert swept.cluster.runtime == "netns"
+    assert [(f.kind, f.target, f.at, f.duration, f.delay) for f in swept.faults] == [
+        ("delay", i, 0, None, 0.02) for i in range(elastic.cluster.nodes)]
+    zero = swept_scenario(elastic, "delay", "0ms")
+    assert zero.faults == [] and zero.cluster.runtime == "netns" and zero.name == "compare-elastic-tuned-delay-0ms"
+
+
+def test_a_point_runs_fewer_steps_only_when_the_previous_pace_says_they_would_not_fit() -> None:
+    from chaos.loading import load_scenario, shipped_scenarios_dir
+    from chaos.sweep import MIN_STEPS, fit_steps, swept_scenario
+
+    elastic = load_scenario(shipped_scenarios_dir() / "compare" / "elastic-tuned.yaml")  # 1000 steps, 240 s
+    prev = _column("two-100mbit", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=20.0)
+    prev.time_to_first_step_s = 24.0
+    assert fit_steps(elastic, "bandwidth", None, "1gbit") == (None, "")  # the first point: nothing to go by
+    # 10× less bandwidth: 2 steps/s planned; 0.6 × 240 s - 24 s start = 120 s → 240 steps
+    steps, note = fit_steps(elastic, "bandwidth", ("100mbit", prev), "10mbit")
+    assert steps == 240 and note.startswith("240 of 1000 steps: at 100mbit it ran 20.0 steps/s")
+    assert swept_scenario(elastic, "bandwidth", "10mbit", steps).workload.args["steps"] == 240
+    # a small slowdown fits: the scenario's steps are kept
+    assert fit_steps(elastic, "bandwidth", ("100mbit", prev), "80mbit") == (None, "")
+    # a hopeless link still runs enough steps for a median
+    assert fit_steps(elastic, "bandwidth", ("100mbit", prev), "10kbit")[0] == MIN_STEPS
+    # delay: 0 ms → 20 ms is 21× the 1 ms a step's round trips are assumed to take unimpaired
+    steps, _ = fit_steps(elastic, "delay", ("0ms", prev), "20ms")
+    assert steps == int(120 * 20.0 / 21)
+    prev.steps_per_s = None  # no pace measured: nothing to go by
+    assert fit_steps(elastic, "bandwidth", ("100mbit", prev), "10mbit") == (None, "")
 
 
 def test_swept_runs_impair_every_nodes_link_for_the_whole_run_on_netns() -> None:
@@ -226,10 +265,29 @@ def test_the_crossover_is_where_the_speedup_falls_below_one(tmp_path: Path) -> N
                                                                       ("10mbit", 0.4)]
     assert curve["crossover"] == ("two: crossover between 100mbit (1.20×) and 10mbit (0.40×): on a link of 10mbit "
                                   "or worse, one machine (one) wins.")
-    assert paths["svg"].read_text().startswith("<?xml") and "| 10mbit | 40.0 | 0.40× |" in paths["md"].read_text()
+    assert paths["svg"].read_text().startswith("<?xml")
+    assert "| 10mbit | 100 | 40.0 | 0.40× |" in paths["md"].read_text()
     slow = {"two": [(v, _column("two", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=10.0)) for v in ("1gbit", "10mbit")]}
     assert "wins at every tested link quality" in json.loads(
         write_sweep("bandwidth", base, slow, tmp_path / "slow")["json"].read_text())["curves"][0]["crossover"]
+
+
+def test_a_delay_sweep_finds_its_crossover_and_states_the_points_steps(tmp_path: Path) -> None:
+    from chaos.sweep import write_sweep
+
+    base = _column("one", 1, pin_cpus(1, 1, [0, 1]), steps_per_s=100.0)
+    cut = "240 of 1000 steps: test"
+    swept = {"two": [("20ms", _column("two", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=30.0), cut),
+                     ("0ms", _column("two", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=180.0), ""),
+                     ("5ms", _column("two", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=90.0), "")]}
+    paths = write_sweep("delay", base, swept, tmp_path)
+    [curve] = json.loads(paths["json"].read_text())["curves"]
+    assert [(p["value"], p["delay_s"], p["bits_per_s"], p["speedup"]) for p in curve["points"]] == [
+        ("0ms", 0.0, None, 1.8), ("5ms", 0.005, None, 0.9), ("20ms", 0.02, None, 0.3)]
+    assert curve["crossover"].startswith("two: crossover between 0ms (1.80×) and 5ms (0.90×)")
+    md = paths["md"].read_text()
+    assert f"- two at 20ms: {cut}." in md and "every node's packets delayed" in md
+    assert "delay added to every packet" in paths["svg"].read_text()
 
 
 def test_a_pinned_docker_node_gets_its_cores_as_the_containers_cpuset(tmp_path: Path) -> None:
@@ -275,3 +333,147 @@ def test_no_phase_is_named_when_the_common_ones_explain_almost_none_of_the_diffe
     quick.recovery_s, quick.recovery_phases = 14.8, [("detection + restart", 14.8), ("first step", 0.0)]
     slow.recovery_s, slow.recovery_phases = 99.3, [("rendezvous", 99.2), ("first step", 0.1)]
     assert _widest_gap(quick, slow) is None
+
+
+# ------------------------------------------------------------------------------------------ setup steps and levers
+
+
+def _plan(tmp_path: Path, name: str) -> dict[str, Any]:
+    """The plan.yaml build_plan writes for a shipped compare scenario (no cluster started)."""
+    from chaos.loading import load_scenario, shipped_scenarios_dir
+
+    scenario = load_scenario(shipped_scenarios_dir() / "compare" / f"{name}.yaml")
+    plan = build_plan(scenario, f"run-{name}", tmp_path / name)
+    return json.loads(json.dumps(plan.to_dict()))
+
+
+def test_setup_steps_are_derived_from_the_plan_of_each_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos.compare import setup_steps
+
+    monkeypatch.setattr(chaos.plan, "host_cpus", lambda: [0, 1])
+    restart = {"policy": "on-failure", "delay_s": 1.0, "max_restarts": 10}
+    central = setup_steps(_plan(tmp_path, "centralized"), restart)
+    assert central == ["provision 1 host (1 core)", "start 1 process on the host (train.py)",
+                       "checkpoint storage on the host",
+                       "a supervisor that restarts a failed host's process (after 1 s, at most 10 times)"]
+    elastic = setup_steps(_plan(tmp_path, "elastic-tuned"), None)
+    assert elastic[0] == "provision 2 hosts (1 core each)"
+    assert elastic[1] == "start torchrun on each of the 2 hosts (--nnodes=1:2, --nproc-per-node=1, train.py)"
+    assert elastic[2].startswith("a c10d rendezvous endpoint (node0's TCP store)")
+    assert elastic[3].startswith("a network between the 2 hosts")
+    assert elastic[4] == "checkpoint storage every host reads and writes (shared)"
+    assert len(elastic) == 5  # no node_restart given: no supervisor
+    # a dedicated store is one more host to run, on the network
+    plan = _plan(tmp_path, "elastic-tuned")
+    plan["store"] = {"name": "store", "role": "store", "argv": ["python", "-c", "..."]}
+    steps = setup_steps(plan, None)
+    assert "run the rendezvous store on a host of its own" in steps
+    assert any(s.startswith("a c10d rendezvous endpoint (the store host)") for s in steps)
+    assert any(s.startswith("a network between the 3 hosts") for s in steps)
+    assert setup_steps({}, None) == []
+
+
+def test_the_comparison_has_a_setup_row_and_says_what_the_bigger_shape_adds() -> None:
+    one = _column("one", 1, pin_cpus(1, 1, [0, 1]))
+    two = _column("two", 2, pin_cpus(2, 1, [0, 1]))
+    one.setup, two.setup = ["provision 1 host", "start 1 process"], ["provision 2 hosts", "start 1 process", "a net"]
+    rows = {r[0]: r[1:] for r in table([one, two])}
+    assert rows["setup steps (from the run's plan)"] == ["2: provision 1 host; start 1 process",
+                                                        "3: provision 2 hosts; start 1 process; a net"]
+    assert "Setting up one takes 2 steps; two takes 3, differing in: provision 2 hosts; a net." in conclusions(
+        [one, two])
+    two.setup = None
+    assert rows["setup steps (from the run's plan)"][0].startswith("2:")
+    assert {r[0]: r[1:] for r in table([one, two])}["setup steps (from the run's plan)"][1] == (
+        "not recorded (no plan.yaml)")
+
+
+def test_the_largest_recovery_part_is_named_with_its_settings_and_their_measured_effect() -> None:
+    from chaos.analysis.breakdown import RENDEZVOUS, WORKER_INIT
+
+    tuned = _column("tuned", 2, pin_cpus(2, 1, [0, 1]))
+    defaults = _column("defaults", 2, pin_cpus(2, 1, [0, 1]))
+    tuned.recovery_s, tuned.recovery_phases = 10.0, [(RENDEZVOUS, 2.0), (WORKER_INIT, 6.0), ("first step", 2.0)]
+    tuned.largest_phase, tuned.largest_s = WORKER_INIT, 6.0
+    tuned.settings = {"last_call_timeout_s": 2, "join_timeout_s": 60, "min_nodes": 1, "process_group_timeout_s": 10,
+                      "share_rendezvous_store": False}
+    defaults.recovery_s, defaults.recovery_phases = 90.0, [(RENDEZVOUS, 80.0), (WORKER_INIT, 7.0), ("first step", 3.0)]
+    defaults.largest_phase, defaults.largest_s = RENDEZVOUS, 80.0
+    defaults.settings = {**tuned.settings, "last_call_timeout_s": 30, "join_timeout_s": 600,
+                         "process_group_timeout_s": 1800, "share_rendezvous_store": True}
+    rows = {r[0]: r[1:] for r in table([tuned, defaults])}
+    assert rows["recovery, what shrinks the largest part"] == [
+        "process_group_timeout_s (10 s); share_rendezvous_store (False)",
+        "last_call_timeout_s (30 s); join_timeout_s (600 s); min_nodes (1)"]
+    lines = conclusions([tuned, defaults])
+    [on_defaults] = [line for line in lines if line.startswith("On defaults")]
+    assert on_defaults == (
+        "On defaults the largest part of the 90.0 s recovery is rendezvous: 80.0 s (89%); the settings that bound "
+        "it: last_call_timeout_s = 30 s, join_timeout_s = 600 s, min_nodes = 1. Measured effect: tuned, with "
+        "last_call_timeout_s = 2 s, join_timeout_s = 60 s, spent 2.0 s in rendezvous: 78.0 s less (the two runs "
+        "also differ in process_group_timeout_s, share_rendezvous_store).")
+    [on_tuned] = [line for line in lines if line.startswith("On tuned")]
+    assert "Measured effect: defaults, with process_group_timeout_s = 1800 s, share_rendezvous_store = True, " \
+        "spent 7.0 s in worker init (process group): 1.0 s more" in on_tuned
+    # a centralized column: its restart is bounded by node_restart.delay_s, the imports by no setting
+    central = _column("central", 1, pin_cpus(1, 1, [0, 1]))
+    central.recovery_s, central.largest_s = 8.0, 6.0
+    central.largest_phase, central.settings = "detection + restart + worker start", {"node_restart.delay_s": 1.0}
+    [line] = [x for x in conclusions([central, tuned]) if x.startswith("On central")]
+    assert line == ("On central the largest part of the 8.0 s recovery is detection + restart + worker start: 6.0 s "
+                    "(75%); the settings that bound it: node_restart.delay_s = 1 s; what else shrinks it: fewer or "
+                    "lazier imports, a warm file cache. Their effect is not measured here: no other column of this "
+                    "mode ran with other values.")
+
+
+def test_time_to_result_is_the_start_until_the_last_step_first_completed() -> None:
+    from chaos.analysis.throughput import time_to_result
+
+    events = [{"event": "run_started", "t": 100.0},
+              *[{"event": "step_completed", "t": 100.0 + s, "step": s, "rank": r} for s in (1, 2, 3) for r in (0, 1)],
+              {"event": "step_completed", "t": 110.0, "step": 3, "rank": 0}]  # a later repeat of the last step
+    assert time_to_result(events) == 3.0
+    assert time_to_result([{"event": "run_started", "t": 1.0}]) is None
+    one = _column("one", 1, pin_cpus(1, 1, [0, 1]))
+    two = _column("two", 2, pin_cpus(2, 1, [0, 1]))
+    one.time_to_result_s, two.time_to_result_s = 20.0, 50.0
+    rows = {r[0]: r[1:] for r in table([one, two])}
+    assert rows["time to result (start → last step, faults included)"] == ["20.0 s", "50.0 s"]
+    assert ("Under this fault plan the last step came first on one, 20.0 s after the start; two took 50.0 s (2.5×)."
+            in conclusions([one, two]))
+
+
+def test_a_bad_sweep_is_a_usage_error_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    from chaos.cli import main
+    from chaos.loading import shipped_scenarios_dir
+
+    central = str(shipped_scenarios_dir() / "compare" / "centralized.yaml")
+    tuned = str(shipped_scenarios_dir() / "compare" / "elastic-tuned.yaml")
+    for sweep, message in (("delay=5ms,soon", "expected a delay such as 0ms, 5ms or 20ms, got 'soon'"),
+                           ("delay=5ms,0.005s", "two values name the same link"),
+                           ("latency=1ms,2ms", "KIND one of bandwidth, delay")):
+        assert main(["compare", central, tuned, "--sweep", sweep]) == 2
+        err = capsys.readouterr().err
+        assert message in " ".join(err.split()) and "Traceback" not in err
+    assert main(["compare", central, "--sweep", "delay=0ms,5ms"]) == 2  # no multi-node scenario: nothing to sweep
+    assert "at least one multi-node scenario" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_sweep_points_pace_is_taken_after_every_nodes_impairment_took_effect() -> None:
+    from chaos.sweep import impaired_pace
+
+    def step(t: float, s: int, rank: int, duration: float, comm: float) -> dict[str, Any]:
+        return {"event": "step_completed", "t": t, "step": s, "rank": rank, "node": f"node{rank}", "pid": rank,
+                "duration_s": duration, "comm_s": comm}
+
+    # ten fast steps (0.1 s, half communication) before the delay lands on both nodes, then slow ones (0.5 s)
+    events = [{"event": "run_started", "t": 0.0}]
+    events += [step(0.1 * s, s, r, 0.1, 0.05) for s in range(1, 11) for r in (0, 1)]
+    events += [{"event": "fault_injected", "t": 1.02, "id": 0}, {"event": "fault_injected", "t": 1.05, "id": 1}]
+    events += [step(1.0 + 0.5 * (s - 10), s, r, 0.5, 0.45) for s in range(11, 31) for r in (0, 1)]
+    pace, share, measured = impaired_pace(sorted(events, key=lambda e: e["t"]))
+    assert pace == pytest.approx(2.0) and share == pytest.approx(0.9) and measured == 40
+    # a point without faults (a 0 ms delay): the whole run
+    plain = [e for e in events if e["event"] != "fault_injected"]
+    pace, share, measured = impaired_pace(sorted(plain, key=lambda e: e["t"]))
+    assert measured == 58 and share == pytest.approx(0.9)  # 18 fast intervals, 40 slow: the median is a slow one

@@ -183,6 +183,44 @@ def _largest(phases: list[tuple[str, float | None]], recovery_s: float) -> dict[
     return {"phase": name, "seconds": seconds, "share": seconds / recovery_s}
 
 
+# The settings that bound each phase (plan.yaml's elastic_settings keys, the scenario's min_nodes and
+# node_restart.delay_s): what a comparison varies to shrink it. Worker start, checkpoint load and the first step have
+# none (imports, storage, warm-up).
+PHASE_SETTINGS: dict[str, tuple[str, ...]] = {
+    DETECTION: ("keep_alive_interval_s", "keep_alive_max_attempt", "process_group_timeout_s"),
+    RENDEZVOUS: ("last_call_timeout_s", "join_timeout_s", "min_nodes"),
+    RESTART: ("node_restart.delay_s",),
+    WORKER_INIT: ("process_group_timeout_s", "share_rendezvous_store"),
+}
+# What shrinks a phase that no setting bounds (the short form of _lever).
+PHASE_COST = {WORKER_START: "fewer or lazier imports, a warm file cache", LOAD: "a smaller checkpoint, faster storage",
+              FIRST_STEP: "the first step's warm-up (allocation, lazy initialisation)"}
+
+
+def _canon(part: str) -> str:
+    """A phase's name as PHASE_SETTINGS knows it (a history without agent events names them shorter)."""
+    for name in (WORKER_START, WORKER_INIT):
+        if part.startswith(name.split(" (")[0]):
+            return name
+    return part
+
+
+def phase_settings(phase: str, mode: str | None) -> list[str]:
+    """The settings that bound a (possibly merged, "a + b") phase, in order; a centralized job's detection is the
+    engine's poll (none)."""
+    keys: list[str] = []
+    for part in map(_canon, phase.split(" + ")):
+        if part == DETECTION and mode == "centralized":
+            continue
+        keys += [k for k in PHASE_SETTINGS.get(part, ()) if k not in keys]
+    return keys
+
+
+def phase_costs(phase: str) -> list[str]:
+    """What shrinks the parts of a (possibly merged) phase that no setting bounds."""
+    return [PHASE_COST[part] for part in map(_canon, phase.split(" + ")) if part in PHASE_COST]
+
+
 def _advice(largest: dict[str, Any], settings: dict[str, Any], rounds: int | None) -> str:
     """What would shrink the largest span, citing its number and the settings in force in this run."""
     name, s = largest["phase"], largest["seconds"]

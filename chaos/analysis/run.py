@@ -18,7 +18,7 @@ from chaos.analysis.interval import interval_advice, save_cost_s
 from chaos.analysis.load import History, first_t, load_events, of_kind
 from chaos.analysis.result_json import build_result
 from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
-from chaos.analysis.throughput import final_loss, throughput
+from chaos.analysis.throughput import final_loss, throughput, time_to_result
 from chaos.events import Ev
 from chaos.scenario import Scenario, ShippedWorkload
 
@@ -39,6 +39,7 @@ class RunAnalysis:
     worker_starts: list[float] = field(default_factory=list)  # s since t0 of each rank-0 worker start
     losses: list[tuple[float, float]] = field(default_factory=list)  # (step, loss) along the surviving lineage
     final: tuple[int | None, float | None] = (None, None)  # (step, loss) the run ended with (compare's final loss)
+    time_to_result_s: float | None = None  # run start → the highest step first completed (compare's time to result)
 
     def interval_advice(self, mtbf_s: float | None = None) -> dict[str, Any] | None:
         """Young/Daly checkpoint-interval advice for an MTBF (``--mtbf``, else the scenario's checks.mtbf_s)."""
@@ -88,4 +89,5 @@ def analyze_run(run_dir: str | Path) -> RunAnalysis:
         worker_starts=worker_round_starts(events, t0),
         losses=lineage_losses(events),
         final=final_loss(events),
+        time_to_result_s=time_to_result(events),
     )

@@ -48,6 +48,18 @@ def throughput(events: list[Event], result: dict[str, Any], nodes: int) -> dict[
     }
 
 
+def time_to_result(events: list[Event]) -> float | None:
+    """Seconds from the run's start until the training's highest step was first completed (by any rank): the
+    wall time to the result, faults and recoveries included. None without a start or a step."""
+    started = next((e["t"] for e in of_kind(events, Ev.RUN_STARTED)), None)
+    table = step_table(events)
+    steps = table.values("step")
+    if started is None or not len(steps):
+        return None
+    last = max(steps)
+    return min(t for t, s in zip(table.values("t"), steps, strict=True) if s == last) - started
+
+
 def final_loss(events: list[Event]) -> tuple[int | None, float | None]:
     """Rank 0's loss at the highest step of the surviving lineage (the model the run ended with): (step, loss)."""
     from chaos.analysis.checkpoints import _lineage_losses
