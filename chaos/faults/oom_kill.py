@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from chaos.faults.base import FaultContext, FaultKind
+from chaos.faults.base import FaultContext, FaultKind, draw_duration, local_rank_problems
 from chaos.faults.membase import (
     MiB,
     NodeMemory,
@@ -36,7 +36,7 @@ from chaos.faults.membase import cleanup as memory_cleanup
 from chaos.faults.membase import machine_checks as memory_checks
 from chaos.faults.storagebase import Bytes
 from chaos.runtimes.base import MEMORY_CGROUP
-from chaos.spec import FaultSpec, Seconds
+from chaos.spec import FaultSpec, Seconds, Strict
 
 if TYPE_CHECKING:
     from chaos.machine import Check
@@ -59,6 +59,16 @@ class OomKillOptions(FaultSpec):
                                    "kills; default: the largest worker, the kernel's choice")
 
 
+class OomKillExplore(Strict):
+    """``explore.oom_kill``: the OOM kills ``chaos explore`` may generate (a duration from explore.durations, or
+    none: the limit is lifted after the kill)."""
+
+    limits: list[Bytes] = Field(default_factory=list, description="memory limits to draw from (e.g. [1GB]); "
+                                "empty: the default, what the node holds at the injection")
+    local_ranks: list[int] = Field(default_factory=list, description="workers the kernel may be made to kill; "
+                                   "empty: the kernel's choice (the largest worker)")
+
+
 def _mib(n: int | None) -> str:
     return "none" if n is None else f"{n / MiB:.0f} MiB"
 
@@ -68,6 +78,7 @@ class OomKill(FaultKind):
     options = OomKillOptions
     summary = "a memory limit on the node's cgroup; the kernel's OOM killer kills its largest process (exit -9)"
     needs = frozenset({MEMORY_CGROUP})
+    explore_options = OomKillExplore
     colour = "#9467bd"
 
     def inject(self, ctx: FaultContext) -> str:
@@ -176,8 +187,17 @@ class OomKill(FaultKind):
         return text + (f" for {spec.duration:g}s" if spec.duration is not None else ", lifted after the kill")
 
     @classmethod
+    def check_explore(cls, section: Any, scenario: Any) -> list[str]:
+        return local_rank_problems("local_ranks", section.local_ranks, scenario)
+
+    @classmethod
     def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
         from hypothesis import strategies as st
 
-        low, high = bounds.durations
-        return {"duration": draw(st.none() | st.integers(int(low * 10), int(high * 10)).map(lambda d: d / 10))}
+        section = cls.explore_bounds(bounds)
+        out: dict[str, Any] = {"duration": draw_duration(draw, bounds, until_end=True)}
+        if section.limits:
+            out["limit"] = draw(st.sampled_from(section.limits))
+        if section.local_ranks:
+            out["local_rank"] = draw(st.sampled_from(section.local_ranks))
+        return out

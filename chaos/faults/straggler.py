@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from chaos.faults.base import FaultContext, FaultKind
+from chaos.faults.base import FaultContext, FaultKind, draw_duration, tenths
 from chaos.marks import leftover_owner_files
 from chaos.runtimes.base import CPU_QUOTA, Unsupported
-from chaos.spec import FaultSpec
+from chaos.spec import FaultSpec, Strict
 
 if TYPE_CHECKING:
     from chaos.machine import Check
@@ -240,6 +240,21 @@ class StragglerOptions(FaultSpec):
                             "its share of the CPUs divided by this (e.g. 4)")
 
 
+class StragglerExplore(Strict):
+    """``explore.straggler``: the stragglers ``chaos explore`` may generate (durations from explore.durations)."""
+
+    slowdowns: tuple[float, float] = Field((2.0, 8.0), description="slowdown factors are drawn from this range "
+                                           "(in tenths)")
+
+    @model_validator(mode="after")
+    def _check(self) -> StragglerExplore:
+        low, high = self.slowdowns
+        if not 1 < low <= high <= 1000 or tenths(low, high) is None:
+            raise ValueError("slowdowns: expected [low, high] with 1 < low <= high <= 1000 and a multiple of 0.1 "
+                             f"between them, got [{low}, {high}]")
+        return self
+
+
 class Straggler(FaultKind):
     kind = "straggler"
     options = StragglerOptions
@@ -247,6 +262,7 @@ class Straggler(FaultKind):
     needs = frozenset({CPU_QUOTA})
     lasts_until_healed = True
     colour = "#bcbd22"
+    explore_options = StragglerExplore
 
     def inject(self, ctx: FaultContext) -> str:
         assert ctx.node is not None and ctx.plan is not None
@@ -420,6 +436,5 @@ class Straggler(FaultKind):
     def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
         from hypothesis import strategies as st
 
-        low, high = bounds.durations
-        return {"slowdown": draw(st.sampled_from([2, 4, 8])),
-                "duration": draw(st.integers(int(low * 10), int(high * 10))) / 10}
+        low, high = tenths(*cls.explore_bounds(bounds).slowdowns) or (20, 20)  # validation refuses no tenth
+        return {"slowdown": draw(st.integers(low, high)) / 10, "duration": draw_duration(draw, bounds)}
