@@ -317,8 +317,7 @@ class ExploreBase(Strict):
 
     kinds: list[_names(_EXPLORABLE)] = Field(  # type: ignore[valid-type]
         default_factory=lambda: ["crash"], min_length=1, description="fault kinds whose plug-in can generate "
-        f"plans: {', '.join(_EXPLORABLE)} (network faults other than isolate need parameters of their own and are "
-        "not generated yet)")
+        f"plans: {', '.join(_EXPLORABLE)} (the others are not generated yet)")
     targets: list[int | Literal["rendezvous_host", "event_node", "store"] | ServerName] = Field(
         default_factory=lambda: [0], min_length=1, description="event_node applies to event-triggered faults; "
         "store (the dedicated rendezvous store) and etcdN (a rendezvous server) to the kinds that can act on them")
