@@ -9,8 +9,13 @@ and the report can say "OOM-killed" where a crash says "killed".
 How: the limit is set to ``limit`` (default: what the node's cgroup holds at that moment, so no room to grow), and
 a co-located allocator grows in the cgroup, up to 32 MiB past the limit plus the page cache the kernel can reclaim
 first, and stops at the first kill. The kernel must then free memory in the cgroup, and kills the process with
-the largest footprint: a worker, in every run measured (the launcher is smaller, the allocator smaller still; it
-is also given ``oom_score_adj -1000`` where the engine may lower it, see chaos/faults/membase.py).
+the largest footprint among the workers, whose ``oom_score_adj`` is raised to 1000 while the allocator pushes. A
+second kill can come before the first victim's memory is freed (measured on docker: 6.5 ms after the first, when
+the workers had 500 and the allocator 0; it took the launcher, and with it the node): so the allocator is given
+``oom_score_adj -1000`` where the engine may lower it and the launcher too (``membase.shield``), else the
+allocator gets just below the workers (``sacrifice_adj``: raising needs no privilege) and is itself the second
+victim (an ``oom_killed`` event with ``role: allocator``), not the launcher. Every value is given back right after
+the kill.
 Without ``duration`` the previous limit comes back at once (one OOM kill, as a worker's spike gives); with one,
 the limit stays that long and restarted workers meet it too (each further kill is recorded).
 """
@@ -28,6 +33,7 @@ from chaos.faults.membase import (
     NodeMemory,
     OomWatch,
     bias_victims,
+    shield,
     start_allocator,
     stop_allocator,
     unbias,
@@ -42,9 +48,18 @@ if TYPE_CHECKING:
     from chaos.machine import Check
 
 PAGE = 4096
-# oom_score_adj the node's workers get while the allocator pushes (the launcher keeps its own): the kernel picks the
-# largest worker, as it does when a worker outgrows a limit; the one chosen with local_rank gets the maximum.
-WORKER_ADJ, CHOSEN_ADJ = 500, 1000
+# oom_score_adj the node's workers get while the allocator pushes (the one chosen with local_rank, or all): the
+# kernel picks the largest of them, as it does when a worker outgrows a limit.
+WORKER_ADJ = CHOSEN_ADJ = 1000
+
+
+def sacrifice_adj(push: int, limit: int) -> int:
+    """The allocator's oom_score_adj where it cannot get -1000 (no CAP_SYS_RESOURCE): below the workers' by more
+    than its whole allocation weighs (the kernel's badness is rss + adj × limit / 1000), so a worker is killed
+    first, yet far above the launcher's 0, so a second kill before the first victim's memory is freed takes the
+    allocator, not the launcher and the node (measured on docker: 6.5 ms after the first, when the workers had 500
+    and the allocator 0, it took the launcher)."""
+    return max(0, 999 - -(-push * 1000 // max(limit, 1)))
 PUSH = 32 * MiB  # how far past the limit the allocator asks: only a kill can make room, and it stays small
 
 
@@ -104,11 +119,12 @@ class OomKill(FaultKind):
         biased: dict[int, str] = {}
         try:
             biased = bias_victims(chosen, WORKER_ADJ if spec.local_rank is None else CHOSEN_ADJ)
+            biased.update(shield([pid for pid, w in watch.who.items() if w.get("role") != "worker"]))
             mem.set_limit(limit, run_id)
             watch.limit = limit
             allocator = start_allocator(mem.path, push, spec.wait + 5, True, run_id, ctx.fault_id,
                                         ctx.runtime.log_path(f"{ctx.node}-oom_kill-{ctx.fault_id}"),
-                                        counter=mem.path / mem.lay.events)
+                                        counter=mem.path / mem.lay.events, fallback_adj=sacrifice_adj(push, limit))
             watch.allocator = allocator.pid
             deadline = time.monotonic() + spec.wait
             while mem.oom_kills() == watch.counted and time.monotonic() < deadline:
