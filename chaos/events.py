@@ -68,6 +68,7 @@ class Ev(StrEnum):
     FAULT_HEALED = "fault_healed"
     FAULT_HEAL_FAILED = "fault_heal_failed"
     OOM_KILLED = "oom_killed"
+    FAULT_NODE_REPLACED = "fault_node_replaced"
     # -- a hang (source "workload" from the probe for a main-thread hang, "engine" for a stopped process)
     HANG_STARTED = "hang_started"
     HANG_RELEASED = "hang_released"
@@ -216,6 +217,20 @@ class FaultHealed(FaultBase):
     """The fault was undone; further fields come from the kind's heal (e.g. ``restored``)."""
 
     at_teardown: bool  # healed because the run ended, not at the end of its duration
+
+
+class FaultNodeReplaced(Line):
+    """The node a lasting fault acts on was replaced (node_restart) while the fault lasted: whether the fault was
+    put on the replacement too (the fault belongs to the node for its duration), or why not (it ended early)."""
+
+    fault_id: int
+    kind: str
+    node: str
+    reapplied: bool  # the replacement is under the fault as the node was
+    pids: list[int]  # the replacement's processes the engine found outside the fault
+    mechanism: NotRequired[str]  # how it was put on the replacement (reapplied)
+    after_s: NotRequired[float | None]  # from the replacement's first process starting to the fault back on it
+    why: NotRequired[str]  # why not (not reapplied): the fault no longer acts on this node
 
 
 class FaultHealFailed(Line):
@@ -463,6 +478,7 @@ FIELDS: dict[Ev, type] = {
     Ev.FAULT_HEALED: FaultHealed,
     Ev.FAULT_HEAL_FAILED: FaultHealFailed,
     Ev.OOM_KILLED: OomKilled,
+    Ev.FAULT_NODE_REPLACED: FaultNodeReplaced,
     Ev.HANG_STARTED: HangStarted,
     Ev.HANG_RELEASED: HangReleased,
     Ev.PROCESS_STARTED: ProcessStarted,

@@ -24,20 +24,25 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import NoSuchExample
 
 from chaos.registry import fault_plugins
-from chaos.scenario import EventTrigger, Explore, Scenario
+from chaos.scenario import EventTrigger, Explore, Scenario, explore_targets
 
 
 def fault_strategy(bounds: Explore, nodes: int) -> st.SearchStrategy[list[Any]]:
-    """Plans of 1..max_faults faults; each kind's own options come from its plug-in's ``generate``."""
-    node_targets = [t for t in bounds.targets if t != "event_node" and (not isinstance(t, int) or t < nodes)]
+    """Plans of 1..max_faults faults; each kind's own options come from its plug-in's ``generate``.
+
+    Targets are those of ``bounds.targets`` the kind can take (``explore_targets``: the store and rendezvous
+    servers only for the kinds that act on them, event_node only for event-triggered faults); scenario validation
+    refuses bounds that leave a kind none."""
     plugins = fault_plugins()
 
     @st.composite
     def one(draw: st.DrawFn) -> Any:
         kind = draw(st.sampled_from(bounds.kinds))
         plugin = plugins[kind]
-        triggers = ["at_step"] + (["on"] if bounds.events else [])
-        trigger = draw(st.sampled_from(triggers))
+        targets = {trigger: explore_targets(plugin, bounds, nodes, trigger)
+                   for trigger in ["at_step"] + (["on"] if bounds.events else [])}
+        triggers = [t for t, choices in targets.items() if choices or plugin.options.TARGET != "node"]
+        trigger = draw(st.sampled_from(triggers or ["at_step"]))
         spec: dict[str, Any] = {"kind": kind}
         if trigger == "at_step":
             spec["at_step"] = draw(st.integers(*bounds.step_window))
@@ -45,9 +50,7 @@ def fault_strategy(bounds: Explore, nodes: int) -> st.SearchStrategy[list[Any]]:
             spec["on"] = EventTrigger(event=draw(st.sampled_from(bounds.events)),
                                       occurrence=draw(st.integers(*bounds.occurrences)))
         if plugin.options.TARGET == "node":
-            choices = list(node_targets) + (["event_node"] if trigger == "on" and "event_node" in bounds.targets
-                                            else [])
-            spec["target"] = draw(st.sampled_from(choices or [0]))
+            spec["target"] = draw(st.sampled_from(targets[trigger] or [0]))
         spec.update(plugin.generate(draw, bounds) or {})
         return plugin.options(**spec)
 

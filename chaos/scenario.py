@@ -13,6 +13,7 @@ See docs/design.md, "Extension points".
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag, TypeAdapter, create_model, model_validator
@@ -21,7 +22,7 @@ from chaos.events import ExploreTriggerEvent
 from chaos.paths import check_allowed, check_path
 from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
 from chaos.runtimes.base import CAPABILITIES, STORAGE_LAYER
-from chaos.spec import SERVER_PREFIXES, EventTrigger, FaultSpec, Seconds, Strict, parse_duration
+from chaos.spec import SERVER_PREFIXES, EventTrigger, FaultSpec, Seconds, ServerName, Strict, parse_duration
 from chaos.workload_args import SHIPPED
 
 __all__ = ["EventTrigger", "Fault", "FaultSpec", "Scenario", "Seconds", "make_fault", "parse_duration"]
@@ -223,6 +224,30 @@ def _server_target_problems(fault: Any, cluster: Any, plugins: dict[str, Any]) -
     return problems
 
 
+@dataclass
+class _Target:
+    kind: str
+    target: Any
+
+
+def explore_targets(plugin: Any, bounds: Any, nodes: int, trigger: str = "on") -> list[Any]:
+    """The targets of ``bounds.targets`` a generated fault of this kind may take: nodes that exist, event_node
+    for event-triggered faults only, the store and rendezvous servers for the kinds that can act on them."""
+    out: list[Any] = []
+    for t in bounds.targets:
+        if isinstance(t, int):
+            ok = t < nodes
+        elif t == "event_node":
+            ok = trigger == "on" and bool(bounds.events)
+        elif t == "store" or t.startswith(SERVER_PREFIXES):
+            ok = bool(getattr(plugin, "acts_on_store", False))
+        else:
+            ok = True
+        if ok:
+            out.append(t)
+    return out
+
+
 def make_fault(**fields: Any) -> Any:
     """A validated fault spec of whichever kind ``fields["kind"]`` names (``Fault`` is a union, not a class)."""
     return TypeAdapter(Fault).validate_python(fields)
@@ -287,30 +312,44 @@ MAX_FAULTS = 64  # a plan of more faults than this is a mistake (and would take 
 _EXPLORABLE = {name: p for name, p in fault_plugins().items() if p.can_generate()}
 
 
-class Explore(Strict):
+class ExploreBase(Strict):
     """Bounds for ``chaos explore``: which fault plans hypothesis may generate (and shrink) for this scenario."""
 
     kinds: list[_names(_EXPLORABLE)] = Field(  # type: ignore[valid-type]
         default_factory=lambda: ["crash"], min_length=1, description="fault kinds whose plug-in can generate "
-        f"plans: {', '.join(_EXPLORABLE)} (network faults need parameters of their own and are not generated yet)")
-    targets: list[int | Literal["rendezvous_host", "event_node"]] = Field(
-        default_factory=lambda: [0], min_length=1, description="event_node applies to event-triggered faults")
+        f"plans: {', '.join(_EXPLORABLE)} (the others are not generated yet)")
+    targets: list[int | Literal["rendezvous_host", "event_node", "store"] | ServerName] = Field(
+        default_factory=lambda: [0], min_length=1, description="event_node applies to event-triggered faults; "
+        "store (the dedicated rendezvous store) and etcdN (a rendezvous server) to the kinds that can act on them")
     max_faults: int = Field(2, ge=1, le=8)
     step_window: tuple[int, int] = Field((1, 100), description="at_step triggers are drawn from this range")
     events: list[ExploreTriggerEvent] = Field(
         default_factory=list, description="workload events faults may be triggered on")
     occurrences: tuple[int, int] = Field((1, 5), description="which occurrence of the event")
-    durations: tuple[Seconds, Seconds] = Field((1.0, 5.0), description="freeze durations (seconds)")
+    durations: tuple[Seconds, Seconds] = Field((1.0, 5.0), description="durations of the faults that last a while "
+                                               "(seconds)")
 
     @model_validator(mode="after")
-    def _check(self) -> Explore:
+    def _check(self) -> ExploreBase:
         for name in ("step_window", "occurrences", "durations"):
             low, high = getattr(self, name)
             if low > high or low < (0 if name == "durations" else 1):
                 raise ValueError(f"{name}: expected [low, high] with 1 <= low <= high, got [{low}, {high}]")
         if self.targets == ["event_node"] and not self.events:
             raise ValueError("targets: event_node alone needs events to trigger on")
+        given = [k for k, p in _EXPLORABLE.items() if p.explore_options is not None
+                 and getattr(self, k, None) is not None and k not in self.kinds]
+        if given:
+            raise ValueError(f"{', '.join(given)}: bounds for a kind that is not in kinds (add it to kinds or drop "
+                             "the section)")
         return self
+
+
+# Each kind with explore bounds of its own gets `explore.<kind>: {...}` (e.g. explore.straggler.slowdowns).
+Explore = create_model(  # type: ignore[call-overload]
+    "Explore", __base__=ExploreBase,
+    **{name: (p.explore_options | None, Field(None, description=f"bounds of generated {name} faults"))
+       for name, p in _EXPLORABLE.items() if p.explore_options is not None})
 
 
 class Limits(Strict):
@@ -369,9 +408,51 @@ class Scenario(Strict):
                 problems.append(f"faults[{i}].kind: {fault.kind} acts through the storage layer's FUSE mount, which "
                                 f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")
             problems += [f"faults[{i}].{problem}" for problem in plugin.check(fault, self)]
+        if self.explore is not None:
+            problems += self._explore_problems(runtime)
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _explore_problems(self, runtime: Any) -> list[str]:
+        """The explore bounds judged like a plan's faults: every plan drawn from them must be one this scenario
+        accepts (a kind the runtime can do, a target that exists and that the kind can act on)."""
+        c, bounds, plugins = self.cluster, self.explore, fault_plugins()
+        assert bounds is not None
+        problems = []
+        for target in bounds.targets:
+            if isinstance(target, int) and target >= c.nodes:
+                problems.append(f"explore.targets: node {target} does not exist (the cluster has nodes "
+                                f"0..{c.nodes - 1})")
+            elif target == "rendezvous_host" and c.mode == "centralized":
+                problems.append("explore.targets: a centralized job has no rendezvous host")
+            elif target == "store" or (isinstance(target, str) and target.startswith(SERVER_PREFIXES)):
+                able = [k for k in bounds.kinds if getattr(plugins[k], "acts_on_store", False)]
+                if not able:
+                    problems.append(f"explore.targets: {target}: none of explore.kinds can act on it; kinds that "
+                                    "can: " + ", ".join(sorted(k for k, p in plugins.items()
+                                                               if getattr(p, "acts_on_store", False))))
+                    continue
+                probe = _Target(kind=able[0], target=target)
+                why = (_store_target_problems(able[0], c, plugins) if target == "store"
+                       else _server_target_problems(probe, c, plugins))
+                problems += [f"explore.targets: {target}: {w}" for w in why]
+        for kind in bounds.kinds:
+            plugin = plugins[kind]
+            for need in sorted(plugin.needs - runtime.capabilities):
+                able = [n for n, r in runtime_plugins().items() if need in r.capabilities]
+                problems.append(f"explore.kinds: {kind} needs {CAPABILITIES.get(need, need)}, which the "
+                                f"{c.runtime} runtime does not give" + (f"; set cluster.runtime: {' or '.join(able)}"
+                                                                       if able else ""))
+            if STORAGE_LAYER in plugin.needs and self.storage.layer in ("inotify", "off"):
+                problems.append(f"explore.kinds: {kind} acts through the storage layer's FUSE mount, which "
+                                f"storage.layer: {self.storage.layer} turns off")
+            if plugin.options.TARGET == "node" and not explore_targets(plugin, bounds, c.nodes):
+                problems.append(f"explore.kinds: {kind} can take none of explore.targets "
+                                f"({', '.join(map(str, bounds.targets))})")
+            problems += [f"explore.{kind}.{why}" for why in
+                         plugin.check_explore(plugin.explore_bounds(bounds), self)]
+        return problems
 
     def _rendezvous_problems(self, runtime: Any) -> list[str]:
         c = self.cluster

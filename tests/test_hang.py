@@ -84,7 +84,9 @@ def test_explore_may_generate_it() -> None:
         seen.append(Hang.generate(data.draw, bounds))
 
     draw()
-    assert seen and all(1.0 <= o["duration"] <= 3.0 and set(o) == {"duration"} for o in seen)
+    # Without explore.hang: worker 0, the workload's default mode, always a duration (until_end is opt-in).
+    assert seen and all(1.0 <= o["duration"] <= 3.0 and o == {"duration": o["duration"], "local_rank": 0}
+                        for o in seen)
 
 
 # ------------------------------------------------------------------------------------------ the probe's order

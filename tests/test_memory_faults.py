@@ -297,3 +297,24 @@ def test_local_rank_picks_the_victim() -> None:
     f = scenario("{kind: oom_kill, target: 1, at_step: 5, local_rank: 1}").faults[0]
     assert f.local_rank == 1
     assert "local_rank" in problems("{kind: oom_kill, target: 1, at_step: 5, local_rank: -1}")
+
+
+def test_the_launcher_is_shielded_while_the_allocator_pushes_and_gets_its_value_back() -> None:
+    """A second OOM kill before the first victim's memory is freed must not take the launcher (and the node)."""
+    import subprocess
+    import sys
+
+    from chaos.faults.membase import shield, unbias
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        adj = Path(f"/proc/{proc.pid}/oom_score_adj")
+        before = adj.read_text().strip()
+        shielded = shield([proc.pid])
+        if not shielded:
+            pytest.skip("lowering oom_score_adj needs CAP_SYS_RESOURCE")
+        assert adj.read_text().strip() == "-1000" and shielded == {proc.pid: before}
+        assert unbias(shielded) == [] and adj.read_text().strip() == before
+    finally:
+        proc.kill()
+        proc.wait()

@@ -21,7 +21,7 @@ from chaos import probe
 from chaos.analysis.load import load_events
 from chaos.analysis.result_json import RESULT_SCHEMA_VERSION, build_result
 from chaos.analysis.step_timing import step_timings
-from chaos.events import Ev, Source
+from chaos.events import Ev, Source, required_fields
 from chaos.faults import straggler
 from chaos.faults.base import FaultContext
 from chaos.loading import parse_scenario
@@ -282,14 +282,15 @@ def test_explore_generates_stragglers_within_the_bounds() -> None:
     from chaos.explore import fault_strategy
     from chaos.scenario import Explore
 
-    bounds = Explore(kinds=["straggler"], targets=[1], durations=(2.0, 6.0))
+    bounds = Explore(kinds=["straggler"], targets=[1], durations=(2.0, 6.0),
+                     straggler={"slowdowns": (3, 5.5)})
     assert straggler.Straggler.can_generate()
 
     @settings(max_examples=25, deadline=None, database=None)
     @given(fault_strategy(bounds, nodes=3))
     def check(plan: list[Any]) -> None:
         for f in plan:
-            assert f.kind == "straggler" and f.slowdown in (2, 4, 8) and 2.0 <= f.duration <= 6.0 and f.target == 1
+            assert f.kind == "straggler" and 3 <= f.slowdown <= 5.5 and 2.0 <= f.duration <= 6.0 and f.target == 1
 
     check()
 
@@ -319,3 +320,99 @@ def test_a_node_whose_processes_are_all_gone_is_not_capped_and_nothing_is_left()
     owners = [p.name for p in straggler.OWNERS_DIR.glob("*abc123-*")] if straggler.OWNERS_DIR.is_dir() else []
     base = lay.cgroup_of(os.getpid()) if lay.version == 1 else lay.mount
     assert owners == [] and not list((base / straggler.PARENT).glob("abc123/*"))
+
+
+def test_a_replacement_of_the_capped_node_is_capped_too_and_heals_exactly() -> None:
+    """node_restart while a straggler lasts: the new tree starts outside the cap (the engine starts it); the next
+    look moves it in, says so in the history with the uncapped time, and heal puts it back where it started."""
+    lay = _cpu_cgroup_or_skip()
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    replacement = None
+    try:
+        home = lay.cgroup_of(first.pid)
+        rt = HostProcesses([first.pid])
+        ctx = _context(rt)
+        kind = straggler.Straggler()
+        kind.inject(ctx)
+        cpu = ctx.handles[0]
+        cpu.next_look = 0.0
+        assert kind.observe(ctx) == []  # nothing replaced: nothing to say
+        first.kill()
+        first.wait()
+        replacement = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        rt.pids = [replacement.pid]
+        assert lay.cgroup_of(replacement.pid) == home  # born outside the cap, as a node the engine restarts is
+        cpu.next_look = 0.0
+        seen = kind.observe(ctx)
+        assert len(seen) == 1 and seen[0]["event"] == "fault_node_replaced" and seen[0]["reapplied"] is True
+        assert seen[0]["pids"] == [replacement.pid] and 0 <= seen[0]["after_s"] < 5
+        assert set(seen[0]) - {"event"} >= required_fields(Ev.FAULT_NODE_REPLACED) - {"t", "source", "event"}
+        assert lay.cgroup_of(replacement.pid) == cpu.path
+        assert str(replacement.pid) in json.loads(cpu.owner.read_text())["homes"]  # cleanup would move it back
+        cpu.next_look = 0.0
+        assert kind.observe(ctx) == []  # reported once
+        healed = kind.heal(ctx)
+        assert healed is not None and healed["restored"] is True, healed
+        assert lay.cgroup_of(replacement.pid) == home and not cpu.path.exists()
+    finally:
+        for proc in (first, replacement):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+
+
+def test_a_replaced_container_gets_its_quota_again() -> None:
+    class Containers(HostProcesses):
+        """docker's shape: the quota is the container's, and a replacement is a new container without it."""
+
+        def __init__(self) -> None:
+            super().__init__([os.getpid()])
+            self.quota = (0, 0)
+            self.calls: list[tuple[int, int]] = []
+
+        def cpu_quota(self, name: str) -> tuple[int, int]:
+            return self.quota
+
+        def set_cpu_quota(self, name: str, quota_us: int, period_us: int) -> str:
+            self.calls.append((quota_us, period_us))
+            self.quota = (quota_us, period_us)
+            return "container quota"
+
+    rt = Containers()
+    ctx = _context(rt)
+    kind = straggler.Straggler()
+    kind.inject(ctx)
+    cpu = ctx.handles[0]
+    cpu.next_look = 0.0
+    assert kind.observe(ctx) == []
+    rt.quota = (0, 0)  # node_restart: a new container
+    cpu.next_look = 0.0
+    seen = kind.observe(ctx)
+    assert [e["reapplied"] for e in seen] == [True] and rt.quota == cpu.cap == rt.calls[0]
+    assert seen[0]["mechanism"] == "container quota"
+    healed = kind.heal(ctx)
+    assert rt.calls[-1] == (0, 0) and healed is not None and healed["restored"] is True
+
+
+def test_result_and_report_say_what_became_of_the_cap_on_a_replaced_node() -> None:
+    from chaos.reports.text import replaced_rows
+
+    events = history(STARVED)
+    at = next(i for i, e in enumerate(events) if e["event"] == Ev.FAULT_INJECTED)
+    t = events[at]["t"] + 1.0
+    events[at + 1:at + 1] = [
+        {"t": t, "source": Source.ENGINE, "event": Ev.FAULT_NODE_REPLACED, "fault_id": 0, "kind": "straggler",
+         "node": "node1", "reapplied": True, "pids": [7], "after_s": 0.25, "mechanism": "moved"},
+        {"t": t + 1, "source": Source.ENGINE, "event": Ev.FAULT_NODE_REPLACED, "fault_id": 0, "kind": "straggler",
+         "node": "node1", "reapplied": False, "pids": [8], "why": "the runtime could not cap it"}]
+    fault = timing(events)
+    assert RESULT_SCHEMA_VERSION >= 9
+    assert [(r["reapplied"], r.get("after_s")) for r in fault["node_replaced"]] == [(True, 0.25), (False, None)]
+    assert fault["node_replaced"][0]["after_injection_s"] == pytest.approx(1.0, abs=1e-3)
+    assert "node_replaced" not in timing(history(STARVED))  # absent when nothing was replaced
+
+    from types import SimpleNamespace
+
+    rows = replaced_rows(SimpleNamespace(result={"faults": [fault]}))  # type: ignore[arg-type]
+    assert rows[0] == ("straggler #0: node1 replaced", "put on the replacement too, 0.25 s after it started")
+    assert rows[1][1] == "ended early: the runtime could not cap it"

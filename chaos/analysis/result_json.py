@@ -2,8 +2,8 @@
 
 ``result.json`` is the public contract CI users parse; ``RESULT_SCHEMA_VERSION`` changes whenever a field's
 meaning does (4: each fault says whether it is ``disruptive``, as its kind declared it; 7: each disruptive
-fault's ``recovery_breakdown``; 8: ``resources``, the cores each node was pinned to; 9: a hang's ``hang``
-outcome). Reads the run directory
+fault's ``recovery_breakdown``; 8: ``resources``, the cores each node was pinned to, a hang's ``hang`` outcome;
+9: a lasting fault's ``node_replaced``, whether it was put on its node's replacement). Reads the run directory
 and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()`` returns.)
 """
 
@@ -28,7 +28,7 @@ from chaos.scenario import Bound, CommandWorkload, Scenario
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
 
-RESULT_SCHEMA_VERSION = 8
+RESULT_SCHEMA_VERSION = 9
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
@@ -114,6 +114,20 @@ def add_oom_kills(faults: list[dict[str, Any]], events: list[Event]) -> None:
                               for e in mine]
 
 
+def add_node_replacements(faults: list[dict[str, Any]], events: list[Event]) -> None:
+    """Each fault whose node was replaced while it lasted gets ``node_replaced``: whether the fault was put on the
+    replacement (``reapplied``, with the uncapped time ``after_s``) or ended early for it (``why``). Absent when
+    no ``fault_node_replaced`` event names the fault."""
+    seen = of_kind(events, Ev.FAULT_NODE_REPLACED)
+    for f in faults:
+        mine = [e for e in seen if e.get("fault_id") == f["id"]]
+        if mine:
+            f["node_replaced"] = [{k: e[k] for k in ("node", "reapplied", "after_s", "mechanism", "why", "pids")
+                                   if e.get(k) is not None}
+                                  | {"after_injection_s": round(e["t"] - f["t_injected"], 3)
+                                     if f.get("t_injected") is not None else None} for e in mine]
+
+
 def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden: dict[str, Any] | None,
                  control: dict[str, Any] | None = None) -> dict[str, Any]:
     """result.json's content for a run, from its (sorted) history, its golden run's summary and, when one was
@@ -123,6 +137,7 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     injected = [{**m.to_dict(), "injected": True} for m in fault_metrics(events)]
     faults = sorted(injected + not_injected(events, {f["id"] for f in injected}), key=lambda f: f["id"])
     add_oom_kills(faults, events)
+    add_node_replacements(faults, events)
     hangs = add_hangs(faults, events)
     timings = step_timings(events, faults)
     for f in faults:

@@ -12,6 +12,7 @@ import :mod:`chaos.scenario` or :mod:`chaos.plan` at run time.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,10 @@ class FaultKind(ABC):
     acts_on_store: ClassVar[bool] = False
     # How reports draw it (a matplotlib colour).
     colour: ClassVar[str] = "#7f7f7f"
+    # The kind's own bounds for ``chaos explore`` (a Strict model whose every field has a default): the scenario
+    # takes them as ``explore.<kind>`` and :meth:`generate` reads them through :meth:`explore_bounds`. None: the
+    # kind draws nothing of its own beyond the shared bounds (targets, triggers, durations).
+    explore_options: ClassVar[type[Any] | None] = None
 
     @abstractmethod
     def inject(self, ctx: FaultContext) -> str:
@@ -102,6 +107,19 @@ class FaultKind(ABC):
         return None
 
     @classmethod
+    def explore_bounds(cls, bounds: Explore) -> Any:
+        """This kind's section of the explore bounds (``explore.<kind>``), its defaults when the scenario has none."""
+        if cls.explore_options is None:
+            return None
+        return getattr(bounds, cls.kind, None) or cls.explore_options()
+
+    @classmethod
+    def check_explore(cls, section: Any, scenario: Scenario) -> list[str]:
+        """Problems of this kind's explore bounds in this scenario (e.g. a local rank the cluster does not have),
+        each starting with the field it is about; ``section`` is :meth:`explore_bounds`'s answer."""
+        return []
+
+    @classmethod
     def can_generate(cls) -> bool:
         """Whether ``chaos explore`` may put this kind in a plan (it overrides :meth:`generate`)."""
         return cls.generate.__func__ is not FaultKind.generate.__func__  # type: ignore[attr-defined]
@@ -118,3 +136,26 @@ class FaultKind(ABC):
     def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
         """Remove what an interrupted injection of this kind may have left outside a runtime's own objects."""
         return []
+
+
+def draw_duration(draw: DrawFn, bounds: Explore, until_end: bool = False) -> float | None:
+    """A duration from ``bounds.durations`` in tenths of a second (or None, lasting until the run ends, when the
+    kind's bounds allow it): what every kind that lasts a while draws."""
+    from hypothesis import strategies as st
+
+    low, high = bounds.durations
+    inside = tenths(low, high)
+    drawn = st.integers(*inside).map(lambda d: d / 10) if inside else st.just(float(low))
+    return draw((st.none() | drawn) if until_end else drawn)
+
+
+def tenths(low: float, high: float) -> tuple[int, int] | None:
+    """The tenths inside [low, high] as integer bounds (``(20, 80)`` for 2..8), None when it holds none."""
+    first, last = math.ceil(round(low * 10, 6)), math.floor(round(high * 10, 6))
+    return (first, last) if first <= last else None
+
+
+def local_rank_problems(field_name: str, ranks: list[int], scenario: Scenario) -> list[str]:
+    """Explore bounds naming a worker the cluster does not have (``local_ranks: 3 does not exist ...``)."""
+    procs = scenario.cluster.procs_per_node
+    return [f"{field_name}: {r} does not exist (cluster.procs_per_node is {procs})" for r in ranks if r >= procs]

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from chaos.events import Ev
-from chaos.faults.base import FaultContext, FaultKind
+from chaos.faults.base import FaultContext, FaultKind, draw_duration, local_rank_problems
 from chaos.runtimes.base import KILL_WORKERS
-from chaos.spec import FaultSpec
+from chaos.spec import FaultSpec, Strict
 
 if TYPE_CHECKING:
     from chaos.scenario import Scenario
@@ -56,6 +56,17 @@ class HangOptions(FaultSpec):
     hold_gil: bool = Field(False, description="main_thread only: the stuck main thread spins holding the GIL "
                            "(other Python threads starve; native threads such as the process group's run on) "
                            "instead of sleeping")
+
+
+class HangExplore(Strict):
+    """``explore.hang``: the hangs ``chaos explore`` may generate."""
+
+    modes: list[Literal["main_thread", "process"]] = Field(
+        default_factory=list, description="mechanisms to draw from; empty: the workload's default mode")
+    local_ranks: list[int] = Field(default_factory=lambda: [0], min_length=1,
+                                   description="workers (LOCAL_RANK) that may hang")
+    until_end: bool = Field(False, description="a hang may also last until the run ends (no duration): the job "
+                            "must notice it, or the verdict is hung")
 
 
 def resolved_mode(spec: Any, scenario: Any) -> str:
@@ -99,6 +110,7 @@ class Hang(FaultKind):
     needs = frozenset({KILL_WORKERS})
     lasts_until_healed = True
     colour = "#393b79"
+    explore_options = HangExplore
 
     def inject(self, ctx: FaultContext) -> str:
         assert ctx.node is not None and ctx.plan is not None
@@ -179,8 +191,16 @@ class Hang(FaultKind):
         return problems
 
     @classmethod
+    def check_explore(cls, section: Any, scenario: Scenario) -> list[str]:
+        return local_rank_problems("local_ranks", section.local_ranks, scenario)
+
+    @classmethod
     def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
         from hypothesis import strategies as st
 
-        low, high = bounds.durations
-        return {"duration": draw(st.integers(int(low * 10), int(high * 10))) / 10}
+        section = cls.explore_bounds(bounds)
+        out: dict[str, Any] = {"local_rank": draw(st.sampled_from(section.local_ranks)),
+                               "duration": draw_duration(draw, bounds, until_end=section.until_end)}
+        if section.modes:
+            out["mode"] = draw(st.sampled_from(section.modes))
+        return out

@@ -7,9 +7,9 @@ connects would fail fast where a real dead link makes them time out.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from chaos.faults.base import FaultContext
+from chaos.faults.base import FaultContext, draw_duration
 from chaos.faults.netbase import NetworkFault, NetworkFaultSpec, impairment
 
 
@@ -44,3 +44,7 @@ class Isolate(NetworkFault):
             ctx.details["not_applied_on"] = skipped
         return (f"iptables DROP of everything {ctx.node} receives ({imp.interface}) and of everything from "
                 f"{address} at its peers")
+
+    @classmethod
+    def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
+        return {"duration": draw_duration(draw, bounds)}

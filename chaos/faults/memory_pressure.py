@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import psutil
 from pydantic import Field, model_validator
 
-from chaos.faults.base import FaultContext, FaultKind
+from chaos.faults.base import FaultContext, FaultKind, draw_duration
 from chaos.faults.membase import MiB, NodeMemory, OomWatch, start_allocator, stop_allocator
 from chaos.faults.membase import cleanup as memory_cleanup
 from chaos.faults.membase import machine_checks as memory_checks
 from chaos.faults.storagebase import Bytes, PositiveBytes
 from chaos.runtimes.base import MEMORY_CGROUP
-from chaos.spec import FaultSpec
+from chaos.spec import FaultSpec, Strict
 
 if TYPE_CHECKING:
     from chaos.machine import Check
@@ -50,6 +50,23 @@ class MemoryPressureOptions(FaultSpec):
         return self
 
 
+class MemoryPressureExplore(Strict):
+    """``explore.memory_pressure``: the allocations ``chaos explore`` may generate (durations from
+    explore.durations)."""
+
+    sizes: tuple[PositiveBytes, PositiveBytes] = Field(
+        (128 * MiB, 512 * MiB), description="the allocator's size is drawn from this range (whole MiB)")
+    headrooms: list[Bytes] = Field(default_factory=list, description="caps at the node's footprint plus one of "
+                                   "these that may be drawn (e.g. [64MB]); the uncapped allocation is always a choice")
+
+    @model_validator(mode="after")
+    def _check(self) -> MemoryPressureExplore:
+        low, high = self.sizes
+        if low > high or -(-low // MiB) > high // MiB:
+            raise ValueError(f"sizes: expected [low, high] with a whole MiB between them, got [{low}, {high}]")
+        return self
+
+
 def _mib(n: int | None) -> str:
     return "none" if n is None else f"{n / MiB:.0f} MiB"
 
@@ -59,6 +76,7 @@ class MemoryPressure(FaultKind):
     options = MemoryPressureOptions
     summary = "a co-located allocator takes `size` of memory in the node (under an optional node `limit`)"
     needs = frozenset({MEMORY_CGROUP})
+    explore_options = MemoryPressureExplore
     colour = "#17becf"
 
     def inject(self, ctx: FaultContext) -> str:
@@ -136,6 +154,11 @@ class MemoryPressure(FaultKind):
     def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
         from hypothesis import strategies as st
 
-        low, high = bounds.durations
-        return {"size": draw(st.sampled_from([128 * MiB, 256 * MiB, 512 * MiB])),
-                "duration": draw(st.integers(int(low * 10), int(high * 10))) / 10}
+        section = cls.explore_bounds(bounds)
+        low, high = section.sizes
+        out: dict[str, Any] = {"size": draw(st.integers(-(-low // MiB), max(-(-low // MiB), high // MiB))) * MiB,
+                               "duration": draw_duration(draw, bounds)}
+        headroom = draw(st.sampled_from([None, *section.headrooms]))
+        if headroom is not None:
+            out["headroom"] = headroom
+        return out

@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from chaos.faults.base import FaultContext, FaultKind
+from chaos.faults.base import FaultContext, FaultKind, local_rank_problems
 from chaos.runtimes.base import KILL_WORKERS
-from chaos.spec import FaultSpec
+from chaos.spec import FaultSpec, Strict
 
 
 class _NativeCrashOptions(FaultSpec):
@@ -32,9 +32,17 @@ class AbortOptions(_NativeCrashOptions):
     kind: Literal["abort"]
 
 
+class NativeCrashExplore(Strict):
+    """``explore.segfault`` / ``explore.abort``: which workers a generated native crash hits."""
+
+    local_ranks: list[int] = Field(default_factory=list, description="workers (LOCAL_RANK) one of which may be "
+                                   "drawn; empty: every worker of the node")
+
+
 class _NativeCrash(FaultKind):
     signal: ClassVar[int]
     needs = frozenset({KILL_WORKERS})
+    explore_options = NativeCrashExplore
 
     def inject(self, ctx: FaultContext) -> str:
         assert ctx.node is not None
@@ -45,8 +53,15 @@ class _NativeCrash(FaultKind):
         return ctx.runtime.kill_workers(ctx.node, sig=self.signal, local_rank=local_rank)
 
     @classmethod
+    def check_explore(cls, section: Any, scenario: Any) -> list[str]:
+        return local_rank_problems("local_ranks", section.local_ranks, scenario)
+
+    @classmethod
     def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
-        return {}
+        from hypothesis import strategies as st
+
+        ranks = cls.explore_bounds(bounds).local_ranks
+        return {"local_rank": draw(st.sampled_from(ranks))} if ranks else {}
 
 
 class Segfault(_NativeCrash):

@@ -9,8 +9,13 @@ and the report can say "OOM-killed" where a crash says "killed".
 How: the limit is set to ``limit`` (default: what the node's cgroup holds at that moment, so no room to grow), and
 a co-located allocator grows in the cgroup, up to 32 MiB past the limit plus the page cache the kernel can reclaim
 first, and stops at the first kill. The kernel must then free memory in the cgroup, and kills the process with
-the largest footprint: a worker, in every run measured (the launcher is smaller, the allocator smaller still; it
-is also given ``oom_score_adj -1000`` where the engine may lower it, see chaos/faults/membase.py).
+the largest footprint among the workers, whose ``oom_score_adj`` is raised to 1000 while the allocator pushes. A
+second kill can come before the first victim's memory is freed (measured on docker: 6.5 ms after the first, when
+the workers had 500 and the allocator 0; it took the launcher, and with it the node): so the allocator is given
+``oom_score_adj -1000`` where the engine may lower it and the launcher too (``membase.shield``), else the
+allocator gets just below the workers (``sacrifice_adj``: raising needs no privilege) and is itself the second
+victim (an ``oom_killed`` event with ``role: allocator``), not the launcher. Every value is given back right after
+the kill.
 Without ``duration`` the previous limit comes back at once (one OOM kill, as a worker's spike gives); with one,
 the limit stays that long and restarted workers meet it too (each further kill is recorded).
 """
@@ -22,12 +27,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from chaos.faults.base import FaultContext, FaultKind
+from chaos.faults.base import FaultContext, FaultKind, draw_duration, local_rank_problems
 from chaos.faults.membase import (
     MiB,
     NodeMemory,
     OomWatch,
     bias_victims,
+    shield,
     start_allocator,
     stop_allocator,
     unbias,
@@ -36,15 +42,24 @@ from chaos.faults.membase import cleanup as memory_cleanup
 from chaos.faults.membase import machine_checks as memory_checks
 from chaos.faults.storagebase import Bytes
 from chaos.runtimes.base import MEMORY_CGROUP
-from chaos.spec import FaultSpec, Seconds
+from chaos.spec import FaultSpec, Seconds, Strict
 
 if TYPE_CHECKING:
     from chaos.machine import Check
 
 PAGE = 4096
-# oom_score_adj the node's workers get while the allocator pushes (the launcher keeps its own): the kernel picks the
-# largest worker, as it does when a worker outgrows a limit; the one chosen with local_rank gets the maximum.
-WORKER_ADJ, CHOSEN_ADJ = 500, 1000
+# oom_score_adj the node's workers get while the allocator pushes (the one chosen with local_rank, or all): the
+# kernel picks the largest of them, as it does when a worker outgrows a limit.
+WORKER_ADJ = CHOSEN_ADJ = 1000
+
+
+def sacrifice_adj(push: int, limit: int) -> int:
+    """The allocator's oom_score_adj where it cannot get -1000 (no CAP_SYS_RESOURCE): below the workers' by more
+    than its whole allocation weighs (the kernel's badness is rss + adj × limit / 1000), so a worker is killed
+    first, yet far above the launcher's 0, so a second kill before the first victim's memory is freed takes the
+    allocator, not the launcher and the node (measured on docker: 6.5 ms after the first, when the workers had 500
+    and the allocator 0, it took the launcher)."""
+    return max(0, 999 - -(-push * 1000 // max(limit, 1)))
 PUSH = 32 * MiB  # how far past the limit the allocator asks: only a kill can make room, and it stays small
 
 
@@ -59,6 +74,16 @@ class OomKillOptions(FaultSpec):
                                    "kills; default: the largest worker, the kernel's choice")
 
 
+class OomKillExplore(Strict):
+    """``explore.oom_kill``: the OOM kills ``chaos explore`` may generate (a duration from explore.durations, or
+    none: the limit is lifted after the kill)."""
+
+    limits: list[Bytes] = Field(default_factory=list, description="memory limits to draw from (e.g. [1GB]); "
+                                "empty: the default, what the node holds at the injection")
+    local_ranks: list[int] = Field(default_factory=list, description="workers the kernel may be made to kill; "
+                                   "empty: the kernel's choice (the largest worker)")
+
+
 def _mib(n: int | None) -> str:
     return "none" if n is None else f"{n / MiB:.0f} MiB"
 
@@ -68,6 +93,7 @@ class OomKill(FaultKind):
     options = OomKillOptions
     summary = "a memory limit on the node's cgroup; the kernel's OOM killer kills its largest process (exit -9)"
     needs = frozenset({MEMORY_CGROUP})
+    explore_options = OomKillExplore
     colour = "#9467bd"
 
     def inject(self, ctx: FaultContext) -> str:
@@ -93,11 +119,12 @@ class OomKill(FaultKind):
         biased: dict[int, str] = {}
         try:
             biased = bias_victims(chosen, WORKER_ADJ if spec.local_rank is None else CHOSEN_ADJ)
+            biased.update(shield([pid for pid, w in watch.who.items() if w.get("role") != "worker"]))
             mem.set_limit(limit, run_id)
             watch.limit = limit
             allocator = start_allocator(mem.path, push, spec.wait + 5, True, run_id, ctx.fault_id,
                                         ctx.runtime.log_path(f"{ctx.node}-oom_kill-{ctx.fault_id}"),
-                                        counter=mem.path / mem.lay.events)
+                                        counter=mem.path / mem.lay.events, fallback_adj=sacrifice_adj(push, limit))
             watch.allocator = allocator.pid
             deadline = time.monotonic() + spec.wait
             while mem.oom_kills() == watch.counted and time.monotonic() < deadline:
@@ -176,8 +203,17 @@ class OomKill(FaultKind):
         return text + (f" for {spec.duration:g}s" if spec.duration is not None else ", lifted after the kill")
 
     @classmethod
+    def check_explore(cls, section: Any, scenario: Any) -> list[str]:
+        return local_rank_problems("local_ranks", section.local_ranks, scenario)
+
+    @classmethod
     def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
         from hypothesis import strategies as st
 
-        low, high = bounds.durations
-        return {"duration": draw(st.none() | st.integers(int(low * 10), int(high * 10)).map(lambda d: d / 10))}
+        section = cls.explore_bounds(bounds)
+        out: dict[str, Any] = {"duration": draw_duration(draw, bounds, until_end=True)}
+        if section.limits:
+            out["limit"] = draw(st.sampled_from(section.limits))
+        if section.local_ranks:
+            out["local_rank"] = draw(st.sampled_from(section.local_ranks))
+        return out

@@ -40,12 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from chaos.faults.base import FaultContext, FaultKind
+from chaos.events import Ev
+from chaos.faults.base import FaultContext, FaultKind, draw_duration, tenths
 from chaos.marks import leftover_owner_files
 from chaos.runtimes.base import CPU_QUOTA, Unsupported
-from chaos.spec import FaultSpec
+from chaos.spec import FaultSpec, Strict
 
 if TYPE_CHECKING:
     from chaos.machine import Check
@@ -179,6 +180,10 @@ class NodeCpu:
     before: tuple[int, int] | None = None  # the cgroup's quota and period before (in place, container)
     runtime_before: tuple[int, int] | None = None  # the runtime's own record of the quota before (container)
     stat_before: tuple[int, int, float] = (0, 0, 0.0)
+    cap: tuple[int, int] = (0, 0)  # the quota and period the fault set
+    earlier: tuple[int, int, float] = (0, 0, 0.0)  # throttling counted in a replaced node's cgroup (container)
+    next_look: float = 0.0  # observe's rate limit (monotonic)
+    reported: set[int] = field(default_factory=set)  # pids already reported as not capped (in place)
 
     def save(self, run_id: str) -> None:
         OWNERS_DIR.mkdir(parents=True, exist_ok=True)
@@ -192,7 +197,9 @@ class NodeCpu:
             return {}
         periods, throttled, seconds = self.lay.throttled(self.path)
         p0, t0, s0 = self.stat_before
-        return {"periods": periods - p0, "throttled_periods": throttled - t0, "throttled_s": round(seconds - s0, 3)}
+        e0, e1, e2 = self.earlier
+        return {"periods": periods - p0 + e0, "throttled_periods": throttled - t0 + e1,
+                "throttled_s": round(seconds - s0 + e2, 3)}
 
 
 def _node_home(lay: CpuLayout, run_id: str, node: str, homes: dict[str, str]) -> tuple[Path, bool]:
@@ -232,12 +239,52 @@ def _share(lay: CpuLayout | None, nodes: int) -> tuple[float, str]:
     return cpus / nodes, f"{text} / {nodes} node(s)"
 
 
+LOOK_S = 0.2  # how often observe looks for a replaced node (each look lists the node's processes)
+
+
+def _started(pids: list[int]) -> float | None:
+    """When the earliest of these processes started (host clock), None when none can be read."""
+    import psutil
+
+    times = []
+    for pid in pids:
+        with contextlib.suppress(Exception):
+            times.append(psutil.Process(pid).create_time())
+    return min(times) if times else None
+
+
+def _since(t: float | None) -> float | None:
+    return None if t is None else round(max(0.0, time.time() - t), 3)
+
+
+def _in(lay: CpuLayout, pid: int) -> Path | None:
+    try:
+        return lay.cgroup_of(pid)
+    except Exception:
+        return None
+
+
 class StragglerOptions(FaultSpec):
     DURATION: ClassVar = "optional"
     EXAMPLES: ClassVar = {"slowdown": "slowdown: 4"}
     kind: Literal["straggler"]
     slowdown: float = Field(gt=1, le=1000, description="how many times slower the node runs: its CPU quota is "
                             "its share of the CPUs divided by this (e.g. 4)")
+
+
+class StragglerExplore(Strict):
+    """``explore.straggler``: the stragglers ``chaos explore`` may generate (durations from explore.durations)."""
+
+    slowdowns: tuple[float, float] = Field((2.0, 8.0), description="slowdown factors are drawn from this range "
+                                           "(in tenths)")
+
+    @model_validator(mode="after")
+    def _check(self) -> StragglerExplore:
+        low, high = self.slowdowns
+        if not 1 < low <= high <= 1000 or tenths(low, high) is None:
+            raise ValueError("slowdowns: expected [low, high] with 1 < low <= high <= 1000 and a multiple of 0.1 "
+                             f"between them, got [{low}, {high}]")
+        return self
 
 
 class Straggler(FaultKind):
@@ -247,6 +294,7 @@ class Straggler(FaultKind):
     needs = frozenset({CPU_QUOTA})
     lasts_until_healed = True
     colour = "#bcbd22"
+    explore_options = StragglerExplore
 
     def inject(self, ctx: FaultContext) -> str:
         assert ctx.node is not None and ctx.plan is not None
@@ -262,6 +310,7 @@ class Straggler(FaultKind):
         if own is not None and own[0] > 0 and own[1] > 0:
             share, basis = own[0] / own[1], "the node's own CPU quota"
         quota, period = quota_for(share, spec.slowdown)
+        cpu.cap = (quota, period)
         ctx.handles.append(cpu)
         if own is not None:  # the runtime's own quota (a container's)
             cpu.runtime_before = own
@@ -326,6 +375,73 @@ class Straggler(FaultKind):
                             "cgroup_version": lay.version if lay else None})
         return (f"CPU quota {quota}/{period} µs ({quota / period:.3g} CPUs = {share:.3g} / {spec.slowdown:g}; share: "
                 f"{basis}) on {ctx.node}: {how}")
+
+    def observe(self, ctx: FaultContext) -> list[dict[str, Any]]:
+        """The cap belongs to the node for the fault's duration: a replacement (node_restart after a crash) is
+        capped as the node was, within one look (every LOOK_S) of its first process; the ``fault_node_replaced``
+        event says so with the uncapped time measured, or says why the cap ended early."""
+        cpu = next((h for h in ctx.handles if isinstance(h, NodeCpu)), None)
+        if cpu is None or ctx.node is None or time.monotonic() < cpu.next_look:
+            return []
+        cpu.next_look = time.monotonic() + LOOK_S
+        rt = ctx.runtime
+        base = {"event": Ev.FAULT_NODE_REPLACED, "fault_id": ctx.fault_id, "kind": self.kind, "node": ctx.node}
+        if cpu.runtime_before is not None:  # the runtime's own quota: a replaced container starts without it
+            try:
+                now = rt.cpu_quota(ctx.node)
+                pids = rt.node_pids(ctx.node)
+            except Exception:  # the node is between containers: look again next time
+                return []
+            if now == cpu.cap or not pids:
+                return []
+            started = _started(pids)
+            if cpu.lay is not None and cpu.path is not None and cpu.path.is_dir():
+                with contextlib.suppress(Exception):  # keep what the replaced container was throttled
+                    (p, t, s), (p0, t0, s0), (e0, e1, e2) = cpu.lay.throttled(cpu.path), cpu.stat_before, cpu.earlier
+                    cpu.earlier = (e0 + p - p0, e1 + t - t0, e2 + s - s0)
+            with contextlib.suppress(Exception):
+                if cpu.lay is not None:
+                    cpu.path = cpu.lay.cgroup_of(pids[0])
+                    cpu.before = cpu.lay.read(cpu.path)
+                    cpu.stat_before = cpu.lay.throttled(cpu.path)
+            cpu.save(rt.run_id)
+            try:
+                how = rt.set_cpu_quota(ctx.node, *cpu.cap)
+            except Exception as exc:
+                return [{**base, "reapplied": False, "pids": pids, "why": f"the runtime could not cap the "
+                         f"replacement ({exc}): the cap ended early"}]
+            return [{**base, "reapplied": True, "pids": pids, "mechanism": how, "after_s": _since(started)}]
+        if cpu.lay is None or cpu.path is None:
+            return []
+        outside = []
+        for pid in sorted(rt.node_pids(ctx.node)):
+            with contextlib.suppress(Exception):
+                if cpu.lay.cgroup_of(pid) != cpu.path:
+                    outside.append(pid)
+        if not cpu.created:  # in place (the node's own v2 cgroup): a replacement lands where its runtime puts it
+            new = [p for p in outside if p not in cpu.reported]
+            cpu.reported.update(new)
+            return [{**base, "reapplied": False, "pids": new, "why": f"the cap was written in place on "
+                     f"{cpu.path}, and the replacement runs outside it: the cap ended early for it"}] if new else []
+        if not outside:
+            return []
+        started = _started(outside)
+        moved: list[int] = []
+        for _ in range(5):  # again until no new process appears (the replacement's launcher may be mid-spawn)
+            for pid in outside:
+                with contextlib.suppress(Exception):
+                    cpu.homes.setdefault(str(pid), str(cpu.lay.cgroup_of(pid)))
+                    if _move(pid, cpu.path):
+                        moved.append(pid)
+            cpu.save(rt.run_id)  # cleanup after an engine SIGKILL moves them back too
+            outside = [p for p in rt.node_pids(ctx.node) if p not in moved and _in(cpu.lay, p) != cpu.path]
+            if not outside:
+                break
+        if not moved:
+            return []
+        return [{**base, "reapplied": True, "pids": moved, "after_s": _since(started),
+                 "mechanism": f"{len(moved)} processes of the replacement moved into cpu cgroup v{cpu.lay.version} "
+                              f"{cpu.path.relative_to(cpu.lay.mount)}"}]
 
     def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
         cpu = next(h for h in ctx.handles if isinstance(h, NodeCpu))
@@ -420,6 +536,5 @@ class Straggler(FaultKind):
     def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:
         from hypothesis import strategies as st
 
-        low, high = bounds.durations
-        return {"slowdown": draw(st.sampled_from([2, 4, 8])),
-                "duration": draw(st.integers(int(low * 10), int(high * 10))) / 10}
+        low, high = tenths(*cls.explore_bounds(bounds).slowdowns) or (20, 20)  # validation refuses no tenth
+        return {"slowdown": draw(st.integers(low, high)) / 10, "duration": draw_duration(draw, bounds)}

@@ -52,7 +52,19 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
             ("restarts after the job finished", fmt(r.get("restarts_after_completion", 0))),
             ("node replacements", fmt(r["node_replacements"])),
             ("run duration", fmt(r["duration_s"], " s", 1)), ("end", r["end_reason"]), *oom_rows(report),
-            *slow_node_rows(report), *hang_rows(report)]
+            *slow_node_rows(report), *hang_rows(report), *replaced_rows(report)]
+
+
+def replaced_rows(report: Report) -> list[tuple[str, str]]:
+    """A lasting fault whose node was replaced meanwhile: put on the replacement too, or ended early for it."""
+    rows = []
+    for f in report.result["faults"]:
+        for r in f.get("node_replaced") or []:
+            text = (f"put on the replacement too, {r['after_s']:.2f} s after it started" if r.get("reapplied")
+                    and r.get("after_s") is not None else "put on the replacement too" if r.get("reapplied")
+                    else f"ended early: {r.get('why', '')}")
+            rows.append((f"{f['kind']} #{f['id']}: {r.get('node')} replaced", text))
+    return rows
 
 
 def oom_rows(report: Report) -> list[tuple[str, str]]:

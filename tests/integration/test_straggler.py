@@ -100,3 +100,37 @@ def test_cleanup_after_the_engine_is_sigkilled_with_a_node_capped(tmp_path: Path
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+REPLACED = """\
+name: straggler-node-replaced
+cluster: {mode: elastic, nodes: 2, min_nodes: 2, node_restart: {policy: on-failure, delay_s: 0.5}}
+workload: {name: ddp-mlp, args: {steps: 300, checkpoint_every: 50}}
+faults:
+  - {kind: straggler, target: 1, at_step: 20, slowdown: 4, duration: 40s}
+  - {kind: crash, target: 1, at_step: 60}
+checks: {golden: false}
+limits: {deadline_s: 200, stall_timeout_s: 90}
+"""
+
+
+def test_a_node_replaced_while_capped_is_capped_again_and_healed_exactly(tmp_path: Path) -> None:
+    """The cap belongs to the node for the fault's duration: node 1 crashes while capped and its replacement (started
+    by the engine, outside the cap) is moved into it within a look; heal moves every process back."""
+    from chaos.loading import parse_scenario
+    from tests.runs import run_scenario
+
+    result, run_dir = run_scenario(parse_scenario(REPLACED))
+    assert result["verdict"] == "pass" and result["node_replacements"] >= 1, (result["why"], run_dir)
+    [replaced] = events(run_dir, "fault_node_replaced")
+    started = [e for e in events(run_dir, "node_started") if e.get("node") == "node1" and e.get("replacement")]
+    assert replaced["reapplied"] is True and replaced["node"] == "node1" and replaced["pids"], replaced
+    assert started and started[0]["t"] <= replaced["t"] and 0 <= replaced["after_s"] < 2, (replaced, started)
+    healed = next(e for e in events(run_dir, "fault_healed") if e["fault_id"] == 0)
+    assert healed["restored"] is True and healed["at_teardown"] is False, healed
+    assert not Path(next(e for e in events(run_dir, "fault_injected")
+                         if e["fault_id"] == 0)["details"]["cgroup"]).exists() and not leftovers(run_dir)
+    fault = result["faults"][0]
+    assert fault["node_replaced"][0]["reapplied"] is True and fault["node_replaced"][0]["after_s"] < 2, fault
+    rows = dict(summary_rows(build_report(run_dir)))
+    assert rows["straggler #0: node1 replaced"].startswith("put on the replacement too"), rows
