@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -182,7 +183,8 @@ class HostProcesses:
     name = "fake"
 
     def __init__(self, pids: list[int]):
-        self.run_id = "20261201-000000-t-abc123"
+        # a run id of its own: tests on the other xdist worker look for what their run left behind
+        self.run_id = f"20261201-000000-t-{secrets.token_hex(3)}"
         self.pids = pids
 
     def node_pids(self, name: str) -> list[int]:
@@ -314,12 +316,14 @@ def test_a_node_whose_processes_are_all_gone_is_not_capped_and_nothing_is_left()
         def node_pids(self, name: str) -> list[int]:
             return [dead.pid]  # listed, but gone before it can be moved
 
-    ctx = _context(Vanishing([]))
+    rt = Vanishing([])
+    ctx = _context(rt)
     with pytest.raises(RuntimeError, match="acted on nothing"):
         straggler.Straggler().inject(ctx)
-    owners = [p.name for p in straggler.OWNERS_DIR.glob("*abc123-*")] if straggler.OWNERS_DIR.is_dir() else []
+    suffix = rt.run_id.rsplit("-", 1)[1]
+    owners = [p.name for p in straggler.OWNERS_DIR.glob(f"*{suffix}-*")] if straggler.OWNERS_DIR.is_dir() else []
     base = lay.cgroup_of(os.getpid()) if lay.version == 1 else lay.mount
-    assert owners == [] and not list((base / straggler.PARENT).glob("abc123/*"))
+    assert owners == [] and not list((base / straggler.PARENT).glob(f"{suffix}/*"))
 
 
 def test_a_replacement_of_the_capped_node_is_capped_too_and_heals_exactly() -> None:
