@@ -253,21 +253,25 @@ def test_cleanup_after_a_dead_engine_moves_the_processes_back_and_removes_the_cg
         proc.wait()
 
 
+class OwnQuota(HostProcesses):
+    """docker's shape: the node's quota is the runtime's own (the container's), recorded as it set it; a
+    replacement of the node is a new container without it."""
+
+    def __init__(self) -> None:
+        super().__init__([os.getpid()])
+        self.quota = (0, 0)
+        self.calls: list[tuple[int, int]] = []
+
+    def cpu_quota(self, name: str) -> tuple[int, int]:
+        return self.quota
+
+    def set_cpu_quota(self, name: str, quota_us: int, period_us: int) -> str:
+        self.calls.append((quota_us, period_us))
+        self.quota = (quota_us, period_us)
+        return "own quota"
+
+
 def test_a_runtime_with_its_own_quota_gets_it_back_as_it_recorded_it() -> None:
-    class OwnQuota(HostProcesses):
-        def __init__(self) -> None:
-            super().__init__([os.getpid()])
-            self.quota = (0, 0)
-            self.calls: list[tuple[int, int]] = []
-
-        def cpu_quota(self, name: str) -> tuple[int, int]:
-            return self.quota
-
-        def set_cpu_quota(self, name: str, quota_us: int, period_us: int) -> str:
-            self.calls.append((quota_us, period_us))
-            self.quota = (quota_us, period_us)
-            return "own quota"
-
     rt = OwnQuota()
     ctx = _context(rt)
     kind = straggler.Straggler()
@@ -366,23 +370,7 @@ def test_a_replacement_of_the_capped_node_is_capped_too_and_heals_exactly() -> N
 
 
 def test_a_replaced_container_gets_its_quota_again() -> None:
-    class Containers(HostProcesses):
-        """docker's shape: the quota is the container's, and a replacement is a new container without it."""
-
-        def __init__(self) -> None:
-            super().__init__([os.getpid()])
-            self.quota = (0, 0)
-            self.calls: list[tuple[int, int]] = []
-
-        def cpu_quota(self, name: str) -> tuple[int, int]:
-            return self.quota
-
-        def set_cpu_quota(self, name: str, quota_us: int, period_us: int) -> str:
-            self.calls.append((quota_us, period_us))
-            self.quota = (quota_us, period_us)
-            return "container quota"
-
-    rt = Containers()
+    rt = OwnQuota()
     ctx = _context(rt)
     kind = straggler.Straggler()
     kind.inject(ctx)
@@ -393,7 +381,7 @@ def test_a_replaced_container_gets_its_quota_again() -> None:
     cpu.next_look = 0.0
     seen = kind.observe(ctx)
     assert [e["reapplied"] for e in seen] == [True] and rt.quota == cpu.cap == rt.calls[0]
-    assert seen[0]["mechanism"] == "container quota"
+    assert seen[0]["mechanism"] == "own quota"
     healed = kind.heal(ctx)
     assert rt.calls[-1] == (0, 0) and healed is not None and healed["restored"] is True
 
