@@ -169,6 +169,14 @@ def setup_steps(plan: dict[str, Any], node_restart: dict[str, Any] | None = None
     return steps
 
 
+def _extremes(columns: list[Column], attr: str) -> tuple[Column, Column] | None:
+    """The columns with the lowest and the highest measured ``attr``; None when fewer than two measured it."""
+    measured = [c for c in columns if getattr(c, attr) is not None]
+    if len(measured) < 2:
+        return None
+    return min(measured, key=lambda c: getattr(c, attr)), max(measured, key=lambda c: getattr(c, attr))
+
+
 def _first_breakdown(breakdowns: list[dict[str, Any]]) -> dict[str, Any]:
     """The first disruptive fault's phases and its largest part, as the column shows them."""
     for b in breakdowns:
@@ -396,17 +404,13 @@ def conclusions(columns: list[Column]) -> list[str]:
                 out.append(f"Distributing pays off: {d0.world_size} workers reach {d0.steps_per_s:.1f} steps/s "
                            f"against {c0.steps_per_s:.1f}, with communication at {d0.comm_share:.0%} of a "
                            f"step{mark(c0, d0)}.")
-    done = [c for c in columns if c.time_to_result_s is not None]
-    if len(done) >= 2:
-        first = min(done, key=lambda c: c.time_to_result_s or 0)
-        last = max(done, key=lambda c: c.time_to_result_s or 0)
+    if (ends := _extremes(columns, "time_to_result_s")) is not None:
+        first, last = ends
         out.append(f"Under this fault plan the last step came first on {first.label}, {first.time_to_result_s:.1f} s "
                    f"after the start; {last.label} took {last.time_to_result_s:.1f} s "
                    f"({(last.time_to_result_s or 0) / (first.time_to_result_s or 1):.1f}×){mark(first, last)}.")
-    rec = [c for c in columns if c.recovery_s is not None]
-    if len(rec) >= 2:
-        quick = min(rec, key=lambda c: c.recovery_s or 0)
-        slow = max(rec, key=lambda c: c.recovery_s or 0)
+    if (ends := _extremes(columns, "recovery_s")) is not None:
+        quick, slow = ends
         ratio = (slow.recovery_s or 0) / (quick.recovery_s or 1)
         out.append(f"Recovery from the fault took {quick.recovery_s:.1f} s on {quick.label} and "
                    f"{slow.recovery_s:.1f} s on {slow.label} ({ratio:.1f}×).")
@@ -420,10 +424,8 @@ def conclusions(columns: list[Column]) -> list[str]:
     if len(gp) >= 2:
         best = max(gp, key=lambda c: c.goodput or 0)
         out.append(f"Goodput under this fault plan is highest on {best.label} ({best.goodput:.2f}).")
-    cost = [c for c in columns if c.node_seconds_per_step is not None]
-    if len(cost) >= 2:
-        cheap = min(cost, key=lambda c: c.node_seconds_per_step or 0)
-        dear = max(cost, key=lambda c: c.node_seconds_per_step or 0)
+    if (ends := _extremes(columns, "node_seconds_per_step")) is not None:
+        cheap, dear = ends
         out.append(f"Per useful step, {cheap.label} costs {cheap.node_seconds_per_step:.3f} node-seconds, "
                    f"{(dear.node_seconds_per_step or 0) / (cheap.node_seconds_per_step or 1):.1f}× less "
                    f"than {dear.label}.")
