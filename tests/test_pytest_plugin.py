@@ -12,6 +12,8 @@ import pytest
 
 BROKEN = Path(__file__).resolve().parent / "broken"
 STEPS = 10  # print_steps.py prints one step every 50 ms
+# pytest-benchmark, loaded by the inner sessions too, warns that the outer session's xdist disables it
+QUIET = ("-p", "no:benchmark")
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -39,7 +41,7 @@ def test_fixture_runs_a_scenario_and_asserts_on_the_result(pytester: pytest.Pyte
             assert set(result.checkpoint) == {{"digests_ok", "resumed_from_newest_valid", "matches_golden",
                                                "exactly_once"}}
     """)
-    out = pytester.runpytest_inprocess("-q")
+    out = pytester.runpytest_inprocess(*QUIET, "-q")
     out.assert_outcomes(passed=1)
 
 
@@ -47,7 +49,7 @@ def test_scenario_files_are_collected_and_fail_with_the_verdict_table(pytester: 
     pytester.makefile(".chaos.yaml", good=scenario("good-job", "print_steps.py"),
                       stuck=scenario("stuck-job", "hang.py"))
     junit = pytester.path / "junit.xml"
-    out = pytester.runpytest_inprocess("--chaos-scenarios", f"--junitxml={junit}", "-q")
+    out = pytester.runpytest_inprocess(*QUIET, "--chaos-scenarios", f"--junitxml={junit}", "-q")
     out.assert_outcomes(passed=1, failed=1)
     out.stdout.fnmatch_lines(["*verdict hung: no step for 2s*", "*run directory:*", "*expectations*"])
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
@@ -59,22 +61,22 @@ def test_scenario_files_are_collected_and_fail_with_the_verdict_table(pytester: 
 
 def test_without_the_option_nothing_is_collected(pytester: pytest.Pytester) -> None:
     pytester.makefile(".chaos.yaml", good=scenario("good-job", "print_steps.py"))
-    out = pytester.runpytest_inprocess("-q")
+    out = pytester.runpytest_inprocess(*QUIET, "-q")
     assert out.ret == pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 def test_k_and_x_select_and_stop(pytester: pytest.Pytester) -> None:
     pytester.makefile(".chaos.yaml", a_stuck=scenario("a-stuck", "hang.py"),
                       b_good=scenario("b-good", "print_steps.py"))
-    out = pytester.runpytest_inprocess("--chaos-scenarios", "-k", "good", "-q")
+    out = pytester.runpytest_inprocess(*QUIET, "--chaos-scenarios", "-k", "good", "-q")
     out.assert_outcomes(passed=1, deselected=1)
-    out = pytester.runpytest_inprocess("--chaos-scenarios", "-x", "-q")
+    out = pytester.runpytest_inprocess(*QUIET, "--chaos-scenarios", "-x", "-q")
     out.assert_outcomes(failed=1)
 
 
 def test_invalid_scenario_file_is_a_collection_error_with_the_line(pytester: pytest.Pytester) -> None:
     pytester.makefile(".chaos.yaml", bad="name: bad\nworkload: {name: ddp-mlp}\nfautls: []\n")
-    out = pytester.runpytest_inprocess("--chaos-scenarios", "-q")
+    out = pytester.runpytest_inprocess(*QUIET, "--chaos-scenarios", "-q")
     assert out.ret == pytest.ExitCode.INTERRUPTED
     out.stdout.fnmatch_lines(["*bad.chaos.yaml:3: fautls: unknown field*"])
 
