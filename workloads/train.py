@@ -112,7 +112,8 @@ class CommTimer:
 
     def __init__(self, parameters: list[nn.Parameter]) -> None:
         self.seconds = 0.0
-        self.order = {id(p): i for i, p in enumerate(parameters)}
+        # the parameters DDP reduces: those that require a gradient, in the model's order
+        self.order = {id(p): i for i, p in enumerate(q for q in parameters if q.requires_grad)}
 
 
 # No annotations: DDP checks them against the real classes, and this module's would be postponed strings.
