@@ -1,4 +1,4 @@
-"""A stock DDP training script, as a user writes it: no torch-chaos import, no per-parameter gradient hook.
+"""A stock DDP training script, as a user writes it: no torch-chaos import, no fixed-layout gradient hook.
 
 Adam, dropout, an atomic checkpoint (``ckpt_<step>.pt`` written to a temporary name, fsynced, renamed) with model,
 optimizer and every rank's RNG state, a resume from the newest checkpoint by step number, and one line per step:

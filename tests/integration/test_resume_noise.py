@@ -1,4 +1,4 @@
-"""A stock DDP script (no per-parameter hook: its resume is not bitwise) passes a node crash within the measured
+"""A stock DDP script (no fixed-layout gradient hook: its resume is not bitwise) passes a node crash within the measured
 noise of a clean resume, and the same script with a planted resume bug fails, many times beyond that noise."""
 
 from __future__ import annotations
