@@ -314,15 +314,16 @@ def identify(pids: list[int]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def bias_victims(pids: list[int], adj: int) -> dict[int, str]:
-    """Make these processes likelier OOM victims (``oom_score_adj`` raised to ``adj``; raising needs no privilege);
-    returns what each had, for :func:`unbias`."""
+def _set_oom_adj(pids: list[int], adj: int, *, lower: bool) -> dict[int, str]:
+    """Write ``oom_score_adj`` = ``adj`` on each process whose value it moves the asked way (down with ``lower``,
+    else up); a process that is gone or refuses (lowering needs CAP_SYS_RESOURCE) keeps its own. Returns what each
+    changed process had, for :func:`unbias`."""
     before: dict[int, str] = {}
     for pid in pids:
         path = Path(f"/proc/{pid}/oom_score_adj")
         try:
             old = path.read_text().strip()
-            if int(old) < adj:
+            if (int(old) > adj) if lower else (int(old) < adj):
                 path.write_text(str(adj))
                 before[pid] = old
         except (OSError, ValueError):
@@ -330,22 +331,18 @@ def bias_victims(pids: list[int], adj: int) -> dict[int, str]:
     return before
 
 
+def bias_victims(pids: list[int], adj: int) -> dict[int, str]:
+    """Make these processes likelier OOM victims (``oom_score_adj`` raised to ``adj``; raising needs no privilege);
+    returns what each had, for :func:`unbias`."""
+    return _set_oom_adj(pids, adj, lower=False)
+
+
 def shield(pids: list[int]) -> dict[int, str]:
     """Keep the OOM killer off these processes while the allocator pushes (``oom_score_adj -1000``; lowering it
     needs CAP_SYS_RESOURCE: where the engine lacks it they keep theirs); returns what each had, for
     :func:`unbias`. The node's launcher: a second kill before the first victim's memory is freed (measured on
     docker, 6.5 ms after the first) would otherwise take the largest process left, the launcher, and the node."""
-    before: dict[int, str] = {}
-    for pid in pids:
-        path = Path(f"/proc/{pid}/oom_score_adj")
-        try:
-            old = path.read_text().strip()
-            if int(old) > -1000:
-                path.write_text("-1000")
-                before[pid] = old
-        except (OSError, ValueError):
-            continue
-    return before
+    return _set_oom_adj(pids, -1000, lower=True)
 
 
 def unbias(before: dict[int, str]) -> list[str]:
