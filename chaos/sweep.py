@@ -5,9 +5,9 @@ The one-node scenarios of the comparison run once without faults (the baseline);
 once per value, on the netns runtime, with its faults replaced by the swept impairment on every node's link for the
 whole run (a ``bandwidth`` or ``delay`` fault per node, from the first step, never healed; a delay of 0 is the
 unimpaired link: no fault at all) and no golden run. Each run's pace is the median step interval over the steps
-after every node's impairment took effect (``impaired_pace``); the speedup is that pace over the baseline's, and
-the crossover is where it falls below 1 as the link gets worse: from there on one machine wins. Every sentence is
-computed from those figures.
+after every node's impairment took effect (``chaos.analysis.throughput.impaired_pace``); the speedup is that pace
+over the baseline's, and the crossover is where it falls below 1 as the link gets worse: from there on one machine
+wins. Every sentence is computed from those figures.
 
 A pace needs steps, not the whole run: before each point after the first, the steps of a shipped workload are cut
 (never below ``MIN_STEPS``) to what the previous, better link's measured pace says fits the run's deadline if the
@@ -102,33 +102,12 @@ def swept_scenario(scenario: Scenario, kind: str, value: str, steps: int | None 
     return _rebuilt(scenario, f"{scenario.name}-{kind}-{value}", cluster=cluster, faults=faults, **changes)
 
 
-def impaired_pace(events: list[Any]) -> tuple[float | None, float | None, int]:
-    """(steps/s, communication share, steps measured) under the point's impairment: over the steps completed after
-    the last ``fault_injected`` (every node's link impaired from there on; the whole run for a point without
-    faults). Not result.json's median step: that one is taken before the first disruptive fault when at least three
-    steps came before it, and a delay fault's mechanism can take that long to land (measured: a 20ms point reported
-    the unimpaired pace of its first steps, 26.5 steps/s, while its steps took 0.52 s)."""
-    import statistics
-
-    from chaos.analysis.load import of_kind, step_table
-    from chaos.analysis.metrics import step_intervals
-    from chaos.events import Ev
-
-    t_from = max((f["t"] for f in of_kind(events, Ev.FAULT_INJECTED)), default=float("-inf"))
-    intervals = step_intervals(events, t_from=t_from)
-    table = step_table(events)
-    shares = [comm / duration for t, rank, comm, duration in zip(
-        table.values("t"), table.values("rank", 0), table.values("comm_s"), table.values("duration_s"), strict=True)
-        if t >= t_from and rank == 0 and comm is not None and duration]
-    pace = 1 / statistics.median(intervals) if intervals and statistics.median(intervals) > 0 else None
-    return pace, (statistics.median(shares) if shares else None), len(intervals)
-
-
 def measure_point(run_dir: Path) -> Column:
     """A sweep run's column, its steps/s and communication share taken under the impairment (``impaired_pace``)."""
     from dataclasses import replace
 
     from chaos.analysis.load import load_events
+    from chaos.analysis.throughput import impaired_pace
     from chaos.compare import measure
 
     pace, share, _ = impaired_pace(load_events(Path(run_dir) / "events.jsonl"))

@@ -460,7 +460,7 @@ def test_a_bad_sweep_is_a_usage_error_without_a_traceback(capsys: pytest.Capture
 
 
 def test_a_sweep_points_pace_is_taken_after_every_nodes_impairment_took_effect() -> None:
-    from chaos.sweep import impaired_pace
+    from chaos.analysis.throughput import impaired_pace
 
     def step(t: float, s: int, rank: int, duration: float, comm: float) -> dict[str, Any]:
         return {"event": "step_completed", "t": t, "step": s, "rank": rank, "node": f"node{rank}", "pid": rank,

@@ -6,7 +6,7 @@ import statistics
 from typing import Any
 
 from chaos.analysis.load import of_kind, step_table
-from chaos.analysis.metrics import first_disruptive_fault_t
+from chaos.analysis.metrics import first_disruptive_fault_t, step_intervals
 from chaos.events import Ev
 from chaos.history import Event
 
@@ -85,3 +85,20 @@ def training_setup(workload: Any) -> dict[str, Any] | None:
     if declared is None or getattr(workload, "command", None) is not None:
         return None
     return {k: workload.args.get(k, declared[k].default) for k in TRAINING_ARGS}
+
+
+def impaired_pace(events: list[Event]) -> tuple[float | None, float | None, int]:
+    """(steps/s, communication share, steps measured) under the point's impairment: over the steps completed after
+    the last ``fault_injected`` (every node's link impaired from there on; the whole run for a point without
+    faults). Not result.json's median step: that one is taken before the first disruptive fault when at least three
+    steps came before it, and a delay fault's mechanism can take that long to land (measured: a 20ms point reported
+    the unimpaired pace of its first steps, 26.5 steps/s, while its steps took 0.52 s)."""
+    t_from = max((f["t"] for f in of_kind(events, Ev.FAULT_INJECTED)), default=float("-inf"))
+    intervals = step_intervals(events, t_from=t_from)
+    table = step_table(events)
+    shares = [comm / duration for t, rank, comm, duration in zip(
+        table.values("t"), table.values("rank", 0), table.values("comm_s"), table.values("duration_s"), strict=True)
+        if t >= t_from and rank == 0 and comm is not None and duration]
+    interval = statistics.median(intervals) if intervals else 0.0
+    pace = 1 / interval if interval > 0 else None
+    return pace, (statistics.median(shares) if shares else None), len(intervals)
