@@ -3,10 +3,10 @@
 
 Waits for a line on stdin (the engine moves it into the node's memory cgroup first), then allocates BYTES in 4 MiB
 chunks, touching every page so the memory is really charged, holds it HOLD_S seconds and exits. Given the cgroup's
-file with the ``oom_kill`` counter, it stops growing as soon as the counter moves: it asks for no more than it
-takes to make the kernel kill (page cache the kernel can reclaim first means that amount is not known in advance).
-It never outlives its engine (checked every chunk and every 0.2 s while holding): an engine killed mid-fault leaves
-no allocator.
+file with the ``oom_kill`` counter, it stops growing as soon as the counter moves (read every 64 pages): it asks
+for no more than it takes to make the kernel kill (page cache the kernel can reclaim first means that amount is not
+known in advance). It never outlives its engine (checked every chunk and every 0.2 s while holding): an engine
+killed mid-fault leaves no allocator.
 Standard library only; prints what it has allocated so the node's fault log says how far it got.
 """
 
@@ -18,6 +18,9 @@ import time
 
 CHUNK = 4 << 20
 PAGE = 4096
+# How often (bytes touched) the counter is read: every page touched after a kill, before the victim's memory is freed,
+# can make the kernel kill again, so the allocator stops within 64 pages of the first kill, not within a chunk.
+LOOK = 64 * PAGE
 
 
 def _engine_alive(pid: int) -> bool:
@@ -56,11 +59,15 @@ def main(argv: list[str]) -> int:
         if not _engine_alive(engine):
             return 0
         chunk = bytearray(min(CHUNK, nbytes - total))
+        killed = False
         for i in range(0, len(chunk), PAGE):
             chunk[i] = 1
+            if counter is not None and i % LOOK == 0 and _oom_kills(counter) != kills:
+                killed = True
+                break
         held.append(chunk)
         total += len(chunk)
-        if counter is not None and _oom_kills(counter) != kills:
+        if killed:
             print(f"the OOM killer acted after {total >> 20} MiB: stop growing", flush=True)
             break
         if total % (64 << 20) < CHUNK:

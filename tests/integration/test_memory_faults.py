@@ -65,14 +65,18 @@ def test_the_kernel_kills_a_worker_and_the_report_says_oom_killed() -> None:
     [injected] = [e for e in history if e.get("event") == "fault_injected"]
     details = injected["details"]
     assert details["restored"] is True and 0 <= details["time_to_oom_kill_s"] < 30
-    [kill] = oom_events(run_dir)
+    kills = oom_events(run_dir)
+    kill = kills[0]
     assert kill["node"] == "node1" and kill["role"] == "worker" and isinstance(kill["pid"], int), kill
+    # Where the allocator cannot get oom_score_adj -1000 (no CAP_SYS_RESOURCE, as on this sandbox), a second kill
+    # before the worker's memory is freed takes the allocator, by design never the launcher (chaos.faults.oom_kill).
+    assert [k["role"] for k in kills[1:]] in ([], ["allocator"]), kills
     assert re.search(r"oom_kill \d+ -> \d+", kill["evidence"]) and "Killed process" in kill["evidence"], kill
     # The launcher saw what a SIGKILL looks like; only the kernel's record says it was the OOM killer.
     log = (run_dir / "logs" / "node1.log").read_text(errors="replace")
     assert "exitcode: -9" in log
     fault = result["faults"][0]
-    assert [k["pid"] for k in fault["oom_kills"]] == [kill["pid"]] and fault["restarted"], fault
+    assert [k["pid"] for k in fault["oom_kills"]] == [k["pid"] for k in kills] and fault["restarted"], fault
     rows = dict(summary_rows(build_report(run_dir)))
     assert f"node1 pid {kill['pid']} (worker" in rows["OOM-killed by the kernel"], rows
 
