@@ -41,6 +41,9 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 PACKAGES = ("python3", "python3-venv", "iproute2", "iptables", "procps", "ca-certificates")
 # Bump whenever a recipe changes what ends up in the image: the tag changes with it, so old images are not reused.
 BUILD_RECIPE_VERSION = "1"
+# torchrun's etcd rendezvous backends import the python-etcd client in the nodes, so a host that has it (the
+# `etcd` extra) gets it in the image too, at the host's versions; it is an input of the tag like torch.
+ETCD_CLIENT = ("python-etcd", "urllib3", "dnspython")
 IMAGE_PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 INPUTS_LABEL = "torch-chaos.inputs"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -55,7 +58,7 @@ RUN apt-get update \\
  && rm -rf /var/lib/apt/lists/* /usr/share/doc /usr/share/man
 RUN python -m venv {venv} \\
  && {venv}/bin/pip install --no-cache-dir --index-url {torch_index} torch=={torch} \\
- && {venv}/bin/pip install --no-cache-dir numpy=={numpy} \\
+ && {venv}/bin/pip install --no-cache-dir numpy=={numpy} {etcd_client} \\
  && ({venv}/bin/python -m compileall -q {venv}/lib || [ $? -eq 1 ])
 ENV PATH={path}
 LABEL {label}={inputs_sha}
@@ -91,6 +94,15 @@ def _dist_version(name: str) -> str:
                               f"`pip install {name}`") from None
 
 
+def _etcd_client_pins() -> list[str]:
+    """python-etcd and its dependencies at the host's versions, or none where the host lacks python-etcd (an
+    etcd rendezvous is then refused before any image is used: chaos doctor)."""
+    try:
+        return [f"{name}=={importlib.metadata.version(name)}" for name in ETCD_CLIENT]
+    except importlib.metadata.PackageNotFoundError:
+        return []
+
+
 def _python_minor() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -104,6 +116,7 @@ def image_inputs() -> dict[str, str]:
         "debian": DEBIAN_SUITE,
         "packages": ",".join(PACKAGES),
         "recipe": BUILD_RECIPE_VERSION,
+        "etcd_client": ",".join(_etcd_client_pins()) or "none",
     }
 
 
@@ -203,7 +216,8 @@ def dockerfile_text() -> str:
     return DOCKERFILE.format(
         python=inputs["python"], venv=VENV, torch_index=TORCH_CPU_INDEX,
         torch=inputs["torch"].split("+")[0],  # the CPU index's local label (+cpu) is implied by the index
-        numpy=inputs["numpy"], path=IMAGE_PATH, label=INPUTS_LABEL, inputs_sha=_inputs_sha(),
+        numpy=inputs["numpy"], etcd_client=" ".join(_etcd_client_pins()), path=IMAGE_PATH, label=INPUTS_LABEL,
+        inputs_sha=_inputs_sha(),
         apt_packages=" ".join(p for p in PACKAGES if not p.startswith("python3")),
     )
 
@@ -294,14 +308,20 @@ def _build_debootstrap(client: Any, tag: str, log: Callable[[str], None], start:
     tmp = Path(tempfile.mkdtemp(prefix="torch-chaos-image-"))
     rootfs, wheels = tmp / "rootfs", tmp / "wheels"
     pins = [f"torch=={inputs['torch']}", f"numpy=={inputs['numpy']}"]
+    etcd_client = _etcd_client_pins()
     try:
         mirror = debian_mirror()
         # The wheels come from the host's pip (its index or mirror), fetched while debootstrap runs: the two wait on
         # different things. Host and image share the Python minor (checked below) and glibc era, so host tags fit.
         with ThreadPoolExecutor(1) as pool:
-            download = pool.submit(_run, [sys.executable, "-m", "pip", "download", "--only-binary=:all:",
-                                          "--disable-pip-version-check", "-q", "-d", str(wheels), *pins],
-                                   "downloading wheels with the host's pip")
+            def fetch() -> None:
+                _run([sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--disable-pip-version-check",
+                      "-q", "-d", str(wheels), *pins], "downloading wheels with the host's pip")
+                if etcd_client:  # python-etcd is published as a source archive only: built into a wheel here
+                    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
+                          "-w", str(wheels), *etcd_client], "building the python-etcd wheel with the host's pip")
+
+            download = pool.submit(fetch)
             step(f"debootstrap {DEBIAN_SUITE} from {mirror}; pip download {' '.join(pins)}")
             _run(["unshare", "--mount", "--fork", "--", "debootstrap", "--variant=minbase",
                   f"--include={','.join(PACKAGES)}", DEBIAN_SUITE, str(rootfs), mirror],
@@ -323,7 +343,7 @@ def _build_debootstrap(client: Any, tag: str, log: Callable[[str], None], start:
         step("installing wheels into the venv")
         # pip compiles on one core; installing without and compiling with -j0 measured 35 s instead of 64 s on 2 cores.
         _chroot(rootfs, [f"{VENV}/bin/pip", "install", "--no-compile", "--no-index", "--find-links", "/tmp/wheels",
-                         *pins], "pip install in the image")
+                         *pins, *etcd_client], "pip install in the image")
         step("compileall")
         # Exit 1 is expected: torch ships Python-3.12-only test modules that cannot compile; everything else does.
         _chroot(rootfs, [f"{VENV}/bin/python", "-m", "compileall", "-j0", "-q", f"{VENV}/lib"], "compileall",

@@ -229,12 +229,15 @@ def _python_script(argv: list[str]) -> list[str]:
 
 
 def node_names(scenario: Scenario) -> list[str]:
-    """Every network endpoint a run has: its nodes, then the dedicated store when there is one."""
+    """Every network endpoint a run has: its nodes, then the dedicated store when there is one, then the
+    rendezvous backend's servers (etcd members)."""
+    from chaos.scenario import rendezvous_server_names
+
     c = scenario.cluster
     names = [f"node{i}" for i in range(c.nodes)]
     if c.mode == "elastic" and c.rendezvous.store == "dedicated":
         names.append(STORE_NODE)
-    return names
+    return names + rendezvous_server_names(c)
 
 
 # Runtimes that give every node a network stack of its own: the store listens on a fixed port at its node's
@@ -319,7 +322,7 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
     servers: list[NodePlan] = []
     if backend.server_prefix is not None:
         servers = backend.servers(run_id=run_id, run_dir=run_dir,
-                                  members=c.rendezvous.members or backend.default_members)
+                                  members=c.rendezvous.members or backend.default_members, addresses=net.addresses)
         endpoint = backend.endpoint(servers)
     if c.rendezvous.store == "dedicated":
         # Like the agents' launcher: the repository goes on sys.path inside the command, so the store starts

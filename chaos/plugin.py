@@ -20,8 +20,8 @@ from chaos.runtimes.base import (
     FREEZE,
     KILL,
     KILL_WORKERS,
-    LOOPBACK_SERVERS,
     NODE_NETWORK,
+    RENDEZVOUS_SERVERS,
     STORAGE_LAYER,
     Runtime,
     Unsupported,
@@ -29,8 +29,8 @@ from chaos.runtimes.base import (
 from chaos.spec import EventTrigger, FaultSpec, Seconds, Strict
 
 __all__ = [
-    "CAPABILITIES", "CHECKPOINT_STORAGE", "FREEZE", "KILL", "KILL_WORKERS", "LOOPBACK_SERVERS", "NODE_NETWORK",
-    "STORAGE_LAYER",
+    "CAPABILITIES", "CHECKPOINT_STORAGE", "FREEZE", "KILL", "KILL_WORKERS", "NODE_NETWORK",
+    "RENDEZVOUS_SERVERS", "STORAGE_LAYER",
     "Addressing", "Check",
     "EventTrigger", "FaultContext", "FaultKind", "FaultSpec", "NodePlan", "Plan", "RendezvousBackend", "Runtime",
     "Seconds", "Strict", "Unsupported",

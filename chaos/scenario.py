@@ -208,11 +208,18 @@ def _store_target_problems(kind: str, cluster: Any, plugins: dict[str, Any]) -> 
     return problems
 
 
+def rendezvous_server_names(cluster: Any) -> list[str]:
+    """The names of the servers the cluster's rendezvous backend runs (``etcd0``..), none for c10d or a
+    centralized job: fault targets, and endpoints with an address of their own on netns and docker."""
+    backend = rendezvous_plugins()[cluster.rendezvous.backend]
+    if cluster.mode == "centralized" or not backend.server_prefix:
+        return []
+    return [f"{backend.server_prefix}{i}" for i in range(cluster.rendezvous.members or backend.default_members)]
+
+
 def _server_target_problems(fault: Any, cluster: Any, plugins: dict[str, Any]) -> list[str]:
     """Why ``target: etcd1`` (a rendezvous backend's server) cannot be taken here."""
-    backend = rendezvous_plugins()[cluster.rendezvous.backend]
-    members = cluster.rendezvous.members or backend.default_members
-    names = [f"{backend.server_prefix}{i}" for i in range(members)] if backend.server_prefix else []
+    names = rendezvous_server_names(cluster)
     problems = []
     if cluster.mode == "centralized" or fault.target not in names:
         problems.append(f"{fault.target} is not a server of this cluster's rendezvous (backend: "

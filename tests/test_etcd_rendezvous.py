@@ -21,11 +21,31 @@ def validate(rendezvous: dict[str, Any], faults: list[dict[str, Any]] | None = N
                                                 "rendezvous": rendezvous}})
 
 
-def test_both_backends_are_plug_ins_needing_loopback_servers() -> None:
+def test_both_backends_are_plug_ins_needing_rendezvous_servers() -> None:
     plugins = rendezvous_plugins()
     assert {"etcd", "etcd-v2"} <= set(plugins)
-    assert all(plugins[n].needs == {"loopback_servers"} and not plugins[n].uses_c10d_store
+    assert all(plugins[n].needs == {"rendezvous_servers"} and not plugins[n].uses_c10d_store
                for n in ("etcd", "etcd-v2"))
+
+
+@pytest.mark.parametrize("runtime", ["netns", "docker"])
+def test_on_an_own_stack_runtime_each_member_has_an_address_of_its_own(runtime: str, tmp_path: Path) -> None:
+    """On netns and docker a member is an endpoint like a node: its own namespace or container and address, the
+    members' peer URLs and torchrun's endpoint at those addresses, never the engine's loopback."""
+    from chaos.registry import runtime_class
+
+    scenario = validate({"backend": "etcd", "members": 3}, runtime=runtime)
+    rt = runtime_class(runtime)("r1", tmp_path)
+    net = rt.addressing(scenario)
+    plan = build_plan(scenario, "r1", tmp_path, net)
+    members = {s.name: net.addresses[s.name] for s in plan.servers}
+    assert list(members) == ["etcd0", "etcd1", "etcd2"]
+    assert len(set(members.values()) | {net.addresses[n.name] for n in plan.nodes}) == 6, net.addresses
+    etcd1 = plan.servers[1]
+    assert etcd1.argv[etcd1.argv.index("--listen-client-urls") + 1].startswith(f"http://{members['etcd1']}:")
+    cluster = etcd1.argv[etcd1.argv.index("--initial-cluster") + 1]
+    assert all(f"{n}=http://{a}:" in cluster for n, a in members.items()) and "127.0.0.1" not in cluster
+    assert f"--rdzv-endpoint={members['etcd0']}:{plan.servers[0].env['ETCD_CLIENT_PORT']}" in plan.nodes[2].argv
 
 
 @pytest.mark.parametrize("backend", ["etcd", "etcd-v2"])
@@ -55,9 +75,14 @@ def test_one_member_by_default(tmp_path: Path) -> None:
 
 
 def test_refusals_name_the_field_and_what_was_expected() -> None:
-    with pytest.raises(ValueError, match=r"cluster.rendezvous.backend: etcd needs every node shares the engine's "
-                                         r"loopback.*netns runtime does not give; set cluster.runtime: local"):
-        validate({"backend": "etcd"}, runtime="netns")
+    from chaos.registry import runtime_class
+
+    netns = runtime_class("netns")
+    with pytest.MonkeyPatch.context() as mp:  # a runtime that cannot run servers (a third party's, say)
+        mp.setattr(netns, "capabilities", netns.capabilities - {"rendezvous_servers"})
+        with pytest.raises(ValueError, match=r"cluster.rendezvous.backend: etcd needs .*rendezvous backend's "
+                                             r"servers.*netns runtime does not give; set cluster.runtime: "):
+            validate({"backend": "etcd"}, runtime="netns")
     with pytest.raises(ValueError, match=r"cluster.rendezvous.store: etcd-v2 keeps the rendezvous in its own "
                                          r"servers"):
         validate({"backend": "etcd-v2", "store": "dedicated"})
@@ -104,3 +129,30 @@ def test_the_engine_starts_members_first_and_faults_reach_them(tmp_path: Path) -
     assert run.nodes.service_status("etcd1") is NodeStatus.DEAD
     [exited] = [e for e in run.engine_events() if e["event"] == "node_exited"]
     assert exited["node"] == "etcd1" and exited["role"] == "server" and exited["code"] == -9
+
+
+def test_a_member_container_runs_the_hosts_binary_read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos.runtimes.docker import SERVER_BIN, host_binary
+
+    tool = tmp_path / "etcd"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    binds: dict[str, dict[str, str]] = {}
+    assert host_binary(["etcd", "--name", "etcd0"], binds) == [f"{SERVER_BIN}/etcd", "--name", "etcd0"]
+    assert binds == {str(tool): {"bind": f"{SERVER_BIN}/etcd", "mode": "ro"}}
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    with pytest.raises(RuntimeError, match=r"etcd is not installed on this host: the docker runtime runs a "
+                                           r"rendezvous server from the host's binary"):
+        host_binary(["etcd"], {})
+
+
+def test_the_image_carries_the_etcd_client_at_the_hosts_versions() -> None:
+    import importlib.metadata
+
+    from chaos.image import dockerfile_text, image_inputs
+
+    pytest.importorskip("etcd", reason="python-etcd is not installed here (pip install 'torch-chaos[etcd]')")
+    version = importlib.metadata.version("python-etcd")
+    assert f"python-etcd=={version}" in image_inputs()["etcd_client"]
+    assert f"python-etcd=={version}" in dockerfile_text()

@@ -9,6 +9,7 @@ and the runtime starts them before the nodes, as it starts a dedicated store. Se
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -21,7 +22,7 @@ class RendezvousBackend(ABC):
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     # Runtime capabilities the backend needs (chaos.runtimes.base.CAPABILITIES): servers of its own need
-    # LOOPBACK_SERVERS. Validation refuses a runtime that lacks one, naming the runtimes that have it.
+    # RENDEZVOUS_SERVERS. Validation refuses a runtime that lacks one, naming the runtimes that have it.
     needs: ClassVar[frozenset[str]] = frozenset()
     # Whether torchrun's c10d store (rendezvous.store: node0 | dedicated) is what it rendezvous through.
     uses_c10d_store: ClassVar[bool] = True
@@ -37,8 +38,11 @@ class RendezvousBackend(ABC):
     def machine_checks(cls) -> list[Check]:
         return []
 
-    def servers(self, *, run_id: str, run_dir: Path, members: int) -> list[NodePlan]:
-        """The server processes this backend needs (started before the nodes, on the engine's loopback)."""
+    def servers(self, *, run_id: str, run_dir: Path, members: int,
+                addresses: Mapping[str, str] | None = None) -> list[NodePlan]:
+        """The server processes this backend needs, started before the nodes; ``addresses``: where each server
+        name (``<server_prefix><i>``) listens (the shared loopback on local, its own address on netns and
+        docker; a name missing from it listens on loopback)."""
         return []
 
     def endpoint(self, servers: list[NodePlan]) -> str:

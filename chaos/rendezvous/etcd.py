@@ -1,4 +1,6 @@
-"""etcd rendezvous: torchrun's two etcd backends, over etcd members the runtime runs on the engine's loopback.
+"""etcd rendezvous: torchrun's two etcd backends, over etcd members the runtime runs (on the loopback the nodes share
+on local; in a network namespace or container of their own, with an address on the nodes' network, on netns and
+docker).
 
 ``etcd`` is torchelastic's original etcd rendezvous (``EtcdRendezvousHandler``: its own protocol in etcd keys);
 ``etcd-v2`` is the dynamic rendezvous (the c10d backend's state machine) over etcd's v2 API
@@ -15,12 +17,13 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from chaos.plan import NodePlan, fmt_arg, free_port
 from chaos.rendezvous.base import RendezvousBackend
-from chaos.runtimes.base import LOOPBACK_SERVERS
+from chaos.runtimes.base import RENDEZVOUS_SERVERS
 
 if TYPE_CHECKING:
     from chaos.machine import Check
@@ -44,7 +47,7 @@ class EtcdBackend(RendezvousBackend):
     """What both etcd backends share: the members, their command lines, the machine checks."""
 
     name: ClassVar[str] = ""
-    needs = frozenset({LOOPBACK_SERVERS})
+    needs = frozenset({RENDEZVOUS_SERVERS})
     uses_c10d_store = False
     server_prefix = "etcd"
     default_members = 1
@@ -62,27 +65,32 @@ class EtcdBackend(RendezvousBackend):
                 Check("python-etcd client", client, "importable" if client else "python-etcd is not installed "
                       "(torchrun's etcd backends import it)", fix="pip install 'torch-chaos[etcd]'")]
 
-    def servers(self, *, run_id: str, run_dir: Path, members: int) -> list[NodePlan]:
+    def servers(self, *, run_id: str, run_dir: Path, members: int,
+                addresses: Mapping[str, str] | None = None) -> list[NodePlan]:
+        # Free ports on the engine's host: needed where the members share its loopback, harmless where each has
+        # a network stack of its own (netns, docker).
         ports = [(free_port(), free_port()) for _ in range(members)]
         names = [f"{self.server_prefix}{i}" for i in range(members)]
-        cluster = ",".join(f"{n}=http://{HOST}:{peer}" for n, (_, peer) in zip(names, ports, strict=True))
+        hosts = [(addresses or {}).get(n, HOST) for n in names]
+        cluster = ",".join(f"{n}=http://{h}:{peer}" for n, h, (_, peer) in zip(names, hosts, ports, strict=True))
         plans = []
-        for i, (name, (client, peer)) in enumerate(zip(names, ports, strict=True)):
+        for i, (name, host, (client, peer)) in enumerate(zip(names, hosts, ports, strict=True)):
             argv = ["etcd", "--name", name, "--data-dir", str(run_dir / "etcd" / name), "--enable-v2=true",
-                    "--listen-client-urls", f"http://{HOST}:{client}",
-                    "--advertise-client-urls", f"http://{HOST}:{client}",
-                    "--listen-peer-urls", f"http://{HOST}:{peer}",
-                    "--initial-advertise-peer-urls", f"http://{HOST}:{peer}",
+                    "--listen-client-urls", f"http://{host}:{client}",
+                    "--advertise-client-urls", f"http://{host}:{client}",
+                    "--listen-peer-urls", f"http://{host}:{peer}",
+                    "--initial-advertise-peer-urls", f"http://{host}:{peer}",
                     "--initial-cluster", cluster, "--initial-cluster-state", "new",
                     "--initial-cluster-token", run_id,
                     # a member that dies is noticed within a second or two (defaults: 100 ms / 1 s)
                     "--heartbeat-interval", "100", "--election-timeout", "1000"]
             plans.append(NodePlan(name, i, argv, {"CHAOS_RUN_ID": run_id, "CHAOS_NODE": name,
-                                                  "ETCD_CLIENT_PORT": str(client)}, role="server"))
+                                                  "ETCD_CLIENT_HOST": host, "ETCD_CLIENT_PORT": str(client)},
+                                  role="server"))
         return plans
 
     def endpoint(self, servers: list[NodePlan]) -> str:
-        return f"{HOST}:{servers[0].env['ETCD_CLIENT_PORT']}"
+        return f"{servers[0].env['ETCD_CLIENT_HOST']}:{servers[0].env['ETCD_CLIENT_PORT']}"
 
     def torchrun_args(self, *, endpoint: str, run_id: str, is_host: bool, settings: dict[str, Any]) -> list[str]:
         conf = [f"{name}={fmt_arg(settings[key])}" for key, name in self.conf.items() if settings.get(key) is not None]

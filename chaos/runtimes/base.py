@@ -33,7 +33,7 @@ CHECKPOINT_STORAGE = "checkpoint_storage"
 STORAGE_LAYER = "storage_layer"
 MEMORY_CGROUP = "memory_cgroup"
 CPU_QUOTA = "cpu_quota"
-LOOPBACK_SERVERS = "loopback_servers"
+RENDEZVOUS_SERVERS = "rendezvous_servers"
 CAPABILITIES = {
     KILL: "SIGKILL a node's whole process tree",
     KILL_WORKERS: "kill a node's worker processes and leave its launcher alive",
@@ -44,8 +44,8 @@ CAPABILITIES = {
     MEMORY_CGROUP: "the node's processes are host processes the engine can put under a memory cgroup limit",
     CPU_QUOTA: "the node's CPU time can be capped and given back exactly: its own CPU quota (cpu_quota/set_cpu_quota, "
                "a container's), or host processes (node_pids) the engine moves into a cpu cgroup of its own",
-    LOOPBACK_SERVERS: "every node shares the engine's loopback, so servers the runtime starts there (etcd members) "
-    "are reachable from all of them",
+    RENDEZVOUS_SERVERS: "runs a rendezvous backend's servers (etcd members) where every node reaches them: on the "
+    "loopback the nodes share (local), or each with an address of its own on the nodes' network (netns, docker)",
 }
 
 

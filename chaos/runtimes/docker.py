@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import shutil
 import signal
 import time
 import zlib
@@ -40,6 +41,7 @@ from chaos.runtimes.base import (
     KILL_WORKERS,
     MEMORY_CGROUP,
     NODE_NETWORK,
+    RENDEZVOUS_SERVERS,
     STORAGE_LAYER,
     Runtime,
 )
@@ -127,6 +129,22 @@ def remove_objects(run_id: str | None, only_orphans: bool = False) -> list[str]:
     return removed
 
 
+SERVER_BIN = "/opt/torch-chaos/bin"
+
+
+def host_binary(argv: list[str], binds: dict[str, dict[str, str]]) -> list[str]:
+    """A rendezvous server's command line (an etcd member) made to run the host's own binary, bound read-only
+    into the container: the node image is Python and torch only, and the server is the same program the local
+    and netns runtimes run (Debian's etcd is linked against libc alone, as the image's Debian has it)."""
+    binary = shutil.which(argv[0])
+    if binary is None:
+        raise RuntimeError(f"{argv[0]} is not installed on this host: the docker runtime runs a rendezvous server "
+                           "from the host's binary (chaos doctor names the package)")
+    inside = f"{SERVER_BIN}/{Path(binary).name}"
+    binds[os.path.realpath(binary)] = {"bind": inside, "mode": "ro"}
+    return [inside, *argv[1:]]
+
+
 class DockerOptions(Strict):
     image: str | None = Field(None, description="image to run nodes in (default: the one `chaos image build` makes "
                               "for this torch version)")
@@ -136,7 +154,7 @@ class DockerRuntime(Runtime):
     name = "docker"
     summary = "one container per node on an internal network (needs dockerd and `chaos image build`)"
     capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, NODE_NETWORK, CHECKPOINT_STORAGE, STORAGE_LAYER,
-                              MEMORY_CGROUP, CPU_QUOTA})
+                              MEMORY_CGROUP, CPU_QUOTA, RENDEZVOUS_SERVERS})
     options = DockerOptions
     cleanup_order = 10  # containers first: their processes carry marks too, a paused one dies only with it
 
@@ -189,8 +207,12 @@ class DockerRuntime(Runtime):
             used = []  # a dry run on a machine without an engine still shows the plan
         self.subnet = pick_subnet(self.run_id, used)
         hosts = list(self.subnet.hosts())
-        self.addresses = {n: str(hosts[249] if n == STORE_NODE else hosts[9 + i])
-                          for i, n in enumerate(node_names(scenario))}
+        from chaos.scenario import rendezvous_server_names
+
+        names = node_names(scenario)
+        servers = rendezvous_server_names(scenario.cluster)
+        self.addresses = {n: str(hosts[249] if n == STORE_NODE else hosts[239 + servers.index(n)] if n in servers
+                                 else hosts[9 + i]) for i, n in enumerate(names)}
         return Addressing(dict(self.addresses), OWN_STACK_STORE_PORT, python=f"{VENV}/bin/python",
                           env=dict(OWN_STACK_ENV))
 
@@ -216,16 +238,20 @@ class DockerRuntime(Runtime):
             fh.write(f"\n===== torch-chaos: starting {node.name} at {time.time():.3f}\n".encode())
         env = {**node.env, "PYTHONPATH": str(REPO_ROOT), TREE_VAR: f"{self.run_id}/{node.name}",
                ENGINE_VAR: str(os.getpid())}
+        binds = {str(REPO_ROOT): {"bind": str(REPO_ROOT), "mode": "ro"},
+                 str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}}
+        argv = node.argv
+        if node.role == "server":
+            argv = host_binary(argv, binds)
         host_config = api.create_host_config(
-            binds={str(REPO_ROOT): {"bind": str(REPO_ROOT), "mode": "ro"},
-                   str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}},
+            binds=binds,
             network_mode=self.network_name, init=True, shm_size="256m",
             # cluster.resources.cpus: the container's cgroup cpuset, the node's own cores
             cpuset_cpus=",".join(map(str, node.cpus)) if node.cpus is not None else None)
         networking = api.create_networking_config({self.network_name: api.create_endpoint_config(
             ipv4_address=self.addresses[node.name])})
         created = api.create_container(
-            self.image, command=["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log), *node.argv],
+            self.image, command=["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log), *argv],
             name=cname, hostname=node.name, environment=env, labels=self.labels(), working_dir=str(self.run_dir),
             host_config=host_config, networking_config=networking, detach=True)
         api.start(created["Id"])

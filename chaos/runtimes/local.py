@@ -27,8 +27,8 @@ from chaos.runtimes.base import (
     FREEZE,
     KILL,
     KILL_WORKERS,
-    LOOPBACK_SERVERS,
     MEMORY_CGROUP,
+    RENDEZVOUS_SERVERS,
     STORAGE_LAYER,
     Runtime,
     plan_needs,
@@ -55,7 +55,7 @@ class LocalRuntime(Runtime):
     name = "local"
     summary = "process trees on this machine, sharing its loopback (no daemon, no root)"
     capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE, STORAGE_LAYER, MEMORY_CGROUP,
-                              CPU_QUOTA, LOOPBACK_SERVERS})
+                              CPU_QUOTA, RENDEZVOUS_SERVERS})
     cleanup_order = 60  # after containers, whose processes carry marks too
 
     @classmethod

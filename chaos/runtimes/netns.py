@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from chaos.plan import OWN_STACK_ENV, OWN_STACK_STORE_PORT, STORE_NODE, Addressing, NodePlan, Plan, node_names
-from chaos.runtimes.base import LOOPBACK_SERVERS, NODE_NETWORK
+from chaos.runtimes.base import NODE_NETWORK
 from chaos.runtimes.local import LocalRuntime
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class NetnsRuntime(LocalRuntime):
     name = "netns"
     summary = "local processes, each node in its own network namespace (root)"
     # each node has a loopback of its own: servers on the engine's are out of its reach
-    capabilities = (LocalRuntime.capabilities - {LOOPBACK_SERVERS}) | {NODE_NETWORK}
+    capabilities = LocalRuntime.capabilities | {NODE_NETWORK}
     cleanup_order = 70  # after the processes in the namespaces are gone
 
     @classmethod
