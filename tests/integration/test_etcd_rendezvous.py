@@ -60,7 +60,7 @@ def test_local_the_other_members_serve_the_rendezvous(machine_for: Any) -> None:
 
 def test_docker_a_dead_member_host_regroups_or_hangs_as_documented(machine_for: Any) -> None:
     """In containers the members are hosts of their own: the kill takes etcd0's address and the two live members
-    elect a new leader (their own log says so). Measured: the survivors regrouped in one run of three; in the
+    elect a new leader (their own log says so). Measured: the survivors regrouped in two runs of four; in the
     other two an agent's keep-alive write met the election, its lease thread died of the members' "request timed
     out", and the job hung. Each outcome must come with its own evidence."""
     result, run_dir, history = run(CRASH, "docker", machine_for)
