@@ -99,11 +99,20 @@ class ChannelClient:
     def __init__(self, address: str, sender: str, spool_dir: str | None = None):
         self.address = parse_address(address)
         self.sender = sender
-        directory = spool_dir or os.path.join(_tmp(), "torch-chaos-spool")
-        os.makedirs(directory, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in sender)
-        self.spool_path = os.path.join(directory, f"{safe}.jsonl")
-        self._spool = os.open(self.spool_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.spool_path = ""
+        self._spool = -1  # no spool anywhere writable: events are still sent, only a replay is impossible
+        for directory in (spool_dir, os.path.join(_tmp(), "torch-chaos-spool")):
+            if not directory:
+                continue
+            try:
+                os.makedirs(directory, exist_ok=True)
+                path = os.path.join(directory, f"{safe}.jsonl")
+                self._spool = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self.spool_path = path
+                break
+            except OSError:
+                continue
         self.seq = 0
         self.sock: socket.socket | None = None
         self._lines: _Lines | None = None
@@ -120,7 +129,11 @@ class ChannelClient:
         """Spool the event, then send it (or leave it spooled until the next connect)."""
         self.seq += 1
         data = _line({"op": "ev", "seq": self.seq, "e": event})
-        os.write(self._spool, data)  # first: whatever happens to the connection, the event is kept
+        if self._spool >= 0:
+            try:
+                os.write(self._spool, data)  # first: whatever happens to the connection, the event is kept
+            except OSError:  # a full disk on the node must not fail the training step; the send still goes
+                pass
         if self.sock is None:
             if not self._connected():
                 self.unsent = True
@@ -169,6 +182,8 @@ class ChannelClient:
     def _replay(self, have: int) -> None:
         """Send the spooled events after ``have`` (the engine's last seq of this sender), in order."""
         assert self.sock is not None
+        if not self.spool_path:
+            return
         with open(self.spool_path, "rb") as fh:
             for raw in fh:
                 if not raw.endswith(b"\n"):
@@ -248,8 +263,10 @@ class ChannelClient:
 
     def close(self) -> None:
         self._drop()
-        with contextlib.suppress(OSError):
-            os.close(self._spool)
+        if self._spool >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._spool)
+            self._spool = -1
 
 
 def _tmp() -> str:

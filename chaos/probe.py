@@ -92,6 +92,8 @@ def _channel() -> ChannelClient | None:
         return None
     pid = os.getpid()
     if _client is None or _client.sender.split(":")[1] != str(pid):
+        if _client is not None:  # a forked child: let go of the parent's copies (close, never shut down)
+            _client.close()
         node = os.environ.get(_ENV_NODE, "local").replace(":", "_")
         _client = ChannelClient(address, f"{node}:{pid}:{uuid.uuid4().hex[:8]}", os.environ.get(ENV_SPOOL_DIR))
     return _client

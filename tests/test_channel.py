@@ -191,3 +191,19 @@ def test_the_probe_over_the_channel_holds_and_flushes(engine: Engine, tmp_path: 
     assert proc.wait(timeout=20) == 0
     assert [e["step"] for e in engine.wait_for(3)] == [1, 2, 3]
     assert not history.exists()
+
+
+def test_the_scheduler_acks_over_the_channel_what_came_over_it_and_by_file_the_rest(
+        engine: Engine, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from chaos.engine.scheduler import FaultScheduler
+
+    c = _client(engine, tmp_path)
+    c.send({"t": time.time(), "source": "workload", "event": "step_completed", "step": 3, "id": "over"})
+    engine.wait_for(1)
+    stub = SimpleNamespace(channel=engine.server, _acks_dir=tmp_path)
+    FaultScheduler.release(stub, [{"source": "workload", "id": "over"},  # type: ignore[arg-type]
+                                  {"source": "storage", "id": "by-file"}])
+    assert c.wait_ack("over", timeout_s=5) == "acked"
+    assert (tmp_path / "by-file").exists() and not (tmp_path / "over").exists()
