@@ -41,8 +41,9 @@ ENV_CHANNEL = "CHAOS_CHANNEL"  # host:port of the engine's channel server
 ENV_SPOOL_DIR = "CHAOS_SPOOL_DIR"  # where a sender keeps its spool (node-local); default: the temp directory
 CLOCK_EVERY_S = 10.0  # a fresh clock measurement this often (at an event: the client has no thread of its own)
 CORRECT_ABOVE_S = 0.001  # an offset below this is left alone (one host's clocks are one clock)
-CONNECT_TIMEOUT_S = 2.0  # an engine slow to accept: the event is spooled meanwhile, never dropped
-RETRY_S = 0.5  # after a failed connect, the next attempt waits this long (an event never waits for it)
+CONNECT_TIMEOUT_S = 1.0  # an engine slow to accept: the event is spooled meanwhile, never dropped
+RETRY_S = 0.5  # after a failed connect, the next attempt waits this long (an event never waits for it) ...
+RETRY_MAX_S = 8.0  # ... doubling up to this: an engine that stays unreachable costs a step one timeout per 8 s
 _MAX_LINE = 64 << 20
 
 
@@ -117,12 +118,14 @@ class ChannelClient:
         self.sock: socket.socket | None = None
         self._lines: _Lines | None = None
         self._next_try = 0.0
+        self._retry_s = RETRY_S
         self._next_clock = 0.0
         self._acked: set[str] = set()
         self.waiting: str | None = None  # the held event id not yet acknowledged (told again at a reconnect)
         self.connects = 0
         self.replayed = 0
         self.unsent = False  # events spooled since the connection was last up (replayed at the next connect)
+        self.last_error: BaseException | None = None  # why the last connect failed
 
     # ------------------------------------------------------------------ sending
     def send(self, event: dict[str, Any]) -> None:
@@ -150,30 +153,33 @@ class ChannelClient:
         """Connect now if down (replaying what was spooled); whether the engine has everything sent so far."""
         return self._connected(force=True) and not self.unsent
 
-    def _connected(self, force: bool = False) -> bool:
+    def _connected(self, force: bool = False, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
         if self.sock is not None:
             return True
         if not force and time.monotonic() < self._next_try:
             return False
         try:
-            self._connect()
+            self._connect(timeout_s)
             return True
-        except (OSError, ValueError, KeyError, TypeError):  # refused, timed out, or not our engine answering
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # refused, timed out, or not our engine answering
+            self.last_error = exc
             self._drop()
-            self._next_try = time.monotonic() + RETRY_S
+            self._next_try = time.monotonic() + self._retry_s
+            self._retry_s = min(RETRY_MAX_S, self._retry_s * 2)
             return False
 
-    def _connect(self) -> None:
-        sock = socket.create_connection(self.address, timeout=CONNECT_TIMEOUT_S)
+    def _connect(self, timeout_s: float) -> None:
+        sock = socket.create_connection(self.address, timeout=timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock, self._lines = sock, _Lines(sock)
         t0 = time.time()
         sock.sendall(_line({"op": "hello", "sender": self.sender, "t0": t0, "waiting": self.waiting}))
-        welcome = self._expect("welcome", CONNECT_TIMEOUT_S)
+        welcome = self._expect("welcome", timeout_s)
         offset, rtt = clock_offset(t0, welcome["t1"], welcome["t2"], time.time())
         sock.sendall(_line({"op": "clock", "offset": offset, "rtt": rtt, "at": "connect"}))
         self._next_clock = time.monotonic() + CLOCK_EVERY_S
         self.connects += 1
+        self._retry_s = RETRY_S
         have = int(welcome.get("have", 0))
         if have < self.seq:
             self._replay(have)
@@ -247,8 +253,11 @@ class ChannelClient:
                 if left <= 0:
                     return "timeout"
                 if self.sock is None:
-                    if not self._connected(force=True):
-                        return "engine gone"
+                    if self._connected(force=True, timeout_s=max(0.05, min(CONNECT_TIMEOUT_S, left))):
+                        continue
+                    if isinstance(self.last_error, ConnectionRefusedError):
+                        return "engine gone"  # its host answers and nothing listens: the engine is dead
+                    time.sleep(min(max(left, 0.0), 0.2))  # unreachable or slow: try again until the timeout
                     continue
                 assert self._lines is not None
                 try:

@@ -207,3 +207,18 @@ def test_the_scheduler_acks_over_the_channel_what_came_over_it_and_by_file_the_r
                                   {"source": "storage", "id": "by-file"}])
     assert c.wait_ack("over", timeout_s=5) == "acked"
     assert (tmp_path / "by-file").exists() and not (tmp_path / "over").exists()
+
+
+def test_an_engine_that_never_answers_holds_only_until_the_timeout(tmp_path: Path) -> None:
+    """Connected but never welcomed (an engine too busy to accept): events are spooled, not lost, and a hold ends
+    at CHAOS_PAUSE_TIMEOUT_S instead of blocking the job."""
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(16)  # the kernel completes connects; nobody reads or answers
+        c = ChannelClient(f"127.0.0.1:{mute.getsockname()[1]}", "node0:3:d", str(tmp_path / "spool"))
+        c.send({"t": time.time(), "event": "step_completed", "step": 1, "id": "h4"})
+        assert c.unsent
+        started = time.monotonic()
+        assert c.wait_ack("h4", timeout_s=1.5) == "timeout"
+        assert 1.4 < time.monotonic() - started < 2.5
+    assert Path(c.spool_path).read_text().count("\n") == 1
