@@ -222,3 +222,20 @@ def test_an_engine_that_never_answers_holds_only_until_the_timeout(tmp_path: Pat
         assert c.wait_ack("h4", timeout_s=1.5) == "timeout"
         assert 1.4 < time.monotonic() - started < 2.5
     assert Path(c.spool_path).read_text().count("\n") == 1
+
+
+def test_a_process_whose_clock_is_5_s_ahead_lands_on_the_engine_clock(engine: Engine, tmp_path: Path) -> None:
+    """The whole path with a real skew: the probe in a process whose ``time.time`` runs 5 s ahead measures the
+    offset at connect, and the engine writes its events on the engine's clock (keeping the sender's)."""
+    env = {**os.environ, "CHAOS_EVENTS": str(tmp_path / "events.jsonl"), "CHAOS_CHANNEL": engine.address,
+           "CHAOS_NODE": "node1", "CHAOS_SPOOL_DIR": str(tmp_path / "spool"),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    code = ("import time\n_real = time.time\ntime.time = lambda: _real() + 5.0\n"
+            "from chaos import probe\nprobe.step_completed(1, loss=0.5)\n")
+    before = time.time()
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=30)
+    (line,) = engine.wait_for(1)
+    (sync,) = engine.clocks
+    assert sync["corrected"] and sync["offset_s"] == pytest.approx(-5.0, abs=0.05)
+    assert line["t_sender"] - line["t"] == pytest.approx(5.0, abs=0.05)
+    assert before <= line["t"] <= time.time()
