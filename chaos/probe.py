@@ -95,7 +95,10 @@ def _channel() -> ChannelClient | None:
         if _client is not None:  # a forked child: let go of the parent's copies (close, never shut down)
             _client.close()
         node = os.environ.get(_ENV_NODE, "local").replace(":", "_")
-        _client = ChannelClient(address, f"{node}:{pid}:{uuid.uuid4().hex[:8]}", os.environ.get(ENV_SPOOL_DIR))
+        try:
+            _client = ChannelClient(address, f"{node}:{pid}:{uuid.uuid4().hex[:8]}", os.environ.get(ENV_SPOOL_DIR))
+        except ValueError:  # not host:port: the history file, as without a channel
+            _client = None
     return _client
 
 

@@ -56,8 +56,8 @@ def skew_sentence(channel: dict[str, Any] | None) -> str | None:
     if not channel or channel.get("max_abs_offset_s") is None:
         return None
     corrected = channel.get("corrected_senders") or 0
-    return (f"clock skew: at most {channel['max_abs_offset_s'] * 1e3:.3f} ms "
-            f"(± {channel['offset_error_s'] * 1e3:.3f} ms) over {channel['senders']} senders "
+    return (f"clock skew: largest offset {channel['max_abs_offset_s'] * 1e3:.3f} ms "
+            f"± {channel['offset_error_s'] * 1e3:.3f} ms over {channel['senders']} senders "
             f"({channel['measurements']} measurements, median round trip {channel['median_rtt_s'] * 1e3:.3f} ms); "
             + (f"{corrected} sender(s) corrected to the engine's clock" if corrected else
                "within the measurement, no timestamp corrected"))
