@@ -8,10 +8,12 @@ mount the run directory), false across hosts on NFS or Lustre. Over the channel 
 Standard library only: :mod:`chaos.probe` (imported in training processes and containers) holds the client; the
 engine holds the server. One line of JSON per message, both ways:
 
-* client → server: ``hello`` (``sender``, ``t0``, ``waiting``: a held event id still unacknowledged), ``ev``
-  (``seq``, ``e``: the event), ``clock`` (``offset``, ``rtt``, ``at``), ``ping`` (``t0``);
+* client → server: ``hello`` (``sender``, ``t0``, ``waiting``: a held event id still unacknowledged, ``who``:
+  ``<node>-<local rank>`` for a worker), ``ev`` (``seq``, ``e``: the event), ``clock`` (``offset``, ``rtt``,
+  ``at``), ``ping`` (``t0``);
 * server → client: ``welcome`` (``have``: the highest ``seq`` of this sender already written, ``t1``, ``t2``),
-  ``pong`` (``t0``, ``t1``, ``t2``), ``ack`` (``id``).
+  ``pong`` (``t0``, ``t1``, ``t2``), ``ack`` (``id``), ``order`` (``name``, ``spec``: the hang fault's order to
+  this worker, null when withdrawn; the ones standing are sent again before a reconnect's ``welcome``).
 
 **Nothing lost, nothing twice.** Every event gets the next ``seq`` of its sender (one sender = one process; a
 restarted worker is a new sender) and is appended to the sender's local spool file *before* it is sent. When the
@@ -71,12 +73,13 @@ class _Lines:
         self.buf = b""
 
     def read(self, timeout_s: float | None) -> dict[str, Any] | None:
-        """The next message; None on timeout. Raises ``ConnectionError`` at end of stream."""
+        """The next message; None on timeout (``0``: only what has arrived). Raises ``ConnectionError`` at end of
+        stream."""
         while b"\n" not in self.buf:
             self.sock.settimeout(timeout_s)
             try:
                 chunk = self.sock.recv(65536)
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):
                 return None
             if not chunk:
                 raise ConnectionError("closed by peer")
@@ -97,9 +100,10 @@ class ChannelClient:
     Not thread-safe by itself: :mod:`chaos.probe` calls it under its lock. Never raises for a network problem: a
     training step must not fail because the engine's host hiccups."""
 
-    def __init__(self, address: str, sender: str, spool_dir: str | None = None):
+    def __init__(self, address: str, sender: str, spool_dir: str | None = None, who: str | None = None):
         self.address = parse_address(address)
         self.sender = sender
+        self.who = who  # "<node>-<local rank>" of a worker: the hang orders addressed to it reach it
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in sender)
         self.spool_path = ""
         self._spool = -1  # no spool anywhere writable: events are still sent, only a replay is impossible
@@ -121,6 +125,7 @@ class ChannelClient:
         self._retry_s = RETRY_S
         self._next_clock = 0.0
         self._acked: set[str] = set()
+        self.orders: dict[str, dict[str, Any]] = {}  # standing orders to this process (the hang fault's), by name
         self.waiting: str | None = None  # the held event id not yet acknowledged (told again at a reconnect)
         self.connects = 0
         self.replayed = 0
@@ -172,8 +177,10 @@ class ChannelClient:
         sock = socket.create_connection(self.address, timeout=timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock, self._lines = sock, _Lines(sock)
+        self.orders.clear()  # the engine sends the standing ones again before its welcome
         t0 = time.time()
-        sock.sendall(_line({"op": "hello", "sender": self.sender, "t0": t0, "waiting": self.waiting}))
+        sock.sendall(_line({"op": "hello", "sender": self.sender, "t0": t0, "waiting": self.waiting,
+                            "who": self.who}))
         welcome = self._expect("welcome", timeout_s)
         offset, rtt = clock_offset(t0, welcome["t1"], welcome["t2"], time.time())
         sock.sendall(_line({"op": "clock", "offset": offset, "rtt": rtt, "at": "connect"}))
@@ -227,8 +234,32 @@ class ChannelClient:
             self._note(msg)
 
     def _note(self, msg: dict[str, Any]) -> None:
-        if msg.get("op") == "ack" and isinstance(msg.get("id"), str):
+        op = msg.get("op")
+        if op == "ack" and isinstance(msg.get("id"), str):
             self._acked.add(msg["id"])
+        elif op == "order" and isinstance(msg.get("name"), str):
+            if isinstance(msg.get("spec"), dict):
+                self.orders[msg["name"]] = msg["spec"]
+            else:
+                self.orders.pop(msg["name"], None)
+
+    def poll(self) -> None:
+        """Take in what the engine sent meanwhile (orders, late acknowledgements) without waiting: one ``recv``
+        when there is nothing. Also keeps the receive buffer empty, so this process's exit closes its connection
+        cleanly (unread data would make the kernel reset it, and the engine could lose the last events)."""
+        if self.sock is None or self._lines is None:
+            return
+        try:
+            while (msg := self._lines.read(0.0)) is not None:
+                self._note(msg)
+        except OSError:
+            self._drop()
+
+    def engine_gone(self) -> bool:
+        """Whether the engine is gone: the connection is down and a reconnect is refused (nothing listens)."""
+        if self.sock is not None:
+            return False
+        return not self._connected(force=True, timeout_s=0.5) and isinstance(self.last_error, ConnectionRefusedError)
 
     def _drop(self) -> None:
         if self.sock is not None:
@@ -315,6 +346,8 @@ class ChannelServer:
         self._released: set[str] = set()  # acknowledged ids (a holder reconnecting is answered at once)
         self._held: set[str] = set()  # every held id that came over the channel
         self._conns: dict[socket.socket, threading.Thread] = {}
+        self._who: dict[socket.socket, str] = {}  # a worker's connection → "<node>-<local rank>"
+        self._orders: dict[str, tuple[str, dict[str, Any]]] = {}  # standing order name → (who, spec)
         self._stopping = False
         self.stats = {"connections": 0, "events": 0, "duplicates": 0, "acks": 0}
         self._accepter = threading.Thread(target=self._accept, name="torch-chaos-channel", daemon=True)
@@ -359,6 +392,7 @@ class ChannelServer:
         finally:
             with self._lock:
                 self._conns.pop(conn, None)
+                self._who.pop(conn, None)
                 for held in [i for i, c in self._waiting.items() if c is conn]:
                     del self._waiting[held]
             with contextlib.suppress(OSError):
@@ -373,6 +407,12 @@ class ChannelServer:
             answer_now = isinstance(waiting, str) and waiting in self._released
             if isinstance(waiting, str) and not answer_now:
                 self._waiting[waiting] = conn
+            who = msg.get("who")
+            if isinstance(who, str):
+                self._who[conn] = who
+                for name, (target, spec) in self._orders.items():  # before the welcome: the client counts on it
+                    if target == who:
+                        self._send(conn, {"op": "order", "name": name, "spec": spec})
             self._send(conn, {"op": "welcome", "have": sender.have, "t1": t1, "t2": time.time()})
             if answer_now:
                 self._send(conn, {"op": "ack", "id": waiting})
@@ -435,6 +475,20 @@ class ChannelServer:
                 self._send(conn, {"op": "ack", "id": event_id})
                 self.stats["acks"] += 1
         return known
+
+    def order(self, name: str, who: str, spec: dict[str, Any] | None) -> int:
+        """Give (``spec``) or withdraw (None) the standing order ``name`` to the worker ``who`` (``<node>-<local
+        rank>``): sent to its connections now, and again to any that connects later. Returns how many
+        connections it was sent to."""
+        with self._lock:
+            if spec is None:
+                self._orders.pop(name, None)
+            else:
+                self._orders[name] = (who, spec)
+            conns = [c for c, w in self._who.items() if w == who]
+            for conn in conns:
+                self._send(conn, {"op": "order", "name": name, "spec": spec})
+        return len(conns)
 
     def stop(self, drain_s: float = 1.0) -> dict[str, Any]:
         """Stop accepting, give open connections ``drain_s`` to deliver what they sent, close; returns the

@@ -14,9 +14,10 @@ engine's acknowledgement (over the channel; without one, the file ``<history>.ac
 fault lands deterministically *between* two workload events (a crash halfway through a checkpoint write, or right
 after step N and before anything else) instead of racing a fast job.
 
-A ``hang`` fault (chaos/faults/hang.py) orders one rank to block: the engine writes ``<history>.acks/hang-<node>-
-<local rank>``, and that rank's main thread, at its next completed step, stays in :func:`_hang_if_ordered` (its
-process and every other thread alive) until the file goes, or the engine is gone. A process started after the
+A ``hang`` fault (chaos/faults/hang.py) orders one rank to block: the engine sends the order ``hang-<node>-<local
+rank>`` over the channel (without a channel: the file ``<history>.acks/hang-<node>-<local rank>``), and that rank's
+main thread, at its next completed step, stays in :func:`_hang_if_ordered` (its process and every other thread
+alive) until the order is withdrawn, or the engine is gone. A process started after the
 order never obeys it: the hang hits the rank running when the fault landed, not its restarted successor.
 """
 
@@ -95,8 +96,11 @@ def _channel() -> ChannelClient | None:
         if _client is not None:  # a forked child: let go of the parent's copies (close, never shut down)
             _client.close()
         node = os.environ.get(_ENV_NODE, "local").replace(":", "_")
+        local_rank = os.environ.get("LOCAL_RANK")
+        who = f"{os.environ.get(_ENV_NODE, 'local')}-{local_rank}" if local_rank is not None else None
         try:
-            _client = ChannelClient(address, f"{node}:{pid}:{uuid.uuid4().hex[:8]}", os.environ.get(ENV_SPOOL_DIR))
+            _client = ChannelClient(address, f"{node}:{pid}:{uuid.uuid4().hex[:8]}", os.environ.get(ENV_SPOOL_DIR),
+                                    who=who)
         except ValueError:  # not host:port: the history file, as without a channel
             _client = None
     return _client
@@ -106,9 +110,11 @@ def _channel() -> ChannelClient | None:
 def _flush_at_exit() -> None:
     """A process ending while the engine was unreachable tries once more, so its spooled events reach the
     history (a killed process cannot; its events are in its spool)."""
-    if _client is not None and _client.unsent and _client.sender.split(":")[1] == str(os.getpid()):
+    if _client is not None and _client.sender.split(":")[1] == str(os.getpid()):
         with _lock:
-            _client.flush()
+            if _client.unsent:
+                _client.flush()
+            _client.poll()  # nothing left unread: the connection closes cleanly at exit
 
 
 def write_record(record: dict[str, Any], path: str, hold: bool = False) -> None:
@@ -199,15 +205,37 @@ def _read_order(order: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def _order_reader(path: str, name: str) -> tuple[Callable[[], dict[str, Any] | None], Callable[[], bool]]:
+    """How this process reads its hang order and tells the engine is gone: over the channel (the orders the
+    engine pushed, taken in without waiting; gone = connection down and refused) when it has one, else the order
+    file beside the history and the engine's heartbeat file."""
+    client = _channel()
+    if client is None:
+        acks = path + ".acks"
+        order = os.path.join(acks, name)
+        return (lambda: _read_order(order)), (lambda: _engine_gone(acks))
+
+    def current() -> dict[str, Any] | None:
+        with _lock:
+            client.poll()
+            return client.orders.get(name)
+
+    def gone() -> bool:
+        with _lock:
+            return client.engine_gone()
+
+    return current, gone
+
+
 def _hang_if_ordered(path: str, step: Any) -> None:
     """Block this rank's main thread while the engine's hang order for it stands (a hang fault in main_thread
-    mode): one failed ``open`` per step when there is none. Other threads (the process group's) keep running."""
+    mode): one failed ``open`` (one ``recv`` over the channel) per step when there is none. Other threads (the
+    process group's) keep running."""
     if threading.current_thread() is not threading.main_thread():
         return
-    acks = path + ".acks"
-    order = os.path.join(acks, f"{_HANG_PREFIX}{os.environ.get(_ENV_NODE, 'local')}-"
-                               f"{os.environ.get('LOCAL_RANK', '0')}")
-    spec = _read_order(order)
+    name = f"{_HANG_PREFIX}{os.environ.get(_ENV_NODE, 'local')}-{os.environ.get('LOCAL_RANK', '0')}"
+    current, gone = _order_reader(path, name)
+    spec = current()
     if spec is None or not isinstance(spec.get("t"), (int, float)) or spec["t"] < _IMPORTED_AT:
         return
     fault_id = spec.get("fault_id")
@@ -223,11 +251,11 @@ def _hang_if_ordered(path: str, step: Any) -> None:
         sys.setswitchinterval(_GIL_SWITCH_S)
     try:
         while True:
-            current = _read_order(order)
-            if current is None or current.get("fault_id") != fault_id:
-                why = "healed" if not os.path.exists(order) else "cancelled"
+            now_spec = current()
+            if now_spec is None or now_spec.get("fault_id") != fault_id:
+                why = "healed" if now_spec is None else "cancelled"
                 break
-            if _engine_gone(acks):
+            if gone():
                 why = "engine gone"
                 break
             if hold_gil:

@@ -239,3 +239,28 @@ def test_a_process_whose_clock_is_5_s_ahead_lands_on_the_engine_clock(engine: En
     assert sync["corrected"] and sync["offset_s"] == pytest.approx(-5.0, abs=0.05)
     assert line["t_sender"] - line["t"] == pytest.approx(5.0, abs=0.05)
     assert before <= line["t"] <= time.time()
+
+
+def test_a_hang_order_reaches_its_worker_over_the_channel_and_is_withdrawn(engine: Engine, tmp_path: Path) -> None:
+    """The hang fault's order goes over the channel too: the worker's main thread blocks at its step while the
+    order stands and goes on when it is withdrawn; no order file is involved."""
+    env = {**os.environ, "CHAOS_EVENTS": str(tmp_path / "events.jsonl"), "CHAOS_CHANNEL": engine.address,
+           "CHAOS_NODE": "node1", "LOCAL_RANK": "0", "CHAOS_SPOOL_DIR": str(tmp_path / "spool"),
+           "CHAOS_PAUSE_AT_STEPS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    code = "from chaos import probe\nfor s in (1, 2): probe.step_completed(s, loss=0.5)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        (held,) = engine.wait_for(1, timeout_s=20)  # held at step 1: the order lands before it goes on
+        engine.server.order("hang-node1-0", "node1-0", {"fault_id": 4, "t": time.time()})
+        engine.server.ack(held["id"])
+        started = engine.wait_for(2)
+        assert started[1]["event"] == "hang_started" and started[1]["fault_id"] == 4
+        time.sleep(0.3)
+        assert proc.poll() is None and len(engine.lines) == 2  # stuck at step 1
+        engine.server.order("hang-node1-0", "node1-0", None)
+        assert proc.wait(timeout=20) == 0
+        released = engine.wait_for(4)
+        assert [e["event"] for e in released[2:]] == ["hang_released", "step_completed"]
+        assert released[2]["why"] == "healed"
+    finally:
+        proc.kill()

@@ -148,7 +148,8 @@ class FaultScheduler:
             self._note(f"skipped {f.spec.kind} on {node}: it is {status}")
             return
         ctx = FaultContext(self._runtime, f.spec, node, self._plan.checkpoint_dir, self._plan, fault_id=f.index,
-                           storage=self._storage.control if self._storage is not None else None)
+                           storage=self._storage.control if self._storage is not None else None,
+                           channel=self.channel)
         try:
             mechanism = impl.inject(ctx)
         except Interrupted:
