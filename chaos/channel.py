@@ -410,9 +410,9 @@ class ChannelServer:
             who = msg.get("who")
             if isinstance(who, str):
                 self._who[conn] = who
-                for name, (target, spec) in self._orders.items():  # before the welcome: the client counts on it
+                for order, (target, spec) in self._orders.items():  # before the welcome: the client counts on it
                     if target == who:
-                        self._send(conn, {"op": "order", "name": name, "spec": spec})
+                        self._send(conn, {"op": "order", "name": order, "spec": spec})
             self._send(conn, {"op": "welcome", "have": sender.have, "t1": t1, "t2": time.time()})
             if answer_now:
                 self._send(conn, {"op": "ack", "id": waiting})
