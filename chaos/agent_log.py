@@ -5,10 +5,10 @@ starts workers, but at INFO level (hidden by default) and with a clock-of-day st
 zone. Without these moments a recovery cannot be split into detection, rendezvous and worker start. The engine
 therefore starts every elastic node as ``python -c <this module's main> <torchrun arguments>``: the agent runs
 unchanged in this process, and a logging handler turns the records below into history events stamped with the
-record's own ``time.time()`` -- the clock the probe and the engine use (one host, or containers sharing its
-kernel clock). The agent's other records keep torchrun's default behaviour: only WARNING and above reach the node
-log, so its failure explanations are not crowded out. The workers are separate interpreters and see nothing of
-this; the user's script needs no probe for these events.
+record's own ``time.time()`` -- the clock the probe uses (corrected to the engine's by the history channel when the
+two differ measurably, see :mod:`chaos.channel`). The agent's other records keep torchrun's default behaviour: only
+WARNING and above reach the node log, so its failure explanations are not crowded out. The workers are separate
+interpreters and see nothing of this; the user's script needs no probe for these events.
 
 Standard library and torch only (besides :mod:`chaos.events`, itself stdlib-only): it runs in the node's
 interpreter, possibly inside a container.
@@ -16,7 +16,6 @@ interpreter, possibly inside a container.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -62,7 +61,6 @@ class AgentEvents(logging.Handler):
         super().__init__(logging.DEBUG)
         self._history, self._node = history, node
         self._passthrough, self._passthrough_level = passthrough, level
-        self._fd: int | None = None
         self._write_lock = threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -78,12 +76,13 @@ class AgentEvents(logging.Handler):
             self._passthrough.handle(record)  # the parent's handlers: what torchrun printed without us
 
     def _write(self, line: dict[str, Any]) -> None:
-        data = (json.dumps(line) + "\n").encode()
+        """Through the probe's writer: over the run's history channel when it has one (the agent is one more
+        sender), else one write on the history file's ``O_APPEND`` descriptor, whole lines among the others'."""
+        from chaos.probe import write_record
+
         try:
             with self._write_lock:
-                if self._fd is None:
-                    self._fd = os.open(self._history, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                os.write(self._fd, data)  # one write on O_APPEND: whole lines among the other writers'
+                write_record(line, self._history)
         except OSError:
             pass
 

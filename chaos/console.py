@@ -14,6 +14,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from chaos.analysis.channel import skew_sentence
 from chaos.plan import fault_summary
 
 if TYPE_CHECKING:
@@ -118,6 +119,9 @@ def summary(result: dict[str, Any], console: Console) -> None:
                   f"worker restarts {result['restarts']}  ·  node replacements {result['node_replacements']}  ·  "
                   f"goodput {_fmt(gp)}  ·  median step {_ms(result['median_step_s'])}  ·  "
                   f"run {_fmt(result['duration_s'], 's')}")
+    skew = skew_sentence(result.get("channel"))
+    if skew:  # how far the nodes' clocks were from the engine's (the history channel measures it)
+        console.print(Text(skew, style="dim"), highlight=False)
     late = result.get("restarts_after_completion", 0)
     if late:
         console.print(f"[yellow]note:[/] {late} worker restart(s) began after the job had reported its final state "

@@ -59,6 +59,8 @@ class Ev(StrEnum):
     RUN_STARTED = "run_started"
     RUN_ENDED = "run_ended"
     TEARDOWN = "teardown"
+    CLOCK_SYNC = "clock_sync"
+    CHANNEL_CLOSED = "channel_closed"
     NODE_STARTED = "node_started"
     NODE_EXITED = "node_exited"
     FAULT_INJECTED = "fault_injected"
@@ -161,6 +163,32 @@ class RunEnded(Line):
 
 class Teardown(Line):
     killed: int  # processes / containers the runtime removed
+
+
+class ClockSync(Line):
+    """One clock measurement of a sender on the history channel (chaos/channel.py): at its connect, then
+    periodically. ``offset_s`` is what to add to the sender's clock to get the engine's (NTP style, error at most
+    half of ``rtt_s``); ``corrected``: the engine rewrote this sender's ``t`` with it (the offset was measurably
+    not zero), keeping the sender's own as ``t_sender``."""
+
+    sender: str  # "<node>:<pid>:<nonce>": one process
+    node: str
+    pid: int | None
+    offset_s: float
+    rtt_s: float
+    corrected: bool
+    at: str  # "connect" or "periodic"
+
+
+class ChannelClosed(Line):
+    """The engine closed the history channel (after teardown): what it carried."""
+
+    connections: int
+    senders: int
+    reconnections: int  # connections beyond each sender's first (a dropped one, resumed)
+    events: int  # events written
+    duplicates: int  # replayed events it already had (dropped)
+    acks: int  # held events acknowledged over the channel
 
 
 class NodeStarted(Line):
@@ -469,6 +497,8 @@ FIELDS: dict[Ev, type] = {
     Ev.RUN_STARTED: RunStarted,
     Ev.RUN_ENDED: RunEnded,
     Ev.TEARDOWN: Teardown,
+    Ev.CLOCK_SYNC: ClockSync,
+    Ev.CHANNEL_CLOSED: ChannelClosed,
     Ev.NODE_STARTED: NodeStarted,
     Ev.NODE_EXITED: NodeExited,
     Ev.FAULT_INJECTED: FaultInjected,

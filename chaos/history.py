@@ -1,8 +1,11 @@
 """The history: ``events.jsonl``, one ordered log of everything that happened in a run.
 
-The engine and every workload process append to the same file (one ``write`` per line on an ``O_APPEND``
-descriptor, like :mod:`chaos.probe`), so the file is complete up to the moment anything crashed. Analysis reads
-it back sorted by the host clock ``t``; nothing else is needed to recompute a run's metrics and verdicts.
+The engine writes it: its own events and, through :class:`chaos.channel.ChannelServer`, every workload and agent
+event in the order it received them, all through :class:`HistoryWriter` (one ``write`` per line on an ``O_APPEND``
+descriptor), so the file is complete up to the moment anything crashed. The storage layer (on the engine's host)
+and a probe given a file instead of a channel append to the same file the same way. Analysis reads it back sorted
+by ``t`` (the engine's clock: the channel corrects a sender whose clock measurably differs); nothing else is
+needed to recompute a run's metrics and verdicts.
 """
 
 from __future__ import annotations
@@ -39,10 +42,16 @@ class HistoryWriter:
     def write(self, event: str, source: str = Source.ENGINE, **fields: Any) -> Event:
         """Append one event (a :class:`chaos.events.Ev`; its fields are declared there)."""
         record: Event = {"t": time.time(), "source": source, "event": event, **fields}
+        self.write_record(record)
+        return record
+
+    def write_record(self, record: Event) -> None:
+        """Append one finished event (one received over the history channel): the same lock as the engine's
+        own, so the file's order is the order the engine wrote in."""
         line = json.dumps(record, default=str) + "\n"
         with self._lock:
-            os.write(self._fd, line.encode())
-        return record
+            if self._fd >= 0:
+                os.write(self._fd, line.encode())
 
     def close(self) -> None:
         with self._lock:

@@ -22,7 +22,7 @@ RUN_DIR_ITSELF = ("is the run directory itself, whose events.jsonl and logs woul
 
 
 # What torch-chaos itself keeps in a run directory (docs/design.md, "The flow"): never a checkpoint directory.
-RUN_OWN = frozenset({"events.jsonl", "events.jsonl.acks", "logs", "scenario.yaml", "plan.yaml", "result.json",
+RUN_OWN = frozenset({"events.jsonl", "events.jsonl.acks", "spool", "logs", "scenario.yaml", "plan.yaml", "result.json",
                      "golden.json", ".storage", "report.html", "report.md", "report.json", "report.junit.xml"})
 
 

@@ -69,6 +69,7 @@ class Plan:
     resources: dict[str, Any] = field(default_factory=dict)  # what pin_cpus decided (result.json `resources`)
     # Servers the rendezvous backend runs (etcd members), started before the nodes (RendezvousBackend.servers).
     servers: list[NodePlan] = field(default_factory=list)
+    channel: str | None = None  # host:port where the engine listens for the history channel (CHAOS_CHANNEL)
 
     @property
     def store_host(self) -> str | None:
@@ -256,10 +257,18 @@ class Addressing:
     # gloo and NCCL find their own address from the hostname, which is loopback (netns: one shared hostname);
     # nodes with an interface of their own name it here.
     env: dict[str, str] = field(default_factory=dict)
+    # The engine's side of the nodes' network, where it listens for the history channel (chaos/channel.py): an
+    # address every node reaches, and no more of the machine than that (loopback for local nodes).
+    channel_host: str = "127.0.0.1"
+    channel_port: int = field(default_factory=lambda: free_port())
 
     @classmethod
     def loopback(cls, scenario: Scenario) -> Addressing:
         return cls({n: "127.0.0.1" for n in node_names(scenario)}, free_port())
+
+    @property
+    def channel(self) -> str:
+        return f"{self.channel_host}:{self.channel_port}"
 
 
 def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing | None = None) -> Plan:
@@ -290,6 +299,10 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
     base_env = {
         **(w.env if isinstance(w, CommandWorkload) else {}),
         "CHAOS_EVENTS": str(run_dir / "events.jsonl"),
+        # Events and holds travel over the engine's channel; the spool stays on the node (the run directory is
+        # node-local for local, netns and docker nodes alike: containers mount it at the same path).
+        "CHAOS_CHANNEL": net.channel,
+        "CHAOS_SPOOL_DIR": str(run_dir / "spool"),
         "CHAOS_RUN_ID": run_id,
         "OMP_NUM_THREADS": str(c.threads_per_proc),
         "PYTHONUNBUFFERED": "1",
@@ -313,7 +326,7 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
                     f"--nproc-per-node={c.procs_per_node}", *_python_script(script)]
         nodes.append(NodePlan("node0", 0, argv, {**base_env, "CHAOS_NODE": "node0"}, cpus=pinned.get("node0")))
         return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, None, settings, pause_on, net.addresses,
-                    resources=resources)
+                    resources=resources, channel=net.channel)
 
     port = net.store_port
     store_host = STORE_NODE if c.rendezvous.store == "dedicated" else "node0"
@@ -346,4 +359,4 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
                 f"--local-addr={net.addresses[f'node{i}']}", *script_argv]
         nodes.append(NodePlan(f"node{i}", i, argv, {**base_env, "CHAOS_NODE": f"node{i}"}, cpus=pinned.get(f"node{i}")))
     return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, store, settings, pause_on, net.addresses, port,
-                servers=servers, resources=resources)
+                servers=servers, resources=resources, channel=net.channel)

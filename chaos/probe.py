@@ -1,25 +1,29 @@
 """Telemetry probe for training scripts: the workload's side of the event history.
 
 This module is imported inside training processes and containers, so it depends on the standard library only
-and on nothing in ``chaos`` but :mod:`chaos.events` (stdlib-only too), where every event is declared. Every call
-appends one JSON line to the history file named by ``CHAOS_EVENTS`` with a single ``write`` on an ``O_APPEND``
-descriptor: lines from many processes never interleave, and a crash of any process (or of the engine) leaves
-every line written so far usable. Without ``CHAOS_EVENTS`` every call is a no-op, so an instrumented script
-runs unchanged outside chaos.
+and on nothing in ``chaos`` but :mod:`chaos.events` (where every event is declared) and :mod:`chaos.channel`, both
+stdlib-only too. Under the engine (``CHAOS_CHANNEL`` set) every call sends one event over the history channel:
+spooled locally first, replayed if the connection drops, written to the one ``events.jsonl`` by the engine,
+so nodes need no shared filesystem. With ``CHAOS_EVENTS`` but no ``CHAOS_CHANNEL`` (a script pointed at a file by
+hand, or an older engine) every call appends one JSON line to that file with a single ``write`` on an
+``O_APPEND`` descriptor, as before. Without ``CHAOS_EVENTS`` every call is a no-op, so an instrumented script runs
+unchanged outside chaos.
 
-``CHAOS_PAUSE_ON`` names events (and ``CHAOS_PAUSE_AT_STEPS`` global steps) after which the probe waits for
-the engine's acknowledgement file (``<history>.acks/<event id>``). That is how a fault lands deterministically
-*between* two workload events (a crash halfway through a checkpoint write, or right after step N and before
-anything else) instead of racing a fast job.
+``CHAOS_PAUSE_ON`` names events (and ``CHAOS_PAUSE_AT_STEPS`` global steps) after which the probe waits for the
+engine's acknowledgement (over the channel; without one, the file ``<history>.acks/<event id>``). That is how a
+fault lands deterministically *between* two workload events (a crash halfway through a checkpoint write, or right
+after step N and before anything else) instead of racing a fast job.
 
-A ``hang`` fault (chaos/faults/hang.py) orders one rank to block: the engine writes ``<history>.acks/hang-<node>-
-<local rank>``, and that rank's main thread, at its next completed step, stays in :func:`_hang_if_ordered` (its
-process and every other thread alive) until the file goes, or the engine is gone. A process started after the
+A ``hang`` fault (chaos/faults/hang.py) orders one rank to block: the engine sends the order ``hang-<node>-<local
+rank>`` over the channel (without a channel: the file ``<history>.acks/hang-<node>-<local rank>``), and that rank's
+main thread, at its next completed step, stays in :func:`_hang_if_ordered` (its process and every other thread
+alive) until the order is withdrawn, or the engine is gone. A process started after the
 order never obeys it: the hang hits the rank running when the fault landed, not its restarted successor.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -29,6 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from chaos.channel import ENV_CHANNEL, ENV_SPOOL_DIR, ChannelClient  # stdlib-only, like this module
 from chaos.events import Ev, Source  # stdlib-only like this module: names every event once for probe and engine
 
 _ENV_EVENTS = "CHAOS_EVENTS"
@@ -49,6 +54,7 @@ _fd: int | None = None
 _fd_path: str | None = None
 _context: dict[str, Any] = {}
 _hung_for: set[Any] = set()  # hang faults this process obeyed (and was released from)
+_client: ChannelClient | None = None  # this process's sender (a forked child makes its own: a new pid)
 
 
 def enabled() -> bool:
@@ -79,6 +85,55 @@ def _descriptor(path: str) -> int:
     return _fd
 
 
+def _channel() -> ChannelClient | None:
+    """This process's channel client, made at its first event (None without ``CHAOS_CHANNEL``)."""
+    global _client
+    address = os.environ.get(ENV_CHANNEL)
+    if not address:
+        return None
+    pid = os.getpid()
+    if _client is None or _client.sender.split(":")[1] != str(pid):
+        if _client is not None:  # a forked child: let go of the parent's copies (close, never shut down)
+            _client.close()
+        node = os.environ.get(_ENV_NODE, "local").replace(":", "_")
+        local_rank = os.environ.get("LOCAL_RANK")
+        who = f"{os.environ.get(_ENV_NODE, 'local')}-{local_rank}" if local_rank is not None else None
+        try:
+            _client = ChannelClient(address, f"{node}:{pid}:{uuid.uuid4().hex[:8]}", os.environ.get(ENV_SPOOL_DIR),
+                                    who=who)
+        except ValueError:  # not host:port: the history file, as without a channel
+            _client = None
+    return _client
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    """A process ending while the engine was unreachable tries once more, so its spooled events reach the
+    history (a killed process cannot; its events are in its spool)."""
+    if _client is not None and _client.sender.split(":")[1] == str(os.getpid()):
+        with _lock:
+            if _client.unsent:
+                _client.flush()
+            _client.poll()  # nothing left unread: the connection closes cleanly at exit
+
+
+def write_record(record: dict[str, Any], path: str, hold: bool = False) -> None:
+    """Deliver one finished event record (the probe's, or torchrun's agent's through :mod:`chaos.agent_log`):
+    over the channel when the engine gave one, else appended to ``path``. With ``hold`` (the record has an
+    ``id``) wait for the engine's acknowledgement."""
+    line = {k: _json_safe(v) for k, v in record.items()}
+    with _lock:
+        client = _channel()
+        if client is not None:
+            client.send(line)
+            if hold:
+                client.wait_ack(str(record["id"]), float(os.environ.get(_ENV_PAUSE_TIMEOUT, "10")))
+            return
+        os.write(_descriptor(path), (json.dumps(line, default=str) + "\n").encode())
+    if hold:
+        wait_for_ack(path, record["id"])
+
+
 def emit(event: str, **fields: Any) -> None:
     """Record one event (an :class:`chaos.events.Ev`, or a name of the script's own); fields must be
     JSON-serialisable (non-finite floats become null)."""
@@ -93,11 +148,7 @@ def emit(event: str, **fields: Any) -> None:
         event == Ev.STEP_COMPLETED and str(fields.get("step")) in os.environ.get(_ENV_PAUSE_AT_STEPS, "").split(","))
     if pause:
         record["id"] = uuid.uuid4().hex
-    line = json.dumps({k: _json_safe(v) for k, v in record.items()}, default=str) + "\n"
-    with _lock:
-        os.write(_descriptor(path), line.encode())
-    if pause:
-        wait_for_ack(path, record["id"])
+    write_record(record, path, hold=pause)
     if event == Ev.STEP_COMPLETED:
         _hang_if_ordered(path, fields.get("step"))
 
@@ -154,15 +205,37 @@ def _read_order(order: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def _order_reader(path: str, name: str) -> tuple[Callable[[], dict[str, Any] | None], Callable[[], bool]]:
+    """How this process reads its hang order and tells the engine is gone: over the channel (the orders the
+    engine pushed, taken in without waiting; gone = connection down and refused) when it has one, else the order
+    file beside the history and the engine's heartbeat file."""
+    client = _channel()
+    if client is None:
+        acks = path + ".acks"
+        order = os.path.join(acks, name)
+        return (lambda: _read_order(order)), (lambda: _engine_gone(acks))
+
+    def current() -> dict[str, Any] | None:
+        with _lock:
+            client.poll()
+            return client.orders.get(name)
+
+    def gone() -> bool:
+        with _lock:
+            return client.engine_gone()
+
+    return current, gone
+
+
 def _hang_if_ordered(path: str, step: Any) -> None:
     """Block this rank's main thread while the engine's hang order for it stands (a hang fault in main_thread
-    mode): one failed ``open`` per step when there is none. Other threads (the process group's) keep running."""
+    mode): one failed ``open`` (one ``recv`` over the channel) per step when there is none. Other threads (the
+    process group's) keep running."""
     if threading.current_thread() is not threading.main_thread():
         return
-    acks = path + ".acks"
-    order = os.path.join(acks, f"{_HANG_PREFIX}{os.environ.get(_ENV_NODE, 'local')}-"
-                               f"{os.environ.get('LOCAL_RANK', '0')}")
-    spec = _read_order(order)
+    name = f"{_HANG_PREFIX}{os.environ.get(_ENV_NODE, 'local')}-{os.environ.get('LOCAL_RANK', '0')}"
+    current, gone = _order_reader(path, name)
+    spec = current()
     if spec is None or not isinstance(spec.get("t"), (int, float)) or spec["t"] < _IMPORTED_AT:
         return
     fault_id = spec.get("fault_id")
@@ -178,11 +251,11 @@ def _hang_if_ordered(path: str, step: Any) -> None:
         sys.setswitchinterval(_GIL_SWITCH_S)
     try:
         while True:
-            current = _read_order(order)
-            if current is None or current.get("fault_id") != fault_id:
-                why = "healed" if not os.path.exists(order) else "cancelled"
+            now_spec = current()
+            if now_spec is None or now_spec.get("fault_id") != fault_id:
+                why = "healed" if now_spec is None else "cancelled"
                 break
-            if _engine_gone(acks):
+            if gone():
                 why = "engine gone"
                 break
             if hold_gil:

@@ -24,18 +24,19 @@ def _imports(path: Path) -> set[str]:
     return modules | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
 
 
-def test_probe_imports_only_the_standard_library_and_the_event_declarations() -> None:
+def test_probe_imports_only_the_standard_library_the_event_declarations_and_the_channel() -> None:
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     assert {m.split(".")[0] for m in _imports(PROBE_SRC)} - stdlib == {"chaos"}
-    assert {m for m in _imports(PROBE_SRC) if m.startswith("chaos")} == {"chaos.events"}
-    assert {m.split(".")[0] for m in _imports(PROBE_SRC.parent / "events.py")} <= stdlib
+    assert {m for m in _imports(PROBE_SRC) if m.startswith("chaos")} == {"chaos.events", "chaos.channel"}
+    for module in ("events.py", "channel.py"):
+        assert {m.split(".")[0] for m in _imports(PROBE_SRC.parent / module)} <= stdlib
 
 
 def test_importing_the_probe_loads_nothing_else_of_chaos_nor_any_third_party_module() -> None:
     code = ("import sys; before = set(sys.modules); import chaos.probe; "
             "print('\\n'.join(sorted(set(sys.modules) - before)))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert {m for m in loaded if m.startswith("chaos")} == {"chaos", "chaos.probe", "chaos.events"}
+    assert {m for m in loaded if m.startswith("chaos")} == {"chaos", "chaos.probe", "chaos.events", "chaos.channel"}
     assert {m.split(".")[0] for m in loaded} - set(sys.stdlib_module_names) == {"chaos"}, loaded
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chaos.analysis.breakdown import breakdown_for_result, recovery_breakdowns
+from chaos.analysis.channel import channel_summary
 from chaos.analysis.checkpoints import checkpoint_verdicts, restart_loop_cause
 from chaos.analysis.hangs import add_hangs, hung_cause
 from chaos.analysis.load import of_kind
@@ -28,7 +29,7 @@ from chaos.scenario import Bound, CommandWorkload, Scenario
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
 
-RESULT_SCHEMA_VERSION = 9
+RESULT_SCHEMA_VERSION = 10
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
@@ -216,6 +217,8 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         "environment": started.get("environment", {}),
         # what each node got; absent for a history from before schema 8, whose plan did not say
         **({"resources": r} if (r := resources_of(started)) is not None else {}),
+        # what the history channel measured (clock skew) and carried; absent for a history written without it
+        **({"channel": ch} if (ch := channel_summary(events)) is not None else {}),
     }
 
 

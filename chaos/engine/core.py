@@ -25,6 +25,7 @@ from chaos import __version__
 from chaos.analysis.checkpoints import control_request
 from chaos.analysis.load import load_events
 from chaos.analysis.result_json import write_result
+from chaos.channel import ChannelServer, parse_address
 from chaos.engine.end import End, EndDetector
 from chaos.engine.heartbeat import Heartbeat
 from chaos.engine.nodes import NodeOrchestrator, NodeState
@@ -112,6 +113,25 @@ class RunParts:
                                      self.progress, note, storage=self.storage)
         self.end = EndDetector(scenario.limits, self.nodes, self.progress)
         self.target_steps = None if scraped else int(w.args.get("steps", DEFAULT_STEPS))
+        self.channel: ChannelServer | None = None
+
+    def open_channel(self) -> None:
+        """Listen for the history channel where the plan says (after the runtime made its network): workload
+        and agent events arrive there and are written by this engine's history writer, held ones acknowledged
+        there (docs/design.md, "The history channel")."""
+        if self.plan.channel is None:
+            return
+        host, port = parse_address(self.plan.channel)
+        sock = self.runtime.channel_socket(host, port)
+        self.channel = ChannelServer(sock, self.history.write_record,
+                                     lambda **fields: self.history.write(Ev.CLOCK_SYNC, **fields))
+        self.channel.start()
+        self.faults.channel = self.channel
+
+    def close_channel(self) -> None:
+        if self.channel is not None:
+            stats = self.channel.stop()
+            self.history.write(Ev.CHANNEL_CLOSED, **stats)
 
 
 def run_in_engine(scenario: Scenario, out_dir: Path) -> Path:
@@ -166,6 +186,7 @@ class Engine:
                                     environment=environment(parts.runtime, parts.plan, parts.storage.kind),
                                     plan=parts.plan.to_dict(), golden=golden)
                 parts.runtime.prepare(parts.plan)
+                parts.open_channel()  # before the first node: its first event has somewhere to go
                 parts.storage.start()  # before the first node: every process sees the mount
                 parts.heartbeat.start()
                 self._enter(Phase.RUNNING)
@@ -264,6 +285,7 @@ class Engine:
             except Exception as exc:
                 self.note(f"storage layer: {type(exc).__name__}: {exc} (`chaos cleanup` unmounts it)")
             parts.heartbeat.stop()
+            parts.close_channel()  # the nodes are gone: what they sent is in, or in their spools
             parts.history.write(Ev.TEARDOWN, killed=len(cleaned))
             parts.history.close()
             self._enter(Phase.FINISHED)

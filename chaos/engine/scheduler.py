@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from chaos.channel import ChannelServer
 from chaos.engine.nodes import NodeOrchestrator
 from chaos.engine.progress import ProgressObserver
 from chaos.engine.signals import Interrupted
@@ -62,6 +63,7 @@ class FaultScheduler:
         self._plan = plan
         self._history = history
         self._acks_dir = acks_dir
+        self.channel: ChannelServer | None = None  # set by the engine once its history channel listens
         self._nodes = nodes
         self._progress = progress
         self._note = note
@@ -105,7 +107,10 @@ class FaultScheduler:
         """Acknowledge the job's held events (the probe waits after them) once this tick's faults have landed."""
         for e in events:
             if "id" in e and e.get("source") in HELD_BY:
-                (self._acks_dir / str(e["id"])).touch()
+                # over the history channel when the held event came that way; else the file the holder polls
+                # (the storage layer's holds, a probe given a file instead of a channel)
+                if self.channel is None or not self.channel.ack(str(e["id"])):
+                    (self._acks_dir / str(e["id"])).touch()
 
     # ------------------------------------------------------------------ inject
     def _resolve_target(self, f: FaultState, trigger_event: Event | None) -> str | None:
@@ -143,7 +148,8 @@ class FaultScheduler:
             self._note(f"skipped {f.spec.kind} on {node}: it is {status}")
             return
         ctx = FaultContext(self._runtime, f.spec, node, self._plan.checkpoint_dir, self._plan, fault_id=f.index,
-                           storage=self._storage.control if self._storage is not None else None)
+                           storage=self._storage.control if self._storage is not None else None,
+                           channel=self.channel)
         try:
             mechanism = impl.inject(ctx)
         except Interrupted:

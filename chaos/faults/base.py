@@ -23,6 +23,7 @@ from chaos.spec import FaultSpec
 if TYPE_CHECKING:
     from hypothesis.strategies import DrawFn
 
+    from chaos.channel import ChannelServer
     from chaos.machine import Check
     from chaos.plan import Plan
     from chaos.runtimes.base import Runtime
@@ -45,6 +46,9 @@ class FaultContext:
     # The storage layer's rules (chaos.storage.control.StorageControl): how storage faults act; None without the
     # FUSE layer (docs/design.md, "The storage layer").
     storage: StorageControl | None = None
+    # The engine's history channel (chaos.channel.ChannelServer): orders to a worker's probe go over it (the
+    # hang fault's); None when the run has none.
+    channel: ChannelServer | None = None
 
 
 class FaultKind(ABC):

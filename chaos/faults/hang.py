@@ -2,14 +2,16 @@
 
 Two mechanisms (``mode``):
 
-- ``main_thread`` (needs the probe: the shipped workload, or a script calling ``chaos.probe.step_completed``):
-  the engine writes an order file, ``<history>.acks/hang-<node>-<local rank>``, atomically; the rank's main
-  thread reads it at its next completed step and blocks in the probe (``chaos.probe._hang_if_ordered``) while its
-  process, the process group's threads and every other thread keep running, exactly as a rank stuck before its
-  next collective (``hold_gil: true``: it spins holding the GIL, so other Python threads starve too). The probe
-  writes ``hang_started`` when it blocks and ``hang_released`` when it is let go. Heal
-  removes the order; a process that started after the order (a restarted worker) never obeys it, and a probe that
-  sees the engine's heartbeat stale lets go by itself (an engine SIGKILLed mid-fault leaves no stuck rank).
+- ``main_thread`` (needs the probe: the shipped workload, or a script calling ``chaos.probe.step_completed``): the
+  engine gives the order over the history channel to that worker's probe (``ChannelServer.order``; it also writes the
+  order file ``<history>.acks/hang-<node>-<local rank>`` atomically, which a probe without a channel reads instead);
+  the rank's main thread takes it in at its next completed step and blocks in the probe
+  (``chaos.probe._hang_if_ordered``) while its process, the process group's threads and every other thread keep
+  running, exactly as a rank stuck before its next collective (``hold_gil: true``: it spins holding the GIL, so other
+  Python threads starve too). The probe writes ``hang_started`` when it blocks and ``hang_released`` when it is let
+  go. Heal withdraws the order; a process that started after the order (a restarted worker) never obeys it, and a
+  probe that finds the engine gone (its channel refused, or without a channel its heartbeat stale) lets go by itself
+  (an engine SIGKILLed mid-fault leaves no stuck rank).
 - ``process`` (any script): SIGSTOP to the one worker process (``local_rank``) on the target node, not its node;
   its launcher and the other workers run on. Heal sends SIGCONT to exactly the processes it stopped that still live
   (``restored`` says whether none is left stopped). The engine writes ``hang_started`` with the stopped pids; an
@@ -126,6 +128,8 @@ class Hang(FaultKind):
             os.replace(tmp, order)  # atomic: the probe never reads half an order
             ctx.handles.append(order)
             ctx.details["order"] = str(order)
+            if ctx.channel is not None:  # a probe on the history channel takes its orders from there, not the file
+                ctx.channel.order(order.name, f"{ctx.node}-{spec.local_rank}", json.loads(order.read_text()))
             return (f"hang order to {ctx.node} local rank {spec.local_rank} through the probe: its main thread "
                     "blocks at its next step while its process and other threads live")
         mechanism = ctx.runtime.kill_workers(ctx.node, sig=signal.SIGSTOP, local_rank=spec.local_rank)
@@ -162,6 +166,8 @@ class Hang(FaultKind):
             order = ctx.handles[0] if ctx.handles else None
             if order is not None:
                 Path(order).unlink(missing_ok=True)
+                if ctx.channel is not None:
+                    ctx.channel.order(Path(order).name, f"{ctx.node}-{ctx.spec.local_rank}", None)
             return {"mode": "main_thread", "restored": order is None or not Path(order).exists()}
         pids = ctx.handles[0]["pids"] if ctx.handles else []
         if not pids:  # the stopped pids were unknown: signal the rank's workers as the fault did

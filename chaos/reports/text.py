@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chaos.analysis.channel import skew_sentence
 from chaos.reports.model import Report
 
 
@@ -156,6 +157,9 @@ def environment_rows(report: Report) -> list[tuple[str, str]]:
     rows += [(f"elastic: {k}", str(v)) for k, v in settings.items()]
     mechanisms = sorted({f["mechanism"] for f in report.result["faults"] if f.get("mechanism")})
     rows += [("fault mechanism", m) for m in mechanisms]
+    skew = skew_sentence(report.result.get("channel"))
+    if skew:  # the nodes' clocks against the engine's, as the history channel measured them
+        rows.append(("history channel", skew))
     return rows
 
 

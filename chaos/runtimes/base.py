@@ -12,6 +12,7 @@ nothing here may import :mod:`chaos.scenario` at run time.
 
 from __future__ import annotations
 
+import socket
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -131,6 +132,14 @@ class Runtime(ABC):
     def addressing(self, scenario: Scenario) -> Addressing:
         """Where each node will listen; asked before the plan is built, so the plan shows real addresses."""
         return Addressing.loopback(scenario)
+
+    def channel_socket(self, host: str, port: int) -> socket.socket:
+        """The history channel's listening socket on ``host:port`` (the plan's ``channel``, from
+        :meth:`addressing`), made after :meth:`prepare`: a runtime whose nodes live on a network of their own
+        makes it where that network's host side is, never on every interface of the machine."""
+        from chaos.channel import listen
+
+        return listen(host, port)
 
     def prepare(self, plan: Plan) -> None:
         """Create what nodes need before the first one starts (networks, namespaces); teardown removes it."""

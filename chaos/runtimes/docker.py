@@ -213,8 +213,10 @@ class DockerRuntime(Runtime):
         servers = rendezvous_server_names(scenario.cluster)
         self.addresses = {n: str(hosts[249] if n == STORE_NODE else hosts[239 + servers.index(n)] if n in servers
                                  else hosts[9 + i]) for i, n in enumerate(names)}
+        # The engine's channel listens on the network's gateway: the host's side of the run's bridge, which
+        # every container reaches and nothing off the machine does (the network is internal).
         return Addressing(dict(self.addresses), OWN_STACK_STORE_PORT, python=f"{VENV}/bin/python",
-                          env=dict(OWN_STACK_ENV))
+                          env=dict(OWN_STACK_ENV), channel_host=str(hosts[0]))
 
     def prepare(self, plan: Plan) -> None:
         import docker.types

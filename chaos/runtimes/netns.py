@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from chaos.channel import listen as channel_listen
 from chaos.plan import OWN_STACK_ENV, OWN_STACK_STORE_PORT, STORE_NODE, Addressing, NodePlan, Plan, node_names
 from chaos.runtimes.base import NODE_NETWORK
 from chaos.runtimes.local import LocalRuntime
@@ -30,10 +33,21 @@ if TYPE_CHECKING:
 NS_PREFIX = "tchaos-"
 OWNERS_DIR = Path("/run/torch-chaos/netns")
 SUBNET = "10.213.0"
+HUB_ADDRESS = f"{SUBNET}.254"  # the hub's bridge: where the engine's history channel listens (inside the hub)
 
 
 def node_address(name: str, index: int) -> str:
     return f"{SUBNET}.250" if name == STORE_NODE else f"{SUBNET}.{10 + index}"
+
+
+def _setns(fd: int) -> None:
+    """setns(2) into a network namespace (``os.setns`` only exists from Python 3.12)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def ip(*args: str) -> None:
@@ -112,7 +126,8 @@ class NetnsRuntime(LocalRuntime):
 
     def addressing(self, scenario: Scenario) -> Addressing:
         self.addresses = {n: node_address(n, i) for i, n in enumerate(node_names(scenario))}
-        return Addressing(dict(self.addresses), OWN_STACK_STORE_PORT, env=dict(OWN_STACK_ENV))
+        return Addressing(dict(self.addresses), OWN_STACK_STORE_PORT, env=dict(OWN_STACK_ENV),
+                          channel_host=HUB_ADDRESS)
 
     def prepare(self, plan: Plan) -> None:
         if os.geteuid() != 0:
@@ -125,6 +140,7 @@ class NetnsRuntime(LocalRuntime):
         ip("netns", "add", self.hub)
         ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
         ip("-n", self.hub, "link", "set", "br0", "up")
+        ip("-n", self.hub, "addr", "add", f"{HUB_ADDRESS}/24", "dev", "br0")  # the engine's channel, see below
         for name, address in self.addresses.items():
             ns = self.ns(name)
             ip("netns", "add", ns)
@@ -138,6 +154,31 @@ class NetnsRuntime(LocalRuntime):
         # nsenter execs the command, so the process the runtime tracks is the node's own (torchrun).
         entered = replace(node, argv=["nsenter", f"--net=/run/netns/{self.ns(node.name)}", "--", *node.argv])
         super().start_node(entered)
+
+    def channel_socket(self, host: str, port: int) -> socket.socket:
+        """The channel's listening socket, made inside the hub namespace on the bridge's address.
+
+        The engine stays in the machine's namespace (its tools, its other sockets); only a short-lived thread
+        enters the hub to create the socket, which belongs to the hub's network for its whole life. So the nodes
+        reach the engine on their own subnet, the machine gets no route or address into it, and two netns runs
+        (same subnet, different hubs) never collide."""
+        made: list[socket.socket] = []
+        failed: list[BaseException] = []
+
+        def make() -> None:
+            try:
+                with open(f"/run/netns/{self.hub}") as target:
+                    _setns(target.fileno())  # this thread only (a network namespace is per thread)
+                made.append(channel_listen(host, port))
+            except BaseException as exc:  # re-raised in the engine's thread
+                failed.append(exc)
+
+        thread = threading.Thread(target=make, name="torch-chaos-netns-channel")
+        thread.start()  # the thread ends in the hub namespace and is discarded: nothing else runs there
+        thread.join()
+        if failed:
+            raise failed[0]
+        return made[0]
 
     def net_enter(self, name: str) -> list[str]:
         return ["nsenter", f"--net=/run/netns/{self.ns(name)}", "--"]

@@ -172,3 +172,19 @@ def test_correct_workload_passes_every_checkpoint_verdict(name: str) -> None:
     mode = result["checkpoint"]["matches_golden"]["mode"]
     changed = result["checkpoint"]["matches_golden"]["world_size_changed"]
     assert mode == ("within_tolerance" if changed else "bitwise"), result["checkpoint"]["matches_golden"]
+
+
+def test_quickstart_history_came_over_the_channel() -> None:
+    """No extra run: quickstart's history reached the engine over the history channel (chaos/channel.py), every
+    rank's events are in it once, its step hold was acknowledged over the channel, and one host's clocks needed
+    no correction."""
+    result, run_dir = run_shipped("quickstart")
+    channel = result["channel"]
+    assert channel["events"] > 0 and channel["duplicates"] == 0 and channel["corrected_senders"] == 0, channel
+    assert channel["acks"] >= 2 and channel["senders"] >= 6, channel  # 3 ranks and 3 agents at least
+    steps = events_of(run_dir, "step_completed")
+    assert {e["rank"] for e in steps} == {0, 1, 2} and not [e for e in steps if "t_sender" in e]
+    held = {e["id"] for e in steps if "id" in e}
+    assert held and not [p for p in (run_dir / "events.jsonl.acks").iterdir() if p.name in held]
+    [injected] = events_of(run_dir, "fault_injected")
+    assert injected["max_step"] == 330

@@ -1,0 +1,520 @@
+"""The history and control channel: workload events to the engine over TCP, holds acknowledged the same way.
+
+Why: the history used to be one file every process appended to, and holds were acknowledged by files beside it.
+That needs every node to see one filesystem with atomic ``O_APPEND`` — true on one host (and in containers that
+mount the run directory), false across hosts on NFS or Lustre. Over the channel the engine is the only writer of
+``events.jsonl`` (lines in the order it received them), so the nodes need no shared filesystem at all.
+
+Standard library only: :mod:`chaos.probe` (imported in training processes and containers) holds the client; the
+engine holds the server. One line of JSON per message, both ways:
+
+* client → server: ``hello`` (``sender``, ``t0``, ``waiting``: a held event id still unacknowledged, ``who``:
+  ``<node>-<local rank>`` for a worker), ``ev`` (``seq``, ``e``: the event), ``clock`` (``offset``, ``rtt``,
+  ``at``), ``ping`` (``t0``);
+* server → client: ``welcome`` (``have``: the highest ``seq`` of this sender already written, ``t1``, ``t2``),
+  ``pong`` (``t0``, ``t1``, ``t2``), ``ack`` (``id``), ``order`` (``name``, ``spec``: the hang fault's order to
+  this worker, null when withdrawn; the ones standing are sent again before a reconnect's ``welcome``).
+
+**Nothing lost, nothing twice.** Every event gets the next ``seq`` of its sender (one sender = one process; a
+restarted worker is a new sender) and is appended to the sender's local spool file *before* it is sent. When the
+connection drops the client keeps spooling; at its next connect the engine's ``welcome`` says which ``seq`` it has,
+and the client replays the rest from the spool. The engine drops any ``seq`` it already wrote (a replay that
+overlaps what arrived before the drop).
+
+**Clocks.** At each connect and then every :data:`CLOCK_EVERY_S` the client measures the engine's clock against its
+own the NTP way (:func:`clock_offset`: four timestamps of one round trip). The engine records every measurement
+(``clock_sync``) and, when a sender's offset is larger than the measurement can tell from zero (half the round
+trip, and at least :data:`CORRECT_ABOVE_S`), rewrites that sender's ``t`` on the engine's clock (keeping its own
+as ``t_sender``). On one host the offsets are within the round trip and nothing is rewritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+ENV_CHANNEL = "CHAOS_CHANNEL"  # host:port of the engine's channel server
+ENV_SPOOL_DIR = "CHAOS_SPOOL_DIR"  # where a sender keeps its spool (node-local); default: the temp directory
+CLOCK_EVERY_S = 10.0  # a fresh clock measurement this often (at an event: the client has no thread of its own)
+CORRECT_ABOVE_S = 0.001  # an offset below this is left alone (one host's clocks are one clock)
+CONNECT_TIMEOUT_S = 1.0  # an engine slow to accept: the event is spooled meanwhile, never dropped
+RETRY_S = 0.5  # after a failed connect, the next attempt waits this long (an event never waits for it) ...
+RETRY_MAX_S = 8.0  # ... doubling up to this: an engine that stays unreachable costs a step one timeout per 8 s
+_MAX_LINE = 64 << 20
+
+
+def clock_offset(t0: float, t1: float, t2: float, t3: float) -> tuple[float, float]:
+    """(offset, round trip) of one exchange, NTP style: the client sent at ``t0`` (its clock), the server received
+    at ``t1`` and answered at ``t2`` (its clock), the client received at ``t3``. ``offset`` is what to add to the
+    client's clock to get the server's; its error is at most half the round trip (the network's asymmetry)."""
+    return ((t1 - t0) + (t2 - t3)) / 2, (t3 - t0) - (t2 - t1)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _line(msg: dict[str, Any]) -> bytes:
+    return (json.dumps(msg, default=str, separators=(",", ":")) + "\n").encode()
+
+
+class _Lines:
+    """Newline-delimited messages from a socket (a partial line waits for the rest)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buf = b""
+
+    def read(self, timeout_s: float | None) -> dict[str, Any] | None:
+        """The next message; None on timeout (``0``: only what has arrived). Raises ``ConnectionError`` at end of
+        stream."""
+        while b"\n" not in self.buf:
+            self.sock.settimeout(timeout_s)
+            try:
+                chunk = self.sock.recv(65536)
+            except (TimeoutError, BlockingIOError):
+                return None
+            if not chunk:
+                raise ConnectionError("closed by peer")
+            self.buf += chunk
+            if len(self.buf) > _MAX_LINE:
+                raise ConnectionError("line too long")
+        line, self.buf = self.buf.split(b"\n", 1)
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            return {}
+        return msg if isinstance(msg, dict) else {}
+
+
+class ChannelClient:
+    """One process's sender: spool, send, replay on reconnect, measure the clock, wait for acknowledgements.
+
+    Not thread-safe by itself: :mod:`chaos.probe` calls it under its lock. Never raises for a network problem: a
+    training step must not fail because the engine's host hiccups."""
+
+    def __init__(self, address: str, sender: str, spool_dir: str | None = None, who: str | None = None):
+        self.address = parse_address(address)
+        self.sender = sender
+        self.who = who  # "<node>-<local rank>" of a worker: the hang orders addressed to it reach it
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in sender)
+        self.spool_path = ""
+        self._spool = -1  # no spool anywhere writable: events are still sent, only a replay is impossible
+        for directory in (spool_dir, os.path.join(_tmp(), "torch-chaos-spool")):
+            if not directory:
+                continue
+            try:
+                os.makedirs(directory, exist_ok=True)
+                path = os.path.join(directory, f"{safe}.jsonl")
+                self._spool = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self.spool_path = path
+                break
+            except OSError:
+                continue
+        self.seq = 0
+        self.sock: socket.socket | None = None
+        self._lines: _Lines | None = None
+        self._next_try = 0.0
+        self._retry_s = RETRY_S
+        self._next_clock = 0.0
+        self._acked: set[str] = set()
+        self.orders: dict[str, dict[str, Any]] = {}  # standing orders to this process (the hang fault's), by name
+        self.waiting: str | None = None  # the held event id not yet acknowledged (told again at a reconnect)
+        self.connects = 0
+        self.replayed = 0
+        self.unsent = False  # events spooled since the connection was last up (replayed at the next connect)
+        self.last_error: BaseException | None = None  # why the last connect failed
+
+    # ------------------------------------------------------------------ sending
+    def send(self, event: dict[str, Any]) -> None:
+        """Spool the event, then send it (or leave it spooled until the next connect)."""
+        self.seq += 1
+        data = _line({"op": "ev", "seq": self.seq, "e": event})
+        if self._spool >= 0:
+            try:
+                os.write(self._spool, data)  # first: whatever happens to the connection, the event is kept
+            except OSError:  # a full disk on the node must not fail the training step; the send still goes
+                pass
+        if self.sock is None:
+            if not self._connected():
+                self.unsent = True
+            return  # connected now: the connect replayed the spool, this event included
+        try:
+            self.sock.sendall(data)
+            if time.monotonic() >= self._next_clock:
+                self._measure("periodic")
+        except (OSError, ValueError, KeyError, TypeError):
+            self.unsent = True
+            self._drop()
+
+    def flush(self) -> bool:
+        """Connect now if down (replaying what was spooled); whether the engine has everything sent so far."""
+        return self._connected(force=True) and not self.unsent
+
+    def _connected(self, force: bool = False, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
+        if self.sock is not None:
+            return True
+        if not force and time.monotonic() < self._next_try:
+            return False
+        try:
+            self._connect(timeout_s)
+            return True
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # refused, timed out, or not our engine answering
+            self.last_error = exc
+            self._drop()
+            self._next_try = time.monotonic() + self._retry_s
+            self._retry_s = min(RETRY_MAX_S, self._retry_s * 2)
+            return False
+
+    def _connect(self, timeout_s: float) -> None:
+        sock = socket.create_connection(self.address, timeout=timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock, self._lines = sock, _Lines(sock)
+        self.orders.clear()  # the engine sends the standing ones again before its welcome
+        t0 = time.time()
+        sock.sendall(_line({"op": "hello", "sender": self.sender, "t0": t0, "waiting": self.waiting,
+                            "who": self.who}))
+        welcome = self._expect("welcome", timeout_s)
+        offset, rtt = clock_offset(t0, welcome["t1"], welcome["t2"], time.time())
+        sock.sendall(_line({"op": "clock", "offset": offset, "rtt": rtt, "at": "connect"}))
+        self._next_clock = time.monotonic() + CLOCK_EVERY_S
+        self.connects += 1
+        self._retry_s = RETRY_S
+        have = int(welcome.get("have", 0))
+        if have < self.seq:
+            self._replay(have)
+        self.unsent = False
+
+    def _replay(self, have: int) -> None:
+        """Send the spooled events after ``have`` (the engine's last seq of this sender), in order."""
+        assert self.sock is not None
+        if not self.spool_path:
+            return
+        with open(self.spool_path, "rb") as fh:
+            for raw in fh:
+                if not raw.endswith(b"\n"):
+                    break
+                try:
+                    seq = int(json.loads(raw)["seq"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if seq > have:
+                    self.sock.sendall(raw)
+                    self.replayed += 1
+
+    def _measure(self, at: str) -> None:
+        assert self.sock is not None
+        t0 = time.time()
+        self.sock.sendall(_line({"op": "ping", "t0": t0}))
+        pong = self._expect("pong", CONNECT_TIMEOUT_S)
+        offset, rtt = clock_offset(t0, pong["t1"], pong["t2"], time.time())
+        self.sock.sendall(_line({"op": "clock", "offset": offset, "rtt": rtt, "at": at}))
+        self._next_clock = time.monotonic() + CLOCK_EVERY_S
+
+    def _expect(self, op: str, timeout_s: float) -> dict[str, Any]:
+        """Read until a message ``op`` arrives (acknowledgements met on the way are kept)."""
+        assert self._lines is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no {op} from the engine")
+            msg = self._lines.read(left)
+            if msg is None:
+                raise TimeoutError(f"no {op} from the engine")
+            if msg.get("op") == op:
+                return msg
+            self._note(msg)
+
+    def _note(self, msg: dict[str, Any]) -> None:
+        op = msg.get("op")
+        if op == "ack" and isinstance(msg.get("id"), str):
+            self._acked.add(msg["id"])
+        elif op == "order" and isinstance(msg.get("name"), str):
+            if isinstance(msg.get("spec"), dict):
+                self.orders[msg["name"]] = msg["spec"]
+            else:
+                self.orders.pop(msg["name"], None)
+
+    def poll(self) -> None:
+        """Take in what the engine sent meanwhile (orders, late acknowledgements) without waiting: one ``recv``
+        when there is nothing. Also keeps the receive buffer empty, so this process's exit closes its connection
+        cleanly (unread data would make the kernel reset it, and the engine could lose the last events)."""
+        if self.sock is None or self._lines is None:
+            return
+        try:
+            while (msg := self._lines.read(0.0)) is not None:
+                self._note(msg)
+        except OSError:
+            self._drop()
+
+    def engine_gone(self) -> bool:
+        """Whether the engine is gone: the connection is down and a reconnect is refused (nothing listens)."""
+        if self.sock is not None:
+            return False
+        return not self._connected(force=True, timeout_s=0.5) and isinstance(self.last_error, ConnectionRefusedError)
+
+    def _drop(self) -> None:
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
+        self.sock, self._lines = None, None
+
+    # ------------------------------------------------------------------ holds
+    def wait_ack(self, event_id: str, timeout_s: float) -> str:
+        """Hold until the engine acknowledges ``event_id``; returns ``acked``, ``timeout`` or ``engine gone``.
+
+        A dropped connection is retried at once (the hold needs the engine); a refused one means the engine is
+        gone, and the job goes on rather than sitting out the timeout (a dead engine never freezes training)."""
+        self.waiting = event_id
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                if event_id in self._acked:
+                    self._acked.discard(event_id)
+                    return "acked"
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return "timeout"
+                if self.sock is None:
+                    if self._connected(force=True, timeout_s=max(0.05, min(CONNECT_TIMEOUT_S, left))):
+                        continue
+                    if isinstance(self.last_error, ConnectionRefusedError):
+                        return "engine gone"  # its host answers and nothing listens: the engine is dead
+                    time.sleep(min(max(left, 0.0), 0.2))  # unreachable or slow: try again until the timeout
+                    continue
+                assert self._lines is not None
+                try:
+                    msg = self._lines.read(min(left, 0.5))
+                except OSError:  # ConnectionError included: reconnect and say again what we wait for
+                    self._drop()
+                    continue
+                if msg is not None:
+                    self._note(msg)
+        finally:
+            self.waiting = None
+
+    def close(self) -> None:
+        self._drop()
+        if self._spool >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._spool)
+            self._spool = -1
+
+
+def _tmp() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
+
+
+# ---------------------------------------------------------------------- the engine's side
+class _Sender:
+    """What the engine knows of one sender: the last seq written and the clock correction applied."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.have = 0
+        self.correction = 0.0
+        self.best_rtt = 0.0  # the shortest round trip measured (0: none yet)
+        self.connects = 0
+
+
+class ChannelServer:
+    """Accepts senders, writes their events through ``write`` (the history's one writer) in the order received,
+    and acknowledges held events when the engine says so (:meth:`ack`).
+
+    One thread accepts, one thread per connection reads (a node has a handful of senders: its agent and its
+    ranks). ``write`` must be thread-safe; ``record`` writes the channel's own facts (``clock_sync``)."""
+
+    def __init__(self, sock: socket.socket, write: Callable[[dict[str, Any]], None],
+                 record: Callable[..., Any]):
+        self.sock = sock
+        self.sock.listen(128)
+        self.address = "{}:{}".format(*sock.getsockname()[:2])
+        self._write, self._record = write, record
+        self._lock = threading.Lock()
+        self._senders: dict[str, _Sender] = {}
+        self._waiting: dict[str, socket.socket] = {}  # held event id → the connection of the process holding
+        self._released: set[str] = set()  # acknowledged ids (a holder reconnecting is answered at once)
+        self._held: set[str] = set()  # every held id that came over the channel
+        self._conns: dict[socket.socket, threading.Thread] = {}
+        self._who: dict[socket.socket, str] = {}  # a worker's connection → "<node>-<local rank>"
+        self._orders: dict[str, tuple[str, dict[str, Any]]] = {}  # standing order name → (who, spec)
+        self._stopping = False
+        self.stats = {"connections": 0, "events": 0, "duplicates": 0, "acks": 0}
+        self._accepter = threading.Thread(target=self._accept, name="torch-chaos-channel", daemon=True)
+
+    def start(self) -> None:
+        self._accepter.start()
+
+    def _accept(self) -> None:
+        while not self._stopping:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed by stop()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            thread = threading.Thread(target=self._serve, args=(conn,), name="torch-chaos-channel-conn",
+                                      daemon=True)
+            with self._lock:
+                self._conns[conn] = thread
+                self.stats["connections"] += 1
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        lines = _Lines(conn)
+        sender: _Sender | None = None
+        try:
+            while True:
+                msg = lines.read(None)
+                assert msg is not None
+                op = msg.get("op")
+                if op == "ev" and sender is not None:
+                    self._event(sender, msg)
+                elif op == "hello":
+                    t1 = time.time()
+                    sender = self._hello(conn, msg, t1)
+                elif op == "ping":
+                    t1 = time.time()
+                    self._send(conn, {"op": "pong", "t0": msg.get("t0"), "t1": t1, "t2": time.time()})
+                elif op == "clock" and sender is not None:
+                    self._clock(sender, msg)
+        except (OSError, ValueError, AssertionError):
+            pass
+        finally:
+            with self._lock:
+                self._conns.pop(conn, None)
+                self._who.pop(conn, None)
+                for held in [i for i, c in self._waiting.items() if c is conn]:
+                    del self._waiting[held]
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def _hello(self, conn: socket.socket, msg: dict[str, Any], t1: float) -> _Sender:
+        name = str(msg.get("sender"))
+        with self._lock:
+            sender = self._senders.setdefault(name, _Sender(name))
+            sender.connects += 1
+            waiting = msg.get("waiting")
+            answer_now = isinstance(waiting, str) and waiting in self._released
+            if isinstance(waiting, str) and not answer_now:
+                self._waiting[waiting] = conn
+            who = msg.get("who")
+            if isinstance(who, str):
+                self._who[conn] = who
+                for order, (target, spec) in self._orders.items():  # before the welcome: the client counts on it
+                    if target == who:
+                        self._send(conn, {"op": "order", "name": order, "spec": spec})
+            self._send(conn, {"op": "welcome", "have": sender.have, "t1": t1, "t2": time.time()})
+            if answer_now:
+                self._send(conn, {"op": "ack", "id": waiting})
+        return sender
+
+    def _event(self, sender: _Sender, msg: dict[str, Any]) -> None:
+        seq, event = msg.get("seq"), msg.get("e")
+        if not isinstance(seq, int) or not isinstance(event, dict):
+            return
+        with self._lock:  # one lock for dedupe and write: receive order is write order
+            if seq <= sender.have:
+                self.stats["duplicates"] += 1
+                held = event.get("id")
+                if isinstance(held, str) and held not in self._released:
+                    self._waiting.setdefault(held, self._conn_of_thread())
+                return
+            sender.have = seq
+            if sender.correction and isinstance(event.get("t"), (int, float)):
+                event["t_sender"] = event["t"]
+                event["t"] = event["t"] + sender.correction
+            held = event.get("id")
+            if isinstance(held, str):
+                self._waiting[held] = self._conn_of_thread()
+                self._held.add(held)
+            self.stats["events"] += 1
+            self._write(event)
+
+    def _conn_of_thread(self) -> socket.socket:
+        me = threading.current_thread()
+        return next(c for c, t in self._conns.items() if t is me)
+
+    def _clock(self, sender: _Sender, msg: dict[str, Any]) -> None:
+        offset, rtt = msg.get("offset"), msg.get("rtt")
+        if not isinstance(offset, (int, float)) or not isinstance(rtt, (int, float)):
+            return
+        with self._lock:
+            corrected = abs(offset) > max(CORRECT_ABOVE_S, rtt / 2)
+            # a measurement whose round trip is far longer than this sender's best (a busy engine or node) is
+            # recorded but does not move the correction: its error bound is that much wider
+            if rtt <= 2 * sender.best_rtt or sender.best_rtt == 0.0:
+                sender.correction = float(offset) if corrected else 0.0
+            else:
+                corrected = sender.correction != 0.0
+            sender.best_rtt = min(sender.best_rtt or float(rtt), float(rtt))
+            node, _, rest = sender.name.partition(":")
+            self._record(sender=sender.name, node=node, pid=int(rest.split(":")[0]) if rest[:1].isdigit() else None,
+                         offset_s=float(offset), rtt_s=float(rtt), corrected=corrected, at=str(msg.get("at")))
+
+    def _send(self, conn: socket.socket, msg: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):
+            conn.sendall(_line(msg))
+
+    def ack(self, event_id: str) -> bool:
+        """Acknowledge a held event; False when it did not come over the channel (a file-mode writer's)."""
+        with self._lock:
+            conn = self._waiting.pop(event_id, None)
+            known = event_id in self._held  # a holder that died since needs no file either
+            self._released.add(event_id)
+            if conn is not None:
+                self._send(conn, {"op": "ack", "id": event_id})
+                self.stats["acks"] += 1
+        return known
+
+    def order(self, name: str, who: str, spec: dict[str, Any] | None) -> int:
+        """Give (``spec``) or withdraw (None) the standing order ``name`` to the worker ``who`` (``<node>-<local
+        rank>``): sent to its connections now, and again to any that connects later. Returns how many
+        connections it was sent to."""
+        with self._lock:
+            if spec is None:
+                self._orders.pop(name, None)
+            else:
+                self._orders[name] = (who, spec)
+            conns = [c for c, w in self._who.items() if w == who]
+            for conn in conns:
+                self._send(conn, {"op": "order", "name": name, "spec": spec})
+        return len(conns)
+
+    def stop(self, drain_s: float = 1.0) -> dict[str, Any]:
+        """Stop accepting, give open connections ``drain_s`` to deliver what they sent, close; returns the
+        counts (for the history's ``channel_closed``)."""
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        deadline = time.monotonic() + drain_s
+        with self._lock:
+            threads = list(self._conns.items())
+        for conn, thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                thread.join(0.5)
+        with self._lock:
+            return {**self.stats, "senders": len(self._senders),
+                    "reconnections": sum(max(0, s.connects - 1) for s in self._senders.values())}
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (the address the runtime's nodes reach; never all interfaces)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
