@@ -25,7 +25,7 @@ import pytest
 from chaos.history import read_history
 from chaos.reports.model import build_report
 from chaos.reports.text import summary_rows
-from tests.runs import run_shipped, shipped, steps_run
+from tests.runs import TEST_STEPS, run_scenario, run_shipped, shipped, steps_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
@@ -41,9 +41,19 @@ EXPECTED_VERDICT = {  # as documented in each scenario file, for every runtime
 }
 
 
+# What a hang tests is noticing and naming the stuck rank, not the resume (test_hang.py runs them without their
+# golden run too): ~25 s of golden run saved.
+NO_GOLDEN = ("process/hang-noticed", "process/hang-unnoticed")
+
+
 def run(name: str, machine_for: Callable[[Any], None]) -> tuple[dict[str, Any], Path, list[dict[str, Any]]]:
-    machine_for(shipped(name, "docker"))
-    result, run_dir = run_shipped(name, "docker")
+    scenario = shipped(name, "docker", TEST_STEPS.get(name))
+    machine_for(scenario)
+    if name in NO_GOLDEN:
+        scenario.checks.golden = False
+        result, run_dir = run_scenario(scenario)
+    else:
+        result, run_dir = run_shipped(name, "docker")
     return result, run_dir, read_history(run_dir / "events.jsonl")
 
 
@@ -135,7 +145,9 @@ def store_stopped(result: dict[str, Any], fault: dict[str, Any], history: list[d
     [healed] = events(history, "fault_healed", fault_id=store_fault["fault_id"])
     [crash] = events(history, "fault_injected", kind="crash", target="node2")
     assert store_fault["t"] < crash["t"] < healed["t"], (store_fault, crash, healed)
-    assert healed.get("restored", True) is True, healed
+    # A partition's heal compares every peer's rules with its snapshot; the crashed node's container took its
+    # rules with it, and its network may be gone at the heal: then not comparable (None, the problem named).
+    assert healed.get("restored", True) is True or (healed["restored"] is None and healed["problems"]), healed
     assert not events(history, "node_exited", node="store"), "the store must live through the fault"
     crash_metrics = next(f for f in result["faults"] if f["target"] == "node2")
     assert crash_metrics["restarted"] and crash_metrics["recovery_s"] >= healed["t"] - crash["t"], crash_metrics
