@@ -151,13 +151,46 @@ def _host_is_bookworm() -> bool:
     return "VERSION_CODENAME=bookworm" in text
 
 
-def apt_download_command(status: Path, archives: Path) -> list[str]:
-    """apt-get, resolving against the image's dpkg status: it downloads exactly what the image lacks."""
+def _apt(status: Path, archives: Path, lists: Path | None) -> list[str]:
     cmd = ["apt-get", "-q", "-y", "-o", f"Dir::State::status={status}", "-o", f"Dir::Cache::archives={archives}",
            "-o", "Debug::NoLocking=1"]
+    if lists is not None:
+        cmd += ["-o", f"Dir::State::Lists={lists}"]
     if os.geteuid() == 0:
         cmd += ["-o", "APT::Sandbox::User=root"]  # the _apt user cannot write into our private temp directory
-    return [*cmd, "install", "--download-only", "--no-install-recommends", *SLURM_PACKAGES]
+    return cmd
+
+
+def apt_download_command(status: Path, archives: Path, lists: Path | None = None) -> list[str]:
+    """apt-get, resolving against the image's dpkg status: it downloads exactly what the image lacks."""
+    return [*_apt(status, archives, lists), "install", "--download-only", "--no-install-recommends",
+            *SLURM_PACKAGES]
+
+
+def _download(tmp: Path, status: Path, log: Callable[[str], None]) -> list[Path]:
+    """The .debs the image lacks, through the host's apt (its sources, mirror and proxy). When the host's package
+    lists cannot provide them (never updated on a fresh machine, or older than the mirror), the lists are fetched
+    again into a private directory: the host's own apt state is never touched."""
+    archives = tmp / "archives"
+    (archives / "partial").mkdir(parents=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    proc = subprocess.run(apt_download_command(status, archives), capture_output=True, text=True, check=False,
+                          env=env)
+    if proc.returncode != 0:
+        log("the host's apt lists cannot provide them (stale, or never updated): `apt-get update` into a private "
+            "directory, then again")
+        lists = tmp / "lists"
+        (lists / "partial").mkdir(parents=True)
+        proc = subprocess.run([*_apt(status, archives, lists), "update"], capture_output=True, text=True,
+                              check=False, env=env)
+        if proc.returncode == 0:
+            proc = subprocess.run(apt_download_command(status, archives, lists), capture_output=True, text=True,
+                                  check=False, env=env)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-12:])
+        raise ClusterError(f"downloading {' '.join(SLURM_PACKAGES)} with the host's apt failed (exit "
+                           f"{proc.returncode}); is the Debian mirror in /etc/apt/sources.list* reachable?\n{tail}")
+    return sorted(archives.glob("*.deb"))
 
 
 def _image_dpkg_status(client: Any, base: str, dest: Path) -> None:
@@ -210,17 +243,9 @@ def build_slurm_image(log: Callable[[str], None] = print, force: bool = False) -
             return tag, "cached", time.monotonic() - start
         log(f"building {tag} on {base}: {' '.join(SLURM_PACKAGES)} from the host's Debian mirror")
         with tempfile.TemporaryDirectory(prefix="torch-chaos-slurm-") as tmp:
-            status, archives = Path(tmp) / "status", Path(tmp) / "archives"
-            (archives / "partial").mkdir(parents=True)
+            status = Path(tmp) / "status"
             _image_dpkg_status(client, base, status)
-            cmd = apt_download_command(status, archives)
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                                  env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-            if proc.returncode != 0:
-                tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-12:])
-                raise ClusterError(f"downloading the slurm packages failed (exit {proc.returncode}); if the "
-                                   f"mirror no longer has these versions, run `apt-get update` and retry:\n{tail}")
-            debs = sorted(archives.glob("*.deb"))
+            debs = _download(Path(tmp), status, log)
             log(f"[{time.monotonic() - start:5.1f} s] {len(debs)} packages, "
                 f"{sum(d.stat().st_size for d in debs) / 1e6:.1f} MB; docker build (no network)")
             context = _context_tar(base, debs)
@@ -410,7 +435,13 @@ def up(name: str = "slurm", nodes: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S
         content = state(spec, cluster_id=cluster_id, image=image, shared_host_path=shared_host, repo=repo,
                         python=_python(), created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         _write_state(state_path(name), content)
-    except BaseException:
+    except ClusterError:
+        remove(client, find(client, name))
+        raise
+    except Exception as exc:  # the engine refused something (a name or subnet taken meanwhile, no disk space ...)
+        remove(client, find(client, name))
+        raise ClusterError(f"bringing {name!r} up failed: {exc}; everything made so far was removed") from exc
+    except BaseException:  # Ctrl-C: nothing stays half-made
         remove(client, find(client, name))
         raise
     log(f"[{idle_s:5.1f} s] {spec.node_list} idle; state: {state_path(name)}")
