@@ -181,3 +181,36 @@ def test_missing_node_image_says_to_build_it(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(slurm.ClusterError, match=r"node image torch-chaos:no-such-image is not built.*chaos image "
                        r"build"):
         slurm.build_slurm_image(log=lambda line: None)
+
+
+class FakeEngine:
+    """Just enough of the docker SDK's low-level API for wait_idle: container states, one sinfo answer, logs."""
+
+    def __init__(self, sinfo: str, stopped: str | None = None):
+        self.sinfo, self.stopped, self.api = sinfo, stopped, self
+
+    def inspect_container(self, name: str) -> dict[str, dict[str, object]]:
+        return {"State": {"Status": "exited", "ExitCode": 1} if name == self.stopped else {"Status": "running"}}
+
+    def exec_create(self, container: str, cmd: list[str], **kwargs: object) -> dict[str, str]:
+        return {"Id": "exec"}
+
+    def exec_start(self, exec_id: str) -> bytes:
+        return self.sinfo.encode()
+
+    def exec_inspect(self, exec_id: str) -> dict[str, int]:
+        return {"ExitCode": 0}
+
+    def logs(self, container: str, tail: int) -> bytes:
+        return f"{container}: error: last words".encode()
+
+
+def test_waiting_for_idle_is_bounded_and_says_what_it_saw() -> None:
+    spec = ClusterSpec("slurm", 2, SUBNET)
+    slurm.wait_idle(FakeEngine("c1 idle\nc2 idle\n"), spec, timeout_s=5)  # returns at once
+    with pytest.raises(slurm.ClusterError, match=r"(?s)not idle after 0 s \(c1=idle, c2=down\*\).*tchaos-slurm-ctl: "
+                       r"error: last words.*--timeout"):
+        slurm.wait_idle(FakeEngine("c1 idle\nc2 down*\n"), spec, timeout_s=0.3)
+    with pytest.raises(slurm.ClusterError, match=r"(?s)tchaos-slurm-c2 stopped \(exit 1\).*tchaos-slurm-c2: error: "
+                       "last words"):
+        slurm.wait_idle(FakeEngine("", stopped="tchaos-slurm-c2"), spec, timeout_s=5)
