@@ -46,6 +46,7 @@ def test_slurm_conf_has_the_lab_settings_and_one_line_per_node() -> None:
     assert settings["SlurmdParameters"] == "config_overrides"
     assert settings["ReturnToService"] == "2"
     assert settings["SlurmdTimeout"] == "10"
+    assert settings["MessageTimeout"] == "5"  # 19.5 s to down* after a job instead of ~31 s (spec.py)
     assert settings["AuthType"] == "auth/munge"
     assert settings["SlurmctldHost"] == "ctl(172.30.7.2)"
     nodes = [line for line in text.splitlines() if line.startswith("NodeName=")]
