@@ -1,7 +1,8 @@
 """`chaos cluster up slurm` for real: a controller and 3 compute containers reach `sinfo` idle, `srun` as the
-unprivileged user reaches every node, `docker kill` of a compute container is marked down by Slurm itself (the
-time is printed), and `down` leaves no container, network, volume or state file. Then a cluster whose state file is
-gone is an orphan that `chaos cleanup` removes, while a live one survives it.
+unprivileged user reaches every node, `docker kill` of a compute container is marked down by Slurm itself (the time
+is printed) and `docker start` brings it back to idle, and `down` leaves no container, network, volume or state
+file. Then a cluster whose state file is gone is an orphan that `chaos cleanup` removes, while a live one survives
+it.
 
 Needs a Docker engine and the node image (`chaos image build`); the Slurm image is built from them (seconds,
 cached). Under CI=true a missing piece fails the test; elsewhere it is skipped with the command that fixes it.
@@ -92,10 +93,22 @@ def test_up_srun_node_loss_down(engine: object, tmp_path: Path, monkeypatch: pyt
         detect_s = time.monotonic() - start
         assert states.get(lost["name"], "").startswith("down"), states
         assert states["c1"] == states["c3"] == "idle"
+
+        start = time.monotonic()  # the node comes back (ReturnToService=2): its container keeps conf and key
+        client.api.start(lost["container"])
+        while time.monotonic() - start < 30 and states.get(lost["name"]) != "idle":
+            time.sleep(0.2)
+            states = slurm.node_states(client, st["controller"]["container"])
+        back_s = time.monotonic() - start
+        assert states == dict.fromkeys(nodes, "idle"), states
+        code, output = slurm.exec_in(client, st["controller"]["container"], ["srun", f"-N{NODES}", "hostname"],
+                                     user=st["user"]["name"])
+        assert (code, sorted(output.split())) == (0, nodes), output
         with capsys.disabled():
             print(f"\nslurm cluster: {NODES} nodes idle {result.idle_s:.1f} s after their containers were created "
                   f"(image {result.image_method} {result.image_s:.1f} s); srun -N{NODES} hostname {srun_s:.2f} s; "
-                  f"docker kill {lost['name']} -> Slurm marked it {states[lost['name']]} after {detect_s:.1f} s")
+                  f"docker kill {lost['name']} -> Slurm marked it down* after {detect_s:.1f} s; docker start -> "
+                  f"idle after {back_s:.1f} s")
     finally:
         start = time.monotonic()
         assert main(["cluster", "down", "--name", name]) == 0
