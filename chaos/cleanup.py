@@ -3,11 +3,14 @@
 Runtimes remove their own objects (docker: labelled containers and networks; local: marked processes, helpers
 included; netns: ``tchaos-`` namespaces, their iptables rules and qdiscs going with them), in their
 ``cleanup_order``; fault kinds add whatever an interrupted injection could leave outside those.
-Idempotent: a second call finds nothing. By default only the leftovers of runs whose engine is gone.
+Then the container clusters (``chaos cluster``): one whose ``up`` died half-way or whose state file is gone; with
+``--all``, every one. Idempotent: a second call finds nothing. By default only the leftovers of runs whose engine is
+gone.
 """
 
 from __future__ import annotations
 
+from chaos.cluster.slurm import cleanup as cluster_cleanup
 from chaos.registry import fault_plugins, runtime_plugins
 from chaos.storage.layer import cleanup as storage_cleanup
 
@@ -18,6 +21,7 @@ def cleanup(run_id: str | None = None, only_orphans: bool = True) -> list[str]:
         removed += runtime.cleanup(run_id, only_orphans)
     for kind in fault_plugins().values():
         removed += kind.cleanup(run_id, only_orphans)
+    removed += cluster_cleanup(run_id, only_orphans)  # not runs: --run-id leaves them alone
     # Last: a storage layer's mount, once nothing (a node, a container) uses it any more.
     removed += storage_cleanup(run_id, only_orphans)
     return removed

@@ -433,6 +433,94 @@ def cmd_image(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    """``chaos cluster up|down|status|build [slurm]``: a Slurm cluster in containers (chaos/cluster/slurm.py)."""
+    from chaos.cluster import slurm
+    from chaos.cluster.spec import check_name, check_nodes
+
+    def usage(message: str) -> int:
+        err.print(f"[red]error[/red] {escape(message)}", highlight=False)
+        return EXIT_USAGE
+
+    name = args.name or args.kind
+    problems = [p for p in (check_name(name), check_nodes(args.nodes) if args.nodes is not None else None) if p]
+    if args.action != "up":
+        given = [flag for flag, value in (("--nodes", args.nodes), ("--timeout", args.timeout),
+                                          ("--no-repo", args.no_repo or None)) if value is not None]
+        given += ["--dry-run"] if args.dry_run else []
+        if given:
+            problems.append(f"{', '.join(given)}: only `chaos cluster up` takes {'it' if len(given) == 1 else 'them'}")
+    elif args.nodes is None:
+        problems.append("chaos cluster up: --nodes N is required (the number of compute nodes)")
+    if args.timeout is not None and args.timeout <= 0:
+        problems.append(f"--timeout {args.timeout:g}: expected seconds > 0")
+    if problems:
+        return usage("; ".join(problems))
+    from chaos.cluster.spec import REPO_ROOT_DEFAULT
+
+    repo = None if args.no_repo else REPO_ROOT_DEFAULT
+    log = (lambda line: err.print(line, highlight=False)) if args.json else (lambda line: out.print(line,
+                                                                                                   highlight=False))
+    try:
+        if args.action == "up" and args.dry_run:
+            spec, conf, steps = slurm.dry_run(name, args.nodes, repo)
+            if args.json:
+                print(json.dumps({"image": slurm.slurm_image_tag(), "slurm_conf": conf,
+                                  "steps": [s.__dict__ for s in steps]}, indent=2))
+                return EXIT_PASS
+            print(f"# image {slurm.slurm_image_tag()} (built first when missing: "
+                  f"{' '.join(slurm.apt_download_command(Path('STATUS'), Path('DEBS')))}, then docker build "
+                  "--network none FROM the node image)")
+            for step in steps:
+                print(f"# {step.what}\n{step.command}")
+            print(f"# {spec.node_list} share this slurm.conf:\n{conf}", end="")
+            return EXIT_PASS
+        if args.action == "up":
+            result = slurm.up(name, args.nodes, args.timeout or slurm.DEFAULT_TIMEOUT_S, repo, log)
+            if args.json:
+                print(json.dumps({"state": result.state, "image_s": round(result.image_s, 2),
+                                  "image": result.image_method, "containers_s": round(result.containers_s, 2),
+                                  "idle_s": round(result.idle_s, 2)}, indent=2))
+            else:
+                st = result.state
+                out.print(f"cluster {name} up: controller {st['controller']['container']}, nodes "
+                          f"{st['node_list']} (partition {st['partition']}), user {st['user']['name']}, shared "
+                          f"{st['shared']['path']} = {st['shared']['host_path']}\ntry: {' '.join(st['exec'])} "
+                          f"srun -N{len(st['nodes'])} hostname", highlight=False)
+            return EXIT_PASS
+        if args.action == "build":
+            tag, method, seconds = slurm.build_slurm_image(log)
+            out.print(f"image {tag} ({method}, {seconds:.1f}s)", highlight=False)
+            return EXIT_PASS
+        if args.action == "down":
+            removed = slurm.down(name)
+            for line in removed:
+                log(f"removed {line}")
+            out.print(f"cluster {name}: removed {len(removed)} object(s)" if removed else
+                      f"no cluster named {name!r} is up: nothing to remove", highlight=False)
+            return EXIT_FAIL if any("NOT removed" in line for line in removed) else EXIT_PASS
+        info = slurm.status(name)
+        if args.json:
+            print(json.dumps(info, indent=2))
+        elif info is None:
+            out.print(f"no cluster named {name!r} is up (`chaos cluster up {args.kind} --nodes N`)", highlight=False)
+        else:
+            st = info["state"] or {}
+            out.print(f"cluster {name}: {'up' if info['complete'] else 'INCOMPLETE (chaos cluster down, then up)'}"
+                      f"; state file {info['state_file']}" + (f", created {st['created']}" if st else ""),
+                      highlight=False)
+            for container, what in sorted(info["containers"].items()):
+                host = container.rsplit("-", 1)[-1]
+                slurm_state = f", slurm: {info['slurm'][host]}" if host in info["slurm"] else ""
+                out.print(f"  {container}: {what}{slurm_state}", highlight=False)
+        return EXIT_PASS if info is not None and info["complete"] else EXIT_FAIL
+    except ValueError as exc:
+        return usage(str(exc))
+    except slurm.ClusterError as exc:
+        err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False)
+        return EXIT_FAIL
+
+
 RUNTIME_HELP = ("run on this runtime instead of the scenario's cluster.runtime (local, netns, docker or a plug-in), "
                 "e.g. `chaos run quickstart --runtime docker`")
 
@@ -562,6 +650,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="auto: dockerfile when python:3.11-slim is already here, else debootstrap (offline)")
     im.add_argument("--force", action="store_true", help="rebuild even when the image for these inputs exists")
     im.set_defaults(func=cmd_image)
+    cl = sub.add_parser("cluster", help="bring a Slurm cluster in containers up or down (for tests, CI, and "
+                        "anyone without a cluster)")
+    cl.add_argument("action", choices=["up", "down", "status", "build"],
+                    help="up: build the image if needed, start it, wait until every node is idle; down: remove "
+                    "everything it made; status: what is up; build: only the image")
+    cl.add_argument("kind", nargs="?", default="slurm", choices=["slurm"], help="the kind of cluster (slurm)")
+    cl.add_argument("--nodes", type=int, default=None, metavar="N", help="compute nodes (up; required)")
+    cl.add_argument("--name", default=None, help="the cluster's name (default: the kind); several can be up at once")
+    cl.add_argument("--timeout", type=float, default=None, metavar="S",
+                    help="seconds to wait for every node to be idle (up; default 60)")
+    cl.add_argument("--no-repo", action="store_true", help="do not bind-mount this repository read-only into the "
+                    "containers (up)")
+    cl.add_argument("--dry-run", action="store_true", help="print what `up` would run (docker lines, slurm.conf) "
+                    "and do nothing")
+    cl.add_argument("--json", action="store_true", help="machine-readable output (up, status, --dry-run)")
+    cl.set_defaults(func=cmd_cluster)
     return p
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from chaos.cluster.slurm import machine_checks as cluster_checks
 from chaos.machine import Check, merge
 from chaos.plan import PlanError
 from chaos.registry import fault_plugins, load_errors, rendezvous_plugins, runtime_plugins
@@ -34,6 +35,7 @@ def machine_checks() -> list[Check]:
     for backend in rendezvous_plugins().values():
         checks += backend.machine_checks()
     checks += storage_checks()
+    checks += cluster_checks()  # optional: `chaos cluster up slurm`, which no run needs
     checks += [Check(f"plug-in {e.name}", False, f"{e.group}: {e.target} failed to load: {e.error}",
                      "fix or uninstall the package that registers it") for e in load_errors()]
     return merge(checks)

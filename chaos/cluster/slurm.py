@@ -1,0 +1,621 @@
+"""``chaos cluster up slurm``: a Slurm 22.05 controller and N compute containers from Debian's packages.
+
+The image is the node image (:mod:`chaos.image`) plus Debian's ``slurmctld slurmd slurm-client munge`` and an
+unprivileged user. It is built offline: the host's apt (its mirror, its proxy settings) downloads exactly the
+packages the node image lacks (apt resolves against the image's own dpkg status), and ``docker build`` installs
+them with no network at all. Its tag hashes every input, like the node image's, so a second build is a lookup.
+
+``up`` creates an internal network, a shared volume and the containers (every object labelled, see
+:mod:`chaos.cluster.spec`), puts one ``slurm.conf`` and a munge key made for this cluster into each, waits (bounded)
+until ``sinfo`` shows every node idle, and writes the state file that the Slurm runtime reads. Any failure on the
+way removes what was made. ``down`` removes everything by label, whatever the state file says.
+
+The docker SDK is imported inside functions: ``chaos`` must import without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from chaos.cluster.spec import (
+    CLUSTER_LABEL,
+    CONTROLLER,
+    ENTRYPOINT,
+    HOME,
+    ID_LABEL,
+    MUNGE_KEY,
+    PID_LABEL,
+    ROLE_LABEL,
+    SHARED_PATH,
+    SLURM_CONF,
+    STATE_LABEL,
+    UID,
+    USER,
+    ClusterSpec,
+    check_name,
+    check_nodes,
+    slurm_conf,
+    state,
+    state_path,
+)
+
+SLURM_REPO = "torch-chaos-slurm"
+SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+# Bump whenever the recipe below changes what ends up in the image (the tag hashes it anyway; this is for humans).
+SLURM_RECIPE_VERSION = "1"
+DEFAULT_TIMEOUT_S = 60.0
+POLL_S = 0.2
+
+# The container's command: munged, then slurmctld or slurmd in the foreground (logs go to `docker logs`).
+# docker-init is PID 1 (init=True), so steps' zombies are reaped; the directories Slurm and munge want are made
+# here because /run is fresh in every container.
+ENTRY_SCRIPT = f"""\
+#!/bin/sh
+# torch-chaos Slurm node: $1 = controller | compute, $2 = this node's Slurm name
+set -eu
+chown munge:munge {MUNGE_KEY} && chmod 0400 {MUNGE_KEY}
+mkdir -p /run/munge /run/slurm /var/log/munge /var/lib/munge /var/spool/slurmd /var/spool/slurmctld
+chown munge:munge /run/munge /var/log/munge /var/lib/munge
+chown slurm:slurm /run/slurm /var/spool/slurmctld
+runuser -u munge -- /usr/sbin/munged
+case "$1" in
+  controller) chown {UID}:{UID} {SHARED_PATH}; exec /usr/sbin/slurmctld -D -i ;;
+  compute) exec /usr/sbin/slurmd -D -N "$2" ;;
+  *) echo "usage: $0 controller|compute NODE" >&2; exit 2 ;;
+esac
+"""
+
+DOCKERFILE = f"""\
+FROM {{base}}
+COPY debs /tmp/debs
+COPY tchaos-slurm-node {ENTRYPOINT}
+RUN printf '#!/bin/sh\\nexit 101\\n' > /usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends /tmp/debs/*.deb \\
+ && rm -rf /tmp/debs /usr/sbin/policy-rc.d /usr/share/doc /usr/share/man {MUNGE_KEY} \\
+ && groupadd -g {UID} {USER} && useradd -m -d {HOME} -u {UID} -g {UID} -s /bin/bash {USER} \\
+ && mkdir -p {SHARED_PATH} && chown {UID}:{UID} {SHARED_PATH} && chmod 0755 {ENTRYPOINT}
+"""
+
+
+class ClusterError(RuntimeError):
+    """Something the user can act on; the message says what to run."""
+
+
+@dataclass
+class Step:
+    """One thing ``up`` does, as the docker CLI line that would do the same (what ``--dry-run`` prints)."""
+
+    what: str
+    command: str
+
+
+@dataclass
+class UpResult:
+    state: dict[str, Any]
+    image_s: float
+    image_method: str
+    containers_s: float
+    idle_s: float
+    steps: list[Step] = field(default_factory=list)
+
+
+# --- the image ---------------------------------------------------------------------------------------------------
+
+
+def slurm_image_inputs() -> dict[str, str]:
+    from chaos.image import image_tag
+
+    return {"base": image_tag(), "packages": ",".join(SLURM_PACKAGES), "recipe": SLURM_RECIPE_VERSION,
+            "dockerfile": hashlib.sha256(DOCKERFILE.encode()).hexdigest()[:16],
+            "entrypoint": hashlib.sha256(ENTRY_SCRIPT.encode()).hexdigest()[:16]}
+
+
+def slurm_image_tag() -> str:
+    digest = hashlib.sha256(json.dumps(slurm_image_inputs(), sort_keys=True).encode()).hexdigest()
+    return f"{SLURM_REPO}:{digest[:12]}"
+
+
+def _docker() -> Any:
+    from chaos.image import ImageBuildError, _client
+
+    try:
+        return _client()
+    except ImageBuildError as exc:
+        raise ClusterError(str(exc)) from None
+
+
+def _has_image(client: Any, ref: str) -> bool:
+    return bool(client.api.images(name=ref))
+
+
+def _host_is_bookworm() -> bool:
+    try:
+        text = Path("/etc/os-release").read_text()
+    except OSError:
+        return False
+    return "VERSION_CODENAME=bookworm" in text
+
+
+def _apt(status: Path, archives: Path, lists: Path | None) -> list[str]:
+    cmd = ["apt-get", "-q", "-y", "-o", f"Dir::State::status={status}", "-o", f"Dir::Cache::archives={archives}",
+           "-o", "Debug::NoLocking=1"]
+    if lists is not None:
+        cmd += ["-o", f"Dir::State::Lists={lists}"]
+    if os.geteuid() == 0:
+        cmd += ["-o", "APT::Sandbox::User=root"]  # the _apt user cannot write into our private temp directory
+    return cmd
+
+
+def apt_download_command(status: Path, archives: Path, lists: Path | None = None) -> list[str]:
+    """apt-get, resolving against the image's dpkg status: it downloads exactly what the image lacks."""
+    return [*_apt(status, archives, lists), "install", "--download-only", "--no-install-recommends",
+            *SLURM_PACKAGES]
+
+
+def _download(tmp: Path, status: Path, log: Callable[[str], None]) -> list[Path]:
+    """The .debs the image lacks, through the host's apt (its sources, mirror and proxy). When the host's package
+    lists cannot provide them (never updated on a fresh machine, or older than the mirror), the lists are fetched
+    again into a private directory: the host's own apt state is never touched."""
+    archives = tmp / "archives"
+    (archives / "partial").mkdir(parents=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    proc = subprocess.run(apt_download_command(status, archives), capture_output=True, text=True, check=False,
+                          env=env)
+    if proc.returncode != 0:
+        log("the host's apt lists cannot provide them (stale, or never updated): `apt-get update` into a private "
+            "directory, then again")
+        lists = tmp / "lists"
+        (lists / "partial").mkdir(parents=True)
+        proc = subprocess.run([*_apt(status, archives, lists), "update"], capture_output=True, text=True,
+                              check=False, env=env)
+        if proc.returncode == 0:
+            proc = subprocess.run(apt_download_command(status, archives, lists), capture_output=True, text=True,
+                                  check=False, env=env)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-12:])
+        raise ClusterError(f"downloading {' '.join(SLURM_PACKAGES)} with the host's apt failed (exit "
+                           f"{proc.returncode}); is the Debian mirror in /etc/apt/sources.list* reachable?\n{tail}")
+    return sorted(archives.glob("*.deb"))
+
+
+def _image_dpkg_status(client: Any, base: str, dest: Path) -> None:
+    created = client.api.create_container(base, command=["true"],
+                                        labels={CLUSTER_LABEL: "(build)", PID_LABEL: str(os.getpid()),
+                                                ROLE_LABEL: "build"})
+    try:
+        stream, _ = client.api.get_archive(created["Id"], "/var/lib/dpkg/status")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.extractfile("status")
+            assert member is not None
+            dest.write_bytes(member.read())
+    finally:
+        client.api.remove_container(created["Id"], force=True)
+
+
+def _context_tar(base: str, debs: list[Path]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def add(name: str, data: bytes, mode: int = 0o644) -> None:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+
+        add("Dockerfile", DOCKERFILE.format(base=base).encode())
+        add("tchaos-slurm-node", ENTRY_SCRIPT.encode(), 0o755)
+        for deb in debs:
+            add(f"debs/{deb.name}", deb.read_bytes())
+    return buf.getvalue()
+
+
+def build_slurm_image(log: Callable[[str], None] = print, force: bool = False) -> tuple[str, str, float]:
+    """Make sure the Slurm image exists; returns (tag, "cached" | "built", seconds)."""
+    from chaos.image import _build_lock, image_tag
+
+    start = time.monotonic()
+    client = _docker()
+    tag, base = slurm_image_tag(), image_tag()
+    if not force and _has_image(client, tag):
+        return tag, "cached", time.monotonic() - start
+    if not _has_image(client, base):
+        raise ClusterError(f"the node image {base} is not built, and the Slurm image is built on it: run "
+                           "`chaos image build` first (offline with debootstrap; ~3 min cold)")
+    if shutil.which("apt-get") is None or not _host_is_bookworm():
+        raise ClusterError("the Slurm image takes Debian bookworm's slurm packages through the host's apt, and "
+                           "this host is not Debian bookworm: build on one, or `docker load` an image saved there "
+                           f"(`docker save {tag}`)")
+    with _build_lock(log):
+        if not force and _has_image(client, tag):
+            return tag, "cached", time.monotonic() - start
+        log(f"building {tag} on {base}: {' '.join(SLURM_PACKAGES)} from the host's Debian mirror")
+        with tempfile.TemporaryDirectory(prefix="torch-chaos-slurm-") as tmp:
+            status = Path(tmp) / "status"
+            _image_dpkg_status(client, base, status)
+            debs = _download(Path(tmp), status, log)
+            log(f"[{time.monotonic() - start:5.1f} s] {len(debs)} packages, "
+                f"{sum(d.stat().st_size for d in debs) / 1e6:.1f} MB; docker build (no network)")
+            context = _context_tar(base, debs)
+        stream = client.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True,
+                                  forcerm=True, pull=False, decode=True, network_mode="none",
+                                  labels={"torch-chaos.slurm-inputs": json.dumps(slurm_image_inputs(),
+                                                                                 sort_keys=True)})
+        for chunk in stream:
+            if "error" in chunk:
+                raise ClusterError(f"docker build of {tag} failed: {str(chunk['error']).strip()}")
+        log(f"[{time.monotonic() - start:5.1f} s] built {tag}")
+    return tag, "built", time.monotonic() - start
+
+
+# --- what exists -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Found:
+    """The labelled objects of clusters on this engine, by cluster name."""
+
+    containers: list[dict[str, Any]] = field(default_factory=list)
+    networks: list[dict[str, Any]] = field(default_factory=list)
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+
+    def names(self) -> set[str]:
+        return {(o.get("Labels") or {}).get(CLUSTER_LABEL, "") for o in self.containers + self.networks
+                + self.volumes}
+
+    def empty(self) -> bool:
+        return not (self.containers or self.networks or self.volumes)
+
+
+def find(client: Any, name: str | None = None) -> Found:
+    selector = f"{CLUSTER_LABEL}={name}" if name else CLUSTER_LABEL
+    volumes = client.api.volumes(filters={"label": selector}).get("Volumes") or []
+    return Found(client.api.containers(all=True, filters={"label": selector}),
+                 client.api.networks(filters={"label": selector}), volumes)
+
+
+def remove(client: Any, found: Found) -> list[str]:
+    """Containers, then networks, then volumes (a volume goes only once no container uses it)."""
+    removed: list[str] = []
+    for ct in found.containers:
+        cname = ct["Names"][0].lstrip("/")
+        try:
+            client.api.remove_container(ct["Id"], force=True)
+            removed.append(f"container {cname}")
+        except Exception as exc:  # keep going: one stubborn container must not strand the rest
+            removed.append(f"container {cname} NOT removed: {exc}")
+    for net in found.networks:
+        try:
+            client.api.remove_network(net["Id"])
+            removed.append(f"network {net['Name']}")
+        except Exception as exc:
+            removed.append(f"network {net['Name']} NOT removed: {exc}")
+    for vol in found.volumes:
+        try:
+            client.api.remove_volume(vol["Name"], force=True)
+            removed.append(f"volume {vol['Name']}")
+        except Exception as exc:
+            removed.append(f"volume {vol['Name']} NOT removed: {exc}")
+    return removed
+
+
+def read_state(name: str) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(state_path(name).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_state(path: Path, content: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(content, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _claimed(labels: dict[str, str]) -> bool:
+    """A state file names this bring-up, or its `up` is still running: not an orphan."""
+    pid = labels.get(PID_LABEL, "")
+    if pid.isdigit() and Path(f"/proc/{pid}").exists():
+        return True
+    try:
+        recorded = json.loads(Path(labels.get(STATE_LABEL, "")).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(recorded, dict) and recorded.get("id") == labels.get(ID_LABEL)
+
+
+# --- up ----------------------------------------------------------------------------------------------------------
+
+
+def _labels(spec: ClusterSpec, cluster_id: str, role: str) -> dict[str, str]:
+    return {CLUSTER_LABEL: spec.name, ID_LABEL: cluster_id, STATE_LABEL: str(state_path(spec.name)),
+            PID_LABEL: str(os.getpid()), ROLE_LABEL: role}
+
+
+def _label_flags(labels: dict[str, str]) -> str:
+    return " ".join(f"--label {k}={v}" for k, v in labels.items())
+
+
+def plan_steps(spec: ClusterSpec, image: str, cluster_id: str, repo: str | None) -> list[Step]:
+    """What ``up`` does, in order, as docker CLI lines (the SDK calls it makes are these)."""
+    steps = [
+        Step("network", f"docker network create --driver bridge --internal --subnet {spec.subnet} "
+             f"--gateway {spec.gateway} {_label_flags(_labels(spec, cluster_id, 'network'))} {spec.network}"),
+        Step("volume", f"docker volume create {_label_flags(_labels(spec, cluster_id, 'volume'))} {spec.volume}"),
+    ]
+    for host in spec.hosts:
+        role = "controller" if host == CONTROLLER else "compute"
+        mounts = f"-v {spec.volume}:{SHARED_PATH}" + (f" -v {repo}:{repo}:ro" if repo else "")
+        name = spec.container(host)
+        steps.append(Step(f"{role} {host}", f"docker create --name {name} --hostname {host} --init "
+                          f"--network {spec.network} --ip {spec.address(host)} --network-alias {host} "
+                          f"--shm-size 256m {mounts} {_label_flags(_labels(spec, cluster_id, role))} "
+                          f"{image} {ENTRYPOINT} {role} {host}"))
+        steps.append(Step(f"{role} {host}", f"docker cp slurm.conf {name}:{SLURM_CONF} && docker cp munge.key "
+                          f"{name}:{MUNGE_KEY} && docker start {name}"))
+    steps.append(Step("wait", f"docker exec {spec.container(CONTROLLER)} sinfo -h -N -o '%N %t'   # until every "
+                      "node is idle"))
+    steps.append(Step("state", f"write {state_path(spec.name)}"))
+    return steps
+
+
+def _config_tar(conf: str, munge_key: bytes) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data, mode in ((SLURM_CONF.lstrip("/"), conf.encode(), 0o644),
+                                 (MUNGE_KEY.lstrip("/"), munge_key, 0o400)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def new_spec(client: Any | None, name: str, nodes: int) -> ClusterSpec:
+    from chaos.runtimes.docker import pick_subnet, used_subnets
+
+    used = used_subnets(client) if client is not None else []
+    # Keyed by the name only: a dry run shows the subnet `up` will take (unless another network takes it meanwhile).
+    return ClusterSpec(name, nodes, pick_subnet(f"cluster-{name}", used))
+
+
+def dry_run(name: str, nodes: int, repo: str | None) -> tuple[ClusterSpec, str, list[Step]]:
+    """The plan without touching anything (works without an engine: the subnet is then the first candidate)."""
+    problems = [p for p in (check_name(name), check_nodes(nodes)) if p]
+    if problems:
+        raise ValueError("; ".join(problems))
+    try:
+        client: Any = _docker()
+    except ClusterError:
+        client = None
+    spec = new_spec(client, name, nodes)
+    image = slurm_image_tag()
+    return spec, slurm_conf(spec), plan_steps(spec, image, "<new id>", repo)
+
+
+def up(name: str = "slurm", nodes: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S, repo: str | None = None,
+       log: Callable[[str], None] = print) -> UpResult:
+    """Bring the cluster up and wait until every node is idle; on any failure remove what was made."""
+    problems = [p for p in (check_name(name), check_nodes(nodes)) if p]
+    if problems:
+        raise ValueError("; ".join(problems))
+    client = _docker()
+    existing = find(client, name)
+    if not existing.empty():
+        recorded = read_state(name)
+        what = (f"{len(recorded['nodes'])} node(s) since {recorded['created']}" if recorded
+                else f"{len(existing.containers)} container(s), no state file")
+        raise ClusterError(f"a cluster named {name!r} is already up ({what}): `chaos cluster down --name {name}` "
+                           f"first, or bring another up with `--name`")
+    image, method, image_s = build_slurm_image(log)
+    log(f"image {image} ({method}, {image_s:.1f} s)")
+    cluster_id = secrets.token_hex(4)
+    spec = new_spec(client, name, nodes)
+    steps = plan_steps(spec, image, cluster_id, repo)
+    start = time.monotonic()
+    try:
+        shared_host = _create(client, spec, image, cluster_id, repo)
+        containers_s = time.monotonic() - start
+        log(f"[{containers_s:5.1f} s] {nodes + 1} containers started on {spec.network} ({spec.subnet}); waiting "
+            f"for `sinfo` to show {spec.node_list} idle (at most {timeout_s:.0f} s)")
+        wait_idle(client, spec, timeout_s)
+        idle_s = time.monotonic() - start
+        content = state(spec, cluster_id=cluster_id, image=image, shared_host_path=shared_host, repo=repo,
+                        python=_python(), created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        _write_state(state_path(name), content)
+    except ClusterError:
+        remove(client, find(client, name))
+        raise
+    except Exception as exc:  # the engine refused something (a name or subnet taken meanwhile, no disk space ...)
+        remove(client, find(client, name))
+        raise ClusterError(f"bringing {name!r} up failed: {exc}; everything made so far was removed") from exc
+    except BaseException:  # Ctrl-C: nothing stays half-made
+        remove(client, find(client, name))
+        raise
+    log(f"[{idle_s:5.1f} s] {spec.node_list} idle; state: {state_path(name)}")
+    return UpResult(content, image_s, method, containers_s, idle_s, steps)
+
+
+def _python() -> str:
+    from chaos.image import VENV
+
+    return f"{VENV}/bin/python"
+
+
+def _create(client: Any, spec: ClusterSpec, image: str, cluster_id: str, repo: str | None) -> str:
+    import docker.types
+
+    api = client.api
+    ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=str(spec.subnet),
+                                                                       gateway=spec.gateway)])
+    client.networks.create(spec.network, driver="bridge", internal=True, ipam=ipam, check_duplicate=True,
+                           labels=_labels(spec, cluster_id, "network"))
+    volume = api.create_volume(spec.volume, labels=_labels(spec, cluster_id, "volume"))
+    archive = _config_tar(slurm_conf(spec), secrets.token_bytes(1024))
+    binds = {spec.volume: {"bind": SHARED_PATH, "mode": "rw"}}
+    if repo:
+        binds[repo] = {"bind": repo, "mode": "ro"}
+    for host in spec.hosts:
+        role = "controller" if host == CONTROLLER else "compute"
+        host_config = api.create_host_config(binds=binds, network_mode=spec.network, init=True, shm_size="256m")
+        networking = api.create_networking_config({spec.network: api.create_endpoint_config(
+            ipv4_address=spec.address(host), aliases=[host])})
+        created = api.create_container(image, command=[ENTRYPOINT, role, host], name=spec.container(host),
+                                       hostname=host, labels=_labels(spec, cluster_id, role), detach=True,
+                                       host_config=host_config, networking_config=networking,
+                                       working_dir=SHARED_PATH if role == "controller" else "/")
+        api.put_archive(created["Id"], "/", archive)
+        api.start(created["Id"])
+    return str(volume.get("Mountpoint", ""))
+
+
+def exec_in(client: Any, container: str, cmd: list[str], user: str = "") -> tuple[int, str]:
+    result = client.api.exec_create(container, cmd, user=user, stdout=True, stderr=True)
+    output = client.api.exec_start(result["Id"])
+    code = client.api.exec_inspect(result["Id"]).get("ExitCode")
+    return int(code if code is not None else -1), output.decode(errors="replace")
+
+
+def node_states(client: Any, spec_or_controller: ClusterSpec | str) -> dict[str, str]:
+    """Slurm's state of every node (``idle``, ``down*``, ``alloc`` ...), from ``sinfo`` on the controller."""
+    controller = (spec_or_controller.container(CONTROLLER) if isinstance(spec_or_controller, ClusterSpec)
+                  else spec_or_controller)
+    code, output = exec_in(client, controller, ["sinfo", "-h", "-N", "-o", "%N %t"])
+    if code != 0:
+        return {}
+    return dict(line.split(None, 1) for line in output.splitlines() if len(line.split()) == 2)
+
+
+def _logs_tail(client: Any, container: str, lines: int = 8) -> str:
+    try:
+        return client.api.logs(container, tail=lines).decode(errors="replace").strip()
+    except Exception as exc:
+        return f"(no logs: {exc})"
+
+
+def wait_idle(client: Any, spec: ClusterSpec, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    states: dict[str, str] = {}
+    while True:
+        for host in spec.hosts:
+            info = client.api.inspect_container(spec.container(host))["State"]
+            if info.get("Status") != "running":
+                raise ClusterError(f"{spec.container(host)} stopped (exit {info.get('ExitCode')}) while the "
+                                   f"cluster came up; its last lines:\n{_logs_tail(client, spec.container(host))}")
+        states = node_states(client, spec)
+        if states and all(states.get(h) == "idle" for h in spec.node_names):
+            return
+        if time.monotonic() > deadline:
+            seen = ", ".join(f"{h}={states.get(h, '?')}" for h in spec.node_names) or "sinfo gave no answer"
+            raise ClusterError(f"the cluster was not idle after {timeout_s:.0f} s ({seen}); slurmctld's last "
+                               f"lines:\n{_logs_tail(client, spec.container(CONTROLLER))}\n(raise --timeout on a "
+                               "slow machine; everything made so far was removed)")
+        time.sleep(POLL_S)
+
+
+# --- down, status, cleanup, doctor -------------------------------------------------------------------------------
+
+
+def down(name: str = "slurm") -> list[str]:
+    """Remove the cluster's containers, network and volume (by label) and its state file; idempotent."""
+    client = _docker()
+    removed = remove(client, find(client, name))
+    path = state_path(name)
+    if path.exists():
+        path.unlink()
+        removed.append(f"state file {path}")
+    return removed
+
+
+def status(name: str = "slurm") -> dict[str, Any] | None:
+    """The state file plus what is true now (containers' status, Slurm's node states); None when nothing is up."""
+    client = _docker()
+    found = find(client, name)
+    recorded = read_state(name)
+    if found.empty() and recorded is None:
+        return None
+    containers = {c["Names"][0].lstrip("/"): c.get("State", "?") for c in found.containers}
+    controller = (recorded or {}).get("controller", {}).get("container", f"tchaos-{name}-{CONTROLLER}")
+    slurm = node_states(client, controller) if containers.get(controller) == "running" else {}
+    return {"state": recorded, "state_file": str(state_path(name)), "containers": containers, "slurm": slurm,
+            "complete": recorded is not None and not found.empty()}
+
+
+def cleanup(run_id: str | None, only_orphans: bool) -> list[str]:
+    """``chaos cleanup``: clusters whose `up` died half-way or whose state file is gone (``--all``: every cluster).
+
+    A cluster is not a run, so ``--run-id`` leaves clusters alone."""
+    if run_id is not None:
+        return []
+    try:
+        client = _docker()
+    except ClusterError:
+        return []
+    found = find(client)
+    if only_orphans:
+        def orphan(o: dict[str, Any]) -> bool:
+            return not _claimed(o.get("Labels") or {})
+
+        found = Found([c for c in found.containers if orphan(c)], [n for n in found.networks if orphan(n)],
+                      [v for v in found.volumes if orphan(v)])
+    removed = remove(client, found)
+    if not only_orphans:
+        for name in sorted(n for n in found.names() if n):
+            path = state_path(name)
+            if path.exists():
+                path.unlink()
+                removed.append(f"state file {path}")
+    return removed
+
+
+def machine_checks() -> list[Any]:
+    """``chaos doctor``: can this machine bring a Slurm cluster up? Optional (nothing else needs it)."""
+    from chaos.image import image_tag
+    from chaos.machine import APT, Check
+
+    name = "slurm cluster (chaos cluster up slurm)"
+    try:
+        client = _docker()
+    except ClusterError as exc:
+        return [Check(name, False, f"needs a Docker engine: {str(exc).split(';')[0]}",
+                      f"{APT} docker.io && (dockerd > /var/log/dockerd.log 2>&1 &)", required=False)]
+    tag = slurm_image_tag()
+    if _has_image(client, tag):
+        return [Check(name, True, f"image {tag} built")]
+    if not _has_image(client, image_tag()):
+        return [Check(name, False, f"its image is built on the node image {image_tag()}, which is not built",
+                      "chaos image build", required=False)]
+    if shutil.which("apt-cache") is None or not _host_is_bookworm():
+        return [Check(name, False, "the image takes Debian bookworm's slurm packages through the host's apt; this "
+                      "host is not Debian bookworm", f"docker load an image saved on a bookworm host "
+                      f"(`docker save {tag}`)", required=False)]
+    proc = subprocess.run(["apt-cache", "policy", "slurmd"], capture_output=True, text=True, check=False)
+    candidate = next((line.split(":", 1)[1].strip() for line in proc.stdout.splitlines()
+                      if line.strip().startswith("Candidate:")), "(none)")
+    ok = candidate != "(none)"
+    return [Check(name, ok, f"image {tag} not built yet (`up` builds it, seconds); slurmd {candidate} from the "
+                  "host's apt" if ok else "the host's apt knows no slurmd package", "" if ok else "apt-get update",
+                  required=False)]
+
+
+@contextlib.contextmanager
+def cluster(name: str = "slurm", nodes: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S,
+            repo: str | None = None, log: Callable[[str], None] = print) -> Iterator[UpResult]:
+    """A documented fixture: ``with cluster(nodes=3) as c: ...``; down on the way out, whatever happened."""
+    result = up(name, nodes, timeout_s, repo, log)
+    try:
+        yield result
+    finally:
+        down(name)
