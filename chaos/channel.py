@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 ENV_CHANNEL = "CHAOS_CHANNEL"  # host:port of the engine's channel server
+ENV_TOKEN = "CHAOS_CHANNEL_TOKEN"  # the run's secret, shown in every hello: other processes cannot write its history
 ENV_SPOOL_DIR = "CHAOS_SPOOL_DIR"  # where a sender keeps its spool (node-local); default: the temp directory
 CLOCK_EVERY_S = 10.0  # a fresh clock measurement this often (at an event: the client has no thread of its own)
 CORRECT_ABOVE_S = 0.001  # an offset below this is left alone (one host's clocks are one clock)
@@ -100,20 +101,23 @@ class ChannelClient:
     Not thread-safe by itself: :mod:`chaos.probe` calls it under its lock. Never raises for a network problem: a
     training step must not fail because the engine's host hiccups."""
 
-    def __init__(self, address: str, sender: str, spool_dir: str | None = None, who: str | None = None):
+    def __init__(self, address: str, sender: str, spool_dir: str | None = None, who: str | None = None,
+                 token: str | None = None):
         self.address = parse_address(address)
         self.sender = sender
+        self.token = token
         self.who = who  # "<node>-<local rank>" of a worker: the hang orders addressed to it reach it
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in sender)
         self.spool_path = ""
         self._spool = -1  # no spool anywhere writable: events are still sent, only a replay is impossible
-        for directory in (spool_dir, os.path.join(_tmp(), "torch-chaos-spool")):
+        # the fallback is this user's own (0700): events are not for other users to read or to squat on
+        for directory in (spool_dir, os.path.join(_tmp(), f"torch-chaos-spool-{os.getuid()}")):
             if not directory:
                 continue
             try:
-                os.makedirs(directory, exist_ok=True)
+                os.makedirs(directory, mode=0o700, exist_ok=True)
                 path = os.path.join(directory, f"{safe}.jsonl")
-                self._spool = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self._spool = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                 self.spool_path = path
                 break
             except OSError:
@@ -137,15 +141,20 @@ class ChannelClient:
         """Spool the event, then send it (or leave it spooled until the next connect)."""
         self.seq += 1
         data = _line({"op": "ev", "seq": self.seq, "e": event})
+        spooled = False
         if self._spool >= 0:
             try:
                 os.write(self._spool, data)  # first: whatever happens to the connection, the event is kept
+                spooled = True
             except OSError:  # a full disk on the node must not fail the training step; the send still goes
                 pass
         if self.sock is None:
             if not self._connected():
                 self.unsent = True
-            return  # connected now: the connect replayed the spool, this event included
+                return
+            if spooled:
+                return  # connected now: the connect replayed the spool, this event included
+            # not in the spool, so not in the replay: sent now, after what the replay sent
         try:
             self.sock.sendall(data)
             if time.monotonic() >= self._next_clock:
@@ -180,7 +189,7 @@ class ChannelClient:
         self.orders.clear()  # the engine sends the standing ones again before its welcome
         t0 = time.time()
         sock.sendall(_line({"op": "hello", "sender": self.sender, "t0": t0, "waiting": self.waiting,
-                            "who": self.who}))
+                            "who": self.who, "token": self.token}))
         welcome = self._expect("welcome", timeout_s)
         offset, rtt = clock_offset(t0, welcome["t1"], welcome["t2"], time.time())
         sock.sendall(_line({"op": "clock", "offset": offset, "rtt": rtt, "at": "connect"}))
@@ -335,8 +344,9 @@ class ChannelServer:
     ranks). ``write`` must be thread-safe; ``record`` writes the channel's own facts (``clock_sync``)."""
 
     def __init__(self, sock: socket.socket, write: Callable[[dict[str, Any]], None],
-                 record: Callable[..., Any]):
+                 record: Callable[..., Any], token: str | None = None):
         self.sock = sock
+        self.token = token  # when set, a connection whose hello does not show it is closed unheard
         self.sock.listen(128)
         self.address = "{}:{}".format(*sock.getsockname()[:2])
         self._write, self._record = write, record
@@ -349,7 +359,7 @@ class ChannelServer:
         self._who: dict[socket.socket, str] = {}  # a worker's connection → "<node>-<local rank>"
         self._orders: dict[str, tuple[str, dict[str, Any]]] = {}  # standing order name → (who, spec)
         self._stopping = False
-        self.stats = {"connections": 0, "events": 0, "duplicates": 0, "acks": 0}
+        self.stats = {"connections": 0, "events": 0, "duplicates": 0, "acks": 0, "refused": 0}
         self._accepter = threading.Thread(target=self._accept, name="torch-chaos-channel", daemon=True)
 
     def start(self) -> None:
@@ -381,6 +391,10 @@ class ChannelServer:
                     self._event(sender, msg)
                 elif op == "hello":
                     t1 = time.time()
+                    if self.token is not None and msg.get("token") != self.token:
+                        with self._lock:
+                            self.stats["refused"] += 1
+                        return  # not this run's process: nothing it says is written, nothing is said to it
                     sender = self._hello(conn, msg, t1)
                 elif op == "ping":
                     t1 = time.time()
@@ -515,6 +529,10 @@ class ChannelServer:
 def listen(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (the address the runtime's nodes reach; never all interfaces)."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
     return sock

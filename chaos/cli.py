@@ -519,6 +519,18 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     except slurm.ClusterError as exc:
         err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False)
         return EXIT_FAIL
+    except OSError as exc:  # the docker engine went away or refused mid-command (requests' errors are OSErrors)
+        err.print(f"[red]error[/red] the docker engine failed: {escape(str(exc))}; is dockerd running (`docker "
+                  "info`)? `chaos cluster down` removes what was made", highlight=False)
+        return EXIT_FAIL
+    except Exception as exc:
+        import docker.errors
+
+        if not isinstance(exc, docker.errors.DockerException):
+            raise
+        err.print(f"[red]error[/red] the docker engine refused: {escape(str(exc))}; `chaos cluster down` "
+                  "removes what was made", highlight=False)
+        return EXIT_FAIL
 
 
 RUNTIME_HELP = ("run on this runtime instead of the scenario's cluster.runtime (local, netns, docker or a plug-in), "

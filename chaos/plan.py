@@ -6,6 +6,7 @@ The engine runs this plan and ``chaos run --dry-run`` prints it, so what a user 
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -70,6 +71,8 @@ class Plan:
     # Servers the rendezvous backend runs (etcd members), started before the nodes (RendezvousBackend.servers).
     servers: list[NodePlan] = field(default_factory=list)
     channel: str | None = None  # host:port where the engine listens for the history channel (CHAOS_CHANNEL)
+    # the secret every sender shows in its hello (CHAOS_CHANNEL_TOKEN): only this run's processes may write its history
+    channel_token: str | None = None
 
     @property
     def store_host(self) -> str | None:
@@ -261,6 +264,7 @@ class Addressing:
     # address every node reaches, and no more of the machine than that (loopback for local nodes).
     channel_host: str = "127.0.0.1"
     channel_port: int = field(default_factory=lambda: free_port())
+    channel_token: str = field(default_factory=lambda: secrets.token_hex(16))
 
     @classmethod
     def loopback(cls, scenario: Scenario) -> Addressing:
@@ -302,6 +306,7 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
         # Events and holds travel over the engine's channel; the spool stays on the node (the run directory is
         # node-local for local, netns and docker nodes alike: containers mount it at the same path).
         "CHAOS_CHANNEL": net.channel,
+        "CHAOS_CHANNEL_TOKEN": net.channel_token,
         "CHAOS_SPOOL_DIR": str(run_dir / "spool"),
         "CHAOS_RUN_ID": run_id,
         "OMP_NUM_THREADS": str(c.threads_per_proc),
@@ -326,7 +331,7 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
                     f"--nproc-per-node={c.procs_per_node}", *_python_script(script)]
         nodes.append(NodePlan("node0", 0, argv, {**base_env, "CHAOS_NODE": "node0"}, cpus=pinned.get("node0")))
         return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, None, settings, pause_on, net.addresses,
-                    resources=resources, channel=net.channel)
+                    resources=resources, channel=net.channel, channel_token=net.channel_token)
 
     port = net.store_port
     store_host = STORE_NODE if c.rendezvous.store == "dedicated" else "node0"
@@ -359,4 +364,4 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
                 f"--local-addr={net.addresses[f'node{i}']}", *script_argv]
         nodes.append(NodePlan(f"node{i}", i, argv, {**base_env, "CHAOS_NODE": f"node{i}"}, cpus=pinned.get(f"node{i}")))
     return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, store, settings, pause_on, net.addresses, port,
-                servers=servers, resources=resources, channel=net.channel)
+                servers=servers, resources=resources, channel=net.channel, channel_token=net.channel_token)

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from chaos.channel import ENV_CHANNEL, ENV_SPOOL_DIR, ChannelClient  # stdlib-only, like this module
+from chaos.channel import ENV_CHANNEL, ENV_SPOOL_DIR, ENV_TOKEN, ChannelClient  # stdlib-only, like this module
 from chaos.events import Ev, Source  # stdlib-only like this module: names every event once for probe and engine
 
 _ENV_EVENTS = "CHAOS_EVENTS"
@@ -100,7 +100,7 @@ def _channel() -> ChannelClient | None:
         who = f"{os.environ.get(_ENV_NODE, 'local')}-{local_rank}" if local_rank is not None else None
         try:
             _client = ChannelClient(address, f"{node}:{pid}:{uuid.uuid4().hex[:8]}", os.environ.get(ENV_SPOOL_DIR),
-                                    who=who)
+                                    who=who, token=os.environ.get(ENV_TOKEN))
         except ValueError:  # not host:port: the history file, as without a channel
             _client = None
     return _client

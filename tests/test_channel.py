@@ -23,11 +23,11 @@ from chaos.channel import ChannelClient, ChannelServer, clock_offset, listen
 class Engine:
     """A channel server writing into a list, as the engine's history writer would into events.jsonl."""
 
-    def __init__(self, port: int = 0):
+    def __init__(self, port: int = 0, token: str | None = None):
         self.lines: list[dict[str, Any]] = []
         self.clocks: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self.server = ChannelServer(listen("127.0.0.1", port), self._write, self._record)
+        self.server = ChannelServer(listen("127.0.0.1", port), self._write, self._record, token=token)
         self.server.start()
         self.address = self.server.address
 
@@ -264,3 +264,33 @@ def test_a_hang_order_reaches_its_worker_over_the_channel_and_is_withdrawn(engin
         assert released[2]["why"] == "healed"
     finally:
         proc.kill()
+
+
+def test_a_process_without_the_runs_token_writes_nothing_and_hears_nothing(tmp_path: Path) -> None:
+    """Any local process can reach loopback (and a container any bridge gateway): only a hello with the run's
+    token (CHAOS_CHANNEL_TOKEN, in the nodes' environment) is answered and its events written."""
+    e = Engine(token="s3cret")
+    try:
+        stranger = ChannelClient(e.address, "stranger", str(tmp_path / "a"), token="guess")
+        stranger.send({"event": "step_completed", "step": 1})
+        assert not stranger.flush() and e.server.stats["refused"] >= 1
+        member = ChannelClient(e.address, "member", str(tmp_path / "b"), token="s3cret")
+        member.send({"event": "step_completed", "step": 2})
+        assert [ev["step"] for ev in e.wait_for(1)] == [2]
+        time.sleep(0.1)
+        assert [ev["step"] for ev in e.lines] == [2]
+        member.close()
+        stranger.close()
+    finally:
+        e.server.stop(drain_s=0.2)
+
+
+def test_an_event_the_spool_could_not_keep_is_still_sent_at_the_connect(engine: Engine, tmp_path: Path) -> None:
+    """No writable spool (or a full disk): the event that opens the connection is sent after the replay."""
+    client = ChannelClient(engine.address, "nospool", str(tmp_path / "s"))
+    os.close(client._spool)
+    client._spool, client.spool_path = -1, ""
+    for step in (1, 2, 3):
+        client.send({"event": "step_completed", "step": step})
+    assert [ev["step"] for ev in engine.wait_for(3)] == [1, 2, 3]
+    client.close()

@@ -146,6 +146,24 @@ def test_without_a_docker_engine_every_action_says_how_to_start_one(monkeypatch:
     assert not check.ok and not check.required and "dockerd" in check.fix
 
 
+@pytest.mark.parametrize("error", ["api", "connection"])
+def test_a_docker_engine_failing_mid_command_is_an_error_not_a_traceback(
+        error: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import docker.errors
+    import requests
+
+    def fail(*_: object, **__: object) -> None:
+        raise (docker.errors.APIError("500 Server Error: no space left on device") if error == "api"
+               else requests.ConnectionError("Connection aborted"))
+
+    for action in ("down", "status", "build_slurm_image"):
+        monkeypatch.setattr(slurm, action, fail)
+    for argv in (["cluster", "down"], ["cluster", "status"], ["cluster", "build"]):
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert "error" in err and "Traceback" not in err and "chaos cluster down" in err, err
+
+
 def test_apt_resolves_against_the_image_not_the_host() -> None:
     cmd = slurm.apt_download_command(Path("/tmp/s/status"), Path("/tmp/s/debs"))
     assert "Dir::State::status=/tmp/s/status" in cmd and "--download-only" in cmd

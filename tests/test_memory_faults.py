@@ -318,3 +318,38 @@ def test_the_launcher_is_shielded_while_the_allocator_pushes_and_gets_its_value_
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_allocator_stops_growing_within_64_pages_of_a_kill(tmp_path: Path) -> None:
+    """The counter is read every 64 pages of memory really charged (an anonymous mapping, touched page by page;
+    a bytearray would be charged whole at creation): once it moves, the allocator asks for nothing more."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from chaos.faults.allocator import CHUNK, LOOK
+
+    counter = tmp_path / "memory.oom_control"
+    counter.write_text("oom_kill 0\n")
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.faults.allocator", str(1 << 30), "30", str(os.getpid()),
+                             str(counter)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        first = proc.stdout.readline()  # "allocated 64 MiB after ...": growing
+        assert first.startswith("allocated 64 MiB"), first
+        counter.write_text("oom_kill 1\n")
+        stopped = proc.stdout.readline()
+        assert stopped.startswith("the OOM killer acted after"), stopped
+        grown = int(stopped.split("after ")[1].split(" MiB")[0]) << 20
+        # stopped long before its 1 GiB (how far past 64 MiB depends on how fast this test wrote the counter)
+        assert grown < (256 << 20), stopped
+        rss = psutil.Process(proc.pid).memory_info().rss
+        # what it holds is what it counted, within one check (LOOK) and the interpreter's own: the rest of the last
+        # chunk was never touched, so never charged
+        assert rss < grown + LOOK + CHUNK + (48 << 20), (rss, grown)
+    finally:
+        proc.kill()
+        proc.wait()

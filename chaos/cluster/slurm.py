@@ -279,8 +279,11 @@ class Found:
         return not (self.containers or self.networks or self.volumes)
 
 
-def find(client: Any, name: str | None = None) -> Found:
-    selector = f"{CLUSTER_LABEL}={name}" if name else CLUSTER_LABEL
+def find(client: Any, name: str | None = None, cluster_id: str | None = None) -> Found:
+    """Every object of the cluster ``name`` (all clusters without one); with ``cluster_id``, only those one
+    bring-up made (a failed ``up`` removes its own objects, never those of an ``up`` of the same name that won)."""
+    selector = [f"{CLUSTER_LABEL}={name}" if name else CLUSTER_LABEL,
+                *([f"{ID_LABEL}={cluster_id}"] if cluster_id else [])]
     volumes = client.api.volumes(filters={"label": selector}).get("Volumes") or []
     return Found(client.api.containers(all=True, filters={"label": selector}),
                  client.api.networks(filters={"label": selector}), volumes)
@@ -436,13 +439,13 @@ def up(name: str = "slurm", nodes: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S
                         python=_python(), created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         _write_state(state_path(name), content)
     except ClusterError:
-        remove(client, find(client, name))
+        remove(client, find(client, name, cluster_id))
         raise
     except Exception as exc:  # the engine refused something (a name or subnet taken meanwhile, no disk space ...)
-        remove(client, find(client, name))
+        remove(client, find(client, name, cluster_id))
         raise ClusterError(f"bringing {name!r} up failed: {exc}; everything made so far was removed") from exc
     except BaseException:  # Ctrl-C: nothing stays half-made
-        remove(client, find(client, name))
+        remove(client, find(client, name, cluster_id))
         raise
     log(f"[{idle_s:5.1f} s] {spec.node_list} idle; state: {state_path(name)}")
     return UpResult(content, image_s, method, containers_s, idle_s, steps)

@@ -124,7 +124,8 @@ class RunParts:
         host, port = parse_address(self.plan.channel)
         sock = self.runtime.channel_socket(host, port)
         self.channel = ChannelServer(sock, self.history.write_record,
-                                     lambda **fields: self.history.write(Ev.CLOCK_SYNC, **fields))
+                                     lambda **fields: self.history.write(Ev.CLOCK_SYNC, **fields),
+                                     token=self.plan.channel_token)
         self.channel.start()
         self.faults.channel = self.channel
 

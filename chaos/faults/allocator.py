@@ -1,17 +1,18 @@
 """The co-located allocator of the memory faults:
 ``python -m chaos.faults.allocator BYTES HOLD_S ENGINE_PID [OOM_COUNTER_FILE]``.
 
-Waits for a line on stdin (the engine moves it into the node's memory cgroup first), then allocates BYTES in 4 MiB
-chunks, touching every page so the memory is really charged, holds it HOLD_S seconds and exits. Given the cgroup's
-file with the ``oom_kill`` counter, it stops growing as soon as the counter moves (read every 64 pages): it asks
-for no more than it takes to make the kernel kill (page cache the kernel can reclaim first means that amount is not
-known in advance). It never outlives its engine (checked every chunk and every 0.2 s while holding): an engine
-killed mid-fault leaves no allocator.
+Waits for a line on stdin (the engine moves it into the node's memory cgroup first), then maps BYTES in 4 MiB
+anonymous chunks, touching every page so the memory is really charged, holds it HOLD_S seconds and exits. Given
+the cgroup's file with the ``oom_kill`` counter, it stops growing as soon as the counter moves (read every 64
+pages): it asks for no more than it takes to make the kernel kill (page cache the kernel can reclaim first means
+that amount is not known in advance). It never outlives its engine (checked every chunk and every 0.2 s while
+holding): an engine killed mid-fault leaves no allocator.
 Standard library only; prints what it has allocated so the node's fault log says how far it got.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 import time
@@ -52,21 +53,25 @@ def main(argv: list[str]) -> int:
     counter = argv[3] if len(argv) > 3 else None
     sys.stdin.readline()
     kills = _oom_kills(counter)
-    held: list[bytearray] = []
+    held: list[mmap.mmap] = []
     total = 0
     t0 = time.monotonic()
     while total < nbytes:
         if not _engine_alive(engine):
             return 0
-        chunk = bytearray(min(CHUNK, nbytes - total))
+        # An anonymous mapping, not a bytearray: a bytearray is zero-filled (charged) whole at creation, so no
+        # check between its pages could stop it; a mapping's pages are charged one by one, as they are touched.
+        chunk = mmap.mmap(-1, min(CHUNK, nbytes - total))
         killed = False
+        touched = 0
         for i in range(0, len(chunk), PAGE):
             chunk[i] = 1
+            touched = i + PAGE
             if counter is not None and i % LOOK == 0 and _oom_kills(counter) != kills:
                 killed = True
                 break
         held.append(chunk)
-        total += len(chunk)
+        total += min(touched, len(chunk))
         if killed:
             print(f"the OOM killer acted after {total >> 20} MiB: stop growing", flush=True)
             break

@@ -214,7 +214,8 @@ class DockerRuntime(Runtime):
         self.addresses = {n: str(hosts[249] if n == STORE_NODE else hosts[239 + servers.index(n)] if n in servers
                                  else hosts[9 + i]) for i, n in enumerate(names)}
         # The engine's channel listens on the network's gateway: the host's side of the run's bridge, which
-        # every container reaches and nothing off the machine does (the network is internal).
+        # every container reaches, not routed off the machine (the network is internal); the run's token keeps
+        # out what else could reach it (docs/design.md, "The history channel").
         return Addressing(dict(self.addresses), OWN_STACK_STORE_PORT, python=f"{VENV}/bin/python",
                           env=dict(OWN_STACK_ENV), channel_host=str(hosts[0]))
 
