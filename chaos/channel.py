@@ -186,11 +186,17 @@ class ChannelClient:
         sock = socket.create_connection(self.address, timeout=timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock, self._lines = sock, _Lines(sock)
-        self.orders.clear()  # the engine sends the standing ones again before its welcome
+        # The engine sends the standing orders again before its welcome: they replace ours only once it came (an
+        # engine that accepts but does not answer in time must not look like one that withdrew a hang).
+        standing, self.orders = self.orders, {}
         t0 = time.time()
-        sock.sendall(_line({"op": "hello", "sender": self.sender, "t0": t0, "waiting": self.waiting,
-                            "who": self.who, "token": self.token}))
-        welcome = self._expect("welcome", timeout_s)
+        try:
+            sock.sendall(_line({"op": "hello", "sender": self.sender, "t0": t0, "waiting": self.waiting,
+                                "who": self.who, "token": self.token}))
+            welcome = self._expect("welcome", timeout_s)
+        except BaseException:
+            self.orders = standing
+            raise
         offset, rtt = clock_offset(t0, welcome["t1"], welcome["t2"], time.time())
         sock.sendall(_line({"op": "clock", "offset": offset, "rtt": rtt, "at": "connect"}))
         self._next_clock = time.monotonic() + CLOCK_EVERY_S

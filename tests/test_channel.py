@@ -221,6 +221,9 @@ def test_an_engine_that_never_answers_holds_only_until_the_timeout(tmp_path: Pat
         started = time.monotonic()
         assert c.wait_ack("h4", timeout_s=1.5) == "timeout"
         assert 1.4 < time.monotonic() - started < 2.5
+        # a standing order (a hang) survives a reconnect the engine does not answer: it is not withdrawn by silence
+        c.orders["hang0"] = {"mode": "main_thread"}
+        assert not c.flush() and c.orders == {"hang0": {"mode": "main_thread"}}
     assert Path(c.spool_path).read_text().count("\n") == 1
 
 
