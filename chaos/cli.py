@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +240,12 @@ def _is_run_dir(run_dir: Path) -> bool:
     err.print(f"[red]error[/red] {escape(str(run_dir))}: not a run directory (it needs events.jsonl and "
               "scenario.yaml)", highlight=False)
     return False
+
+
+def _format_name(aliases: dict[str, str]) -> Callable[[str], str]:
+    """``--format`` as argparse's ``type``: one spelling of Markdown per command was a usage error waiting to happen
+    (``report`` said ``md``, ``project`` said ``markdown``), so each accepts the other's."""
+    return lambda value: aliases.get(value, value)
 
 
 def _projection(args: argparse.Namespace, analysis: Any, nodes: int) -> Any:
@@ -607,7 +613,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plugins)
     rep = sub.add_parser("report", help="recompute a run's result from its directory; write a report")
     rep.add_argument("run_dir")
-    rep.add_argument("--format", choices=["text", "html", "md", "json", "junit"], default="text")
+    rep.add_argument("--format", type=_format_name({"markdown": "md"}), choices=["text", "html", "md", "json", "junit"],
+                     default="text", help="md or markdown: the same Markdown report")
     rep.add_argument("-o", "--output", default=None, help="report path (default: inside the run directory)")
     rep.add_argument("--mtbf", default=None, help="mean time between failures for interval advice, e.g. 6h")
     rep.add_argument("--project-nodes", type=int, default=None, metavar="N",
@@ -619,7 +626,8 @@ def build_parser() -> argparse.ArgumentParser:
     pj.add_argument("run_dir")
     pj.add_argument("--nodes", type=int, required=True, help="nodes of the projected job")
     _projection_options(pj)
-    pj.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    pj.add_argument("--format", type=_format_name({"md": "markdown"}), choices=["text", "json", "markdown"],
+                    default="text", help="md or markdown: the same Markdown tables")
     pj.add_argument("--all-intervals", action="store_true", help="list every swept interval, not only the "
                     "current, Young's, Daly's and the best")
     pj.set_defaults(func=cmd_project)

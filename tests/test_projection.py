@@ -163,9 +163,11 @@ def test_project_command_on_a_recorded_run(runs: dict[str, Path], capsys: pytest
     data = json.loads(capsys.readouterr().out)
     assert data["job_mtbf_s"] == pytest.approx(54 * DAY / 419)
     assert data["best"]["ettr"] >= data["current"]["ettr"] - 1e-3
-    assert main(["project", run, "--nodes", "64", "--mtbf-node", "5000h", "--format", "markdown",
-                 "--trials", "200"]) == 0
-    assert "# Projection to scale" in capsys.readouterr().out
+    # `md` and `markdown` name the same format in `project` and `report` alike
+    for spelling in ("markdown", "md"):
+        assert main(["project", run, "--nodes", "64", "--mtbf-node", "5000h", "--format", spelling,
+                     "--trials", "200"]) == 0
+        assert "# Projection to scale" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -209,7 +211,7 @@ def test_report_section(runs: dict[str, Path], capsys: pytest.CaptureFixture[str
     run = runs["quickstart"]
     md, html = run / "proj.md", run / "proj.html"
     base = ["report", str(run), "--project-nodes", "1024", "--mtbf-node", "10000h", "--trials", "100"]
-    assert main([*base, "--format", "md", "-o", str(md)]) == 0
+    assert main([*base, "--format", "markdown", "-o", str(md)]) == 0  # report takes project's spelling too
     assert main([*base, "--format", "html", "-o", str(html)]) == 0
     text = md.read_text()
     assert "## Projection to scale" in text and "### Assumptions" in text and "9.77 h" in text
