@@ -408,3 +408,18 @@ def test_result_and_report_say_what_became_of_the_cap_on_a_replaced_node() -> No
     rows = replaced_rows(SimpleNamespace(result={"faults": [fault]}))  # type: ignore[arg-type]
     assert rows[0] == ("straggler #0: node1 replaced", "put on the replacement too, 0.25 s after it started")
     assert rows[1][1] == "ended early: the runtime could not cap it"
+
+
+def test_the_cpu_controller_is_found_on_a_hybrid_host_s_unified_hierarchy(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hybrid host mounts v2 at /sys/fs/cgroup/unified; a cpu controller no v1 hierarchy holds appears there."""
+    monkeypatch.setattr(straggler, "CGROUP_ROOT", tmp_path / "root")  # a v1 root: a tmpfs without cgroup.controllers
+    unified, v1 = tmp_path / "unified", tmp_path / "cpu"
+    unified.mkdir()
+    mounts = (f"cgroup {v1} cgroup rw,relatime,cpu 0 0\n"
+              f"cgroup2 {unified} cgroup2 rw,relatime 0 0\n")
+    (unified / "cgroup.controllers").write_text("hugetlb\n")
+    assert straggler.cpu_layout(mounts) == straggler.CpuLayout(1, v1)  # cpu still bound to v1
+    (unified / "cgroup.controllers").write_text("cpu hugetlb\n")
+    assert straggler.cpu_layout(mounts) == straggler.CpuLayout(2, unified)
+    assert straggler.cpu_layout("") is None

@@ -101,18 +101,26 @@ class CpuLayout:
         raise RuntimeError(f"process {pid} is in no cpu cgroup")
 
 
-def cpu_layout() -> CpuLayout | None:
-    """v2 if the unified hierarchy has the cpu controller, else v1's cpu hierarchy (wherever it is mounted)."""
-    try:
-        if "cpu" in (CGROUP_ROOT / "cgroup.controllers").read_text().split():
-            return CpuLayout(2, CGROUP_ROOT)
-    except OSError:
-        pass
+def cpu_layout(mounts_text: str | None = None) -> CpuLayout | None:
+    """v2 if a unified hierarchy has the cpu controller, else v1's cpu hierarchy (wherever each is mounted).
+
+    The unified hierarchy is ``/sys/fs/cgroup`` on a v2 host but ``/sys/fs/cgroup/unified`` on a hybrid one, where a
+    controller no v1 hierarchy holds shows up there; so both are looked for by mount, not by path.
+    ``mounts_text``: /proc/self/mounts' text (tests give their own)."""
+    mounts: list[tuple[str, Path, list[str]]] = []
     with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mounts").read_text().splitlines():
+        text = Path("/proc/self/mounts").read_text() if mounts_text is None else mounts_text
+        for line in text.splitlines():
             parts = line.split()
-            if len(parts) > 3 and parts[2] == "cgroup" and "cpu" in parts[3].split(","):
-                return CpuLayout(1, Path(parts[1]))
+            if len(parts) > 3 and parts[2] in ("cgroup", "cgroup2"):
+                mounts.append((parts[2], Path(parts[1]), parts[3].split(",")))
+    for unified in [CGROUP_ROOT, *(point for kind, point, _ in mounts if kind == "cgroup2")]:
+        with contextlib.suppress(OSError):
+            if "cpu" in (unified / "cgroup.controllers").read_text().split():
+                return CpuLayout(2, unified)
+    for kind, point, options in mounts:
+        if kind == "cgroup" and "cpu" in options:
+            return CpuLayout(1, point)
     return None
 
 
