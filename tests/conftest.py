@@ -3,10 +3,12 @@ tests share the machine over the xdist workers (two real clusters at once at mos
 machine's global state alone)."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -105,12 +107,39 @@ def _share_the_machine(request: pytest.FixtureRequest) -> Iterator[None]:
     depend on what the suite runs beside it. Files marked ``alone`` hold the lock for the whole file
     (``_alone_module``)."""
     path = _share_lock(request.config)
-    if path is None or request.node.get_closest_marker("alone"):
+    if path is None:
         yield
         return
     cluster = request.node.get_closest_marker("integration") is not None
-    with _locked(path, fcntl.LOCK_EX if cluster else fcntl.LOCK_SH), _machine_lock(cluster):
+    with contextlib.ExitStack() as locks:
+        if not request.node.get_closest_marker("alone"):  # else its module holds the machine already
+            locks.enter_context(_locked(path, fcntl.LOCK_EX if cluster else fcntl.LOCK_SH))
+            locks.enter_context(_machine_lock(cluster))
+        held = time.monotonic()
         yield
+        if cluster:
+            request.node.user_properties.append((MACHINE_TIME, time.monotonic() - held))
+
+
+MACHINE_TIME = "machine_s"  # a real-cluster test's time holding the machine, lock waits excluded
+_machine_times: list[tuple[float, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect each real-cluster test's machine time (xdist hands the workers' reports to the controller)."""
+    if report.when == "teardown":
+        _machine_times.extend((value, report.nodeid) for name, value in report.user_properties if name == MACHINE_TIME)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Where the suite's minutes go (issue 12): real-cluster tests in order of the time they held the machine.
+    pytest's own ``--durations`` counts a test's wait for the lock as its setup, which hides the answer."""
+    if not _machine_times or hasattr(terminalreporter.config, "workerinput"):
+        return
+    total = sum(t for t, _ in _machine_times)
+    terminalreporter.write_sep("=", f"real-cluster tests: {len(_machine_times)} held the machine {total / 60:.1f} min")
+    for seconds, nodeid in sorted(_machine_times, reverse=True)[:30]:
+        terminalreporter.write_line(f"{seconds:7.1f}s  {nodeid}")
 
 
 @contextmanager
