@@ -54,6 +54,7 @@ TOOLS = ("salloc", "srun", "scancel", "squeue", "scontrol", "sinfo")
 OWN_FLAGS = ("-N", "--nodes", "--no-shell", "--no-kill", "-k", "-J", "--job-name", "--comment", "-w", "--nodelist")
 TIME_RE = re.compile(r"^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2}|UNLIMITED|INFINITE)$")
 POLL_S = 1.0  # how often the observer asks Slurm about the hosts and steps (sinfo + squeue: ~10 ms each)
+STARTING_POLL_S = 0.2  # while a step was started and is not listed yet: its start time is measured to this
 HELPER_TIMEOUT_S = 30.0
 
 
@@ -469,7 +470,7 @@ class SlurmRuntime(Runtime):
         """Ask Slurm about the allocated hosts and this job's steps every POLL_S (a thread: never blocks a tick)."""
         assert self.job_id is not None
         hosts = ",".join(self.hosts)
-        while not self._stop.wait(POLL_S):
+        while not self._stop.wait(STARTING_POLL_S if self._starts else POLL_S):
             try:
                 states = parse_node_states(_run(["sinfo", "-h", "-N", "-n", hosts, "-o", "%N %t"], timeout=10).stdout)
                 steps = parse_steps(_run(["squeue", "--steps", "-h", "-j", self.job_id, "-o", "%i %j"],
