@@ -470,7 +470,9 @@ class SlurmRuntime(Runtime):
         """Ask Slurm about the allocated hosts and this job's steps every POLL_S (a thread: never blocks a tick)."""
         assert self.job_id is not None
         hosts = ",".join(self.hosts)
-        while not self._stop.wait(STARTING_POLL_S if self._starts else POLL_S):
+        delay = STARTING_POLL_S  # the first steps start right after the allocation
+        while not self._stop.wait(delay):
+            delay = STARTING_POLL_S if self._starts else POLL_S
             try:
                 states = parse_node_states(_run(["sinfo", "-h", "-N", "-n", hosts, "-o", "%N %t"], timeout=10).stdout)
                 steps = parse_steps(_run(["squeue", "--steps", "-h", "-j", self.job_id, "-o", "%i %j"],
