@@ -155,3 +155,26 @@ def test_helper_finds_signals_and_spares_the_agent(tmp_path: Path) -> None:
     finally:
         agent.kill()
         agent.wait()
+
+
+def test_scheduler_part_of_the_recovery_breakdown() -> None:
+    """Slurm's own part beside the phases: its detection of a lost host, the replacement's srun and step start."""
+    from chaos.analysis.breakdown import breakdown_for_result, scheduler_part
+
+    fault = {"id": 0, "t_injected": 100.0}
+    events = [
+        {"t": 90.0, "event": "slurm_node_state", "host": "c1", "state": "down*", "previous": "alloc"},  # before
+        {"t": 100.5, "event": "slurm_step_started", "node": "node1", "host": "c3", "step": "1.3", "after_s": 0.2,
+         "replacement": True},
+        {"t": 117.0, "event": "slurm_node_state", "host": "c2", "state": "down*", "previous": "alloc"},
+        {"t": 130.0, "event": "slurm_node_state", "host": "c2", "state": "idle", "previous": "down*"},
+    ]
+    part = scheduler_part(events, fault)
+    assert part is not None
+    assert part["host_down"] == "c2" and part["host_down_after_s"] == pytest.approx(17.0)
+    assert part["replacement_host"] == "c3" and part["replacement_step_s"] == pytest.approx(0.2)
+    assert part["replacement_srun_after_s"] == pytest.approx(0.3)
+    assert scheduler_part([], fault) is None
+    shown = breakdown_for_result({"phases": [], "not_measured": [], "largest": None, "scheduler": part})
+    assert shown["scheduler"] == part
+    assert "scheduler" not in breakdown_for_result({"phases": [], "not_measured": [], "largest": None})
