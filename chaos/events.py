@@ -214,6 +214,7 @@ class SlurmNodeState(Line):
     host: str
     state: str  # sinfo's short state: alloc, mix, idle, down*, drain ...
     previous: str
+    node_failure: NotRequired[str]  # the node whose srun exited 0 on this lost host (read as killed, code -9)
 
 
 class SlurmStepStarted(Line):

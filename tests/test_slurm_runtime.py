@@ -178,3 +178,10 @@ def test_scheduler_part_of_the_recovery_breakdown() -> None:
     shown = breakdown_for_result({"phases": [], "not_measured": [], "largest": None, "scheduler": part})
     assert shown["scheduler"] == part
     assert "scheduler" not in breakdown_for_result({"phases": [], "not_measured": [], "largest": None})
+
+
+def test_a_host_is_lost_when_slurm_says_it_does_not_respond() -> None:
+    assert slurm.host_lost("mix*") and slurm.host_lost("down*") and slurm.host_lost("down")
+    assert slurm.host_lost("drain") and slurm.host_lost("fail")
+    assert not slurm.host_lost("alloc") and not slurm.host_lost("mix") and not slurm.host_lost("idle")
+    assert not slurm.host_lost("")

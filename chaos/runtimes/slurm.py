@@ -137,6 +137,11 @@ def parse_jobs(squeue_output: str) -> list[tuple[str, str, str]]:
     return jobs
 
 
+def host_lost(state: str) -> bool:
+    """Whether sinfo's short state says the host is gone: not responding (``*``), down, failed or drained."""
+    return state.endswith("*") or state.startswith(("down", "fail", "drain"))
+
+
 def engine_comment() -> str:
     return f"engine={socket.gethostname()}:{os.getpid()}"
 
@@ -243,6 +248,7 @@ class SlurmRuntime(Runtime):
         self._logs: dict[str, IO[bytes]] = {}
         self._step_names: dict[str, str] = {}  # node -> its current step's name
         self._starts: dict[str, tuple[float, bool]] = {}  # node -> (srun started at, replacement), until seen
+        self._judged: dict[int, int] = {}  # srun pid -> its node's exit code, once judged (srun exited 0)
         self._starts_count: dict[str, int] = {}  # node -> steps started (a unique step name each)
         self._events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -338,7 +344,7 @@ class SlurmRuntime(Runtime):
         old = self.host_of[name]
         if self.spares:
             new = self.spares.pop(0)
-            if not self._states.get(old, "").startswith(("down", "drain", "fail")):
+            if not host_lost(self._states.get(old, "")):
                 self.spares.append(old)
             self.host_of[name] = new
             return new, True
@@ -369,7 +375,39 @@ class SlurmRuntime(Runtime):
 
     def exit_code(self, name: str) -> int | None:
         proc = self._procs.get(name)
-        return None if proc is None else proc.poll()
+        if proc is None:
+            return None
+        code = proc.poll()
+        if code != 0:
+            return code
+        if proc.pid not in self._judged:
+            self._judged[proc.pid] = self._lost_host_code(name)
+        return self._judged[proc.pid]
+
+    def _lost_host_code(self, name: str) -> int:
+        """srun exits 0 when its step's host is lost ("srun: error: Node failure on c2", measured): a lost host
+        must not read as a node that finished. It is lost when srun said so in the node's log, or when Slurm,
+        asked now, says the host does not respond (``*``) or is down; then the node died as if SIGKILLed."""
+        host = self.host_of.get(name, "")
+        try:
+            with open(self.log_path(name), "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 4096))
+                said = f"Node failure on {host}".encode() in fh.read()
+        except OSError:
+            said = False
+        state = ""
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            state = parse_node_states(_run(["sinfo", "-h", "-N", "-n", host, "-o", "%N %t"], timeout=10).stdout
+                                      ).get(host, "")
+        if said or host_lost(state):
+            with self._lock:
+                self._events.append({"event": Ev.SLURM_NODE_STATE, "host": host, "state": state or "?",
+                                     "previous": self._states.get(host, "?"), "node_failure": name})
+                if state:
+                    self._states[host] = state  # the replacement must not go back to it
+            return -int(signal.SIGKILL)
+        return 0
 
     def _step_id(self, name: str, wait_s: float = 10.0) -> str:
         """JOB.STEP of the node's current step (a step just started may take a moment to be listed)."""
