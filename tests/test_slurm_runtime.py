@@ -120,6 +120,8 @@ def test_shipped_slurm_scenarios_are_valid() -> None:
 
     s = load_scenario(resolve_scenario_path("slurm/node-crash"))
     assert s.cluster.runtime == "slurm" and s.cluster.slurm.spares == 1
+    for name in ("slurm/freeze", "slurm/node-crash-no-spare"):
+        assert load_scenario(resolve_scenario_path(name)).cluster.runtime == "slurm"
 
 
 def test_cleanup_without_slurm_tools_finds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
