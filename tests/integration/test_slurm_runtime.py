@@ -39,6 +39,9 @@ from chaos.plan import REPO_ROOT
 pytestmark = [pytest.mark.integration]
 
 NODES = 3  # 2 training nodes + 1 spare
+# Every shipped Slurm scenario and its documented verdict (tests/test_suite_coverage.py reads this): node-crash in
+# the first test, the others in the second (marked slow: two more real runs).
+EXPECTED_VERDICT = {"slurm/node-crash": "pass", "slurm/freeze": "pass", "slurm/node-crash-no-spare": "pass"}
 ENGINE_PACKAGES = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection", "yaml", "rich",
                    "markdown_it", "mdurl", "pygments", "psutil", "orjson")
 ENGINE_SITE = "/shared/engine-site"
@@ -188,3 +191,32 @@ def test_slurm_runtime_node_crash_ctrl_c_and_cleanup(docker_client: Any, tmp_pat
             print(f"\nslurm runtime: node-crash run {run_s:.1f} s, salloc {allocated['salloc_s']:.2f} s, steps "
                   f"listed {listed_after} s after their srun, recovery "
                   f"{fault['recovery_s']:.1f} s ({fault['mechanism']})")
+
+
+@pytest.mark.slow
+def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The other shipped Slurm scenarios to their documented verdicts (two real runs, ~50 s)."""
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
+    name = f"rv{os.getpid()}"
+    with cluster_slurm.cluster(name, nodes=NODES, repo=str(REPO_ROOT), log=lambda line: None) as up:
+        st = up.state
+        assert docker_client.api.put_archive(st["controller"]["container"], "/shared", engine_site_tar())
+        for scenario in ("slurm/freeze", "slurm/node-crash-no-spare"):
+            run = in_controller(st, *chaos_argv(st, "run", str(REPO_ROOT / "scenarios" / f"{scenario}.yaml"),
+                                                "--out", "/shared/runs", "--json"), timeout=240)
+            result = json.loads(run.stdout)
+            assert result["verdict"] == EXPECTED_VERDICT[scenario], (scenario, result["why"])
+            fault = result["faults"][0]
+            assert fault["injected"], fault
+            if scenario == "slurm/freeze":
+                # scancel's exit code is not the verdict: the helper read every process stopped
+                assert fault["mechanism"].startswith("scancel --signal=STOP ") and "stopped (state T" in \
+                    fault["mechanism"]
+                assert not fault["restarted"] and result["node_replacements"] == 0
+            else:
+                assert fault["restarted"] and result["node_replacements"] == 0
+            assert in_controller(st, "squeue", "-h").stdout.strip() == ""
+            with capsys.disabled():
+                print(f"\n{scenario}: {result['verdict']} in {result['duration_s']:.1f} s, recovery "
+                      f"{fault['recovery_s']:.1f} s ({fault['mechanism']})")
