@@ -120,7 +120,7 @@ def test_shipped_slurm_scenarios_are_valid() -> None:
 
     s = load_scenario(resolve_scenario_path("slurm/node-crash"))
     assert s.cluster.runtime == "slurm" and s.cluster.slurm.spares == 1
-    for name in ("slurm/freeze", "slurm/node-crash-no-spare"):
+    for name in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash"):
         assert load_scenario(resolve_scenario_path(name)).cluster.runtime == "slurm"
 
 
@@ -187,3 +187,14 @@ def test_a_host_is_lost_when_slurm_says_it_does_not_respond() -> None:
     assert slurm.host_lost("drain") and slurm.host_lost("fail")
     assert not slurm.host_lost("alloc") and not slurm.host_lost("mix") and not slurm.host_lost("idle")
     assert not slurm.host_lost("")
+
+
+def test_a_replacement_goes_to_a_free_spare_and_never_back_to_a_lost_host() -> None:
+    rt = slurm.SlurmRuntime("20260101-000000-x-abcdef", "/tmp/nowhere", slurm.SlurmOptions(spares=1))
+    rt.host_of, rt.spares = {"node0": "c1", "node1": "c2"}, ["c3"]
+    assert rt._place("node1") == ("c2", False)  # the first start: its own host
+    rt._procs["node1"] = None  # type: ignore[assignment]  # started once: the next start is a replacement
+    assert rt._place("node1") == ("c3", True) and rt.spares == ["c2"]  # c2 is healthy: a spare again
+    rt._states["c3"] = "down*"
+    assert rt._place("node1") == ("c2", True) and rt.spares == []  # c3 is lost: not a spare any more
+    assert rt._place("node1") == ("c2", True)  # no spare left: the same host again
