@@ -129,6 +129,17 @@ def test_cleanup_without_slurm_tools_finds_nothing(monkeypatch: pytest.MonkeyPat
     assert slurm.SlurmRuntime.cleanup(None, only_orphans=False) == []
     checks = slurm.SlurmRuntime.machine_checks()
     assert not checks[0].ok and "salloc" in checks[0].detail
+    assert not checks[0].required  # plain `chaos doctor`: a machine off a Slurm cluster is not broken
+    assert slurm.SlurmRuntime.machine_checks(slurm.SlurmOptions())[0].required  # a Slurm scenario needs them
+
+
+def test_a_slurm_run_off_a_slurm_cluster_stops_before_anything_starts(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    assert main(["run", str(path), "--out", str(tmp_path / "runs")]) == 2
+    assert not (tmp_path / "runs").exists()
 
 
 def test_helper_finds_signals_and_spares_the_agent(tmp_path: Path) -> None:

@@ -212,10 +212,13 @@ class SlurmRuntime(Runtime):
         from chaos.machine import Check
 
         missing = [t for t in TOOLS if shutil.which(t) is None]
+        # Required for a Slurm scenario (``options`` given: its cluster.slurm); in the plain `chaos doctor` an
+        # optional line, since a machine off any Slurm cluster is not a broken machine.
         return [Check("slurm client tools", not missing,
                       "salloc, srun, scancel, squeue, scontrol, sinfo on PATH" if not missing
                       else f"not on PATH: {', '.join(missing)}",
-                      "run the engine on a login node of the cluster (where `srun hostname` works)")]
+                      "run the engine on a login node of the cluster (where `srun hostname` works)",
+                      required=options is not None)]
 
     @classmethod
     def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
