@@ -42,7 +42,7 @@ NODES = 3  # 2 training nodes + 1 spare
 # Every shipped Slurm scenario and its documented verdict (tests/test_suite_coverage.py reads this): node-crash in
 # the first test, the others in the second (marked slow: two more real runs).
 EXPECTED_VERDICT = {"slurm/node-crash": "pass", "slurm/freeze": "pass", "slurm/node-crash-no-spare": "pass",
-                    "slurm/worker-crash": "pass"}
+                    "slurm/worker-crash": "pass", "slurm/rendezvous-host-crash": "fail"}
 ENGINE_PACKAGES = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection", "yaml", "rich",
                    "markdown_it", "mdurl", "pygments", "psutil", "orjson")
 ENGINE_SITE = "/shared/engine-site"
@@ -197,13 +197,14 @@ def test_slurm_runtime_node_crash_ctrl_c_and_cleanup(docker_client: Any, tmp_pat
 @pytest.mark.slow
 def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """The other shipped Slurm scenarios to their documented verdicts (three real runs, ~75 s)."""
+    """The other shipped Slurm scenarios to their documented verdicts (four real runs, ~90 s)."""
     monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
     name = f"rv{os.getpid()}"
     with cluster_slurm.cluster(name, nodes=NODES, repo=str(REPO_ROOT), log=lambda line: None) as up:
         st = up.state
         assert docker_client.api.put_archive(st["controller"]["container"], "/shared", engine_site_tar())
-        for scenario in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash"):
+        for scenario in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash",
+                         "slurm/rendezvous-host-crash"):
             run = in_controller(st, *chaos_argv(st, "run", str(REPO_ROOT / "scenarios" / f"{scenario}.yaml"),
                                                 "--out", "/shared/runs", "--json"), timeout=240)
             result = json.loads(run.stdout)
@@ -215,6 +216,10 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
                 assert fault["mechanism"].startswith("scancel --signal=STOP ") and "stopped (state T" in \
                     fault["mechanism"]
                 assert not fault["restarted"] and result["node_replacements"] == 0
+            elif scenario == "slurm/rendezvous-host-crash":
+                # the store died with node 0's step: the survivor fails, nothing completes
+                assert result["end_reason"] == "failed" and "completes" in result["why"], result["why"]
+                assert fault["target"] == "node0" and fault["mechanism"].startswith("scancel --signal=KILL ")
             elif scenario == "slurm/worker-crash":
                 assert "by a helper job step; the torchrun agent stays" in fault["mechanism"], fault["mechanism"]
                 assert fault["restarted"] and result["node_replacements"] == 0  # the agent restarted its workers
@@ -222,5 +227,6 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
                 assert fault["restarted"] and result["node_replacements"] == 0
             assert in_controller(st, "squeue", "-h").stdout.strip() == ""
             with capsys.disabled():
-                print(f"\n{scenario}: {result['verdict']} in {result['duration_s']:.1f} s, recovery "
-                      f"{fault['recovery_s']:.1f} s ({fault['mechanism']})")
+                recovery = "none" if fault["recovery_s"] is None else f"{fault['recovery_s']:.1f} s"
+                print(f"\n{scenario}: {result['verdict']} in {result['duration_s']:.1f} s, recovery {recovery} "
+                      f"({fault['mechanism']})")
