@@ -80,6 +80,8 @@ def test_options_are_validated_with_the_field_named() -> None:
     assert len(bad_time) == 1 and "cluster.slurm.time" in bad_time[0] and "HH:MM:SS" in bad_time[0]
     own = errors_of(SCENARIO.replace("[--exclusive]", "[--nodes=4]"))
     assert "cluster.slurm.extra_args" in own[0] and "sets --nodes itself" in own[0]
+    assert "sets -N itself" in errors_of(SCENARIO.replace("[--exclusive]", "[-N4]"))[0]
+    assert "sets --immediate itself" in errors_of(SCENARIO.replace("[--exclusive]", "[--immediate=5]"))[0]
     assert "cluster.slurm.spares" in errors_of(SCENARIO.replace("spares: 1", "spares: -1"))[0]
     assert "cluster.slurm.queue" in errors_of(SCENARIO.replace("spares: 1", "queue: x"))[0]
     s = parse_scenario(SCENARIO)
@@ -107,6 +109,8 @@ def test_dry_run_prints_the_salloc_and_srun_lines(tmp_path: Path, capsys: pytest
     salloc, *rest = shown["commands"]
     assert salloc.startswith("salloc --no-shell --no-kill --nodes=3 --job-name=torch-chaos-")
     assert "--partition=gpu --account=proj --exclusive" in salloc and "--comment=engine=" in salloc
+    bounded = slurm.salloc_argv(slurm.SlurmOptions(wait_s=60), 3, "r", "engine=h:1")
+    assert "--immediate=60" in bounded and "--no-kill" in bounded
     sruns = [line for line in rest if line.startswith("srun ")]
     assert len(sruns) == 2
     for i, line in enumerate(sruns):

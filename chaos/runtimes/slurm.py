@@ -51,7 +51,8 @@ HOST_PLACEHOLDER = "{slurm-host:%s}"
 CHANNEL_PLACEHOLDER = "{slurm-channel}"
 TOOLS = ("salloc", "srun", "scancel", "squeue", "scontrol", "sinfo")
 # Flags the runtime sets itself: an extra_args entry giving one of them would change what the runtime relies on.
-OWN_FLAGS = ("-N", "--nodes", "--no-shell", "--no-kill", "-k", "-J", "--job-name", "--comment", "-w", "--nodelist")
+OWN_FLAGS = ("-N", "--nodes", "--no-shell", "--no-kill", "-k", "-J", "--job-name", "--comment", "-w", "--nodelist",
+             "-I", "--immediate")
 TIME_RE = re.compile(r"^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2}|UNLIMITED|INFINITE)$")
 POLL_S = 1.0  # how often the observer asks Slurm about the hosts and steps (sinfo + squeue: ~10 ms each)
 STARTING_POLL_S = 0.2  # while a step was started and is not listed yet: its start time is measured to this
@@ -69,6 +70,9 @@ class SlurmOptions(Strict):
                         "step goes to a free spare")
     extra_args: list[str] = Field(default_factory=list, description="more salloc options, as separate arguments "
                                   "(e.g. [--exclusive, --mem=0]); not the ones the runtime sets itself")
+    wait_s: int | None = Field(None, ge=1, description="give up when Slurm has not granted the allocation within "
+                               "this many seconds (salloc --immediate); default: wait as long as the queue takes "
+                               "(Ctrl-C cancels the request)")
     python: str | None = Field(None, description="the interpreter on the compute nodes (default: the engine's own, "
                                "which a shared filesystem makes the same path everywhere)")
     channel_host: str | None = Field(None, description="the engine's address the compute nodes reach (default: the "
@@ -90,9 +94,8 @@ class SlurmOptions(Strict):
             if flag in OWN_FLAGS:
                 raise ValueError(f"{arg!r}: the runtime sets {flag} itself (nodes come from cluster.nodes and "
                                  "cluster.slurm.spares; --no-shell and --no-kill are always given)")
-            if flag.startswith("-") and not flag.startswith("--") and len(flag) > 2 and flag[1:3] in ("N", "J",
-                                                                                                       "w", "k"):
-                raise ValueError(f"{arg!r}: the runtime sets -{flag[1]} itself")
+            if flag.startswith("-") and not flag.startswith("--") and len(flag) > 2 and flag[1] in "NJwkI":
+                raise ValueError(f"{arg!r}: the runtime sets -{flag[1]} itself")  # -N4, -Jname: glued values
         return value
 
 
@@ -166,6 +169,8 @@ def salloc_argv(options: SlurmOptions, hosts: int, run_id: str, comment: str) ->
         argv.append(f"--partition={options.partition}")
     if options.account:
         argv.append(f"--account={options.account}")
+    if options.wait_s is not None:
+        argv.append(f"--immediate={options.wait_s}")
     return argv + list(options.extra_args)
 
 
@@ -301,9 +306,14 @@ class SlurmRuntime(Runtime):
         except FileNotFoundError:
             raise RuntimeError("salloc is not on PATH: the slurm runtime runs on a login node of a Slurm "
                                "cluster (chaos doctor says what is missing)") from None
-        self.job_id = parse_job_id(proc.stderr + proc.stdout)
-        if proc.returncode != 0:
-            raise RuntimeError(f"salloc exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+        said = (proc.stderr + proc.stdout).strip()
+        if proc.returncode != 0 or "Granted job allocation" not in said:
+            with contextlib.suppress(RuntimeError):
+                self.job_id = parse_job_id(said)  # a job that exists is cancelled at teardown
+            raise RuntimeError(f"salloc refused the allocation (exit {proc.returncode}): {said[-500:] or '(nothing)'}; "
+                               "check cluster.slurm (partition, account, time, extra_args) against `sinfo` and "
+                               f"your accounts; the line was: {shlex.join(argv)}")
+        self.job_id = parse_job_id(said)
         nodelist = _run(["squeue", "-h", "-j", self.job_id, "-o", "%N"]).stdout.strip()
         self.hosts = _run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
         salloc_s = time.monotonic() - start
