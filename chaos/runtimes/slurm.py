@@ -251,7 +251,6 @@ class SlurmRuntime(Runtime):
         self.host_of: dict[str, str] = {}  # node -> host its current step runs on
         self.spares: list[str] = []
         self.channel_host: str | None = None
-        self._names: list[str] = []
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: dict[str, IO[bytes]] = {}
         self._step_names: dict[str, str] = {}  # node -> its current step's name
@@ -261,17 +260,15 @@ class SlurmRuntime(Runtime):
         self._events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._states: dict[str, str] = {}
-        self._steps: dict[str, str] = {}  # step name -> JOB.STEP, as the observer last saw them
         self._stop = threading.Event()
         self._observer: threading.Thread | None = None
 
     # --- the plan ----------------------------------------------------------------------------------------------
 
     def addressing(self, scenario: Scenario) -> Addressing:
-        self._names = node_names(scenario)
         # Each node is a host of its own (its own network stack: the store's fixed port is free there); hosts are
         # known once salloc returns, so the plan holds placeholders each step gets substituted.
-        addresses = {n: HOST_PLACEHOLDER % n for n in self._names}
+        addresses = {n: HOST_PLACEHOLDER % n for n in node_names(scenario)}
         return Addressing(addresses, OWN_STACK_STORE_PORT, python=self.options.python or sys.executable,
                           env={"PYTHONPATH": str(REPO_ROOT)}, channel_host=CHANNEL_PLACEHOLDER)
 
@@ -538,7 +535,6 @@ class SlurmRuntime(Runtime):
                         self._events.append({"event": Ev.SLURM_NODE_STATE, "host": host, "state": state,
                                              "previous": before})
                     self._states[host] = state
-                self._steps = steps
                 for node, (started, replacement) in list(self._starts.items()):
                     step_name = self._step_names.get(node)
                     if step_name in steps:
