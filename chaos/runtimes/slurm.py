@@ -54,8 +54,8 @@ TOOLS = ("salloc", "srun", "scancel", "squeue", "scontrol", "sinfo")
 OWN_FLAGS = ("-N", "--nodes", "--no-shell", "--no-kill", "-k", "-J", "--job-name", "--comment", "-w", "--nodelist",
              "-I", "--immediate")
 TIME_RE = re.compile(r"^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2}|UNLIMITED|INFINITE)$")
-POLL_S = 1.0  # how often the observer asks Slurm about the hosts and steps (sinfo + squeue: ~10 ms each)
-STARTING_POLL_S = 0.2  # while a step was started and is not listed yet: its start time is measured to this
+POLL_S = 1.0  # how often the observer asks Slurm about the hosts (sinfo: ~10 ms)
+STARTING_POLL_S = 0.2  # how often it asks about steps while one started and is not listed yet (its start's resolution)
 HELPER_TIMEOUT_S = 30.0
 
 
@@ -515,33 +515,47 @@ class SlurmRuntime(Runtime):
     # --- Slurm's view --------------------------------------------------------------------------------------------
 
     def _observe_loop(self) -> None:
-        """Ask Slurm about the allocated hosts and this job's steps every POLL_S (a thread: never blocks a tick)."""
+        """Ask Slurm about the allocated hosts every POLL_S, and about this job's steps every STARTING_POLL_S while
+        a started step is not listed yet (a thread: never blocks a tick). It wakes every STARTING_POLL_S, so a
+        step started between two host polls is still timed to that resolution."""
         assert self.job_id is not None
         hosts = ",".join(self.hosts)
-        delay = STARTING_POLL_S  # the first steps start right after the allocation
-        while not self._stop.wait(delay):
-            delay = STARTING_POLL_S if self._starts else POLL_S
+        last_hosts = -POLL_S
+        while not self._stop.wait(STARTING_POLL_S):
+            now = time.monotonic()
+            ask_hosts = now - last_hosts >= POLL_S
+            if not ask_hosts and not self._starts:
+                continue
             try:
-                states = parse_node_states(_run(["sinfo", "-h", "-N", "-n", hosts, "-o", "%N %t"], timeout=10).stdout)
-                steps = parse_steps(_run(["squeue", "--steps", "-h", "-j", self.job_id, "-o", "%i %j"],
-                                         timeout=10).stdout, self.job_id)
+                if ask_hosts:
+                    last_hosts = now
+                    self._record_states(parse_node_states(
+                        _run(["sinfo", "-h", "-N", "-n", hosts, "-o", "%N %t"], timeout=10).stdout))
+                if self._starts:
+                    self._record_steps(parse_steps(_run(["squeue", "--steps", "-h", "-j", self.job_id, "-o",
+                                                         "%i %j"], timeout=10).stdout, self.job_id))
             except (OSError, subprocess.TimeoutExpired):
                 continue
-            now = time.monotonic()
-            with self._lock:
-                for host, state in states.items():
-                    before = self._states.get(host)
-                    if before is not None and before != state:
-                        self._events.append({"event": Ev.SLURM_NODE_STATE, "host": host, "state": state,
-                                             "previous": before})
-                    self._states[host] = state
-                for node, (started, replacement) in list(self._starts.items()):
-                    step_name = self._step_names.get(node)
-                    if step_name in steps:
-                        self._events.append({"event": Ev.SLURM_STEP_STARTED, "node": node,
-                                             "host": self.host_of.get(node, "?"), "step": steps[step_name],
-                                             "after_s": round(now - started, 3), "replacement": replacement})
-                        del self._starts[node]
+
+    def _record_states(self, states: dict[str, str]) -> None:
+        with self._lock:
+            for host, state in states.items():
+                before = self._states.get(host)
+                if before is not None and before != state:
+                    self._events.append({"event": Ev.SLURM_NODE_STATE, "host": host, "state": state,
+                                         "previous": before})
+                self._states[host] = state
+
+    def _record_steps(self, steps: dict[str, str]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for node, (started, replacement) in list(self._starts.items()):
+                step_name = self._step_names.get(node)
+                if step_name in steps:
+                    self._events.append({"event": Ev.SLURM_STEP_STARTED, "node": node,
+                                         "host": self.host_of.get(node, "?"), "step": steps[step_name],
+                                         "after_s": round(now - started, 3), "replacement": replacement})
+                    del self._starts[node]
 
     def observe(self) -> list[dict[str, Any]]:
         with self._lock:
