@@ -120,7 +120,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from chaos.plan import PlanError, build_plan
     from chaos.runtimes import create_runtime
 
-    scenario = _load(args.scenario, args.runtime)
+    # A dry run executes nothing, so it needs nothing of the machine: a plan for a Slurm cluster can be reviewed
+    # off the cluster (the machine checks still stop a real run).
+    scenario = _load(args.scenario, args.runtime, machine=not args.dry_run)
     if args.dry_run:
         run_id = new_run_id(scenario)
         try:
@@ -130,10 +132,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         except PlanError as exc:
             err.print(f"[red]error[/red] {escape(args.scenario)}: {escape(str(exc))}", highlight=False)
             return EXIT_USAGE
+        shown = plan.to_dict()
+        commands = runtime.dry_run_commands(plan)
+        if commands:  # a scheduler's lines (salloc/srun): exactly what the run would execute
+            shown["commands"] = commands
         if args.json:
-            print(json.dumps(plan.to_dict(), indent=2))
+            print(json.dumps(shown, indent=2))
         else:
-            print(yaml.safe_dump(plan.to_dict(), sort_keys=False, width=200))
+            print(yaml.safe_dump(shown, sort_keys=False, width=200))
         return EXIT_PASS
     from chaos.engine import RunInterrupted
 

@@ -71,6 +71,10 @@ class Ev(StrEnum):
     FAULT_HEAL_FAILED = "fault_heal_failed"
     OOM_KILLED = "oom_killed"
     FAULT_NODE_REPLACED = "fault_node_replaced"
+    # -- the Slurm runtime's view of the scheduler (source "engine"; docs/design.md, "The Slurm runtime")
+    SLURM_ALLOCATED = "slurm_allocated"
+    SLURM_NODE_STATE = "slurm_node_state"
+    SLURM_STEP_STARTED = "slurm_step_started"
     # -- a hang (source "workload" from the probe for a main-thread hang, "engine" for a stopped process)
     HANG_STARTED = "hang_started"
     HANG_RELEASED = "hang_released"
@@ -189,6 +193,38 @@ class ChannelClosed(Line):
     events: int  # events written
     duplicates: int  # replayed events it already had (dropped)
     acks: int  # held events acknowledged over the channel
+
+
+class SlurmAllocated(Line):
+    """The Slurm runtime holds its allocation (``salloc --no-shell --no-kill``)."""
+
+    job_id: str
+    hosts: list[str]  # every allocated host, in Slurm's order
+    nodes: dict[str, str]  # node name -> host its first step runs on
+    spares: list[str]  # hosts held for replacements
+    channel: str  # host:port the nodes send their events to
+    salloc_s: float  # from starting salloc to the job id and node list known
+    command: list[str]  # the salloc line
+
+
+class SlurmNodeState(Line):
+    """Slurm's own state of an allocated host changed (polled with ``sinfo``): ``down*`` is Slurm noticing a lost
+    host, which the recovery breakdown can set against the fault's time."""
+
+    host: str
+    state: str  # sinfo's short state: alloc, mix, idle, down*, drain ...
+    previous: str
+    node_failure: NotRequired[str]  # the node whose srun exited 0 on this lost host (read as killed, code -9)
+
+
+class SlurmStepStarted(Line):
+    """A node's job step is running according to Slurm (``squeue --steps``), seen this long after its srun."""
+
+    node: str
+    host: str
+    step: str  # JOB.STEP
+    after_s: float  # from starting srun to the step listed as running
+    replacement: bool
 
 
 class NodeStarted(Line):
@@ -509,6 +545,9 @@ FIELDS: dict[Ev, type] = {
     Ev.FAULT_HEAL_FAILED: FaultHealFailed,
     Ev.OOM_KILLED: OomKilled,
     Ev.FAULT_NODE_REPLACED: FaultNodeReplaced,
+    Ev.SLURM_ALLOCATED: SlurmAllocated,
+    Ev.SLURM_NODE_STATE: SlurmNodeState,
+    Ev.SLURM_STEP_STARTED: SlurmStepStarted,
     Ev.HANG_STARTED: HangStarted,
     Ev.HANG_RELEASED: HangReleased,
     Ev.PROCESS_STARTED: ProcessStarted,

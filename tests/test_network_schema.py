@@ -53,7 +53,7 @@ def test_network_fault_needs_a_network_per_node() -> None:
 
 def test_unknown_runtime_is_named() -> None:
     errs = errors_of(scenario_text("{kind: crash, target: 1, at_step: 3}", runtime="kubernetes"))
-    assert any("expected 'docker', 'local' or 'netns'" in e for e in errs), errs
+    assert any("expected 'docker', 'local', 'netns' or 'slurm'" in e for e in errs), errs
 
 
 def netns_plan(tmp_path: Path, fault: str, store: str = "node0"):  # type: ignore[no-untyped-def]

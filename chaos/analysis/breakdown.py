@@ -43,8 +43,42 @@ def recovery_breakdowns(events: list[Event], faults: list[dict[str, Any]]) -> li
         e for e in checkpoint_events(events, *_JOB_EVENTS[1:]) if e.get("source") != Source.STORAGE] + [
         e for e in of_kind(events, Ev.CHECKPOINT_LOADED) if e.get("source") == Source.STORAGE]
     settings = _settings(events)
-    return [recovery_breakdown(marks, f, settings) for f in faults
-            if f.get("disruptive", True) and f.get("injected", True)]
+    out = [recovery_breakdown(marks, f, settings) for f in faults
+           if f.get("disruptive", True) and f.get("injected", True)]
+    by_id = {f["id"]: f for f in faults}
+    for b in out:
+        part = scheduler_part(events, by_id[b["fault"]])
+        if part:
+            b["scheduler"] = part
+    return out
+
+
+def scheduler_part(events: list[Event], fault: dict[str, Any]) -> dict[str, Any] | None:
+    """What the scheduler itself did after the fault (the slurm runtime's ``slurm_*`` events), beside the phases:
+    it overlaps them rather than splitting them (Slurm may mark a lost host down after the survivors recovered).
+
+    ``host_down_after_s``: from the fault until Slurm first marked an allocated host down (its own detection);
+    ``replacement_srun_after_s``: from the fault until the engine ran the replacement's srun (the restart policy's
+    delay, the engine's part); ``replacement_step_s``: from that srun until Slurm listed the step as running (the
+    scheduler's part of starting it). None without Slurm events after the fault."""
+    t_f = fault.get("t_injected")
+    if t_f is None:
+        return None
+    part: dict[str, Any] = {}
+    downs = [e for e in of_kind(events, Ev.SLURM_NODE_STATE) if e["t"] > t_f and str(e.get("state", "")).startswith(
+        ("down", "fail", "drain"))]
+    if downs:
+        part["host_down_after_s"] = downs[0]["t"] - t_f
+        part["host_down"] = downs[0].get("host")
+        part["host_down_state"] = downs[0].get("state")
+    steps = [e for e in of_kind(events, Ev.SLURM_STEP_STARTED)
+             if e.get("replacement") and e["t"] - float(e.get("after_s", 0)) >= t_f]
+    if steps:
+        first = steps[0]
+        part["replacement_srun_after_s"] = first["t"] - float(first.get("after_s", 0)) - t_f
+        part["replacement_step_s"] = float(first.get("after_s", 0))
+        part["replacement_host"] = first.get("host")
+    return part or None
 
 
 def _settings(events: list[Event]) -> dict[str, Any]:
@@ -133,7 +167,8 @@ def recovery_breakdown(events: list[Event], fault: dict[str, Any],
 def breakdown_for_result(b: dict[str, Any]) -> dict[str, Any]:
     """A breakdown as result.json carries it: phases as objects, the advice left to the reports."""
     return {"phases": [{"phase": name, "seconds": s} for name, s in b["phases"]],
-            "not_measured": b["not_measured"], "largest": b["largest"], "agent_rounds": b.get("agent_rounds")}
+            "not_measured": b["not_measured"], "largest": b["largest"], "agent_rounds": b.get("agent_rounds"),
+            **({"scheduler": b["scheduler"]} if b.get("scheduler") else {})}
 
 
 def _legacy_phases(times: Any, t_f: float, end: float, mode: str | None) -> list[tuple[str, float | None]]:

@@ -29,7 +29,7 @@ from chaos.scenario import Bound, CommandWorkload, Scenario
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
 
-RESULT_SCHEMA_VERSION = 10
+RESULT_SCHEMA_VERSION = 11
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",

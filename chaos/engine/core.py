@@ -129,6 +129,12 @@ class RunParts:
         self.channel.start()
         self.faults.channel = self.channel
 
+    def record_runtime(self) -> None:
+        """Write what the runtime saw of its own machinery (Runtime.observe: a scheduler's view) to the history."""
+        for record in self.runtime.observe():
+            fields = dict(record)
+            self.history.write(fields.pop("event"), **fields)
+
     def close_channel(self) -> None:
         if self.channel is not None:
             stats = self.channel.stop()
@@ -187,6 +193,7 @@ class Engine:
                                     environment=environment(parts.runtime, parts.plan, parts.storage.kind),
                                     plan=parts.plan.to_dict(), golden=golden)
                 parts.runtime.prepare(parts.plan)
+                parts.record_runtime()
                 parts.open_channel()  # before the first node: its first event has somewhere to go
                 parts.storage.start()  # before the first node: every process sees the mount
                 parts.heartbeat.start()
@@ -267,6 +274,7 @@ class Engine:
         parts.faults.release(new_events)  # after firing: a held job resumes with its fault in place
         parts.faults.heal_due(now)
         parts.nodes.watch(now)
+        parts.record_runtime()
         end = parts.end.check(now, self.started)
         self._update(parts)
         return end
@@ -281,6 +289,8 @@ class Engine:
             parts.history.write(Ev.RUN_ENDED, reason=end.reason.value, why=end.why, max_step=parts.progress.max_step)
             parts.faults.heal_all()
             cleaned = parts.runtime.teardown()
+            with contextlib.suppress(Exception):
+                parts.record_runtime()  # what teardown saw (the allocation released)
             try:
                 parts.storage.stop()  # after the nodes are gone: nothing holds a file open on the mount
             except Exception as exc:

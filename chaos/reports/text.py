@@ -199,6 +199,14 @@ def breakdown_notes(b: dict[str, Any]) -> list[str]:
     lines = [f"not measured separately: {x['phase']} ({x['why']})" for x in b.get("not_measured", [])]
     if b.get("agent_rounds"):
         lines.append(f"rendezvous rounds the agents completed during the recovery: {b['agent_rounds']}")
+    sched = b.get("scheduler") or {}
+    if "host_down_after_s" in sched:
+        lines.append(f"Slurm marked {sched.get('host_down')} {sched.get('host_down_state')} "
+                     f"{sched['host_down_after_s']:.1f} s after the fault (its own detection)")
+    if "replacement_step_s" in sched:
+        lines.append(f"replacement step on {sched.get('replacement_host')}: srun "
+                     f"{sched['replacement_srun_after_s']:.1f} s after the fault, running "
+                     f"{sched['replacement_step_s']:.2f} s later (Slurm's part)")
     if b.get("advice"):
         lines.append(b["advice"])
     return lines

@@ -157,6 +157,17 @@ class Runtime(ABC):
     def describe(self) -> dict[str, Any]:
         return {"runtime": self.name}
 
+    def observe(self) -> list[dict[str, Any]]:
+        """What the runtime saw its own machinery do since the last call (a scheduler's allocation, its view of a
+        host), each dict one history event ``{"event": Ev..., **fields}``; asked every engine tick, so cheap and
+        never blocking. Most runtimes see nothing the nodes do not report themselves."""
+        return []
+
+    def dry_run_commands(self, plan: Plan) -> list[str]:
+        """The command lines a run would execute to place its nodes, for ``chaos run --dry-run`` (a scheduler's
+        ``salloc``/``srun``); empty when the plan's argv is all there is."""
+        return []
+
     def log_path(self, name: str) -> Path:
         return self.run_dir / "logs" / f"{name}.log"
 

@@ -1,0 +1,593 @@
+"""The slurm runtime: the engine runs where ``salloc``/``srun``/``scancel`` work (a login node), as an ordinary user.
+
+It holds one allocation of ``cluster.nodes + cluster.slurm.spares`` hosts (``salloc --no-shell --no-kill``: without
+``--no-kill`` Slurm ends the whole job when one host is lost) and starts each chaos node's ``torchrun`` as its own
+job step pinned to one host (``srun --overlap --jobid J -N1 -n1 -w HOST``), so a fault can hit one node. A
+replacement is a new step on a spare host when one is free. Faults are what Slurm gives a user: ``scancel
+--signal=KILL|STOP|CONT JOB.STEP`` on a step, and a helper step (:mod:`chaos.runtimes.slurm_helper`) that reads and
+signals the user's own processes on one host. Slurm's exit codes are not trusted for STOP/CONT (on a partial
+allocation ``scancel`` delivers the signal yet prints "Invalid job id specified" and exits 225): the effect is
+judged by the processes' state, read by the helper.
+
+Hosts are known only once ``salloc`` returns, which happens in :meth:`SlurmRuntime.prepare` (after the golden run,
+inside the engine's try/finally, so teardown always releases it). Until then the plan names hosts by placeholders
+(``{slurm-host:node1}``, ``{slurm-channel}``) that each step's command and environment get substituted with; the
+``slurm_allocated`` event records the real ones. The job is named ``torch-chaos-<run id>`` and its comment names the
+engine (``engine=<host>:<pid>``), so ``chaos cleanup`` finds allocations whose engine is gone with ``squeue``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from pydantic import Field, field_validator
+
+from chaos.events import Ev
+from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked
+from chaos.plan import OWN_STACK_STORE_PORT, REPO_ROOT, Addressing, NodePlan, Plan, node_names
+from chaos.runtimes.base import CHECKPOINT_STORAGE, FREEZE, KILL, KILL_WORKERS, Runtime, Unsupported
+from chaos.spec import Strict
+
+if TYPE_CHECKING:
+    from chaos.machine import Check
+    from chaos.scenario import Scenario
+
+JOB_PREFIX = "torch-chaos-"
+HOST_PLACEHOLDER = "{slurm-host:%s}"
+CHANNEL_PLACEHOLDER = "{slurm-channel}"
+TOOLS = ("salloc", "srun", "scancel", "squeue", "scontrol", "sinfo")
+# Flags the runtime sets itself: an extra_args entry giving one of them would change what the runtime relies on.
+OWN_FLAGS = ("-N", "--nodes", "--no-shell", "--no-kill", "-k", "-J", "--job-name", "--comment", "-w", "--nodelist",
+             "-I", "--immediate")
+TIME_RE = re.compile(r"^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2}|UNLIMITED|INFINITE)$")
+POLL_S = 1.0  # how often the observer asks Slurm about the hosts (sinfo: ~10 ms)
+STARTING_POLL_S = 0.2  # how often it asks about steps while one started and is not listed yet (its start's resolution)
+HELPER_TIMEOUT_S = 30.0
+
+
+class SlurmOptions(Strict):
+    """``cluster.slurm``: where and how the allocation is made (``salloc``'s own options)."""
+
+    partition: str | None = Field(None, description="salloc --partition (default: the cluster's default partition)")
+    account: str | None = Field(None, description="salloc --account")
+    time: str = Field("00:30:00", description="salloc --time, the allocation's wall-clock limit (Slurm's format: "
+                      "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)")
+    spares: int = Field(0, ge=0, le=64, description="hosts allocated beyond cluster.nodes; a replaced node's new "
+                        "step goes to a free spare")
+    extra_args: list[str] = Field(default_factory=list, description="more salloc options, as separate arguments "
+                                  "(e.g. [--exclusive, --mem=0]); not the ones the runtime sets itself")
+    wait_s: int | None = Field(None, ge=1, description="give up when Slurm has not granted the allocation within "
+                               "this many seconds (salloc --immediate); default: wait as long as the queue takes "
+                               "(Ctrl-C cancels the request)")
+    python: str | None = Field(None, description="the interpreter on the compute nodes (default: the engine's own, "
+                               "which a shared filesystem makes the same path everywhere)")
+    channel_host: str | None = Field(None, description="the engine's address the compute nodes reach (default: the "
+                                     "address this host routes to the first allocated host from)")
+
+    @field_validator("time")
+    @classmethod
+    def _time(cls, value: str) -> str:
+        if not TIME_RE.match(value):
+            raise ValueError(f"{value!r} is not a Slurm time limit; write MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+                             "D-HH:MM:SS (e.g. 00:30:00)")
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            flag = arg.split("=", 1)[0]
+            if flag in OWN_FLAGS:
+                raise ValueError(f"{arg!r}: the runtime sets {flag} itself (nodes come from cluster.nodes and "
+                                 "cluster.slurm.spares; --no-shell and --no-kill are always given)")
+            if flag.startswith("-") and not flag.startswith("--") and len(flag) > 2 and flag[1] in "NJwkI":
+                raise ValueError(f"{arg!r}: the runtime sets -{flag[1]} itself")  # -N4, -Jname: glued values
+        return value
+
+
+# --- parsing Slurm's output (pure, tested without a cluster) -----------------------------------------------------
+
+
+def parse_job_id(salloc_output: str) -> str:
+    """The job id in ``salloc``'s "Granted job allocation 12" (or "Pending job allocation 12")."""
+    found = re.findall(r"(?:Granted|Pending) job allocation (\d+)", salloc_output)
+    if not found:
+        raise RuntimeError(f"salloc gave no job id; it said: {salloc_output.strip()[-500:] or '(nothing)'}")
+    return found[-1]
+
+
+def parse_node_states(sinfo_output: str) -> dict[str, str]:
+    """``sinfo -h -N -o '%N %t'`` lines to host -> short state (a host listed twice, in two partitions, once)."""
+    states: dict[str, str] = {}
+    for line in sinfo_output.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states.setdefault(parts[0], parts[1])
+    return states
+
+
+def parse_steps(squeue_output: str, job_id: str) -> dict[str, str]:
+    """``squeue --steps -h -o '%i %j'`` lines to step name -> JOB.STEP (this job's steps only)."""
+    steps: dict[str, str] = {}
+    for line in squeue_output.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(f"{job_id}."):
+            steps[parts[1]] = parts[0]
+    return steps
+
+
+def parse_jobs(squeue_output: str) -> list[tuple[str, str, str]]:
+    """``squeue -h -o '%i|%j|%k'`` lines to (job id, name, comment), torch-chaos jobs only."""
+    jobs = []
+    for line in squeue_output.splitlines():
+        parts = line.strip().split("|", 2)
+        if len(parts) == 3 and parts[1].startswith(JOB_PREFIX):
+            jobs.append((parts[0], parts[1], parts[2]))
+    return jobs
+
+
+def host_lost(state: str) -> bool:
+    """Whether sinfo's short state says the host is gone: not responding (``*``), down, failed or drained."""
+    return state.endswith("*") or state.startswith(("down", "fail", "drain"))
+
+
+def engine_comment() -> str:
+    return f"engine={socket.gethostname()}:{os.getpid()}"
+
+
+def comment_orphaned(comment: str) -> bool:
+    """Whether the job's engine (its comment) is a process of this host that is gone; another host's: unknown,
+    so not an orphan (``chaos cleanup --all`` removes it)."""
+    match = re.search(r"engine=([^:\s]+):(\d+)", comment)
+    if match is None or match.group(1) != socket.gethostname():
+        return False
+    return not Path(f"/proc/{match.group(2)}").exists()
+
+
+def job_name(run_id: str) -> str:
+    return f"{JOB_PREFIX}{run_id}"
+
+
+def salloc_argv(options: SlurmOptions, hosts: int, run_id: str, comment: str) -> list[str]:
+    argv = ["salloc", "--no-shell", "--no-kill", f"--nodes={hosts}", f"--job-name={job_name(run_id)}",
+            f"--time={options.time}", f"--comment={comment}"]
+    if options.partition:
+        argv.append(f"--partition={options.partition}")
+    if options.account:
+        argv.append(f"--account={options.account}")
+    if options.wait_s is not None:
+        argv.append(f"--immediate={options.wait_s}")
+    return argv + list(options.extra_args)
+
+
+def srun_argv(job_id: str, host: str, step_name: str, cwd: str, command: list[str]) -> list[str]:
+    """One step on one host, sharing the allocation's resources with the other steps (``--overlap``)."""
+    return ["srun", "--overlap", f"--jobid={job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={host}",
+            f"--job-name={step_name}", f"--chdir={cwd}", "--kill-on-bad-exit=0", *command]
+
+
+def substitute(text: str, hosts: dict[str, str], channel_host: str) -> str:
+    for name, host in hosts.items():
+        text = text.replace(HOST_PLACEHOLDER % name, host)
+    return text.replace(CHANNEL_PLACEHOLDER, channel_host)
+
+
+def route_source(host: str) -> str:
+    """The address this machine sends from to reach ``host``: the engine's side of the path to the compute nodes
+    (no packet is sent; a UDP connect only asks the routing table)."""
+    address = socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((address, 9))
+        return str(s.getsockname()[0])
+
+
+def _run(argv: list[str], timeout: float = 30.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+class SlurmRuntime(Runtime):
+    name = "slurm"
+    summary = "one Slurm job step per node inside one allocation (salloc/srun as an ordinary user)"
+    # Faults needing root on the hosts (their network, a memory cgroup, a FUSE mount) are not Slurm's to give.
+    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE})
+    options = SlurmOptions
+    cleanup_order = 5  # the allocation first: its steps die with it, then marked srun clients go
+
+    @classmethod
+    def create(cls, scenario: Scenario, run_id: str, run_dir: str | Path) -> Runtime:
+        return cls(run_id, run_dir, scenario.cluster.slurm)  # type: ignore[attr-defined]
+
+    @classmethod
+    def machine_checks(cls, options: Any = None) -> list[Check]:
+        from chaos.machine import Check
+
+        missing = [t for t in TOOLS if shutil.which(t) is None]
+        # Required for a Slurm scenario (``options`` given: its cluster.slurm); in the plain `chaos doctor` an
+        # optional line, since a machine off any Slurm cluster is not a broken machine.
+        return [Check("slurm client tools", not missing,
+                      "salloc, srun, scancel, squeue, scontrol, sinfo on PATH" if not missing
+                      else f"not on PATH: {', '.join(missing)}",
+                      "run the engine on a login node of the cluster (where `srun hostname` works)",
+                      required=options is not None)]
+
+    @classmethod
+    def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
+        if shutil.which("squeue") is None:
+            return []
+        try:
+            proc = _run(["squeue", "-h", f"--user={getpass.getuser()}", "-o", "%i|%j|%k"])
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        removed = []
+        for job, name, comment in parse_jobs(proc.stdout):
+            if run_id is not None and name != job_name(run_id):
+                continue
+            if only_orphans and not comment_orphaned(comment):
+                continue
+            _run(["scancel", job])
+            removed.append(f"slurm job {job} ({name})")
+        return removed
+
+    def __init__(self, run_id: str, run_dir: str | Path, options: SlurmOptions | None = None):
+        super().__init__(run_id, run_dir)
+        self.options = options or SlurmOptions()
+        self.job_id: str | None = None
+        self.hosts: list[str] = []
+        self.host_of: dict[str, str] = {}  # node -> host its current step runs on
+        self.spares: list[str] = []
+        self.channel_host: str | None = None
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: dict[str, IO[bytes]] = {}
+        self._step_names: dict[str, str] = {}  # node -> its current step's name
+        self._starts: dict[str, tuple[float, bool]] = {}  # node -> (srun started at, replacement), until seen
+        self._judged: dict[int, int] = {}  # srun pid -> its node's exit code, once judged (srun exited 0)
+        self._starts_count: dict[str, int] = {}  # node -> steps started (a unique step name each)
+        self._events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._states: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._observer: threading.Thread | None = None
+
+    # --- the plan ----------------------------------------------------------------------------------------------
+
+    def addressing(self, scenario: Scenario) -> Addressing:
+        # Each node is a host of its own (its own network stack: the store's fixed port is free there); hosts are
+        # known once salloc returns, so the plan holds placeholders each step gets substituted.
+        addresses = {n: HOST_PLACEHOLDER % n for n in node_names(scenario)}
+        return Addressing(addresses, OWN_STACK_STORE_PORT, python=self.options.python or sys.executable,
+                          env={"PYTHONPATH": str(REPO_ROOT)}, channel_host=CHANNEL_PLACEHOLDER)
+
+    def salloc_command(self, plan: Plan) -> list[str]:
+        return salloc_argv(self.options, len(plan.nodes) + self.options.spares + self._services(plan), self.run_id,
+                           engine_comment())
+
+    @staticmethod
+    def _services(plan: Plan) -> int:
+        return (1 if plan.store is not None else 0) + len(plan.servers)
+
+    def dry_run_commands(self, plan: Plan) -> list[str]:
+        lines = [shlex.join(self.salloc_command(plan)),
+                 "# then, with J the job id salloc prints and one of its hosts per node (the rest are spares):"]
+        for node in ([plan.store] if plan.store else []) + plan.servers + plan.nodes:
+            assert node is not None
+            lines.append(shlex.join(srun_argv("J", HOST_PLACEHOLDER % node.name, f"{self.run_id[-6:]}-{node.name}-1",
+                                              str(self.run_dir), node.argv)))
+        lines.append(f"# faults: scancel --signal=KILL|STOP|CONT J.STEP; kill_worker: srun --overlap --jobid=J "
+                     f"-N1 -n1 -w HOST {self.options.python or sys.executable} -m chaos.runtimes.slurm_helper "
+                     "kill-workers <run>/<node>")
+        lines.append(f"# teardown: scancel J; chaos cleanup: squeue --user=$USER --name={job_name(self.run_id)}")
+        return lines
+
+    # --- the allocation ----------------------------------------------------------------------------------------
+
+    def prepare(self, plan: Plan) -> None:
+        argv = self.salloc_command(plan)
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise RuntimeError("salloc is not on PATH: the slurm runtime runs on a login node of a Slurm "
+                               "cluster (chaos doctor says what is missing)") from None
+        said = (proc.stderr + proc.stdout).strip()
+        if proc.returncode != 0 or "Granted job allocation" not in said:
+            with contextlib.suppress(RuntimeError):
+                self.job_id = parse_job_id(said)  # a job that exists is cancelled at teardown
+            raise RuntimeError(f"salloc refused the allocation (exit {proc.returncode}): {said[-500:] or '(nothing)'}; "
+                               "check cluster.slurm (partition, account, time, extra_args) against `sinfo` and "
+                               f"your accounts; the line was: {shlex.join(argv)}")
+        self.job_id = parse_job_id(said)
+        nodelist = _run(["squeue", "-h", "-j", self.job_id, "-o", "%N"]).stdout.strip()
+        self.hosts = _run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+        salloc_s = time.monotonic() - start
+        services = ([plan.store.name] if plan.store else []) + [s.name for s in plan.servers]
+        wanted = services + [n.name for n in plan.nodes]
+        if len(self.hosts) < len(wanted):
+            raise RuntimeError(f"salloc gave {len(self.hosts)} host(s) ({nodelist!r}) for {len(wanted)} node(s)")
+        self.host_of = dict(zip(wanted, self.hosts[:len(wanted)], strict=True))
+        self.spares = self.hosts[len(wanted):]
+        self.channel_host = self.options.channel_host or route_source(self.hosts[0])
+        self._events.append({"event": Ev.SLURM_ALLOCATED, "job_id": self.job_id, "hosts": self.hosts,
+                             "nodes": dict(self.host_of), "spares": list(self.spares),
+                             "channel": f"{self.channel_host}:{(plan.channel or '').rpartition(':')[2]}",
+                             "salloc_s": round(salloc_s, 3), "command": argv})
+        self._observer = threading.Thread(target=self._observe_loop, name="torch-chaos-slurm-observer", daemon=True)
+        self._observer.start()
+
+    def channel_socket(self, host: str, port: int) -> socket.socket:
+        """The channel listens on the engine's address towards the compute nodes (the interface the kernel routes
+        to the first allocated host from), not on every interface: on a login node that is the cluster network,
+        which the nodes reach; the run's token keeps out whatever else can reach that address."""
+        from chaos.channel import listen
+
+        assert self.channel_host is not None, "prepare() makes the allocation before the channel opens"
+        return listen(self.channel_host, port)
+
+    # --- nodes -------------------------------------------------------------------------------------------------
+
+    def _substituted(self, node: NodePlan) -> tuple[list[str], dict[str, str]]:
+        assert self.channel_host is not None
+        hosts = dict(self.host_of)
+        argv = [substitute(a, hosts, self.channel_host) for a in node.argv]
+        env = {k: substitute(v, hosts, self.channel_host) for k, v in node.env.items()}
+        return argv, env
+
+    def _place(self, name: str) -> tuple[str, bool]:
+        """The host for ``name``'s next step: its own the first time; for a replacement a free spare (the old
+        host becomes a spare unless Slurm says it is down), else its own again."""
+        if name not in self._procs:
+            return self.host_of[name], False
+        old = self.host_of[name]
+        if self.spares:
+            new = self.spares.pop(0)
+            if not host_lost(self._states.get(old, "")):
+                self.spares.append(old)
+            self.host_of[name] = new
+            return new, True
+        return old, True
+
+    def start_node(self, node: NodePlan) -> None:
+        if self.job_id is None:
+            raise RuntimeError("no Slurm allocation: prepare() was not called")
+        host, replacement = self._place(node.name)
+        argv, env = self._substituted(node)
+        self._starts_count[node.name] = self._starts_count.get(node.name, 0) + 1
+        step_name = f"{self.run_id[-6:]}-{node.name}-{self._starts_count[node.name]}"
+        log = self.log_path(node.name)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        if node.name in self._logs:
+            self._logs[node.name].close()
+        fh = open(log, "ab")
+        fh.write(f"\n===== torch-chaos: starting {node.name} on {host} at {time.time():.3f}\n".encode())
+        fh.flush()
+        full_env = {**os.environ, **env, TREE_VAR: f"{self.run_id}/{node.name}", ENGINE_VAR: str(os.getpid())}
+        self._procs[node.name] = subprocess.Popen(
+            srun_argv(self.job_id, host, step_name, str(self.run_dir), argv), env=full_env, stdout=fh,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self._logs[node.name] = fh
+        with self._lock:
+            self._step_names[node.name] = step_name
+            self._starts[node.name] = (time.monotonic(), replacement)
+
+    def exit_code(self, name: str) -> int | None:
+        proc = self._procs.get(name)
+        if proc is None:
+            return None
+        code = proc.poll()
+        if code != 0:
+            return code
+        if proc.pid not in self._judged:
+            self._judged[proc.pid] = self._lost_host_code(name)
+        return self._judged[proc.pid]
+
+    def _lost_host_code(self, name: str) -> int:
+        """srun exits 0 when its step's host is lost ("srun: error: Node failure on c2", measured): a lost host
+        must not read as a node that finished. It is lost when srun said so in the node's log, or when Slurm,
+        asked now, says the host does not respond (``*``) or is down; then the node died as if SIGKILLed."""
+        host = self.host_of.get(name, "")
+        try:
+            with open(self.log_path(name), "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 4096))
+                said = f"Node failure on {host}".encode() in fh.read()
+        except OSError:
+            said = False
+        state = ""
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            state = parse_node_states(_run(["sinfo", "-h", "-N", "-n", host, "-o", "%N %t"], timeout=10).stdout
+                                      ).get(host, "")
+        if said or host_lost(state):
+            with self._lock:
+                self._events.append({"event": Ev.SLURM_NODE_STATE, "host": host, "state": state or "?",
+                                     "previous": self._states.get(host, "?"), "node_failure": name})
+                if state:
+                    self._states[host] = state  # the replacement must not go back to it
+            return -int(signal.SIGKILL)
+        return 0
+
+    def _step_id(self, name: str, wait_s: float = 10.0) -> str:
+        """JOB.STEP of the node's current step (a step just started may take a moment to be listed)."""
+        assert self.job_id is not None
+        step_name = self._step_names.get(name)
+        if step_name is None:
+            raise RuntimeError(f"{name} has no job step")
+        deadline = time.monotonic() + wait_s
+        while True:
+            steps = parse_steps(_run(["squeue", "--steps", "-h", "-j", self.job_id, "-o", "%i %j"]).stdout,
+                                self.job_id)
+            if step_name in steps:
+                return steps[step_name]
+            if time.monotonic() > deadline or self.exit_code(name) is not None:
+                raise RuntimeError(f"{name}'s job step {step_name} is not running (squeue --steps lists none)")
+            time.sleep(0.2)
+
+    def helper(self, name: str, action: str, *args: str) -> dict[str, Any]:
+        """Run the helper as a step on ``name``'s host; its JSON answer."""
+        assert self.job_id is not None
+        host = self.host_of[name]
+        python = self.options.python or sys.executable
+        env = {k: v for k, v in os.environ.items() if k != TREE_VAR}
+        env["PYTHONPATH"] = str(REPO_ROOT)
+        argv = srun_argv(self.job_id, host, f"{self.run_id[-6:]}-helper", str(self.run_dir),
+                         [python, "-m", "chaos.runtimes.slurm_helper", action, f"{self.run_id}/{name}", *args])
+        proc = _run(argv, timeout=HELPER_TIMEOUT_S, env=env)
+        for line in reversed(proc.stdout.splitlines()):
+            if line.startswith("{"):
+                return dict(json.loads(line))
+        raise RuntimeError(f"the helper step on {host} answered nothing (exit {proc.returncode}): "
+                           f"{proc.stderr.strip()[-300:]}")
+
+    def _scancel(self, sig: str, step: str) -> str:
+        proc = _run(["scancel", f"--signal={sig}", step])
+        # Slurm's exit code is not the verdict (225 "Invalid job id specified" on a partial allocation while the
+        # signal was delivered): the caller judges by the processes' state.
+        return f"exit {proc.returncode}" + (f", said {proc.stderr.strip()!r}" if proc.stderr.strip() else "")
+
+    def kill(self, name: str) -> str:
+        step = self._step_id(name)
+        said = self._scancel("KILL", step)
+        proc = self._procs[name]
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        left = self.helper(name, "state").get("processes", {})
+        extra = ""
+        if left:  # a process outside the step's tracking: kill it the user's way, and say so
+            self.helper(name, "signal-all", "--signal", str(int(signal.SIGKILL)))
+            extra = f"; {len(left)} process(es) outlived it and were SIGKILLed by the helper step"
+        return f"scancel --signal=KILL {step} ({said}) on {self.host_of[name]}: every process of the node's step{extra}"
+
+    def kill_workers(self, name: str, sig: int = signal.SIGKILL, local_rank: int | None = None) -> str:
+        args = ["--signal", str(int(sig))] + (["--local-rank", str(local_rank)] if local_rank is not None else [])
+        answer = self.helper(name, "kill-workers", *args)
+        what = signal.Signals(sig).name
+        signalled = answer.get("signalled", [])
+        if not signalled:
+            raise RuntimeError(f"{name} has no worker" + (f" with LOCAL_RANK={local_rank}" if local_rank is not None
+                                                          else "") + f" on {self.host_of[name]}")
+        if answer.get("no_launcher"):
+            return (f"{what} to the training process on {self.host_of[name]} (no launcher on this node), by a "
+                    "helper step")
+        return (f"{what} to {len(signalled)} worker process(es) on {self.host_of[name]} (pid "
+                f"{', '.join(map(str, signalled))}) by a helper job step; the torchrun agent stays")
+
+    def _states_of(self, name: str) -> dict[str, str]:
+        return dict(self.helper(name, "state").get("processes", {}))
+
+    def freeze(self, name: str) -> str:
+        step = self._step_id(name)
+        said = self._scancel("STOP", step)
+        states = self._states_of(name)
+        running = [p for p, s in states.items() if s != "T"]
+        if not states:
+            raise RuntimeError(f"no process of {name} on {self.host_of[name]}: the freeze acted on nothing")
+        how = f"scancel --signal=STOP {step} ({said})"
+        if running:  # not every process stopped (outside the step's tracking, or the signal was lost)
+            self.helper(name, "signal-all", "--signal", str(int(signal.SIGSTOP)))
+            how += f"; {len(running)} process(es) still running were stopped by a helper step"
+        return f"{how}: {len(states)} process(es) on {self.host_of[name]} stopped (state T, read by a helper step)"
+
+    def thaw(self, name: str) -> None:
+        if self.exit_code(name) is not None:
+            return
+        with contextlib.suppress(RuntimeError):
+            self._scancel("CONT", self._step_id(name, wait_s=2))
+        stopped = [p for p, s in self._states_of(name).items() if s == "T"]
+        if stopped:
+            self.helper(name, "signal-all", "--signal", str(int(signal.SIGCONT)))
+
+    def node_pids(self, name: str) -> list[int]:
+        raise Unsupported("the slurm runtime's nodes are processes on other hosts")
+
+    # --- Slurm's view --------------------------------------------------------------------------------------------
+
+    def _observe_loop(self) -> None:
+        """Ask Slurm about the allocated hosts every POLL_S, and about this job's steps every STARTING_POLL_S while
+        a started step is not listed yet (a thread: never blocks a tick). It wakes every STARTING_POLL_S, so a
+        step started between two host polls is still timed to that resolution."""
+        assert self.job_id is not None
+        hosts = ",".join(self.hosts)
+        last_hosts = -POLL_S
+        while not self._stop.wait(STARTING_POLL_S):
+            now = time.monotonic()
+            ask_hosts = now - last_hosts >= POLL_S
+            if not ask_hosts and not self._starts:
+                continue
+            try:
+                if ask_hosts:
+                    last_hosts = now
+                    self._record_states(parse_node_states(
+                        _run(["sinfo", "-h", "-N", "-n", hosts, "-o", "%N %t"], timeout=10).stdout))
+                if self._starts:
+                    self._record_steps(parse_steps(_run(["squeue", "--steps", "-h", "-j", self.job_id, "-o",
+                                                         "%i %j"], timeout=10).stdout, self.job_id))
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+
+    def _record_states(self, states: dict[str, str]) -> None:
+        with self._lock:
+            for host, state in states.items():
+                before = self._states.get(host)
+                if before is not None and before != state:
+                    self._events.append({"event": Ev.SLURM_NODE_STATE, "host": host, "state": state,
+                                         "previous": before})
+                self._states[host] = state
+
+    def _record_steps(self, steps: dict[str, str]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for node, (started, replacement) in list(self._starts.items()):
+                step_name = self._step_names.get(node)
+                if step_name in steps:
+                    self._events.append({"event": Ev.SLURM_STEP_STARTED, "node": node,
+                                         "host": self.host_of.get(node, "?"), "step": steps[step_name],
+                                         "after_s": round(now - started, 3), "replacement": replacement})
+                    del self._starts[node]
+
+    def observe(self) -> list[dict[str, Any]]:
+        with self._lock:
+            out, self._events = self._events, []
+        return out
+
+    # --- teardown ----------------------------------------------------------------------------------------------
+
+    def teardown(self) -> list[str]:
+        self._stop.set()
+        cleaned: list[str] = []
+        if self.job_id is not None:
+            _run(["scancel", self.job_id])
+            cleaned.append(f"slurm job {self.job_id}")
+        # Ctrl-C while salloc waited: the job may exist without its id known here; its name finds it.
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            _run(["scancel", f"--name={job_name(self.run_id)}", f"--user={getpass.getuser()}"])
+        for proc in self._procs.values():  # srun clients end with their steps; a stuck one is killed
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        cleaned += [f"process {p.pid}" for p in kill_marked(self.run_id)]
+        for fh in self._logs.values():
+            fh.close()
+        self._logs.clear()
+        if self._observer is not None:
+            self._observer.join(timeout=5)
+        return cleaned
+
+    def describe(self) -> dict[str, Any]:
+        return {"runtime": self.name, "slurm": self.options.model_dump(exclude_none=True),
+                "crash_mechanism": "scancel --signal=KILL JOB.STEP", "freeze_mechanism": "scancel --signal=STOP/CONT "
+                "JOB.STEP, checked by process state", "kill_worker_mechanism": "a helper job step signals the workers"}

@@ -1,0 +1,215 @@
+"""The slurm runtime without a cluster: parsing Slurm's output, the scenario's ``cluster.slurm`` options, the dry run's
+salloc/srun lines, capability refusals, and the helper step's process finding on this machine's real processes.
+
+The runtime against a real Slurm (the container cluster) is tests/integration/test_slurm_runtime.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from chaos.cli import main
+from chaos.loading import ScenarioInvalid, parse_scenario, resolve_scenario_path
+from chaos.runtimes import slurm, slurm_helper
+
+SCENARIO = """\
+name: s
+cluster:
+  runtime: slurm
+  nodes: 2
+  min_nodes: 2
+  slurm: {spares: 1, partition: gpu, account: proj, extra_args: [--exclusive]}
+workload: {name: ddp-mlp, args: {steps: 20}}
+faults:
+  - {kind: crash, target: 1, at_step: 5}
+"""
+
+
+def errors_of(text: str) -> list[str]:
+    with pytest.raises(ScenarioInvalid) as exc:
+        parse_scenario(text, "s.yaml")
+    return [str(e) for e in exc.value.errors]
+
+
+def test_job_id_from_salloc_output() -> None:
+    assert slurm.parse_job_id("salloc: Granted job allocation 12\n") == "12"
+    assert slurm.parse_job_id("salloc: Pending job allocation 7\nsalloc: job 7 queued and waiting for resources\n"
+                              "salloc: job 7 has been allocated resources\nsalloc: Granted job allocation 7\n") == "7"
+    with pytest.raises(RuntimeError, match=r"(?s)no job id.*Invalid partition"):
+        slurm.parse_job_id("salloc: error: invalid partition specified: x\nsalloc: error: Invalid partition name\n")
+
+
+def test_node_states_steps_and_jobs() -> None:
+    assert slurm.parse_node_states("c1 alloc\nc2 down*\nc3 idle\nc1 alloc\n\n") == {"c1": "alloc", "c2": "down*",
+                                                                                     "c3": "idle"}
+    steps = slurm.parse_steps("12.0 abc123-node0-1\n12.1 abc123-node1-1\n13.0 other\n12.extern extern\n", "12")
+    assert steps == {"abc123-node0-1": "12.0", "abc123-node1-1": "12.1", "extern": "12.extern"}
+    jobs = slurm.parse_jobs("12|torch-chaos-run1|engine=h:1\n13|bash|\n14|torch-chaos-run2|(null)\n")
+    assert jobs == [("12", "torch-chaos-run1", "engine=h:1"), ("14", "torch-chaos-run2", "(null)")]
+
+
+def test_orphan_judged_by_the_engine_named_in_the_comment() -> None:
+    import socket
+
+    host = socket.gethostname()
+    assert not slurm.comment_orphaned(f"engine={host}:{os.getpid()}")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    assert slurm.comment_orphaned(f"engine={host}:{dead.pid}")
+    assert not slurm.comment_orphaned("engine=some-other-login-node:1")  # cannot tell: not an orphan
+    assert not slurm.comment_orphaned("(null)")
+
+
+def test_placeholders_are_substituted() -> None:
+    hosts = {"node0": "c1", "node1": "c3"}
+    assert slurm.substitute("--rdzv-endpoint={slurm-host:node0}:29400", hosts, "10.0.0.2") == \
+        "--rdzv-endpoint=c1:29400"
+    assert slurm.substitute("{slurm-channel}:4000", hosts, "10.0.0.2") == "10.0.0.2:4000"
+
+
+def test_options_are_validated_with_the_field_named() -> None:
+    bad_time = errors_of(SCENARIO.replace("spares: 1,", "spares: 1, time: soon,"))
+    assert len(bad_time) == 1 and "cluster.slurm.time" in bad_time[0] and "HH:MM:SS" in bad_time[0]
+    own = errors_of(SCENARIO.replace("[--exclusive]", "[--nodes=4]"))
+    assert "cluster.slurm.extra_args" in own[0] and "sets --nodes itself" in own[0]
+    assert "sets -N itself" in errors_of(SCENARIO.replace("[--exclusive]", "[-N4]"))[0]
+    assert "sets --immediate itself" in errors_of(SCENARIO.replace("[--exclusive]", "[--immediate=5]"))[0]
+    assert "cluster.slurm.spares" in errors_of(SCENARIO.replace("spares: 1", "spares: -1"))[0]
+    assert "cluster.slurm.queue" in errors_of(SCENARIO.replace("spares: 1", "queue: x"))[0]
+    s = parse_scenario(SCENARIO)
+    assert s.cluster.slurm.spares == 1 and s.cluster.slurm.time == "00:30:00"
+
+
+def test_faults_slurm_cannot_do_are_refused_by_capability() -> None:
+    errs = errors_of(SCENARIO.replace("{kind: crash, target: 1, at_step: 5}",
+                                      "{kind: delay, target: 1, at_step: 5, delay: 50ms}"))
+    assert any("faults[0].kind" in e and "slurm runtime does not give" in e for e in errs), errs
+    errs = errors_of(SCENARIO.replace("{kind: crash, target: 1, at_step: 5}",
+                                      "{kind: memory_pressure, target: 1, at_step: 5, size: 100MB, duration: 2}"))
+    assert any("memory cgroup" in e and "slurm runtime does not give" in e for e in errs), errs
+    for kind in ("crash", "kill_worker", "freeze"):
+        extra = ", duration: 2" if kind == "freeze" else ""
+        parse_scenario(SCENARIO.replace("kind: crash", f"kind: {kind}").replace("at_step: 5}", f"at_step: 5{extra}}}"))
+
+
+def test_dry_run_prints_the_salloc_and_srun_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    assert main(["run", str(path), "--dry-run", "--json", "--out", str(tmp_path / "runs")]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert not (tmp_path / "runs").exists(), "a dry run creates nothing"
+    salloc, *rest = shown["commands"]
+    assert salloc.startswith("salloc --no-shell --no-kill --nodes=3 --job-name=torch-chaos-")
+    assert "--partition=gpu --account=proj --exclusive" in salloc and "--comment=engine=" in salloc
+    bounded = slurm.salloc_argv(slurm.SlurmOptions(wait_s=60), 3, "r", "engine=h:1")
+    assert "--immediate=60" in bounded and "--no-kill" in bounded
+    sruns = [line for line in rest if line.startswith("srun ")]
+    assert len(sruns) == 2
+    for i, line in enumerate(sruns):
+        assert line.startswith("srun --overlap --jobid=J --nodes=1 --ntasks=1 '--nodelist={slurm-host:node" + f"{i}}}'")
+        assert "'--rdzv-endpoint={slurm-host:node0}:29400'" in line
+    assert shown["nodes"][0]["env"]["CHAOS_CHANNEL"].startswith("{slurm-channel}:")
+
+
+def test_shipped_slurm_scenarios_are_valid() -> None:
+    from chaos.loading import load_scenario
+
+    s = load_scenario(resolve_scenario_path("slurm/node-crash"))
+    assert s.cluster.runtime == "slurm" and s.cluster.slurm.spares == 1
+    for name in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash", "slurm/rendezvous-host-crash"):
+        assert load_scenario(resolve_scenario_path(name)).cluster.runtime == "slurm"
+
+
+def test_cleanup_without_slurm_tools_finds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert slurm.SlurmRuntime.cleanup(None, only_orphans=False) == []
+    checks = slurm.SlurmRuntime.machine_checks()
+    assert not checks[0].ok and "salloc" in checks[0].detail
+    assert not checks[0].required  # plain `chaos doctor`: a machine off a Slurm cluster is not broken
+    assert slurm.SlurmRuntime.machine_checks(slurm.SlurmOptions())[0].required  # a Slurm scenario needs them
+
+
+def test_a_slurm_run_off_a_slurm_cluster_stops_before_anything_starts(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    assert main(["run", str(path), "--out", str(tmp_path / "runs")]) == 2
+    assert not (tmp_path / "runs").exists()
+
+
+def test_helper_finds_signals_and_spares_the_agent(tmp_path: Path) -> None:
+    """The helper on this machine's real processes: a marked 'agent' with a marked 'worker' child."""
+    mark = f"test-{os.getpid()}/node1"
+    code = ("import subprocess, sys, time; "
+            "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+            "env={**__import__('os').environ, 'LOCAL_RANK': '0'}); time.sleep(60)")
+    agent = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, slurm_helper.TREE_VAR: mark})
+    try:
+        deadline = time.monotonic() + 10
+        while len(slurm_helper.marked(mark)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        procs = slurm_helper.marked(mark)
+        assert len(procs) == 2 and slurm_helper.roots(procs) == [agent.pid]
+        answer = slurm_helper.act("signal-all", mark, int(signal.SIGSTOP), None)
+        assert sorted(answer["signalled"]) == sorted(procs)
+        time.sleep(0.1)
+        assert set(slurm_helper.act("state", mark, 0, None)["processes"].values()) == {"T"}
+        slurm_helper.act("signal-all", mark, int(signal.SIGCONT), None)
+        assert slurm_helper.act("kill-workers", mark, int(signal.SIGKILL), 3)["signalled"] == []
+        answer = slurm_helper.act("kill-workers", mark, int(signal.SIGKILL), None)
+        worker = [p for p in procs if p != agent.pid]
+        assert answer["signalled"] == worker and answer["agents"] == [agent.pid]
+        assert agent.poll() is None  # the agent stays
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+def test_scheduler_part_of_the_recovery_breakdown() -> None:
+    """Slurm's own part beside the phases: its detection of a lost host, the replacement's srun and step start."""
+    from chaos.analysis.breakdown import breakdown_for_result, scheduler_part
+
+    fault = {"id": 0, "t_injected": 100.0}
+    events = [
+        {"t": 90.0, "event": "slurm_node_state", "host": "c1", "state": "down*", "previous": "alloc"},  # before
+        {"t": 100.5, "event": "slurm_step_started", "node": "node1", "host": "c3", "step": "1.3", "after_s": 0.2,
+         "replacement": True},
+        {"t": 117.0, "event": "slurm_node_state", "host": "c2", "state": "down*", "previous": "alloc"},
+        {"t": 130.0, "event": "slurm_node_state", "host": "c2", "state": "idle", "previous": "down*"},
+    ]
+    part = scheduler_part(events, fault)
+    assert part is not None
+    assert part["host_down"] == "c2" and part["host_down_after_s"] == pytest.approx(17.0)
+    assert part["replacement_host"] == "c3" and part["replacement_step_s"] == pytest.approx(0.2)
+    assert part["replacement_srun_after_s"] == pytest.approx(0.3)
+    assert scheduler_part([], fault) is None
+    shown = breakdown_for_result({"phases": [], "not_measured": [], "largest": None, "scheduler": part})
+    assert shown["scheduler"] == part
+    assert "scheduler" not in breakdown_for_result({"phases": [], "not_measured": [], "largest": None})
+
+
+def test_a_host_is_lost_when_slurm_says_it_does_not_respond() -> None:
+    assert slurm.host_lost("mix*") and slurm.host_lost("down*") and slurm.host_lost("down")
+    assert slurm.host_lost("drain") and slurm.host_lost("fail")
+    assert not slurm.host_lost("alloc") and not slurm.host_lost("mix") and not slurm.host_lost("idle")
+    assert not slurm.host_lost("")
+
+
+def test_a_replacement_goes_to_a_free_spare_and_never_back_to_a_lost_host() -> None:
+    rt = slurm.SlurmRuntime("20260101-000000-x-abcdef", "/tmp/nowhere", slurm.SlurmOptions(spares=1))
+    rt.host_of, rt.spares = {"node0": "c1", "node1": "c2"}, ["c3"]
+    assert rt._place("node1") == ("c2", False)  # the first start: its own host
+    rt._procs["node1"] = None  # type: ignore[assignment]  # started once: the next start is a replacement
+    assert rt._place("node1") == ("c3", True) and rt.spares == ["c2"]  # c2 is healthy: a spare again
+    rt._states["c3"] = "down*"
+    assert rt._place("node1") == ("c2", True) and rt.spares == []  # c3 is lost: not a spare any more
+    assert rt._place("node1") == ("c2", True)  # no spare left: the same host again
