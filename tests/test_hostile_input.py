@@ -3,17 +3,21 @@ line and field and no traceback, validate and run share that judgement, and path
 
 from __future__ import annotations
 
+import argparse
+import ast
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from chaos.admission import admit
 from chaos.loading import MAX_FILE_BYTES, ScenarioInvalid, parse_scenario
 from chaos.plan import PlanError, build_plan
-from chaos.workload_args import DDP_MLP
+from chaos.workload_args import DDP_MLP, add_arguments
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests/data/hostile/scenarios").glob("*.yaml"))
@@ -83,14 +87,25 @@ def test_too_big_file_is_refused_before_parsing(tmp_path: Path) -> None:
         admit(path, machine=False)
 
 
+def _train_parse_args() -> Callable[[list[str]], argparse.Namespace]:
+    """workloads/train.py's own ``parse_args``, run without importing train.py (that imports torch, 3-5 s here):
+    its function as written there, with the names train.py imports from chaos.workload_args (checked)."""
+    path = ROOT / "workloads" / "train.py"
+    tree = ast.parse(path.read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "chaos.workload_args"
+                for a in n.names}
+    assert {"DDP_MLP", "add_arguments"} <= imported
+    [fn] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "parse_args"]
+    namespace: dict[str, Any] = {"argparse": argparse, "DDP_MLP": DDP_MLP, "add_arguments": add_arguments,
+                                 "__doc__": ast.get_docstring(tree)}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec"), namespace)
+    return namespace["parse_args"]  # type: ignore[no-any-return]
+
+
 def test_workload_declares_its_arguments_once() -> None:
     """train.py's parser is built from chaos.workload_args.DDP_MLP: same names, types and defaults."""
-    sys.path.insert(0, str(ROOT / "workloads"))
-    try:
-        import train  # type: ignore[import-not-found]
-    finally:
-        sys.path.pop(0)
-    args = vars(train.parse_args(["--checkpoint-dir", "x"]))
+    parse_args = _train_parse_args()
+    args = vars(parse_args(["--checkpoint-dir", "x"]))
     assert set(args) == set(DDP_MLP)
     assert all(args[k] == a.default for k, a in DDP_MLP.items() if k != "checkpoint_dir")
     schema = __import__("chaos.scenario", fromlist=["Scenario"]).Scenario.model_json_schema()
