@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psutil
 import pytest
@@ -49,6 +50,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.unlink(path)
         os.environ.pop(variable, None)
     _created.clear()
+
+
+INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast tier (``-m "not integration"``) does not import tests/integration at all.
+
+    Every module there is marked ``integration`` as a whole (``tests/test_suite_coverage.py`` checks it), so
+    ``-m "not integration"`` would deselect every test in it after importing it: ~20 modules imported and
+    assertion-rewritten for nothing in each xdist worker. Any other ``-m`` collects them as before."""
+    if "".join(config.getoption("markexpr", "").split()) != "notintegration":
+        return None
+    path = collection_path.resolve()
+    return True if path == INTEGRATION_DIR or INTEGRATION_DIR in path.parents else None
 
 
 # Files whose tests share real runs with another file's (tests/runs.py caches them per process): same worker.

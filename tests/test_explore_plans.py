@@ -33,10 +33,13 @@ def test_plans_respect_the_bounds(plan: list[Fault]) -> None:
             assert f.duration is not None and 1 <= f.duration <= 3
 
 
+EXPLORED = load_scenario(shipped_scenarios_dir() / "bugs" / "explore-non-atomic-save.yaml")
+
+
 @settings(deadline=None)  # a loaded CI machine takes longer than hypothesis's 200 ms default to validate
 @given(st.data())
 def test_reproducer_is_a_valid_scenario_that_replays_the_plan(data: st.DataObject) -> None:
-    scenario = load_scenario(shipped_scenarios_dir() / "bugs" / "explore-non-atomic-save.yaml")
+    scenario = EXPLORED  # loaded once: what each example checks is the reproducer built from it
     assert scenario.explore is not None
     plan = data.draw(fault_strategy(scenario.explore, scenario.cluster.nodes))
     repro = parse_scenario(reproducer_yaml(scenario, plan, seed=7))

@@ -82,9 +82,18 @@ def test_pause_waits_for_the_engine_ack(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_a_held_job_goes_on_when_the_engine_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A live engine's heartbeat keeps the job held until the ack; once it goes stale (engine killed) the job
-    is released within seconds, long before the safety timeout."""
+    is released within seconds, long before the safety timeout.
+
+    Run on a scaled clock: the staleness threshold and the beat interval are both divided by 3, keeping their
+    real ratio (checked first), so the live engine still answers after more than the threshold and the stale
+    file is noticed within it (~2.5 s instead of ~7 s)."""
+    from chaos.engine import heartbeat
     from chaos.engine.heartbeat import HEARTBEAT_FILE, Heartbeat
 
+    scale = 3.0
+    assert probe._ENGINE_GONE_S / heartbeat.INTERVAL_S >= 6  # the real margin the scaled run keeps
+    monkeypatch.setattr(probe, "_ENGINE_GONE_S", probe._ENGINE_GONE_S / scale)
+    monkeypatch.setattr(heartbeat, "INTERVAL_S", heartbeat.INTERVAL_S / scale)
     events = tmp_path / "events.jsonl"
     acks = Path(str(events) + ".acks")
     acks.mkdir()
@@ -95,14 +104,14 @@ def test_a_held_job_goes_on_when_the_engine_is_gone(tmp_path: Path, monkeypatch:
     beat.start()
     try:
         def engine() -> None:  # alive, slow to answer (a slow fault injection): the job must wait for it
-            time.sleep(4.0)
+            time.sleep(4.0 / scale)
             (acks / json.loads(events.read_text().splitlines()[-1])["id"]).touch()
 
         t = threading.Thread(target=engine)
         t.start()
         t0 = time.monotonic()
         probe.checkpoint_save_started(5, "x.pt")
-        assert time.monotonic() - t0 >= 3.9, "released early although the engine was alive"
+        assert time.monotonic() - t0 >= 3.9 / scale, "released early although the engine was alive"
         t.join()
     finally:
         beat._stop.set()  # the engine dies without cleaning up: its heartbeat file stays, going stale
@@ -111,4 +120,4 @@ def test_a_held_job_goes_on_when_the_engine_is_gone(tmp_path: Path, monkeypatch:
     t0 = time.monotonic()
     probe.checkpoint_save_started(6, "y.pt")
     waited = time.monotonic() - t0
-    assert 1.0 <= waited < 10, waited  # noticed within seconds, not after the 60 s safety timeout
+    assert 1.0 / scale <= waited < 10, waited  # noticed within seconds, not after the 60 s safety timeout

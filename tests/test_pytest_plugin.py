@@ -14,6 +14,8 @@ BROKEN = Path(__file__).resolve().parent / "broken"
 STEPS = 10  # print_steps.py prints one step every 50 ms
 # pytest-benchmark, loaded by the inner sessions too, warns that the outer session's xdist disables it
 QUIET = ("-p", "no:benchmark")
+# The stuck job prints 20 steps (~1 s) then hangs: a 1 s stall is enough to call it hung (the good jobs keep 2 s)
+STUCK = "{deadline_s: 60, stall_timeout_s: 1}"
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -47,11 +49,11 @@ def test_fixture_runs_a_scenario_and_asserts_on_the_result(pytester: pytest.Pyte
 
 def test_scenario_files_are_collected_and_fail_with_the_verdict_table(pytester: pytest.Pytester) -> None:
     pytester.makefile(".chaos.yaml", good=scenario("good-job", "print_steps.py"),
-                      stuck=scenario("stuck-job", "hang.py"))
+                      stuck=scenario("stuck-job", "hang.py", STUCK))
     junit = pytester.path / "junit.xml"
     out = pytester.runpytest_inprocess(*QUIET, "--chaos-scenarios", f"--junitxml={junit}", "-q")
     out.assert_outcomes(passed=1, failed=1)
-    out.stdout.fnmatch_lines(["*verdict hung: no step for 2s*", "*run directory:*", "*expectations*"])
+    out.stdout.fnmatch_lines(["*verdict hung: no step for 1s*", "*run directory:*", "*expectations*"])
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
     assert set(cases) == {"good-job", "stuck-job"}
     props = {p.get("name"): p.get("value") for p in cases["stuck-job"].iter("property")}
@@ -66,7 +68,7 @@ def test_without_the_option_nothing_is_collected(pytester: pytest.Pytester) -> N
 
 
 def test_k_and_x_select_and_stop(pytester: pytest.Pytester) -> None:
-    pytester.makefile(".chaos.yaml", a_stuck=scenario("a-stuck", "hang.py"),
+    pytester.makefile(".chaos.yaml", a_stuck=scenario("a-stuck", "hang.py", STUCK),
                       b_good=scenario("b-good", "print_steps.py"))
     out = pytester.runpytest_inprocess(*QUIET, "--chaos-scenarios", "-k", "good", "-q")
     out.assert_outcomes(passed=1, deselected=1)
@@ -82,7 +84,10 @@ def test_invalid_scenario_file_is_a_collection_error_with_the_line(pytester: pyt
 
 
 def test_xdist_workers_do_not_clash(pytester: pytest.Pytester) -> None:
+    """Three processes start pytest here (the session and its two workers): plug-ins the inner session does not
+    use are not loaded (each costs its import in each of them)."""
     pytest.importorskip("xdist")
     pytester.makefile(".chaos.yaml", **{f"job{i}": scenario(f"job-{i}", "print_steps.py") for i in range(3)})
-    out = pytester.runpytest_subprocess("--chaos-scenarios", "-n", "2", "-q")
+    unused = ("-p", "no:hypothesispytest", "-p", "no:cacheprovider")
+    out = pytester.runpytest_subprocess(*QUIET, *unused, "--chaos-scenarios", "-n", "2", "-q")
     out.assert_outcomes(passed=3)

@@ -4,6 +4,9 @@ A new scenario file that no test runs fails here, in the fast tier, instead of s
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 from chaos.loading import shipped_scenarios_dir
 from tests.integration import (
     test_etcd_rendezvous,
@@ -43,3 +46,16 @@ def test_every_shipped_scenario_is_run_by_an_integration_test() -> None:
 def test_the_matrix_runs_every_runtime_the_network_scenarios_need() -> None:
     assert set(test_runtime_matrix.RUNTIMES) == {"netns", "docker"}
     assert {n for n in shipped_names() if n.startswith("network/")} <= set(test_runtime_matrix.EXPECTED_VERDICT)
+
+
+def test_every_integration_module_is_marked_integration_as_a_whole() -> None:
+    """tests/conftest.py skips tests/integration under ``-m "not integration"`` without importing it: that is only
+    right while every test module there carries the mark in its ``pytestmark`` (a fast test there would be lost)."""
+    modules = sorted((Path(__file__).parent / "integration").glob("test_*.py"))
+    assert len(modules) > 10
+    for module in modules:
+        marked = False
+        for node in ast.parse(module.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
+                marked = "pytest.mark.integration" in ast.unparse(node.value)
+        assert marked, f"{module.name}: pytestmark must include pytest.mark.integration"
