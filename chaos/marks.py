@@ -38,12 +38,40 @@ def marked_processes(prefix: str | None) -> list[psutil.Process]:
     return found
 
 
+def _pid_namespace() -> str:
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
+
+
+def engine_mark() -> str:
+    """The ``ENGINE_VAR`` value this engine gives the processes it starts: ``<pid>@<pid namespace inode>``.
+
+    A pid alone names a process only in its own pid namespace. An engine in a container (the Slurm runtime's, on the
+    container cluster's login node) starts processes the host also sees; judged by the pid alone they look orphaned
+    from the host, and ``chaos cleanup`` there would kill a live run. The namespace says whose pid it is."""
+    namespace = _pid_namespace()
+    return f"{os.getpid()}@{namespace}" if namespace else str(os.getpid())
+
+
+def parse_engine_mark(value: str) -> tuple[int | None, bool]:
+    """(the engine's pid, whether that pid is of this pid namespace) from an ``ENGINE_VAR`` value; an unmarked or
+    malformed value is (None, True): nobody can claim it, as before namespaces were recorded."""
+    pid, _, namespace = value.partition("@")
+    if not pid.isdigit():
+        return None, True
+    return int(pid), not namespace or namespace == _pid_namespace()
+
+
 def engine_pid(proc: psutil.Process) -> int | None:
+    """The pid of the engine that started ``proc``, when that engine is of this pid namespace (else None)."""
     try:
         value = proc.environ().get(ENGINE_VAR, "")
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
         return None
-    return int(value) if value.isdigit() else None
+    pid, here = parse_engine_mark(value)
+    return pid if here else None
 
 
 def signal_all(procs: list[psutil.Process], sig: int) -> None:
@@ -69,8 +97,15 @@ def with_local_rank(procs: list[psutil.Process], local_rank: int | None) -> list
 
 
 def orphaned(proc: psutil.Process) -> bool:
-    """A marked process whose engine is gone: nobody will ever tear it down but ``chaos cleanup``."""
-    pid = engine_pid(proc)
+    """A marked process whose engine is gone: nobody will ever tear it down but ``chaos cleanup``. A process whose
+    engine is of another pid namespace is not judged here: its engine's namespace (or its scheduler) tears it down."""
+    try:
+        value = proc.environ().get(ENGINE_VAR, "")
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return False  # gone, or not ours to read
+    pid, here = parse_engine_mark(value)
+    if not here:
+        return False
     return pid is None or not psutil.pid_exists(pid)
 
 

@@ -229,7 +229,7 @@ def storage_mounts(ours_or_dead: Callable[[str], bool]) -> set[str]:
 
     A mount served by an unmarked server (the storage unit tests' own, in another pytest session on this machine)
     is that test's to check."""
-    from chaos.marks import ENGINE_VAR, TREE_VAR
+    from chaos.marks import ENGINE_VAR, TREE_VAR, parse_engine_mark
     from chaos.storage.layer import MARK_PREFIX
     from chaos.storage.mounts import chaos_mounts, served
 
@@ -239,9 +239,13 @@ def storage_mounts(ours_or_dead: Callable[[str], bool]) -> set[str]:
             env = p.environ()
         except (psutil.Error, OSError):
             continue
-        engines[env.get(TREE_VAR, "").removeprefix(MARK_PREFIX + "/")] = env.get(ENGINE_VAR, "")
+        pid, here = parse_engine_mark(env.get(ENGINE_VAR, ""))
+        # an engine of another pid namespace: its mount is not ours to judge (an empty pid would say "leaked")
+        engines[env.get(TREE_VAR, "").removeprefix(MARK_PREFIX + "/")] = str(pid or "") if here else "foreign"
     found = set()
     for m in chaos_mounts():
+        if engines.get(m.run_id) == "foreign":
+            continue
         leaked = ours_or_dead(engines[m.run_id]) if m.run_id in engines else not served(m.path)
         if leaked:
             found.add(f"storage mount {m.path}")

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from chaos.faults.base import FaultContext
 from chaos.faults.netbase import NetworkFault, NetworkFaultSpec, impairment, mechanism_or_fail
-from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR
+from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, engine_mark
 from chaos.net.capabilities import delay_mechanism
 from chaos.net.impair import start_delayer
 from chaos.spec import Seconds
@@ -48,7 +48,7 @@ class Delay(NetworkFault):
             imp.add_root_qdisc(["netem", "delay", f"{delay_ms:g}ms", f"{jitter_ms:g}ms"])
             return f"tc netem delay {delay_ms:g}ms ±{jitter_ms:g}ms on {ctx.node}'s {imp.interface}"
         run_id = ctx.plan.run_id if ctx.plan is not None else "run"
-        env = {**os.environ, TREE_VAR: f"{run_id}/{DELAYERS}/{ctx.fault_id}", ENGINE_VAR: str(os.getpid())}
+        env = {**os.environ, TREE_VAR: f"{run_id}/{DELAYERS}/{ctx.fault_id}", ENGINE_VAR: engine_mark()}
         imp.delayer = start_delayer(imp.enter, QUEUE, delay_ms, jitter_ms, env)
         imp.add_rule("INPUT", ["-i", imp.interface, "-j", "NFQUEUE", "--queue-num", str(QUEUE), "--queue-bypass"],
                      last=True)

@@ -37,7 +37,7 @@ from typing import Any
 import psutil
 
 from chaos.events import Ev
-from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, leftover_owner_files
+from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, engine_mark, leftover_owner_files
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 OWNERS_DIR = Path("/run/torch-chaos/memory")
@@ -375,7 +375,7 @@ def start_allocator(path: Path, nbytes: int, hold_s: float, protected: bool, run
     on its stdin for the go, so it allocates nothing outside the cgroup. Marked like the network delayers
     (``<run>/delayers/...``): teardown and ``chaos cleanup`` kill it with them.
     """
-    env = {**os.environ, TREE_VAR: f"{run_id}/{DELAYERS}/memory{fault_id}", ENGINE_VAR: str(os.getpid())}
+    env = {**os.environ, TREE_VAR: f"{run_id}/{DELAYERS}/memory{fault_id}", ENGINE_VAR: engine_mark()}
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
         argv = [sys.executable, "-m", "chaos.faults.allocator", str(nbytes), str(hold_s), str(os.getpid()),

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from pydantic import Field
 
-from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, kill_marked, with_local_rank
+from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, with_local_rank
 from chaos.plan import (
     OWN_STACK_ENV,
     OWN_STACK_STORE_PORT,
@@ -240,7 +240,7 @@ class DockerRuntime(Runtime):
         with open(log, "ab") as fh:
             fh.write(f"\n===== torch-chaos: starting {node.name} at {time.time():.3f}\n".encode())
         env = {**node.env, "PYTHONPATH": str(REPO_ROOT), TREE_VAR: f"{self.run_id}/{node.name}",
-               ENGINE_VAR: str(os.getpid())}
+               ENGINE_VAR: engine_mark()}
         binds = {str(REPO_ROOT): {"bind": str(REPO_ROOT), "mode": "ro"},
                  str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}}
         argv = node.argv

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 import psutil
 
-from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked, marked_processes, signal_all, with_local_rank
+from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, signal_all, with_local_rank
 from chaos.plan import NodePlan, Plan
 from chaos.runtimes.base import (
     CHECKPOINT_STORAGE,
@@ -96,7 +96,7 @@ class LocalRuntime(Runtime):
         fh = open(log, "ab")
         fh.write(f"\n===== torch-chaos: starting {node.name} at {time.time():.3f}\n".encode())
         fh.flush()
-        env = {**os.environ, **node.env, TREE_VAR: self._tree_mark(node.name), ENGINE_VAR: str(os.getpid())}
+        env = {**os.environ, **node.env, TREE_VAR: self._tree_mark(node.name), ENGINE_VAR: engine_mark()}
         argv = node.argv
         cgroup = self._cgroups.get(node.name)
         if cgroup is not None:

@@ -37,7 +37,7 @@ from typing import IO, TYPE_CHECKING, Any
 from pydantic import Field, field_validator
 
 from chaos.events import Ev
-from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked
+from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked
 from chaos.plan import OWN_STACK_STORE_PORT, REPO_ROOT, Addressing, NodePlan, Plan, node_names
 from chaos.runtimes.base import CHECKPOINT_STORAGE, FREEZE, KILL, KILL_WORKERS, Runtime, Unsupported
 from chaos.spec import Strict
@@ -374,7 +374,7 @@ class SlurmRuntime(Runtime):
         fh = open(log, "ab")
         fh.write(f"\n===== torch-chaos: starting {node.name} on {host} at {time.time():.3f}\n".encode())
         fh.flush()
-        full_env = {**os.environ, **env, TREE_VAR: f"{self.run_id}/{node.name}", ENGINE_VAR: str(os.getpid())}
+        full_env = {**os.environ, **env, TREE_VAR: f"{self.run_id}/{node.name}", ENGINE_VAR: engine_mark()}
         self._procs[node.name] = subprocess.Popen(
             srun_argv(self.job_id, host, step_name, str(self.run_dir), argv), env=full_env, stdout=fh,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)

@@ -24,7 +24,7 @@ import psutil
 
 from chaos.events import Ev
 from chaos.machine import APT, Check
-from chaos.marks import ENGINE_VAR, TREE_VAR, kill_marked, marked_processes, orphaned
+from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, orphaned
 from chaos.storage.control import StorageControl
 from chaos.storage.mounts import chaos_mounts, is_mounted, unmount
 
@@ -151,7 +151,7 @@ class StorageLayer:
         if isinstance(workload, CommandWorkload):  # the server reads the steps printed: a save's step
             argv += ["--progress-regex", workload.progress_regex]
             argv += [f"--log={name}={path}" for name, path in self.logs.items()]
-        env = {**os.environ, TREE_VAR: f"{MARK_PREFIX}/{self.plan.run_id}", ENGINE_VAR: str(os.getpid())}
+        env = {**os.environ, TREE_VAR: f"{MARK_PREFIX}/{self.plan.run_id}", ENGINE_VAR: engine_mark()}
         env.pop("CHAOS_NODE", None)
         with open(log, "ab") as out:
             self._proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
