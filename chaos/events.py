@@ -75,6 +75,7 @@ class Ev(StrEnum):
     SLURM_ALLOCATED = "slurm_allocated"
     SLURM_NODE_STATE = "slurm_node_state"
     SLURM_STEP_STARTED = "slurm_step_started"
+    SLURM_RELEASED = "slurm_released"
     # -- a hang (source "workload" from the probe for a main-thread hang, "engine" for a stopped process)
     HANG_STARTED = "hang_started"
     HANG_RELEASED = "hang_released"
@@ -225,6 +226,15 @@ class SlurmStepStarted(Line):
     step: str  # JOB.STEP
     after_s: float  # from starting srun to the step listed as running
     replacement: bool
+
+
+class SlurmReleased(Line):
+    """Teardown's ``scancel`` of the allocation: whether Slurm took it (when not, ``chaos cleanup`` cancels the job:
+    its name and comment say whose it is)."""
+
+    job_id: str
+    ok: bool
+    why: NotRequired[str]  # scancel's exit code and message, or why it could not run
 
 
 class NodeStarted(Line):
@@ -548,6 +558,7 @@ FIELDS: dict[Ev, type] = {
     Ev.SLURM_ALLOCATED: SlurmAllocated,
     Ev.SLURM_NODE_STATE: SlurmNodeState,
     Ev.SLURM_STEP_STARTED: SlurmStepStarted,
+    Ev.SLURM_RELEASED: SlurmReleased,
     Ev.HANG_STARTED: HangStarted,
     Ev.HANG_RELEASED: HangReleased,
     Ev.PROCESS_STARTED: ProcessStarted,

@@ -64,10 +64,23 @@ ControlRunner = Callable[[Scenario, int], dict[str, Any]]
 
 
 def wants_golden(scenario: Scenario) -> bool:
-    if not scenario.checks.golden:
-        return False
+    return scenario.checks.golden and no_golden_why(scenario) is None
+
+
+def no_golden_why(scenario: Scenario) -> str | None:
+    """Why a scenario that asks for a golden run (``checks.golden``) gets none; None when it gets one."""
+    from chaos.registry import runtime_class
+
     w = scenario.workload
-    return not isinstance(w, CommandWorkload) or "loss" in re.compile(w.progress_regex).groupindex
+    if isinstance(w, CommandWorkload) and "loss" not in re.compile(w.progress_regex).groupindex:
+        return "the script prints no loss (progress_regex has no 'loss' group), so a golden run would have nothing " \
+               "to compare"
+    runtime = scenario.cluster.runtime
+    if not runtime_class(runtime).golden_beside_engine:
+        return (f"the golden run is made of local processes beside the engine, and on runtime {runtime} that is a "
+                "login node, not the nodes' kind of machine: run the same scenario fault-free on the cluster "
+                "(faults: []) and compare, or on runtime local for a CPU-sized job")
+    return None
 
 
 def torch_version() -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 
 import psutil
@@ -29,7 +30,12 @@ def marked() -> Iterator[tuple[str, Callable[[str, str], psutil.Process]]]:
     def start(name: str, mark: str) -> psutil.Process:
         proc = subprocess.Popen(["sleep", "60"], env={**os.environ, TREE_VAR: f"{prefix}/{name}", ENGINE_VAR: mark})
         procs.append(proc)
-        return psutil.Process(proc.pid)
+        found = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 10
+        while found.environ().get(TREE_VAR) is None:  # until exec: the forked child still has pytest's environment
+            assert time.monotonic() < deadline, "sleep did not start"
+            time.sleep(0.01)
+        return found
 
     yield prefix, start
     for proc in procs:

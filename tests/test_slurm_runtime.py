@@ -82,6 +82,12 @@ def test_options_are_validated_with_the_field_named() -> None:
     assert "cluster.slurm.extra_args" in own[0] and "sets --nodes itself" in own[0]
     assert "sets -N itself" in errors_of(SCENARIO.replace("[--exclusive]", "[-N4]"))[0]
     assert "sets --immediate itself" in errors_of(SCENARIO.replace("[--exclusive]", "[--immediate=5]"))[0]
+    # getopt_long takes unambiguous prefixes, and short options cluster: the same flags in those spellings
+    assert "sets --job-name itself" in errors_of(SCENARIO.replace("[--exclusive]", "[--job-n=x]"))[0]
+    assert "sets --comment itself" in errors_of(SCENARIO.replace("[--exclusive]", "[--comm=x]"))[0]
+    assert "sets -N itself" in errors_of(SCENARIO.replace("[--exclusive]", "[-vN4]"))[0]
+    for fine in ("[-pkilo]", "[--exclusive, -v, --mem=0]", "[--no-requeue]"):  # a value, other flags
+        assert parse_scenario(SCENARIO.replace("[--exclusive]", fine)).cluster.slurm is not None, fine
     assert "cluster.slurm.spares" in errors_of(SCENARIO.replace("spares: 1", "spares: -1"))[0]
     assert "cluster.slurm.queue" in errors_of(SCENARIO.replace("spares: 1", "queue: x"))[0]
     s = parse_scenario(SCENARIO)
@@ -178,11 +184,16 @@ def test_scheduler_part_of_the_recovery_breakdown() -> None:
     """Slurm's own part beside the phases: its detection of a lost host, the replacement's srun and step start."""
     from chaos.analysis.breakdown import breakdown_for_result, scheduler_part
 
-    fault = {"id": 0, "t_injected": 100.0}
+    fault = {"id": 0, "t_injected": 100.0, "target": "node1"}
     events = [
-        {"t": 90.0, "event": "slurm_node_state", "host": "c1", "state": "down*", "previous": "alloc"},  # before
-        {"t": 100.5, "event": "slurm_step_started", "node": "node1", "host": "c3", "step": "1.3", "after_s": 0.2,
+        {"t": 50.0, "event": "slurm_allocated", "job_id": "7", "hosts": ["c1", "c2", "c3"],
+         "nodes": {"node0": "c1", "node1": "c2"}, "spares": ["c3"]},
+        {"t": 90.0, "event": "slurm_node_state", "host": "c2", "state": "down*", "previous": "alloc"},  # before
+        {"t": 100.5, "event": "slurm_step_started", "node": "node1", "host": "c3", "step": "7.3", "after_s": 0.2,
          "replacement": True},
+        {"t": 101.0, "event": "slurm_step_started", "node": "node0", "host": "c1", "step": "7.4", "after_s": 0.2,
+         "replacement": True},  # another node's replacement: not this fault's
+        {"t": 110.0, "event": "slurm_node_state", "host": "c1", "state": "down*", "previous": "alloc"},  # other host
         {"t": 117.0, "event": "slurm_node_state", "host": "c2", "state": "down*", "previous": "alloc"},
         {"t": 130.0, "event": "slurm_node_state", "host": "c2", "state": "idle", "previous": "down*"},
     ]
@@ -191,6 +202,9 @@ def test_scheduler_part_of_the_recovery_breakdown() -> None:
     assert part["host_down"] == "c2" and part["host_down_after_s"] == pytest.approx(17.0)
     assert part["replacement_host"] == "c3" and part["replacement_step_s"] == pytest.approx(0.2)
     assert part["replacement_srun_after_s"] == pytest.approx(0.3)
+    # a later disruptive fault at 115 s: what Slurm did after it is that fault's
+    later = scheduler_part(events, fault, until=115.0)
+    assert later is not None and "host_down" not in later and later["replacement_host"] == "c3"
     assert scheduler_part([], fault) is None
     shown = breakdown_for_result({"phases": [], "not_measured": [], "largest": None, "scheduler": part})
     assert shown["scheduler"] == part
@@ -213,3 +227,27 @@ def test_a_replacement_goes_to_a_free_spare_and_never_back_to_a_lost_host() -> N
     rt._states["c3"] = "down*"
     assert rt._place("node1") == ("c2", True) and rt.spares == []  # c3 is lost: not a spare any more
     assert rt._place("node1") == ("c2", True)  # no spare left: the same host again
+
+
+def test_no_golden_run_beside_a_login_node_and_the_verdict_says_why() -> None:
+    """The golden run is local processes beside the engine: on Slurm that is the login node, so none is made (it
+    would train the whole job there), and matches_golden says so instead of "checks.golden is off"."""
+    from chaos.golden import no_golden_why, wants_golden
+
+    scenario = parse_scenario(SCENARIO.replace("faults:", "checks: {golden: true}\nfaults:"))
+    assert scenario.checks.golden and not wants_golden(scenario)
+    why = no_golden_why(scenario)
+    assert why is not None and "login node" in why
+    text = "\n".join(line for line in SCENARIO.splitlines() if not line.startswith("  slurm:"))
+    local = parse_scenario(text.replace("runtime: slurm", "runtime: local"))
+    assert wants_golden(local) and no_golden_why(local) is None
+
+
+def test_an_outer_job_s_slurm_variables_do_not_shape_the_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine started inside an allocation inherits its SLURM_* defaults; the steps must not take them."""
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "outer[1-8]")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "64")
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
+    env = slurm.slurm_environ()
+    assert "SLURM_JOB_NODELIST" not in env and "SLURM_CPUS_PER_TASK" not in env
+    assert env["SLURM_CONF"] == "/etc/slurm/slurm.conf" and env["PATH"] == os.environ["PATH"]

@@ -46,39 +46,61 @@ def recovery_breakdowns(events: list[Event], faults: list[dict[str, Any]]) -> li
     out = [recovery_breakdown(marks, f, settings) for f in faults
            if f.get("disruptive", True) and f.get("injected", True)]
     by_id = {f["id"]: f for f in faults}
+    starts = sorted(f["t_injected"] for f in faults if f.get("disruptive", True) and f.get("injected", True)
+                    and f.get("t_injected") is not None)
     for b in out:
-        part = scheduler_part(events, by_id[b["fault"]])
+        fault = by_id[b["fault"]]
+        until = next((t for t in starts if fault.get("t_injected") is not None and t > fault["t_injected"]), None)
+        part = scheduler_part(events, fault, until)
         if part:
             b["scheduler"] = part
     return out
 
 
-def scheduler_part(events: list[Event], fault: dict[str, Any]) -> dict[str, Any] | None:
+def scheduler_part(events: list[Event], fault: dict[str, Any], until: float | None = None) -> dict[str, Any] | None:
     """What the scheduler itself did after the fault (the slurm runtime's ``slurm_*`` events), beside the phases:
     it overlaps them rather than splitting them (Slurm may mark a lost host down after the survivors recovered).
 
-    ``host_down_after_s``: from the fault until Slurm first marked an allocated host down (its own detection);
+    Only what concerns the fault's own node counts, up to ``until`` (the next disruptive fault): the host its step
+    ran on when the fault came, and that node's replacement step; another host going down, or a later fault's
+    replacement, is not this fault's.
+
+    ``host_down_after_s``: from the fault until Slurm first marked that host down (its own detection);
     ``replacement_srun_after_s``: from the fault until the engine ran the replacement's srun (the restart policy's
     delay, the engine's part); ``replacement_step_s``: from that srun until Slurm listed the step as running (the
-    scheduler's part of starting it). None without Slurm events after the fault."""
+    scheduler's part of starting it). None without such Slurm events after the fault."""
     t_f = fault.get("t_injected")
-    if t_f is None:
+    node = fault.get("target")
+    if t_f is None or node is None:
         return None
+    end = until if until is not None else float("inf")
+    host = _host_of(events, str(node), t_f)
     part: dict[str, Any] = {}
-    downs = [e for e in of_kind(events, Ev.SLURM_NODE_STATE) if e["t"] > t_f and str(e.get("state", "")).startswith(
-        ("down", "fail", "drain"))]
+    downs = [e for e in of_kind(events, Ev.SLURM_NODE_STATE) if t_f < e["t"] < end and e.get("host") == host
+             and str(e.get("state", "")).startswith(("down", "fail", "drain"))]
     if downs:
         part["host_down_after_s"] = downs[0]["t"] - t_f
         part["host_down"] = downs[0].get("host")
         part["host_down_state"] = downs[0].get("state")
-    steps = [e for e in of_kind(events, Ev.SLURM_STEP_STARTED)
-             if e.get("replacement") and e["t"] - float(e.get("after_s", 0)) >= t_f]
+    steps = [e for e in of_kind(events, Ev.SLURM_STEP_STARTED) if e.get("replacement") and e.get("node") == node
+             and t_f <= e["t"] - float(e.get("after_s", 0)) < end]
     if steps:
         first = steps[0]
         part["replacement_srun_after_s"] = first["t"] - float(first.get("after_s", 0)) - t_f
         part["replacement_step_s"] = float(first.get("after_s", 0))
         part["replacement_host"] = first.get("host")
     return part or None
+
+
+def _host_of(events: list[Event], node: str, t: float) -> str | None:
+    """The host ``node``'s step ran on at ``t``: its last step start before then, else its first placement."""
+    host = None
+    for e in of_kind(events, Ev.SLURM_ALLOCATED)[:1]:
+        host = (e.get("nodes") or {}).get(node)
+    for e in of_kind(events, Ev.SLURM_STEP_STARTED):
+        if e.get("node") == node and e["t"] - float(e.get("after_s", 0)) <= t:
+            host = e.get("host")
+    return host
 
 
 def _settings(events: list[Event]) -> dict[str, Any]:

@@ -10,7 +10,6 @@ and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()``
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,7 @@ from chaos.analysis.planned import missing_promises, not_injected
 from chaos.analysis.step_timing import step_timings
 from chaos.events import EndReason, Ev
 from chaos.history import Event
-from chaos.scenario import Bound, CommandWorkload, Scenario
+from chaos.scenario import Bound, Scenario
 
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
@@ -155,11 +154,10 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     }
     checkpoint = checkpoint_verdicts(events, golden, scenario.checks.loss_rtol, control)
     if golden is None and scenario.checks.golden:  # asked for, but no summary: never "checks.golden is off"
-        w = scenario.workload
-        prints_no_loss = isinstance(w, CommandWorkload) and "loss" not in re.compile(w.progress_regex).groupindex
-        checkpoint["matches_golden"]["why"] = (
-            "not checked: the script prints no loss (progress_regex has no 'loss' group), so a golden run would "
-            "have nothing to compare" if prints_no_loss else
+        from chaos.golden import no_golden_why  # the engine's rule for when it makes none (golden imports analysis)
+
+        why = no_golden_why(scenario)
+        checkpoint["matches_golden"]["why"] = f"not checked: {why}" if why else (
             "not checked: the golden run did not finish (interrupted or failed before its summary was written)")
     expectations = evaluate_expectations(scenario, summary, faults)
     expectations += evaluate_checkpoint_expectations(scenario, checkpoint)

@@ -34,7 +34,15 @@ from chaos.engine.scheduler import FaultScheduler, FaultState
 from chaos.engine.signals import Interrupted, RunInterrupted, signals_ignored, signals_interrupt
 from chaos.engine.states import PHASE_TRANSITIONS, EndReason, Phase, move
 from chaos.events import Ev
-from chaos.golden import CONTROL_FILE, ControlRunner, GoldenCache, GoldenRunner, torch_version, wants_golden
+from chaos.golden import (
+    CONTROL_FILE,
+    ControlRunner,
+    GoldenCache,
+    GoldenRunner,
+    no_golden_why,
+    torch_version,
+    wants_golden,
+)
 from chaos.history import HistoryWriter
 from chaos.plan import Plan, build_plan
 from chaos.run_result import RunResult
@@ -193,6 +201,9 @@ class Engine:
                                     environment=environment(parts.runtime, parts.plan, parts.storage.kind),
                                     plan=parts.plan.to_dict(), golden=golden)
                 parts.runtime.prepare(parts.plan)
+                # limits count from here: a scheduler's queue (salloc waiting for hosts) is not the job's start-up
+                self.started = time.time()
+                parts.progress.begin(self.started)
                 parts.record_runtime()
                 parts.open_channel()  # before the first node: its first event has somewhere to go
                 parts.storage.start()  # before the first node: every process sees the mount
@@ -225,8 +236,8 @@ class Engine:
         """Run (or reuse) the fault-free reference and keep its summary in this run's directory, so that the run
         directory alone is enough to recompute the result."""
         if not wants_golden(self.scenario):
-            if self.scenario.checks.golden:  # asked for, but nothing to compare: say so, never "checks.golden is off"
-                self.note("no golden run: the script prints no loss (progress_regex has no 'loss' group)")
+            if self.scenario.checks.golden:  # asked for, but none: say why, never "checks.golden is off"
+                self.note(f"no golden run: {no_golden_why(self.scenario)}")
             return None
         self.note("golden run: the same job without faults (cached after the first time)")
         self._enter(Phase.GOLDEN)

@@ -62,6 +62,10 @@ class Runtime(ABC):
     options: ClassVar[type[BaseModel] | None] = None
     # Order in ``chaos cleanup`` (lower first): containers go before the processes inside them carry marks.
     cleanup_order: ClassVar[int] = 50
+    # Whether the fault-free reference (chaos/golden.py) may run as local processes beside the engine. True where
+    # the engine's machine is the nodes' kind of machine; a scheduler's login node is not (no GPUs, shared by
+    # everyone), so a runtime that says False gets no golden run and matches_golden says why.
+    golden_beside_engine: ClassVar[bool] = True
 
     @classmethod
     def create(cls, scenario: Scenario, run_id: str, run_dir: str | Path) -> Runtime:

@@ -53,6 +53,7 @@ TOOLS = ("salloc", "srun", "scancel", "squeue", "scontrol", "sinfo")
 # Flags the runtime sets itself: an extra_args entry giving one of them would change what the runtime relies on.
 OWN_FLAGS = ("-N", "--nodes", "--no-shell", "--no-kill", "-k", "-J", "--job-name", "--comment", "-w", "--nodelist",
              "-I", "--immediate")
+SHORT_WITH_VALUE = set("AbBcCdDFGJLmMnNpqStwx")  # salloc's short options that take a value (the rest of a cluster)
 TIME_RE = re.compile(r"^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2}|UNLIMITED|INFINITE)$")
 POLL_S = 1.0  # how often the observer asks Slurm about the hosts (sinfo: ~10 ms)
 STARTING_POLL_S = 0.2  # how often it asks about steps while one started and is not listed yet (its start's resolution)
@@ -89,14 +90,31 @@ class SlurmOptions(Strict):
     @field_validator("extra_args")
     @classmethod
     def _extra(cls, value: list[str]) -> list[str]:
+        own_long = [f for f in OWN_FLAGS if f.startswith("--")]
         for arg in value:
             flag = arg.split("=", 1)[0]
-            if flag in OWN_FLAGS:
-                raise ValueError(f"{arg!r}: the runtime sets {flag} itself (nodes come from cluster.nodes and "
-                                 "cluster.slurm.spares; --no-shell and --no-kill are always given)")
-            if flag.startswith("-") and not flag.startswith("--") and len(flag) > 2 and flag[1] in "NJwkI":
-                raise ValueError(f"{arg!r}: the runtime sets -{flag[1]} itself")  # -N4, -Jname: glued values
+            # salloc reads long options with getopt_long, which takes any unambiguous prefix (--job-n=x is
+            # --job-name): a prefix of one the runtime sets would rename the job, and cleanup would not find it
+            taken = flag if flag in OWN_FLAGS else next(
+                (f for f in own_long if flag.startswith("--") and len(flag) > 3 and f.startswith(flag)), None)
+            if taken is None and flag.startswith("-") and not flag.startswith("--"):
+                taken = _own_short(flag[1:])  # a cluster of short options: -vN4, -Jname
+            if taken is not None:
+                raise ValueError(f"{arg!r}: the runtime sets {taken} itself (nodes come from cluster.nodes and "
+                                 "cluster.slurm.spares; the job's name and comment identify it for cleanup; "
+                                 "--no-shell and --no-kill are always given)")
         return value
+
+
+def _own_short(cluster: str) -> str | None:
+    """The first short option the runtime sets in a cluster of short options (``-vN4``: ``-N``), reading as
+    getopt does: an option that takes a value ends the cluster (``-pkilo`` is the partition ``kilo``)."""
+    for char in cluster:
+        if f"-{char}" in OWN_FLAGS:
+            return f"-{char}"
+        if char in SHORT_WITH_VALUE:
+            return None
+    return None
 
 
 # --- parsing Slurm's output (pure, tested without a cluster) -----------------------------------------------------
@@ -195,9 +213,17 @@ def route_source(host: str) -> str:
         return str(s.getsockname()[0])
 
 
+def slurm_environ() -> dict[str, str]:
+    """This environment without Slurm's input variables: an engine started inside a job (an interactive
+    allocation, a batch script) inherits that job's ``SLURM_*`` (``SLURM_JOB_NODELIST``, ``SLURM_CPUS_PER_TASK``
+    ...), which Slurm's tools read as defaults, so the steps would take the outer job's shape and
+    ``scontrol show hostnames`` its host list. ``SLURM_CONF`` (which cluster) is kept."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+
+
 def _run(argv: list[str], timeout: float = 30.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                          env=slurm_environ() if env is None else env, stdin=subprocess.DEVNULL)
 
 
 class SlurmRuntime(Runtime):
@@ -205,6 +231,7 @@ class SlurmRuntime(Runtime):
     summary = "one Slurm job step per node inside one allocation (salloc/srun as an ordinary user)"
     # Faults needing root on the hosts (their network, a memory cgroup, a FUSE mount) are not Slurm's to give.
     capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE})
+    golden_beside_engine = False  # the engine is on a login node: a local reference run of the job is not one
     options = SlurmOptions
     cleanup_order = 5  # the allocation first: its steps die with it, then marked srun clients go
 
@@ -239,8 +266,11 @@ class SlurmRuntime(Runtime):
                 continue
             if only_orphans and not comment_orphaned(comment):
                 continue
-            _run(["scancel", job])
-            removed.append(f"slurm job {job} ({name})")
+            # cleanup goes on whatever one scancel does (a slow slurmctld right after a host loss): the other
+            # runtimes' cleanups come after this one
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                if _run(["scancel", job]).returncode == 0:
+                    removed.append(f"slurm job {job} ({name})")
         return removed
 
     def __init__(self, run_id: str, run_dir: str | Path, options: SlurmOptions | None = None):
@@ -299,7 +329,8 @@ class SlurmRuntime(Runtime):
         argv = self.salloc_command(plan)
         start = time.monotonic()
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+                                  env=slurm_environ())
         except FileNotFoundError:
             raise RuntimeError("salloc is not on PATH: the slurm runtime runs on a login node of a Slurm "
                                "cluster (chaos doctor says what is missing)") from None
@@ -312,6 +343,8 @@ class SlurmRuntime(Runtime):
                                f"your accounts; the line was: {shlex.join(argv)}")
         self.job_id = parse_job_id(said)
         nodelist = _run(["squeue", "-h", "-j", self.job_id, "-o", "%N"]).stdout.strip()
+        if not nodelist:
+            raise RuntimeError(f"squeue lists no hosts for job {self.job_id} right after salloc granted it")
         self.hosts = _run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
         salloc_s = time.monotonic() - start
         services = ([plan.store.name] if plan.store else []) + [s.name for s in plan.servers]
@@ -374,7 +407,7 @@ class SlurmRuntime(Runtime):
         fh = open(log, "ab")
         fh.write(f"\n===== torch-chaos: starting {node.name} on {host} at {time.time():.3f}\n".encode())
         fh.flush()
-        full_env = {**os.environ, **env, TREE_VAR: f"{self.run_id}/{node.name}", ENGINE_VAR: engine_mark()}
+        full_env = {**slurm_environ(), **env, TREE_VAR: f"{self.run_id}/{node.name}", ENGINE_VAR: engine_mark()}
         self._procs[node.name] = subprocess.Popen(
             srun_argv(self.job_id, host, step_name, str(self.run_dir), argv), env=full_env, stdout=fh,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -403,7 +436,9 @@ class SlurmRuntime(Runtime):
             with open(self.log_path(name), "rb") as fh:
                 fh.seek(0, os.SEEK_END)
                 fh.seek(max(0, fh.tell() - 4096))
-                said = f"Node failure on {host}".encode() in fh.read()
+                # "c2" must not match "Node failure on c20"
+                said = bool(host) and re.search(rb"Node failure on " + re.escape(host.encode()) + rb"(?![\w.-])",
+                                                fh.read()) is not None
         except OSError:
             said = False
         state = ""
@@ -412,8 +447,9 @@ class SlurmRuntime(Runtime):
                                       ).get(host, "")
         if said or host_lost(state):
             with self._lock:
-                self._events.append({"event": Ev.SLURM_NODE_STATE, "host": host, "state": state or "?",
-                                     "previous": self._states.get(host, "?"), "node_failure": name})
+                self._events.append({"t": time.time(), "event": Ev.SLURM_NODE_STATE, "host": host,
+                                     "state": state or "?", "previous": self._states.get(host, "?"),
+                                     "node_failure": name})
                 if state:
                     self._states[host] = state  # the replacement must not go back to it
             return -int(signal.SIGKILL)
@@ -440,7 +476,7 @@ class SlurmRuntime(Runtime):
         assert self.job_id is not None
         host = self.host_of[name]
         python = self.options.python or sys.executable
-        env = {k: v for k, v in os.environ.items() if k != TREE_VAR}
+        env = {k: v for k, v in slurm_environ().items() if k != TREE_VAR}
         env["PYTHONPATH"] = str(REPO_ROOT)
         argv = srun_argv(self.job_id, host, f"{self.run_id[-6:]}-helper", str(self.run_dir),
                          [python, "-m", "chaos.runtimes.slurm_helper", action, f"{self.run_id}/{name}", *args])
@@ -463,12 +499,18 @@ class SlurmRuntime(Runtime):
         proc = self._procs[name]
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
-        left = self.helper(name, "state").get("processes", {})
-        extra = ""
-        if left:  # a process outside the step's tracking: kill it the user's way, and say so
-            self.helper(name, "signal-all", "--signal", str(int(signal.SIGKILL)))
-            extra = f"; {len(left)} process(es) outlived it and were SIGKILLed by the helper step"
-        return f"scancel --signal=KILL {step} ({said}) on {self.host_of[name]}: every process of the node's step{extra}"
+        how = f"scancel --signal=KILL {step} ({said}) on {self.host_of[name]}"
+        # The signal is sent: from here the crash happened whatever the check below can say, so a failing helper
+        # step makes it "not checked", never "not injected" (which would also skip its recovery).
+        try:
+            left = self.helper(name, "state").get("processes", {})
+            if left:  # a process outside the step's tracking: kill it the user's way, and say so
+                self.helper(name, "signal-all", "--signal", str(int(signal.SIGKILL)))
+                return f"{how}: {len(left)} process(es) outlived the step and were SIGKILLed by a helper step"
+        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            ended = "its srun ended" if proc.poll() is not None else "its srun still ran after 5 s"
+            return f"{how}: {ended}; the host's processes not checked ({exc})"
+        return f"{how}: no process of the node's step left (read by a helper step)"
 
     def kill_workers(self, name: str, sig: int = signal.SIGKILL, local_rank: int | None = None) -> str:
         args = ["--signal", str(int(sig))] + (["--local-rank", str(local_rank)] if local_rank is not None else [])
@@ -490,15 +532,26 @@ class SlurmRuntime(Runtime):
     def freeze(self, name: str) -> str:
         step = self._step_id(name)
         said = self._scancel("STOP", step)
-        states = self._states_of(name)
-        running = [p for p, s in states.items() if s != "T"]
+        how = f"scancel --signal=STOP {step} ({said})"
+        try:
+            states = self._states_of(name)
+        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            # the STOP is sent: recorded as injected, so its heal (CONT) runs, with what could not be checked
+            return f"{how} on {self.host_of[name]}: the processes' state not checked ({exc})"
         if not states:
             raise RuntimeError(f"no process of {name} on {self.host_of[name]}: the freeze acted on nothing")
-        how = f"scancel --signal=STOP {step} ({said})"
+        running = [p for p, s in states.items() if s != "T"]
         if running:  # not every process stopped (outside the step's tracking, or the signal was lost)
-            self.helper(name, "signal-all", "--signal", str(int(signal.SIGSTOP)))
-            how += f"; {len(running)} process(es) still running were stopped by a helper step"
-        return f"{how}: {len(states)} process(es) on {self.host_of[name]} stopped (state T, read by a helper step)"
+            with contextlib.suppress(RuntimeError, OSError, ValueError, subprocess.TimeoutExpired):
+                self.helper(name, "signal-all", "--signal", str(int(signal.SIGSTOP)))
+            how += f"; {len(running)} process(es) still running, sent SIGSTOP by a helper step"
+            try:
+                states = self._states_of(name)  # read again: the claim below is what the host says now
+            except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+                return f"{how}: their state after it not checked ({exc})"
+        stopped = sum(1 for s in states.values() if s == "T")
+        return (f"{how}: {stopped} of {len(states)} process(es) on {self.host_of[name]} stopped (state T, read by a "
+                "helper step)")
 
     def thaw(self, name: str) -> None:
         if self.exit_code(name) is not None:
@@ -542,7 +595,7 @@ class SlurmRuntime(Runtime):
             for host, state in states.items():
                 before = self._states.get(host)
                 if before is not None and before != state:
-                    self._events.append({"event": Ev.SLURM_NODE_STATE, "host": host, "state": state,
+                    self._events.append({"t": time.time(), "event": Ev.SLURM_NODE_STATE, "host": host, "state": state,
                                          "previous": before})
                 self._states[host] = state
 
@@ -552,10 +605,12 @@ class SlurmRuntime(Runtime):
             for node, (started, replacement) in list(self._starts.items()):
                 step_name = self._step_names.get(node)
                 if step_name in steps:
-                    self._events.append({"event": Ev.SLURM_STEP_STARTED, "node": node,
+                    self._events.append({"t": time.time(), "event": Ev.SLURM_STEP_STARTED, "node": node,
                                          "host": self.host_of.get(node, "?"), "step": steps[step_name],
                                          "after_s": round(now - started, 3), "replacement": replacement})
                     del self._starts[node]
+                elif (proc := self._procs.get(node)) is not None and proc.poll() is not None:
+                    del self._starts[node]  # its srun ended before Slurm listed it: nothing more to time
 
     def observe(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -568,8 +623,18 @@ class SlurmRuntime(Runtime):
         self._stop.set()
         cleaned: list[str] = []
         if self.job_id is not None:
-            _run(["scancel", self.job_id])
-            cleaned.append(f"slurm job {self.job_id}")
+            released: dict[str, Any] = {"event": Ev.SLURM_RELEASED, "job_id": self.job_id, "ok": False}
+            try:  # teardown must go on: the srun clients, the marks and the logs below are this engine's own
+                done = _run(["scancel", self.job_id])
+                released["ok"] = done.returncode == 0
+                if not released["ok"]:
+                    released["why"] = f"scancel exited {done.returncode}: {done.stderr.strip()[:200]}"
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                released["why"] = f"scancel: {exc}"
+            if released["ok"]:
+                cleaned.append(f"slurm job {self.job_id}")
+            with self._lock:
+                self._events.append(released)
         # Ctrl-C while salloc waited: the job may exist without its id known here; its name finds it.
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             _run(["scancel", f"--name={job_name(self.run_id)}", f"--user={getpass.getuser()}"])
@@ -578,7 +643,8 @@ class SlurmRuntime(Runtime):
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait(timeout=5)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
         cleaned += [f"process {p.pid}" for p in kill_marked(self.run_id)]
         for fh in self._logs.values():
             fh.close()

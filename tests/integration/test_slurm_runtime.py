@@ -23,6 +23,7 @@ import importlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -212,9 +213,10 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
             fault = result["faults"][0]
             assert fault["injected"], fault
             if scenario == "slurm/freeze":
-                # scancel's exit code is not the verdict: the helper read every process stopped
-                assert fault["mechanism"].startswith("scancel --signal=STOP ") and "stopped (state T" in \
-                    fault["mechanism"]
+                # scancel's exit code is not the verdict: the helper read every process stopped ("N of N")
+                found = re.search(r": (\d+) of (\d+) process\(es\) on \S+ stopped \(state T", fault["mechanism"])
+                assert fault["mechanism"].startswith("scancel --signal=STOP ") and found, fault["mechanism"]
+                assert found[1] == found[2] and int(found[1]) > 0, fault["mechanism"]
                 assert not fault["restarted"] and result["node_replacements"] == 0
             elif scenario == "slurm/rendezvous-host-crash":
                 # the store died with node 0's step: the survivor fails, nothing completes
