@@ -6,6 +6,7 @@ What these parts write to the history is read back with the real reader, as anal
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -35,6 +36,7 @@ class FakeRuntime:
     def __init__(self) -> None:
         self.started: list[str] = []
         self.codes: dict[str, int | None] = {}
+        self.effects: dict[str, float] = {}  # node -> when a fault took effect, as a slow runtime says
 
     def start_node(self, node: NodePlan) -> None:
         self.started.append(node.name)
@@ -42,6 +44,9 @@ class FakeRuntime:
 
     def exit_code(self, name: str) -> int | None:
         return self.codes.get(name)
+
+    def effect_time(self, name: str) -> float | None:
+        return self.effects.pop(name, None)
 
 
 class StopsNode:
@@ -143,6 +148,30 @@ def test_at_step_fires_once_the_step_is_seen_then_freezes_and_heals_the_node(tmp
     assert names == ["node_started", "node_started", "fault_injected", "fault_healed"]
     injected = run.engine_events()[2]
     assert injected["max_step"] == 3 and injected["details"] == {"seen": "node1"} and injected["disruptive"]
+
+
+def test_the_fault_s_time_is_when_the_runtime_says_it_took_effect(tmp_path: Path, stand_in: type[StopsNode],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime that checks after its signal (Slurm's helper step) says when the signal went out: recovery and a
+    freeze's duration count from there, not from the end of the check."""
+    plain_inject = stand_in.inject
+
+    def slow_inject(self: StopsNode, ctx: Any) -> str:
+        ctx.runtime.effects[ctx.node] = time.time()  # the signal is out ...
+        time.sleep(0.2)  # ... and the runtime goes on checking
+        return plain_inject(self, ctx)
+
+    monkeypatch.setattr(stand_in, "inject", slow_inject)
+    run = Run(tmp_path, [make_fault(kind="freeze", target=1, at_step=3, duration=2.0)])
+    run.nodes.start_cluster()
+    run.job("step_completed", step=3)
+    run.tick(now=11.0)
+    [fault] = run.faults.faults
+    injected = next(e for e in run.engine_events() if e["event"] == "fault_injected")
+    assert injected["t"] == fault.t_injected and injected["t_decided"] <= fault.t_injected
+    assert time.time() - fault.t_injected >= 0.2  # the effect's time, not inject's return
+    assert fault.heal_at == pytest.approx(fault.t_injected + 2.0)
+    assert "node1" not in run.runtime.effects  # read once
 
 
 @pytest.mark.usefixtures("stand_in")

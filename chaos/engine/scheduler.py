@@ -159,13 +159,16 @@ class FaultScheduler:
             self._history.write(Ev.FAULT_FAILED, **base, why=f"{type(exc).__name__}: {exc}")
             self._note(f"{f.spec.kind} failed: {exc}")
             return
-        f.t_injected = time.time()
+        now = time.time()
+        effect = self._runtime.effect_time(node) if node is not None else None
+        # the fault's time is when it took effect: a runtime that checks after its signal says when that was
+        f.t_injected = effect if effect is not None and t_decided <= effect <= now else now
         f.mechanism, f.ctx = mechanism, ctx
         if impl.disruptive:
             self._progress.fault_injected()
         self._history.write(Ev.FAULT_INJECTED, **base, mechanism=mechanism, details=ctx.details,
                             trigger_event=trigger_event.get("event") if trigger_event else None,
-                            max_step=self._progress.max_step, t_decided=t_decided)
+                            max_step=self._progress.max_step, t_decided=t_decided, t=f.t_injected)
         self._observe(f)
         if node is not None and impl.stops_node:
             self._nodes.stopped(node)

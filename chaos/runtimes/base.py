@@ -111,6 +111,12 @@ class Runtime(ABC):
     @abstractmethod
     def thaw(self, name: str) -> None: ...
 
+    def effect_time(self, name: str) -> float | None:
+        """When the fault just injected on ``name`` took effect (``time.time()``), for a runtime whose fault methods
+        go on checking after the signal (the slurm runtime's helper step: ~0.3-1 s): the fault's time, from which
+        recovery and a freeze's duration count. None (the default): when the method returned. Read once per fault."""
+        return None
+
     @abstractmethod
     def teardown(self) -> list[str]:
         """Kill and remove everything this runtime created for the run; returns what it had to clean up."""

@@ -287,6 +287,7 @@ class SlurmRuntime(Runtime):
         self._starts: dict[str, tuple[float, bool]] = {}  # node -> (srun started at, replacement), until seen
         self._judged: dict[int, int] = {}  # srun pid -> its node's exit code, once judged (srun exited 0)
         self._starts_count: dict[str, int] = {}  # node -> steps started (a unique step name each)
+        self._effect_t: dict[str, float] = {}  # node -> when the last crash/freeze signal went out (effect_time)
         self._events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._states: dict[str, str] = {}
@@ -487,15 +488,20 @@ class SlurmRuntime(Runtime):
         raise RuntimeError(f"the helper step on {host} answered nothing (exit {proc.returncode}): "
                            f"{proc.stderr.strip()[-300:]}")
 
-    def _scancel(self, sig: str, step: str) -> str:
+    def effect_time(self, name: str) -> float | None:
+        return self._effect_t.pop(name, None)
+
+    def _scancel(self, sig: str, step: str, name: str | None = None) -> str:
         proc = _run(["scancel", f"--signal={sig}", step])
+        if name is not None:
+            self._effect_t[name] = time.time()  # the signal is out; what follows only checks it
         # Slurm's exit code is not the verdict (225 "Invalid job id specified" on a partial allocation while the
         # signal was delivered): the caller judges by the processes' state.
         return f"exit {proc.returncode}" + (f", said {proc.stderr.strip()!r}" if proc.stderr.strip() else "")
 
     def kill(self, name: str) -> str:
         step = self._step_id(name)
-        said = self._scancel("KILL", step)
+        said = self._scancel("KILL", step, name)
         proc = self._procs[name]
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
@@ -531,7 +537,7 @@ class SlurmRuntime(Runtime):
 
     def freeze(self, name: str) -> str:
         step = self._step_id(name)
-        said = self._scancel("STOP", step)
+        said = self._scancel("STOP", step, name)
         how = f"scancel --signal=STOP {step} ({said})"
         try:
             states = self._states_of(name)
