@@ -355,12 +355,36 @@ class SlurmRuntime(Runtime):
         self.host_of = dict(zip(wanted, self.hosts[:len(wanted)], strict=True))
         self.spares = self.hosts[len(wanted):]
         self.channel_host = self.options.channel_host or route_source(self.hosts[0])
+        self._check_shared_run_dir()
         self._events.append({"event": Ev.SLURM_ALLOCATED, "job_id": self.job_id, "hosts": self.hosts,
                              "nodes": dict(self.host_of), "spares": list(self.spares),
                              "channel": f"{self.channel_host}:{(plan.channel or '').rpartition(':')[2]}",
                              "salloc_s": round(salloc_s, 3), "command": argv})
         self._observer = threading.Thread(target=self._observe_loop, name="torch-chaos-slurm-observer", daemon=True)
         self._observer.start()
+
+    def _check_shared_run_dir(self) -> None:
+        """Every allocated host must see the run directory: the checkpoints are there (a replacement on a spare
+        resumes from them; corrupt_checkpoint changes them), and so is each step's working directory. A directory
+        only the login node has would make checkpoints host-local, with no error from Slurm, so one step per host
+        looks for a file written here just now."""
+        assert self.job_id is not None
+        probe = self.run_dir / f".visible-{os.getpid()}-{time.monotonic_ns()}"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        hosts = len(self.hosts)
+        try:
+            proc = _run(["srun", "--overlap", f"--jobid={self.job_id}", f"--nodes={hosts}", f"--ntasks={hosts}",
+                         "--ntasks-per-node=1", f"--job-name={self.run_id[-6:]}-shared", "--kill-on-bad-exit=0",
+                         "test", "-e", str(probe)], timeout=HELPER_TIMEOUT_S)
+        finally:
+            probe.unlink(missing_ok=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the run directory {self.run_dir} is not visible on every allocated host "
+                               f"({', '.join(self.hosts)}; srun exit {proc.returncode}: "
+                               f"{proc.stderr.strip()[-300:] or 'a host did not find it'}): run with --out on a "
+                               "filesystem every host shares (the checkpoints and the nodes' working directories "
+                               "are there)")
 
     def channel_socket(self, host: str, port: int) -> socket.socket:
         """The channel listens on the engine's address towards the compute nodes (the interface the kernel routes
