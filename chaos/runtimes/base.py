@@ -13,9 +13,11 @@ nothing here may import :mod:`chaos.scenario` at run time.
 from __future__ import annotations
 
 import socket
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from chaos.plan import Addressing, NodePlan, Plan
 
@@ -180,6 +182,33 @@ class Runtime(ABC):
 
     def log_path(self, name: str) -> Path:
         return self.run_dir / "logs" / f"{name}.log"
+
+
+class NodeLogs:
+    """Each node's open log file (``logs/<name>.log``) for runtimes that start node processes from the engine: a
+    restart appends under a banner line to the same file, and the previous handle is closed first."""
+
+    def __init__(self, log_path: Callable[[str], Path]):
+        self._path = log_path
+        self._open: dict[str, IO[bytes]] = {}
+
+    def reopen(self, name: str, where: str = "") -> IO[bytes]:
+        """The log of ``name``'s new start (``where``: the host, when it is not this one), banner written."""
+        log = self._path(name)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        if name in self._open:
+            self._open.pop(name).close()
+        fh = open(log, "ab")
+        fh.write(f"\n===== torch-chaos: starting {name}{f' on {where}' if where else ''} at {time.time():.3f}\n"
+                 .encode())
+        fh.flush()
+        self._open[name] = fh
+        return fh
+
+    def close(self) -> None:
+        for fh in self._open.values():
+            fh.close()
+        self._open.clear()
 
 
 def plan_needs(plan: Plan, capability: str) -> bool:

@@ -13,9 +13,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psutil
 
@@ -30,6 +29,7 @@ from chaos.runtimes.base import (
     MEMORY_CGROUP,
     RENDEZVOUS_SERVERS,
     STORAGE_LAYER,
+    NodeLogs,
     Runtime,
     plan_needs,
 )
@@ -68,7 +68,7 @@ class LocalRuntime(Runtime):
     def __init__(self, run_id: str, run_dir: str | Path):
         super().__init__(run_id, run_dir)
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._logs: dict[str, IO[bytes]] = {}
+        self._logs = NodeLogs(self.log_path)
         self._frozen: set[str] = set()
         # Per-node memory cgroups, made only for a run with a memory fault (chaos/faults/membase.py says why).
         self._cgroups: dict[str, Path] = {}
@@ -89,13 +89,7 @@ class LocalRuntime(Runtime):
         return f"{self.run_id}/{name}"
 
     def start_node(self, node: NodePlan) -> None:
-        log = self.log_path(node.name)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        if node.name in self._logs:
-            self._logs[node.name].close()
-        fh = open(log, "ab")
-        fh.write(f"\n===== torch-chaos: starting {node.name} at {time.time():.3f}\n".encode())
-        fh.flush()
+        fh = self._logs.reopen(node.name)
         env = {**os.environ, **node.env, TREE_VAR: self._tree_mark(node.name), ENGINE_VAR: engine_mark()}
         argv = node.argv
         cgroup = self._cgroups.get(node.name)
@@ -107,7 +101,6 @@ class LocalRuntime(Runtime):
         self._procs[node.name] = subprocess.Popen(
             argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, cwd=str(self.run_dir))
-        self._logs[node.name] = fh
 
     def exit_code(self, name: str) -> int | None:
         proc = self._procs.get(name)
@@ -182,9 +175,7 @@ class LocalRuntime(Runtime):
         cleaned = [f"pid {p.pid}" for p in kill_marked(self.run_id)]
         for name in list(self._procs):
             self._reap(name, timeout=1)
-        for fh in self._logs.values():
-            fh.close()
-        self._logs.clear()
+        self._logs.close()
         if self._cgroups:
             from chaos.faults import membase
 

@@ -32,14 +32,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
 from chaos.events import Ev
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked
 from chaos.plan import OWN_STACK_STORE_PORT, REPO_ROOT, Addressing, NodePlan, Plan, node_names
-from chaos.runtimes.base import CHECKPOINT_STORAGE, FREEZE, KILL, KILL_WORKERS, Runtime, Unsupported
+from chaos.runtimes.base import CHECKPOINT_STORAGE, FREEZE, KILL, KILL_WORKERS, NodeLogs, Runtime, Unsupported
 from chaos.spec import Strict
 
 if TYPE_CHECKING:
@@ -282,7 +282,7 @@ class SlurmRuntime(Runtime):
         self.spares: list[str] = []
         self.channel_host: str | None = None
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._logs: dict[str, IO[bytes]] = {}
+        self._logs = NodeLogs(self.log_path)
         self._step_names: dict[str, str] = {}  # node -> its current step's name
         self._starts: dict[str, tuple[float, bool]] = {}  # node -> (srun started at, replacement), until seen
         self._judged: dict[int, int] = {}  # srun pid -> its node's exit code, once judged (srun exited 0)
@@ -425,18 +425,11 @@ class SlurmRuntime(Runtime):
         argv, env = self._substituted(node)
         self._starts_count[node.name] = self._starts_count.get(node.name, 0) + 1
         step_name = f"{self.run_id[-6:]}-{node.name}-{self._starts_count[node.name]}"
-        log = self.log_path(node.name)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        if node.name in self._logs:
-            self._logs[node.name].close()
-        fh = open(log, "ab")
-        fh.write(f"\n===== torch-chaos: starting {node.name} on {host} at {time.time():.3f}\n".encode())
-        fh.flush()
+        fh = self._logs.reopen(node.name, where=host)
         full_env = {**slurm_environ(), **env, TREE_VAR: f"{self.run_id}/{node.name}", ENGINE_VAR: engine_mark()}
         self._procs[node.name] = subprocess.Popen(
             srun_argv(self.job_id, host, step_name, str(self.run_dir), argv), env=full_env, stdout=fh,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        self._logs[node.name] = fh
         with self._lock:
             self._step_names[node.name] = step_name
             self._starts[node.name] = (time.monotonic(), replacement)
@@ -676,9 +669,7 @@ class SlurmRuntime(Runtime):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
         cleaned += [f"process {p.pid}" for p in kill_marked(self.run_id)]
-        for fh in self._logs.values():
-            fh.close()
-        self._logs.clear()
+        self._logs.close()
         if self._observer is not None:
             self._observer.join(timeout=5)
         return cleaned
