@@ -192,6 +192,19 @@ def test_a_limit_is_set_with_swap_and_restored_exactly(tmp_path: Path, monkeypat
     assert (mem.path / V1.limit).read_text() == V1.unlimited
 
 
+def test_a_cgroup_gone_with_its_node_took_the_limit_with_it(tmp_path: Path, monkeypatch: Any) -> None:
+    """A docker node whose launcher was OOM-killed: its container and cgroup ended; nothing of the limit is left."""
+    monkeypatch.setattr(membase, "OWNERS_DIR", tmp_path / "owners")
+    mem = fake_cgroup(tmp_path)
+    mem.owner = tmp_path / "owners" / "limit.json"
+    mem.set_limit(400 << 20, "run-abcdef")
+    for f in mem.path.iterdir():
+        f.unlink()
+    mem.path.rmdir()
+    out = mem.restore()
+    assert out["restored"] is True and "is gone" in out["limit_gone_with_cgroup"] and not mem.owner.exists()
+
+
 def test_a_restore_that_does_not_read_back_says_so(tmp_path: Path) -> None:
     path = tmp_path / "cg"
     path.mkdir()

@@ -216,9 +216,16 @@ class NodeMemory:
                 raise
 
     def restore(self) -> dict[str, Any]:
-        """Write the previous limits back (in the raising order) and check they read back exactly."""
-        problems = restore_limits(self.path, self.before)
+        """Write the previous limits back (in the raising order) and check they read back exactly.
+
+        A cgroup that is gone took the limit with it (a docker node whose launcher the OOM killer took: its
+        container ended, and its replacement is a new container with a new cgroup): nothing this fault changed is
+        left, so that is restored too, with the fact said."""
         self.owner.unlink(missing_ok=True)
+        if not self.path.is_dir():
+            return {"restored": True, "limit_gone_with_cgroup": f"{self.path} is gone (its node ended): the limit "
+                    "went with it"}
+        problems = restore_limits(self.path, self.before)
         return {"restored": not problems, **({"problems": problems} if problems else {})}
 
 

@@ -127,13 +127,22 @@ def oom_kill(result: dict[str, Any], fault: dict[str, Any], history: list[dict[s
 
 def memory_pressure(result: dict[str, Any], fault: dict[str, Any], history: list[dict[str, Any]],
                     run_dir: Path) -> None:
-    """A co-located allocator in the capped container: the kernel kills the worker first, never the launcher."""
+    """A co-located allocator in the capped container: the kernel kills the worker first, every kill is recorded
+    with its role, and the job resumes.
+
+    Nothing shields the launcher here (what the kernel takes is the measurement): a second kill before the first
+    victim's memory is freed can take it (seen once in CI), and then node 1's container ends, the node is replaced
+    and the limit went with its cgroup. The history must then say exactly that."""
     kills = events(history, "oom_killed")
     assert kills and kills[0]["node"] == "node1" and kills[0]["role"] == "worker", kills
-    assert {k["role"] for k in kills} <= {"worker", "allocator"}, kills
-    assert not [e for e in events(history, "node_exited", node="node1") if e["code"] != 0], "node 1 was lost"
-    assert [k.get("pid") for k in fault["oom_kills"]] == [k.get("pid") for k in kills] and fault["restarted"], fault
+    assert {k["role"] for k in kills} <= {"worker", "allocator", "launcher"}, kills
+    lost = [e for e in events(history, "node_exited", node="node1") if e["code"] != 0]
     [healed] = events(history, "fault_healed")
+    if "launcher" in {k["role"] for k in kills}:
+        assert lost and "limit_gone_with_cgroup" in healed, (lost, healed)
+    else:
+        assert not lost, "node 1 was lost though its launcher was not killed"
+    assert [k.get("pid") for k in fault["oom_kills"]] == [k.get("pid") for k in kills] and fault["restarted"], fault
     assert healed["restored"] is True, healed
 
 
