@@ -124,7 +124,8 @@ def test_shipped_slurm_scenarios_are_valid() -> None:
 
     s = load_scenario(resolve_scenario_path("slurm/node-crash"))
     assert s.cluster.runtime == "slurm" and s.cluster.slurm.spares == 1
-    for name in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash", "slurm/rendezvous-host-crash"):
+    for name in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash", "slurm/rendezvous-host-crash",
+                 "slurm/host-lost-no-spare"):
         assert load_scenario(resolve_scenario_path(name)).cluster.runtime == "slurm"
 
 
@@ -183,12 +184,14 @@ def test_scheduler_part_of_the_recovery_breakdown() -> None:
         {"t": 90.0, "event": "slurm_node_state", "host": "c1", "state": "down*", "previous": "alloc"},  # before
         {"t": 100.5, "event": "slurm_step_started", "node": "node1", "host": "c3", "step": "1.3", "after_s": 0.2,
          "replacement": True},
-        {"t": 117.0, "event": "slurm_node_state", "host": "c2", "state": "down*", "previous": "alloc"},
+        {"t": 111.0, "event": "slurm_node_state", "host": "c2", "state": "alloc*", "previous": "alloc"},
+        {"t": 117.0, "event": "slurm_node_state", "host": "c2", "state": "down*", "previous": "alloc*"},
         {"t": 130.0, "event": "slurm_node_state", "host": "c2", "state": "idle", "previous": "down*"},
     ]
     part = scheduler_part(events, fault)
     assert part is not None
     assert part["host_down"] == "c2" and part["host_down_after_s"] == pytest.approx(17.0)
+    assert part["host_not_responding_after_s"] == pytest.approx(11.0)  # Slurm's first sign
     assert part["replacement_host"] == "c3" and part["replacement_step_s"] == pytest.approx(0.2)
     assert part["replacement_srun_after_s"] == pytest.approx(0.3)
     assert scheduler_part([], fault) is None

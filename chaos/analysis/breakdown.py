@@ -57,7 +57,9 @@ def scheduler_part(events: list[Event], fault: dict[str, Any]) -> dict[str, Any]
     """What the scheduler itself did after the fault (the slurm runtime's ``slurm_*`` events), beside the phases:
     it overlaps them rather than splitting them (Slurm may mark a lost host down after the survivors recovered).
 
-    ``host_down_after_s``: from the fault until Slurm first marked an allocated host down (its own detection);
+    ``host_not_responding_after_s``: from the fault until Slurm first said an allocated host does not respond
+    (``alloc*``, ``idle*``: its first sign); ``host_down_after_s``: until it first marked one down (its own
+    detection: the lost node's srun ends only then);
     ``replacement_srun_after_s``: from the fault until the engine ran the replacement's srun (the restart policy's
     delay, the engine's part); ``replacement_step_s``: from that srun until Slurm listed the step as running (the
     scheduler's part of starting it). None without Slurm events after the fault."""
@@ -65,8 +67,11 @@ def scheduler_part(events: list[Event], fault: dict[str, Any]) -> dict[str, Any]
     if t_f is None:
         return None
     part: dict[str, Any] = {}
-    downs = [e for e in of_kind(events, Ev.SLURM_NODE_STATE) if e["t"] > t_f and str(e.get("state", "")).startswith(
-        ("down", "fail", "drain"))]
+    states = [e for e in of_kind(events, Ev.SLURM_NODE_STATE) if e["t"] > t_f]
+    silent = [e for e in states if str(e.get("state", "")).endswith("*")]
+    if silent:  # Slurm's first sign: the host stopped answering (``*``), before it is marked down
+        part["host_not_responding_after_s"] = silent[0]["t"] - t_f
+    downs = [e for e in states if str(e.get("state", "")).startswith(("down", "fail", "drain"))]
     if downs:
         part["host_down_after_s"] = downs[0]["t"] - t_f
         part["host_down"] = downs[0].get("host")
