@@ -559,7 +559,7 @@ def start_agent(client: Any, spec: ClusterSpec, cluster_id: str) -> dict[str, An
     fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         json.dump({"bind": spec.gateway, "token": token, "cluster": spec.name, "cluster_id": cluster_id,
-                   "up_pid": os.getpid()}, fh)
+                   "up_pid": os.getpid(), "state": str(state_path(spec.name))}, fh)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                                      os.environ.get("PYTHONPATH")]))}
     with open(config.with_suffix(".log"), "ab") as log:
@@ -624,14 +624,18 @@ def running_agents() -> list[tuple[int, str, dict[str, Any] | None]]:
 
 
 def _agent_claimed(name: str, config: dict[str, Any] | None) -> bool:
-    """The agent's cluster is recorded in a state file, or its `up` still runs: not an orphan."""
+    """The agent's cluster is recorded in its state file (the path it was made with, whatever this process's state
+    directory), or its `up` still runs: not an orphan. The same rule as the cluster's objects (:func:`_claimed`)."""
     if config is None:
         return False
     up_pid = config.get("up_pid")
     if isinstance(up_pid, int) and Path(f"/proc/{up_pid}").exists():
         return True
-    recorded = read_state(name)
-    return recorded is not None and recorded.get("id") == config.get("cluster_id")
+    try:
+        recorded = json.loads(Path(str(config.get("state", ""))).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(recorded, dict) and recorded.get("id") == config.get("cluster_id")
 
 
 def stop_agents(name: str | None, cluster_id: str | None = None, only_orphans: bool = False) -> list[str]:
@@ -664,8 +668,8 @@ def stop_agents(name: str | None, cluster_id: str | None = None, only_orphans: b
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
         stopped.append(f"cluster agent {pid} ({cluster})")
-        if config is not None:
-            path = agent_config_path(cluster)
+        if config is not None and config.get("state"):
+            path = Path(str(config["state"])).with_name(f"{cluster}.agent.json")
             try:
                 same = json.loads(path.read_text()).get("cluster_id") == config.get("cluster_id")
             except (OSError, ValueError):
@@ -708,8 +712,11 @@ def status(name: str = "slurm") -> dict[str, Any] | None:
     containers = {c["Names"][0].lstrip("/"): c.get("State", "?") for c in found.containers}
     controller = (recorded or {}).get("controller", {}).get("container", f"tchaos-{name}-{CONTROLLER}")
     slurm = node_states(client, controller) if containers.get(controller) == "running" else {}
+    agents = [pid for pid, cluster, _ in running_agents() if cluster == name]
+    agent = (f"running, pid {', '.join(map(str, agents))}" + (f", {recorded['agent']['address']}" if
+             (recorded or {}).get("agent") else "")) if agents else "not running (host_loss refused)"
     return {"state": recorded, "state_file": str(state_path(name)), "containers": containers, "slurm": slurm,
-            "complete": recorded is not None and not found.empty()}
+            "agent": agent, "complete": recorded is not None and not found.empty()}
 
 
 def cleanup(run_id: str | None, only_orphans: bool) -> list[str]:
