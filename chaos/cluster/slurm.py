@@ -375,6 +375,9 @@ def plan_steps(spec: ClusterSpec, image: str, cluster_id: str, repo: str | None)
                           f"{image} {ENTRYPOINT} {role} {host}"))
         steps.append(Step(f"{role} {host}", f"docker cp slurm.conf {name}:{SLURM_CONF} && docker cp munge.key "
                           f"{name}:{MUNGE_KEY} && docker start {name}"))
+    steps.append(Step("agent", f"{sys.executable} -m chaos.cluster.agent {agent_config_path(spec.name)} --cluster "
+                      f"{spec.name} &   # on {spec.gateway} only; its port and token into "
+                      f"{spec.container(CONTROLLER)}:{AGENT_FILE} (0400 {USER})"))
     steps.append(Step("wait", f"docker exec {spec.container(CONTROLLER)} sinfo -h -N -o '%N %t'   # until every "
                       "node is idle"))
     steps.append(Step("state", f"write {state_path(spec.name)}"))
