@@ -8,6 +8,7 @@ The agent against a real cluster: tests/integration/test_slurm_runtime.py (the h
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -208,3 +209,53 @@ def test_the_no_agent_refusal_is_unsupported_not_a_traceback(tmp_path: Path,
     rt.host_of = {"node1": "c2"}
     with pytest.raises(Unsupported, match="needs root on it"):
         rt.lose_host("node1")
+
+
+# --- the daemon's lifetime: found by its command line, stopped unless a cluster claims it ---------------------------
+
+
+def fake_agent(tmp_path: Path, cluster: str, config: dict[str, Any]) -> Any:
+    """A process whose command line is an agent's (``python -m chaos.cluster.agent CONFIG --cluster NAME``) but that
+    only sleeps: a stand-in package on its PYTHONPATH, so no docker is needed."""
+    import subprocess
+    import sys
+    import time
+
+    fake = tmp_path / "fake"
+    (fake / "chaos" / "cluster").mkdir(parents=True, exist_ok=True)
+    (fake / "chaos" / "__init__.py").write_text("")
+    (fake / "chaos" / "cluster" / "__init__.py").write_text("")
+    (fake / "chaos" / "cluster" / "agent.py").write_text("import time\ntime.sleep(60)\n")
+    path = tmp_path / "clusters" / f"{cluster}.agent.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config))
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.cluster.agent", str(path), "--cluster", cluster],
+                            env={"PYTHONPATH": str(fake), "PATH": "/usr/bin:/bin"})
+    deadline = time.monotonic() + 10
+    from chaos.cluster import slurm as cluster_slurm
+
+    while proc.pid not in [pid for pid, _, _ in cluster_slurm.running_agents()]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return proc
+
+
+def test_an_agent_no_cluster_claims_is_stopped_by_cleanup_and_a_claimed_one_is_kept(tmp_path: Path) -> None:
+    from chaos.cluster import slurm as cluster_slurm
+
+    name = f"fake{os.getpid()}"
+    state = tmp_path / "clusters" / f"{name}.json"
+    state.parent.mkdir(parents=True)
+    state.write_text(json.dumps({"id": "id1"}))
+    proc = fake_agent(tmp_path, name, {"cluster": name, "cluster_id": "id1", "up_pid": 999999999,
+                                       "state": str(state)})
+    try:
+        assert not any(name in line for line in cluster_slurm.stop_agents(None, only_orphans=True))
+        assert proc.poll() is None  # its state file records its bring-up: kept
+        state.write_text(json.dumps({"id": "another"}))  # the state file now names another bring-up
+        assert cluster_slurm.stop_agents(None, only_orphans=True) == [f"cluster agent {proc.pid} ({name})"]
+        assert proc.wait(timeout=10) is not None
+        assert not (tmp_path / "clusters" / f"{name}.agent.json").exists()  # its config went with it
+    finally:
+        proc.kill()
+        proc.wait()

@@ -615,6 +615,8 @@ def running_agents() -> list[tuple[int, str, dict[str, Any] | None]]:
         if "chaos.cluster.agent" not in args or "--cluster" not in args:
             continue
         at = args.index("chaos.cluster.agent")
+        if at < 2 or args[at - 1] != "-m" or not Path(args[0]).name.startswith("python"):
+            continue  # a wrapper (timeout, flock, a shell) naming it: not the agent itself
         cluster_at = args.index("--cluster")
         if at + 1 >= len(args) or cluster_at + 1 >= len(args):
             continue
