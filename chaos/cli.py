@@ -90,7 +90,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                      "needs": sorted(f.needs), "disruptive": f.disruptive, "explore": f.can_generate()})
     for name, r in runtime_plugins().items():
         rows.append({"group": "runtime", "name": name, "summary": r.summary, "module": r.__module__,
-                     "capabilities": sorted(r.capabilities)})
+                     "capabilities": sorted(r.capabilities) + [f"{c} (where the machine gives it)" for c in
+                                                               sorted(getattr(r, "conditional_capabilities", ()))]})
     for name, b in rendezvous_plugins().items():
         rows.append({"group": "rendezvous", "name": name, "summary": b.summary, "module": b.__module__})
     broken = [str(e) for e in load_errors()]
