@@ -125,7 +125,7 @@ def test_shipped_slurm_scenarios_are_valid() -> None:
     s = load_scenario(resolve_scenario_path("slurm/node-crash"))
     assert s.cluster.runtime == "slurm" and s.cluster.slurm.spares == 1
     for name in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash", "slurm/rendezvous-host-crash",
-                 "slurm/host-lost-no-spare"):
+                 "slurm/host-lost-no-spare", "slurm/host-lost-spare"):
         assert load_scenario(resolve_scenario_path(name)).cluster.runtime == "slurm"
 
 
