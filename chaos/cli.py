@@ -90,7 +90,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                      "needs": sorted(f.needs), "disruptive": f.disruptive, "explore": f.can_generate()})
     for name, r in runtime_plugins().items():
         rows.append({"group": "runtime", "name": name, "summary": r.summary, "module": r.__module__,
-                     "capabilities": sorted(r.capabilities)})
+                     "capabilities": sorted(r.capabilities) + [f"{c} (where the machine gives it)" for c in
+                                                               sorted(getattr(r, "conditional_capabilities", ()))]})
     for name, b in rendezvous_plugins().items():
         rows.append({"group": "rendezvous", "name": name, "summary": b.summary, "module": b.__module__})
     broken = [str(e) for e in load_errors()]
@@ -497,7 +498,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
                 st = result.state
                 out.print(f"cluster {name} up: controller {st['controller']['container']}, nodes "
                           f"{st['node_list']} (partition {st['partition']}), user {st['user']['name']}, shared "
-                          f"{st['shared']['path']} = {st['shared']['host_path']}\ntry: {' '.join(st['exec'])} "
+                          f"{st['shared']['path']} = {st['shared']['host_path']}, host-loss agent "
+                          f"{st['agent']['address']} (pid {st['agent']['pid']})\ntry: {' '.join(st['exec'])} "
                           f"srun -N{len(st['nodes'])} hostname", highlight=False)
             return EXIT_PASS
         if args.action == "build":
@@ -525,6 +527,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
                 host = container.rsplit("-", 1)[-1]
                 slurm_state = f", slurm: {info['slurm'][host]}" if host in info["slurm"] else ""
                 out.print(f"  {container}: {what}{slurm_state}", highlight=False)
+            out.print(f"  agent: {info['agent']}", highlight=False)
         return EXIT_PASS if info is not None and info["complete"] else EXIT_FAIL
     except ValueError as exc:
         return usage(str(exc))

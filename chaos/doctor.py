@@ -48,6 +48,10 @@ def unmet(scenario: Scenario) -> list[Check]:
     checks = runtime.machine_checks(getattr(c, c.runtime, None))
     for kind in sorted({f.kind for f in scenario.faults}):
         checks += fault_plugins()[kind].machine_checks()
+    options = getattr(c, c.runtime, None)
+    for need in sorted({n for f in scenario.faults for n in fault_plugins()[f.kind].needs}
+                       & runtime.conditional_capabilities):
+        checks.append(runtime.capability_check(need, options))
     if c.mode == "elastic":
         checks += rendezvous_plugins()[c.rendezvous.backend].machine_checks()
     if needs_fuse(scenario):

@@ -248,6 +248,8 @@ class NodeExited(Line):
     node: str
     code: int  # exit code (negative: killed by that signal)
     will_replace: NotRequired[bool]  # the node-restart policy will start it again (absent when code is 0)
+    # why the policy's replacement was not made: nowhere to place it (its host lost, no spare left)
+    not_replaced: NotRequired[str]
     role: NotRequired[str]  # "store" for the rendezvous store
 
 

@@ -18,6 +18,7 @@ from chaos.runtimes.base import (
     CAPABILITIES,
     CHECKPOINT_STORAGE,
     FREEZE,
+    HOST_LOSS,
     KILL,
     KILL_WORKERS,
     NODE_NETWORK,
@@ -29,7 +30,7 @@ from chaos.runtimes.base import (
 from chaos.spec import EventTrigger, FaultSpec, Seconds, Strict
 
 __all__ = [
-    "CAPABILITIES", "CHECKPOINT_STORAGE", "FREEZE", "KILL", "KILL_WORKERS", "NODE_NETWORK",
+    "CAPABILITIES", "CHECKPOINT_STORAGE", "FREEZE", "HOST_LOSS", "KILL", "KILL_WORKERS", "NODE_NETWORK",
     "RENDEZVOUS_SERVERS", "STORAGE_LAYER",
     "Addressing", "Check",
     "EventTrigger", "FaultContext", "FaultKind", "FaultSpec", "NodePlan", "Plan", "RendezvousBackend", "Runtime",

@@ -192,6 +192,18 @@ Fault = Annotated[
 ]
 
 
+def _conditional(runtime: Any) -> frozenset[str]:
+    """Capabilities the runtime has on some machines only: valid here, checked on the machine that runs it
+    (chaos.doctor.unmet, Runtime.capability_check)."""
+    return frozenset(getattr(runtime, "conditional_capabilities", frozenset()))
+
+
+def _able(need: str) -> list[str]:
+    """The runtimes that give ``need``, those that give it on some machines only said so."""
+    return [n for n, r in runtime_plugins().items() if need in r.capabilities] + [
+        f"{n} (where it has it)" for n, r in runtime_plugins().items() if need in _conditional(r)]
+
+
 def _store_target_problems(kind: str, cluster: Any, plugins: dict[str, Any]) -> list[str]:
     """Why ``target: store`` cannot be taken here: no dedicated store process, or a kind that cannot act on one."""
     if cluster.mode == "centralized":
@@ -405,8 +417,8 @@ class Scenario(Strict):
                 problems += [f"faults[{i}].target: {why}" for why in _store_target_problems(fault.kind, c, plugins)]
             elif isinstance(fault.target, str) and fault.target.startswith(SERVER_PREFIXES):
                 problems += [f"faults[{i}].target: {why}" for why in _server_target_problems(fault, c, plugins)]
-            for need in sorted(plugin.needs - runtime.capabilities):
-                able = [n for n, r in runtime_plugins().items() if need in r.capabilities]
+            for need in sorted(plugin.needs - runtime.capabilities - _conditional(runtime)):
+                able = _able(need)
                 problems.append(f"faults[{i}].kind: {fault.kind} needs {CAPABILITIES.get(need, need)}, which the "
                                 f"{c.runtime} runtime does not give; set cluster.runtime: {' or '.join(able)}"
                                 if able else f"faults[{i}].kind: {fault.kind} needs {need}, which no installed "
@@ -446,8 +458,8 @@ class Scenario(Strict):
                 problems += [f"explore.targets: {target}: {w}" for w in why]
         for kind in bounds.kinds:
             plugin = plugins[kind]
-            for need in sorted(plugin.needs - runtime.capabilities):
-                able = [n for n, r in runtime_plugins().items() if need in r.capabilities]
+            for need in sorted(plugin.needs - runtime.capabilities - _conditional(runtime)):
+                able = _able(need)
                 problems.append(f"explore.kinds: {kind} needs {CAPABILITIES.get(need, need)}, which the "
                                 f"{c.runtime} runtime does not give" + (f"; set cluster.runtime: {' or '.join(able)}"
                                                                        if able else ""))

@@ -274,6 +274,19 @@ def test_failed_nodes_are_replaced_per_policy_until_the_job_finishes(tmp_path: P
     assert [e["will_replace"] for e in exited] == [True, False]
 
 
+def test_a_node_whose_host_is_lost_with_no_spare_is_not_replaced(tmp_path: Path) -> None:
+    """The policy says replace, the runtime says there is nowhere to (host_loss with no spare): the node is dead,
+    the job goes on without it, and the history says why."""
+    run = Run(tmp_path, [], policy=NodeRestart(policy="on-failure", delay_s=0.0, max_restarts=3))
+    run.runtime.can_replace = lambda name: "its host c2 is lost" if name == "node1" else None  # type: ignore[attr-defined]
+    run.nodes.start_cluster()
+    run.runtime.codes["node1"] = -9
+    run.nodes.watch(now=10.0)
+    assert run.nodes.status("node1") is NodeStatus.DEAD and run.runtime.started == ["node0", "node1"]
+    exited = [e for e in run.engine_events() if e["event"] == "node_exited"]
+    assert exited[-1]["will_replace"] is False and exited[-1]["not_replaced"] == "its host c2 is lost"
+
+
 def test_end_detector_reasons(tmp_path: Path) -> None:
     run = Run(tmp_path, [], nodes=1)
     run.nodes.start_cluster()

@@ -130,7 +130,8 @@ def test_shipped_slurm_scenarios_are_valid() -> None:
 
     s = load_scenario(resolve_scenario_path("slurm/node-crash"))
     assert s.cluster.runtime == "slurm" and s.cluster.slurm.spares == 1
-    for name in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash", "slurm/rendezvous-host-crash"):
+    for name in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash", "slurm/rendezvous-host-crash",
+                 "slurm/host-lost-no-spare", "slurm/host-lost-spare"):
         assert load_scenario(resolve_scenario_path(name)).cluster.runtime == "slurm"
 
 
@@ -193,13 +194,16 @@ def test_scheduler_part_of_the_recovery_breakdown() -> None:
          "replacement": True},
         {"t": 101.0, "event": "slurm_step_started", "node": "node0", "host": "c1", "step": "7.4", "after_s": 0.2,
          "replacement": True},  # another node's replacement: not this fault's
-        {"t": 110.0, "event": "slurm_node_state", "host": "c1", "state": "down*", "previous": "alloc"},  # other host
-        {"t": 117.0, "event": "slurm_node_state", "host": "c2", "state": "down*", "previous": "alloc"},
+        {"t": 105.0, "event": "slurm_node_state", "host": "c1", "state": "alloc*", "previous": "alloc"},  # other host
+        {"t": 110.0, "event": "slurm_node_state", "host": "c1", "state": "down*", "previous": "alloc*"},  # other host
+        {"t": 111.0, "event": "slurm_node_state", "host": "c2", "state": "alloc*", "previous": "alloc"},
+        {"t": 117.0, "event": "slurm_node_state", "host": "c2", "state": "down*", "previous": "alloc*"},
         {"t": 130.0, "event": "slurm_node_state", "host": "c2", "state": "idle", "previous": "down*"},
     ]
     part = scheduler_part(events, fault)
     assert part is not None
     assert part["host_down"] == "c2" and part["host_down_after_s"] == pytest.approx(17.0)
+    assert part["host_not_responding_after_s"] == pytest.approx(11.0)  # Slurm's first sign
     assert part["replacement_host"] == "c3" and part["replacement_step_s"] == pytest.approx(0.2)
     assert part["replacement_srun_after_s"] == pytest.approx(0.3)
     # a later disruptive fault at 115 s: what Slurm did after it is that fault's

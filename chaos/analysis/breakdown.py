@@ -65,7 +65,9 @@ def scheduler_part(events: list[Event], fault: dict[str, Any], until: float | No
     ran on when the fault came, and that node's replacement step; another host going down, or a later fault's
     replacement, is not this fault's.
 
-    ``host_down_after_s``: from the fault until Slurm first marked that host down (its own detection);
+    ``host_not_responding_after_s``: from the fault until Slurm first said that host does not respond (``alloc*``,
+    ``idle*``: its first sign); ``host_down_after_s``: until it first marked it down (its own detection: the lost
+    node's srun ends only then);
     ``replacement_srun_after_s``: from the fault until the engine ran the replacement's srun (the restart policy's
     delay, the engine's part); ``replacement_step_s``: from that srun until Slurm listed the step as running (the
     scheduler's part of starting it). None without such Slurm events after the fault."""
@@ -76,8 +78,11 @@ def scheduler_part(events: list[Event], fault: dict[str, Any], until: float | No
     end = until if until is not None else float("inf")
     host = _host_of(events, str(node), t_f)
     part: dict[str, Any] = {}
-    downs = [e for e in of_kind(events, Ev.SLURM_NODE_STATE) if t_f < e["t"] < end and e.get("host") == host
-             and str(e.get("state", "")).startswith(("down", "fail", "drain"))]
+    states = [e for e in of_kind(events, Ev.SLURM_NODE_STATE) if t_f < e["t"] < end and e.get("host") == host]
+    silent = [e for e in states if str(e.get("state", "")).endswith("*")]
+    if silent:  # Slurm's first sign: the host stopped answering (``*``), before it is marked down
+        part["host_not_responding_after_s"] = silent[0]["t"] - t_f
+    downs = [e for e in states if str(e.get("state", "")).startswith(("down", "fail", "drain"))]
     if downs:
         part["host_down_after_s"] = downs[0]["t"] - t_f
         part["host_down"] = downs[0].get("host")

@@ -22,7 +22,9 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -33,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos.cluster.spec import (
+    AGENT_DIR,
+    AGENT_FILE,
     CLUSTER_LABEL,
     CONTROLLER,
     ENTRYPOINT,
@@ -47,6 +51,7 @@ from chaos.cluster.spec import (
     UID,
     USER,
     ClusterSpec,
+    agent_config_path,
     check_name,
     check_nodes,
     slurm_conf,
@@ -60,6 +65,7 @@ SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 SLURM_RECIPE_VERSION = "1"
 DEFAULT_TIMEOUT_S = 60.0
 POLL_S = 0.2
+AGENT_START_S = 15.0  # the agent imports the docker SDK and binds; seconds at most
 
 # The container's command: munged, then slurmctld or slurmd in the foreground (logs go to `docker logs`).
 # docker-init is PID 1 (init=True), so steps' zombies are reaped; the directories Slurm and munge want are made
@@ -369,6 +375,9 @@ def plan_steps(spec: ClusterSpec, image: str, cluster_id: str, repo: str | None)
                           f"{image} {ENTRYPOINT} {role} {host}"))
         steps.append(Step(f"{role} {host}", f"docker cp slurm.conf {name}:{SLURM_CONF} && docker cp munge.key "
                           f"{name}:{MUNGE_KEY} && docker start {name}"))
+    steps.append(Step("agent", f"{sys.executable} -m chaos.cluster.agent {agent_config_path(spec.name)} --cluster "
+                      f"{spec.name} &   # on {spec.gateway} only; its port and token into "
+                      f"{spec.container(CONTROLLER)}:{AGENT_FILE} (0400 {USER})"))
     steps.append(Step("wait", f"docker exec {spec.container(CONTROLLER)} sinfo -h -N -o '%N %t'   # until every "
                       "node is idle"))
     steps.append(Step("state", f"write {state_path(spec.name)}"))
@@ -430,21 +439,26 @@ def up(name: str = "slurm", nodes: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S
     start = time.monotonic()
     try:
         shared_host = _create(client, spec, image, cluster_id, repo)
+        agent = start_agent(client, spec, cluster_id)
         containers_s = time.monotonic() - start
         log(f"[{containers_s:5.1f} s] {nodes + 1} containers started on {spec.network} ({spec.subnet}); waiting "
             f"for `sinfo` to show {spec.node_list} idle (at most {timeout_s:.0f} s)")
         wait_idle(client, spec, timeout_s)
         idle_s = time.monotonic() - start
         content = state(spec, cluster_id=cluster_id, image=image, shared_host_path=shared_host, repo=repo,
-                        python=_python(), created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                        python=_python(), created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        agent=agent)
         _write_state(state_path(name), content)
     except ClusterError:
+        stop_agents(name, cluster_id)
         remove(client, find(client, name, cluster_id))
         raise
     except Exception as exc:  # the engine refused something (a name or subnet taken meanwhile, no disk space ...)
+        stop_agents(name, cluster_id)
         remove(client, find(client, name, cluster_id))
         raise ClusterError(f"bringing {name!r} up failed: {exc}; everything made so far was removed") from exc
     except BaseException:  # Ctrl-C: nothing stays half-made
+        stop_agents(name, cluster_id)
         remove(client, find(client, name, cluster_id))
         raise
     log(f"[{idle_s:5.1f} s] {spec.node_list} idle; state: {state_path(name)}")
@@ -528,13 +542,164 @@ def wait_idle(client: Any, spec: ClusterSpec, timeout_s: float) -> None:
         time.sleep(POLL_S)
 
 
+# --- the cluster agent (chaos.cluster.agent): started by up, stopped by down, cleanup and a failed up ----------
+
+
+_agent_procs: dict[int, subprocess.Popen[bytes]] = {}  # agents this process started: reaped when stopped
+
+
+def start_agent(client: Any, spec: ClusterSpec, cluster_id: str) -> dict[str, Any]:
+    """Start the cluster's agent on the network's gateway address (the host's side of the internal bridge), wait
+    until it listens, and put its address and token into the controller at AGENT_FILE, readable by the cluster's
+    user only. Returns the state file's ``agent`` entry (never the token)."""
+    from chaos.plan import REPO_ROOT
+
+    config = agent_config_path(spec.name)
+    config.parent.mkdir(parents=True, exist_ok=True)
+    for sibling in (config, config.with_suffix(".ready")):
+        sibling.unlink(missing_ok=True)
+    token = secrets.token_hex(16)
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"bind": spec.gateway, "token": token, "cluster": spec.name, "cluster_id": cluster_id,
+                   "up_pid": os.getpid(), "state": str(state_path(spec.name))}, fh)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    with open(config.with_suffix(".log"), "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "chaos.cluster.agent", str(config), "--cluster", spec.name],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
+    _agent_procs[proc.pid] = proc
+    ready = config.with_suffix(".ready")
+    deadline = time.monotonic() + AGENT_START_S
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = "\n".join(config.with_suffix(".log").read_text(errors="replace").splitlines()[-8:])
+            stop_agents(spec.name, cluster_id)
+            for sibling in (config, ready, config.with_suffix(".log")):
+                sibling.unlink(missing_ok=True)
+            raise ClusterError(f"the cluster agent did not start listening on {spec.gateway} "
+                               f"({'exit ' + str(proc.returncode) if proc.returncode is not None else 'timeout'}); "
+                               f"its last lines:\n{tail}")
+        time.sleep(0.05)
+    port = int(json.loads(ready.read_text())["port"])
+    controller = spec.container(CONTROLLER)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        directory = tarfile.TarInfo(AGENT_DIR.lstrip("/"))
+        directory.type, directory.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(directory)
+        data = json.dumps({"address": spec.gateway, "port": port, "token": token, "cluster": spec.name}).encode()
+        info = tarfile.TarInfo(AGENT_FILE.lstrip("/"))
+        info.size, info.mode, info.mtime = len(data), 0o400, int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    client.api.put_archive(controller, "/", buf.getvalue())
+    # Ownership by exec, not by the tar's header: the archive API's handling of uid/gid is not one to rely on.
+    code, out = exec_in(client, controller, ["sh", "-c", f"chown {UID}:{UID} {AGENT_FILE} && chmod 0400 {AGENT_FILE}"])
+    if code != 0:
+        raise ClusterError(f"could not hand the agent's address to {USER} in {controller}: {out.strip()}")
+    return {"pid": proc.pid, "address": f"{spec.gateway}:{port}", "file": AGENT_FILE, "config": str(config),
+            "log": str(config.with_suffix(".log"))}
+
+
+def running_agents() -> list[tuple[int, str, dict[str, Any] | None]]:
+    """Every cluster agent process of this host: (pid, its cluster's name, its config or None if unreadable)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv if a]
+        if "chaos.cluster.agent" not in args or "--cluster" not in args:
+            continue
+        at = args.index("chaos.cluster.agent")
+        if at < 2 or args[at - 1] != "-m" or not Path(args[0]).name.startswith("python"):
+            continue  # a wrapper (timeout, flock, a shell) naming it: not the agent itself
+        cluster_at = args.index("--cluster")
+        if at + 1 >= len(args) or cluster_at + 1 >= len(args):
+            continue
+        try:
+            config: dict[str, Any] | None = json.loads(Path(args[at + 1]).read_text())
+        except (OSError, ValueError):
+            config = None
+        found.append((int(entry.name), args[cluster_at + 1], config))
+    return found
+
+
+def _agent_claimed(name: str, config: dict[str, Any] | None) -> bool:
+    """The agent's cluster is recorded in its state file (the path it was made with, whatever this process's state
+    directory), or its `up` still runs: not an orphan. The same rule as the cluster's objects (:func:`_claimed`)."""
+    if config is None:
+        return False
+    up_pid = config.get("up_pid")
+    if isinstance(up_pid, int) and Path(f"/proc/{up_pid}").exists():
+        return True
+    try:
+        recorded = json.loads(Path(str(config.get("state", ""))).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(recorded, dict) and recorded.get("id") == config.get("cluster_id")
+
+
+def stop_agents(name: str | None, cluster_id: str | None = None, only_orphans: bool = False) -> list[str]:
+    """Stop the agents of cluster ``name`` (all clusters' without one; only that bring-up's with ``cluster_id``;
+    only those no cluster claims with ``only_orphans``): SIGTERM, then SIGKILL after 5 s. Their config, ready and
+    log files go with them (the runs' histories record what the agent did)."""
+    stopped = []
+    for pid, cluster, config in running_agents():
+        if name is not None and cluster != name:
+            continue
+        if cluster_id is not None and (config or {}).get("cluster_id") != cluster_id:
+            continue
+        if only_orphans and _agent_claimed(cluster, config):
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            proc = _agent_procs.get(pid)
+            if proc is not None and proc.poll() is not None:
+                break
+            if _zombie(pid):
+                break
+            time.sleep(0.05)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc = _agent_procs.pop(pid, None)
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        stopped.append(f"cluster agent {pid} ({cluster})")
+        if config is not None and config.get("state"):
+            path = Path(str(config["state"])).with_name(f"{cluster}.agent.json")
+            try:
+                same = json.loads(path.read_text()).get("cluster_id") == config.get("cluster_id")
+            except (OSError, ValueError):
+                same = False
+            if same:
+                for sibling in (path, path.with_suffix(".ready"), path.with_suffix(".log")):
+                    sibling.unlink(missing_ok=True)
+    return stopped
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return ") Z " in Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+
+
 # --- down, status, cleanup, doctor -------------------------------------------------------------------------------
 
 
 def down(name: str = "slurm") -> list[str]:
     """Remove the cluster's containers, network and volume (by label) and its state file; idempotent."""
     client = _docker()
-    removed = remove(client, find(client, name))
+    removed = stop_agents(name)
+    removed += remove(client, find(client, name))
     path = state_path(name)
     if path.exists():
         path.unlink()
@@ -552,8 +717,11 @@ def status(name: str = "slurm") -> dict[str, Any] | None:
     containers = {c["Names"][0].lstrip("/"): c.get("State", "?") for c in found.containers}
     controller = (recorded or {}).get("controller", {}).get("container", f"tchaos-{name}-{CONTROLLER}")
     slurm = node_states(client, controller) if containers.get(controller) == "running" else {}
+    agents = [pid for pid, cluster, _ in running_agents() if cluster == name]
+    agent = (f"running, pid {', '.join(map(str, agents))}" + (f", {recorded['agent']['address']}" if
+             (recorded or {}).get("agent") else "")) if agents else "not running (host_loss refused)"
     return {"state": recorded, "state_file": str(state_path(name)), "containers": containers, "slurm": slurm,
-            "complete": recorded is not None and not found.empty()}
+            "agent": agent, "complete": recorded is not None and not found.empty()}
 
 
 def cleanup(run_id: str | None, only_orphans: bool) -> list[str]:
@@ -573,7 +741,8 @@ def cleanup(run_id: str | None, only_orphans: bool) -> list[str]:
 
         found = Found([c for c in found.containers if orphan(c)], [n for n in found.networks if orphan(n)],
                       [v for v in found.volumes if orphan(v)])
-    removed = remove(client, found)
+    removed = stop_agents(None, only_orphans=only_orphans)
+    removed += remove(client, found)
     if not only_orphans:
         for name in sorted(n for n in found.names() if n):
             path = state_path(name)

@@ -42,6 +42,10 @@ SHARED_PATH = "/shared"  # the shared volume, inside every container
 SLURM_CONF = "/etc/slurm/slurm.conf"
 MUNGE_KEY = "/etc/munge/munge.key"
 ENTRYPOINT = "/usr/local/sbin/tchaos-slurm-node"
+# Where the cluster agent's address and token are put in the controller (the login node), readable by USER only:
+# the Slurm runtime finds the agent there (chaos.cluster.agent; docs/design.md, "The cluster agent").
+AGENT_DIR = "/etc/torch-chaos"
+AGENT_FILE = f"{AGENT_DIR}/agent.json"
 
 # The lab's settings (issue 13): no cgroups in the containers (proctrack/linuxproc, task/none), the configured
 # CPUs win over what slurmd detects (config_overrides), a node that comes back is usable again (ReturnToService=2),
@@ -63,6 +67,12 @@ def state_dir() -> Path:
 
 def state_path(name: str) -> Path:
     return state_dir() / "clusters" / f"{name}.json"
+
+
+def agent_config_path(name: str) -> Path:
+    """The agent's own configuration (bind address, token; mode 0600), beside the state file; its ``.ready``
+    (port and pid, once listening) and ``.log`` siblings go with it."""
+    return state_dir() / "clusters" / f"{name}.agent.json"
 
 
 def check_name(name: str) -> str | None:
@@ -171,7 +181,7 @@ def slurm_conf(spec: ClusterSpec) -> str:
 
 
 def state(spec: ClusterSpec, *, cluster_id: str, image: str, shared_host_path: str, repo: str | None,
-          python: str, created: str) -> dict[str, Any]:
+          python: str, created: str, agent: dict[str, Any] | None = None) -> dict[str, Any]:
     """The state file's content (docs/design.md, "A Slurm cluster in containers": every key)."""
     controller = spec.container(CONTROLLER)
     return {
@@ -193,4 +203,7 @@ def state(spec: ClusterSpec, *, cluster_id: str, image: str, shared_host_path: s
         "exec": ["docker", "exec", "-u", USER, "-w", SHARED_PATH, controller],
         "slurm": {"version": "22.05", "conf": SLURM_CONF, "slurmd_timeout_s": SLURMD_TIMEOUT_S,
                   "message_timeout_s": MESSAGE_TIMEOUT_S, "return_to_service": 2},
+        # The host-side agent that loses and returns compute hosts (never its token: that is in its config and,
+        # for the cluster's user, in AGENT_FILE on the controller).
+        "agent": agent,
     }

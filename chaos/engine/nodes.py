@@ -120,10 +120,17 @@ class NodeOrchestrator:
                 continue
             replace = (policy.policy == "on-failure" and state.replacements < policy.max_restarts
                        and self.finishing_since is None)
+            # The policy says replace, but there may be nowhere to: its host is lost and no spare is left (the
+            # job goes on without it, shrinking if min_nodes allows).
+            can_replace = getattr(self._runtime, "can_replace", None)  # a runtime without spares: always
+            no_place = can_replace(name) if replace and can_replace is not None else None
+            replace = replace and no_place is None
             state.move_to(NodeStatus.REPLACING if replace else NodeStatus.DEAD)
             state.restart_at = now + policy.delay_s if replace else None
-            self._history.write(Ev.NODE_EXITED, node=name, code=code, will_replace=replace)
-            self._note(f"{name} exited with code {code}" + (f", replacing in {policy.delay_s:g}s" if replace else ""))
+            self._history.write(Ev.NODE_EXITED, node=name, code=code, will_replace=replace,
+                                **({"not_replaced": no_place} if no_place else {}))
+            self._note(f"{name} exited with code {code}" + (f", replacing in {policy.delay_s:g}s" if replace else
+                                                            f", not replaced: {no_place}" if no_place else ""))
         self._watch_store()
 
     def _watch_store(self) -> None:

@@ -173,9 +173,10 @@ class FaultScheduler:
         if node is not None and impl.stops_node:
             self._nodes.stopped(node)
         self._note(f"injected {f.spec.kind} on {where} at step {self._progress.max_step}")
-        if f.spec.duration is not None:
+        heal_after = impl.heal_after(f.spec) if hasattr(impl, "heal_after") else f.spec.duration
+        if heal_after is not None:
             f.move_to(FaultStatus.ACTIVE)
-            f.heal_at = f.t_injected + f.spec.duration
+            f.heal_at = f.t_injected + heal_after
         elif impl.lasts_until_healed:
             f.move_to(FaultStatus.ACTIVE)  # lasts until the run ends; healed at teardown
         else:

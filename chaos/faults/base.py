@@ -94,6 +94,13 @@ class FaultKind(ABC):
         return []
 
     @classmethod
+    def heal_after(cls, spec: Any) -> float | None:
+        """Seconds after the injection when the engine heals the fault; None: not before teardown (or never, unless
+        :attr:`lasts_until_healed`). ``duration`` for most kinds; a kind whose end is not a duration (host_loss's
+        ``return_after``) says so here."""
+        return spec.duration
+
+    @classmethod
     def check(cls, spec: Any, scenario: Scenario) -> list[str]:
         """Problems of this fault in this scenario beyond its own fields (e.g. a group naming a missing node).
 

@@ -200,6 +200,9 @@ def breakdown_notes(b: dict[str, Any]) -> list[str]:
     if b.get("agent_rounds"):
         lines.append(f"rendezvous rounds the agents completed during the recovery: {b['agent_rounds']}")
     sched = b.get("scheduler") or {}
+    if "host_not_responding_after_s" in sched:
+        lines.append(f"Slurm said a host does not respond {sched['host_not_responding_after_s']:.1f} s after the "
+                     "fault")
     if "host_down_after_s" in sched:
         lines.append(f"Slurm marked {sched.get('host_down')} {sched.get('host_down_state')} "
                      f"{sched['host_down_after_s']:.1f} s after the fault (its own detection)")

@@ -37,6 +37,7 @@ STORAGE_LAYER = "storage_layer"
 MEMORY_CGROUP = "memory_cgroup"
 CPU_QUOTA = "cpu_quota"
 RENDEZVOUS_SERVERS = "rendezvous_servers"
+HOST_LOSS = "host_loss"
 CAPABILITIES = {
     KILL: "SIGKILL a node's whole process tree",
     KILL_WORKERS: "kill a node's worker processes and leave its launcher alive",
@@ -49,6 +50,7 @@ CAPABILITIES = {
                "a container's), or host processes (node_pids) the engine moves into a cpu cgroup of its own",
     RENDEZVOUS_SERVERS: "runs a rendezvous backend's servers (etcd members) where every node reaches them: on the "
     "loopback the nodes share (local), or each with an address of its own on the nodes' network (netns, docker)",
+    HOST_LOSS: "lose a node's whole host at once (and return it), which needs root on the host or on what runs it",
 }
 
 
@@ -60,6 +62,10 @@ class Runtime(ABC):
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    # Capabilities the runtime has only on some machines (the slurm runtime's host_loss: where a cluster agent
+    # gives it). A scenario needing one validates anywhere (a plan can be reviewed off the cluster); the run asks
+    # :meth:`capability_check` on the machine it runs on and stops before creating anything when it fails.
+    conditional_capabilities: ClassVar[frozenset[str]] = frozenset()
     # The runtime's own scenario options, written as ``cluster.<name>: {...}`` (None: it takes none).
     options: ClassVar[type[BaseModel] | None] = None
     # Order in ``chaos cleanup`` (lower first): containers go before the processes inside them carry marks.
@@ -83,6 +89,13 @@ class Runtime(ABC):
     def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
         """Remove what runs on this runtime left behind (``chaos cleanup``); idempotent."""
         return []
+
+    @classmethod
+    def capability_check(cls, capability: str, options: Any = None) -> Check:
+        """Whether this machine gives one of :attr:`conditional_capabilities` (a required check of the run)."""
+        from chaos.machine import Check
+
+        return Check(f"{cls.name}: {capability}", False, f"the {cls.name} runtime cannot tell whether it has it", "")
 
     def __init__(self, run_id: str, run_dir: str | Path):
         self.run_id = run_id
@@ -122,6 +135,20 @@ class Runtime(ABC):
     @abstractmethod
     def teardown(self) -> list[str]:
         """Kill and remove everything this runtime created for the run; returns what it had to clean up."""
+
+    def lose_host(self, name: str) -> tuple[str, dict[str, Any]]:
+        """Lose the host ``name`` runs on, all at once (a machine gone from the network); returns the mechanism
+        and the facts the history records beside it (the host, when it was done)."""
+        raise Unsupported(f"the {self.name} runtime cannot lose a host")
+
+    def return_host(self, host: str) -> dict[str, Any]:
+        """Bring a host lost by :meth:`lose_host` back (it joins no job by itself); facts for ``fault_healed``."""
+        raise Unsupported(f"the {self.name} runtime cannot return a host")
+
+    def can_replace(self, name: str) -> str | None:
+        """Why the node cannot be replaced now (its host is lost and no spare is left), or None: asked by the
+        orchestrator before it replaces a failed node under ``node_restart: on-failure``."""
+        return None
 
     def node_pids(self, name: str) -> list[int]:
         """Host pids of every process of the node (memory faults: which processes a memory limit must cover)."""

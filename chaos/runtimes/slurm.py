@@ -39,7 +39,16 @@ from pydantic import Field, field_validator
 from chaos.events import Ev
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked
 from chaos.plan import OWN_STACK_STORE_PORT, REPO_ROOT, Addressing, NodePlan, Plan, node_names
-from chaos.runtimes.base import CHECKPOINT_STORAGE, FREEZE, KILL, KILL_WORKERS, NodeLogs, Runtime, Unsupported
+from chaos.runtimes.base import (
+    CHECKPOINT_STORAGE,
+    FREEZE,
+    HOST_LOSS,
+    KILL,
+    KILL_WORKERS,
+    NodeLogs,
+    Runtime,
+    Unsupported,
+)
 from chaos.spec import Strict
 
 if TYPE_CHECKING:
@@ -58,6 +67,15 @@ TIME_RE = re.compile(r"^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+
 POLL_S = 1.0  # how often the observer asks Slurm about the hosts (sinfo: ~10 ms)
 STARTING_POLL_S = 0.2  # how often it asks about steps while one started and is not listed yet (its start's resolution)
 HELPER_TIMEOUT_S = 30.0
+AGENT_FILE_ENV = "TORCH_CHAOS_AGENT_FILE"  # where the cluster agent's address is, if not the container cluster's
+NO_ROOT = ("losing a host needs root on it: a user on a real cluster has none; the container cluster's agent "
+           "provides it (chaos cluster up)")
+
+
+def agent_file() -> str:
+    from chaos.cluster.spec import AGENT_FILE
+
+    return os.environ.get(AGENT_FILE_ENV) or AGENT_FILE
 
 
 class SlurmOptions(Strict):
@@ -232,6 +250,9 @@ class SlurmRuntime(Runtime):
     # Faults needing root on the hosts (their network, a memory cgroup, a FUSE mount) are not Slurm's to give.
     capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE})
     golden_beside_engine = False  # the engine is on a login node: a local reference run of the job is not one
+    # Losing a host: only where a cluster agent gives it (the container cluster's, chaos.cluster.agent), asked on
+    # the login node before the run creates anything.
+    conditional_capabilities = frozenset({HOST_LOSS})
     options = SlurmOptions
     cleanup_order = 5  # the allocation first: its steps die with it, then marked srun clients go
 
@@ -251,6 +272,25 @@ class SlurmRuntime(Runtime):
                       else f"not on PATH: {', '.join(missing)}",
                       "run the engine on a login node of the cluster (where `srun hostname` works)",
                       required=options is not None)]
+
+    @classmethod
+    def capability_check(cls, capability: str, options: Any = None) -> Check:
+        """host_loss: the agent's address is readable here (the cluster's user only can) and the agent answers."""
+        from chaos.cluster.agent import AgentError, ask, read_config
+        from chaos.machine import Check
+
+        name = "slurm: host loss (a cluster agent)"
+        if capability != HOST_LOSS:
+            return super().capability_check(capability, options)
+        path = agent_file()
+        try:
+            config = read_config(path)
+            ask(config, "ping", timeout=5.0)
+        except AgentError as exc:
+            why = NO_ROOT if not Path(path).exists() else f"{NO_ROOT}; here: {exc}"
+            return Check(name, False, why, "run on the container cluster's controller (chaos cluster up slurm), "
+                         "or drop the host_loss fault")
+        return Check(name, True, f"the cluster agent at {config['address']}:{config['port']} answers")
 
     @classmethod
     def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
@@ -293,6 +333,7 @@ class SlurmRuntime(Runtime):
         self._states: dict[str, str] = {}
         self._stop = threading.Event()
         self._observer: threading.Thread | None = None
+        self._lost: dict[str, bool] = {}  # host lost by lose_host -> returned since
 
     # --- the plan ----------------------------------------------------------------------------------------------
 
@@ -321,6 +362,8 @@ class SlurmRuntime(Runtime):
         lines.append(f"# faults: scancel --signal=KILL|STOP|CONT J.STEP; kill_worker: srun --overlap --jobid=J "
                      f"-N1 -n1 -w HOST {self.options.python or sys.executable} -m chaos.runtimes.slurm_helper "
                      "kill-workers <run>/<node>")
+        lines.append(f"# host_loss: the cluster agent ({agent_file()}) docker-kills HOST's container; teardown "
+                     "returns it (docker start)")
         lines.append(f"# teardown: scancel J; chaos cleanup: squeue --user=$USER --name={job_name(self.run_id)}")
         return lines
 
@@ -412,11 +455,19 @@ class SlurmRuntime(Runtime):
         old = self.host_of[name]
         if self.spares:
             new = self.spares.pop(0)
-            if not host_lost(self._states.get(old, "")):
+            if not host_lost(self._states.get(old, "")) and old not in self._lost:  # a lost host never comes back
                 self.spares.append(old)
             self.host_of[name] = new
             return new, True
+        if old in self._lost:
+            raise RuntimeError(f"{name}'s host {old} is lost and no spare host is left")  # can_replace said so
         return old, True
+
+    def can_replace(self, name: str) -> str | None:
+        host = self.host_of.get(name)
+        if host is not None and (host in self._lost or host_lost(self._states.get(host, ""))) and not self.spares:
+            return f"its host {host} is lost and the allocation has no spare host left"
+        return None
 
     def start_node(self, node: NodePlan) -> None:
         if self.job_id is None:
@@ -463,7 +514,7 @@ class SlurmRuntime(Runtime):
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             state = parse_node_states(_run(["sinfo", "-h", "-N", "-n", host, "-o", "%N %t"], timeout=10).stdout
                                       ).get(host, "")
-        if said or host_lost(state):
+        if said or host_lost(state) or host in self._lost:
             with self._lock:
                 self._events.append({"t": time.time(), "event": Ev.SLURM_NODE_STATE, "host": host,
                                      "state": state or "?", "previous": self._states.get(host, "?"),
@@ -588,6 +639,42 @@ class SlurmRuntime(Runtime):
     def node_pids(self, name: str) -> list[int]:
         raise Unsupported("the slurm runtime's nodes are processes on other hosts")
 
+    # --- host loss, through the cluster agent ------------------------------------------------------------------
+
+    def _agent(self) -> dict[str, Any]:
+        from chaos.cluster.agent import AgentError, read_config
+
+        try:
+            return read_config(agent_file())
+        except AgentError as exc:
+            raise Unsupported(f"{NO_ROOT} ({exc})") from None
+
+    def lose_host(self, name: str) -> tuple[str, dict[str, Any]]:
+        """The agent docker-kills the container of ``name``'s host. srun learns it only from Slurm (it exits 0
+        after "Node failure", once slurmctld marks the host down), and :meth:`_lost_host_code` reads that as
+        killed; the host is never a spare again."""
+        from chaos.cluster.agent import ask
+
+        host = self.host_of[name]
+        config = self._agent()
+        answer = ask(config, "lose", host)
+        with self._lock:
+            self._lost[host] = False
+        where = f"{config['address']}:{config['port']}"
+        return (f"docker kill of {answer['container']} (host {host}) by the cluster agent at {where}",
+                {"host": host, "container": answer["container"], "agent": where, "t_agent": answer["t"]})
+
+    def return_host(self, host: str) -> dict[str, Any]:
+        """The agent docker-starts the host's container: slurmd comes back (ReturnToService=2 makes it usable),
+        but not into this run's allocation, and not as its spare."""
+        from chaos.cluster.agent import ask
+
+        answer = ask(self._agent(), "return", host)
+        with self._lock:
+            self._lost[host] = True
+        return {"returned": host, "mechanism": f"docker start of {answer['container']} by the cluster agent",
+                "t_agent": answer["t"]}
+
     # --- Slurm's view --------------------------------------------------------------------------------------------
 
     def _observe_loop(self) -> None:
@@ -669,6 +756,13 @@ class SlurmRuntime(Runtime):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
         cleaned += [f"process {p.pid}" for p in kill_marked(self.run_id)]
+        for host, returned in list(self._lost.items()):  # the cluster as the run found it: every host back
+            if not returned:
+                try:
+                    self.return_host(host)
+                    cleaned.append(f"host {host} returned (docker start by the cluster agent)")
+                except (RuntimeError, OSError) as exc:
+                    cleaned.append(f"host {host} NOT returned: {exc}")
         self._logs.close()
         if self._observer is not None:
             self._observer.join(timeout=5)
@@ -677,4 +771,5 @@ class SlurmRuntime(Runtime):
     def describe(self) -> dict[str, Any]:
         return {"runtime": self.name, "slurm": self.options.model_dump(exclude_none=True),
                 "crash_mechanism": "scancel --signal=KILL JOB.STEP", "freeze_mechanism": "scancel --signal=STOP/CONT "
-                "JOB.STEP, checked by process state", "kill_worker_mechanism": "a helper job step signals the workers"}
+                "JOB.STEP, checked by process state", "kill_worker_mechanism": "a helper job step signals the workers",
+                "host_loss_mechanism": "docker kill of the host's container by the container cluster's agent"}

@@ -21,7 +21,7 @@ import pytest
 
 from chaos.cli import main
 from chaos.cluster import slurm
-from chaos.cluster.spec import STATE_DIR_ENV, state_path
+from chaos.cluster.spec import AGENT_FILE, STATE_DIR_ENV, state_path
 
 pytestmark = [pytest.mark.integration]
 
@@ -77,6 +77,10 @@ def test_up_srun_node_loss_down(engine: object, tmp_path: Path, monkeypatch: pyt
         assert (code, whoami.strip()) == (0, "chaos")
 
         assert main(["cluster", "status", "--name", name]) == 0
+        # the agent's address and token: in the login node, for the cluster's user only
+        code, mode = slurm.exec_in(client, st["controller"]["container"], ["stat", "-c", "%a %U", AGENT_FILE])
+        assert (code, mode.strip()) == (0, "400 chaos") and st["agent"]["address"].startswith(
+            st["network"]["subnet"].rsplit(".", 1)[0] + ".1:")
         removed = slurm.cleanup(None, only_orphans=True)  # claimed by its state file: `chaos cleanup` keeps it
         assert not any(name in line for line in removed), removed
         assert len(leftovers(client, name)) == NODES + 3  # the containers, the network, the volume
@@ -115,6 +119,8 @@ def test_up_srun_node_loss_down(engine: object, tmp_path: Path, monkeypatch: pyt
         down_s = time.monotonic() - start
     assert leftovers(client, name) == []
     assert not state_path(name).exists()
+    assert not [c for _, c, _ in slurm.running_agents() if c == name]  # down stopped the cluster agent
+    assert not list((tmp_path / "state" / "clusters").glob(f"{name}.agent.*"))
     assert main(["cluster", "down", "--name", name]) == 0  # idempotent: nothing to remove
     with capsys.disabled():
         print(f"slurm cluster: down in {down_s:.1f} s")
@@ -129,6 +135,7 @@ def test_a_cluster_without_its_state_file_is_an_orphan_for_chaos_cleanup(engine:
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert leftovers(engine, name)
+        assert [c for _, c, _ in slurm.running_agents() if c == name] == [name]  # the agent outlives `up`
         kept = subprocess.run([sys.executable, "-m", "chaos", "cleanup"], capture_output=True, text=True, env=env,
                               timeout=120)
         assert name not in kept.stdout and leftovers(engine, name)  # its `up` is gone, but its state file claims it
@@ -136,6 +143,10 @@ def test_a_cluster_without_its_state_file_is_an_orphan_for_chaos_cleanup(engine:
         cleaned = subprocess.run([sys.executable, "-m", "chaos", "cleanup"], capture_output=True, text=True,
                                  env=env, timeout=120)
         assert f"volume tchaos-{name}-shared" in cleaned.stdout, cleaned.stdout
+        assert "cluster agent" in cleaned.stdout and f"({name})" in cleaned.stdout, cleaned.stdout
         assert leftovers(engine, name) == []
+        assert not [c for _, c, _ in slurm.running_agents() if c == name]
+        assert not (state_dir / "clusters" / f"{name}.agent.json").exists()
     finally:
+        slurm.stop_agents(name)
         slurm.remove(engine, slurm.find(engine, name))

@@ -43,7 +43,8 @@ NODES = 3  # 2 training nodes + 1 spare
 # Every shipped Slurm scenario and its documented verdict (tests/test_suite_coverage.py reads this): node-crash in
 # the first test, the others in the second (marked slow: two more real runs).
 EXPECTED_VERDICT = {"slurm/node-crash": "pass", "slurm/freeze": "pass", "slurm/node-crash-no-spare": "pass",
-                    "slurm/worker-crash": "pass", "slurm/rendezvous-host-crash": "fail"}
+                    "slurm/worker-crash": "pass", "slurm/rendezvous-host-crash": "fail",
+                    "slurm/host-lost-spare": "pass", "slurm/host-lost-no-spare": "pass"}
 ENGINE_PACKAGES = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection", "yaml", "rich",
                    "markdown_it", "mdurl", "pygments", "psutil", "orjson")
 ENGINE_SITE = "/shared/engine-site"
@@ -198,14 +199,15 @@ def test_slurm_runtime_node_crash_ctrl_c_and_cleanup(docker_client: Any, tmp_pat
 @pytest.mark.slow
 def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """The other shipped Slurm scenarios to their documented verdicts (four real runs, ~90 s)."""
+    """The other shipped Slurm scenarios to their documented verdicts (six real runs, ~3.5 min). The host-lost ones
+    last: each waits until its lost host is back (returned when its run ends) and idle."""
     monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
     name = f"rv{os.getpid()}"
     with cluster_slurm.cluster(name, nodes=NODES, repo=str(REPO_ROOT), log=lambda line: None) as up:
         st = up.state
         assert docker_client.api.put_archive(st["controller"]["container"], "/shared", engine_site_tar())
         for scenario in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash",
-                         "slurm/rendezvous-host-crash"):
+                         "slurm/rendezvous-host-crash", "slurm/host-lost-spare", "slurm/host-lost-no-spare"):
             run = in_controller(st, *chaos_argv(st, "run", str(REPO_ROOT / "scenarios" / f"{scenario}.yaml"),
                                                 "--out", "/shared/runs", "--json"), timeout=240)
             result = json.loads(run.stdout)
@@ -225,6 +227,8 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
             elif scenario == "slurm/worker-crash":
                 assert "by a helper job step; the torchrun agent stays" in fault["mechanism"], fault["mechanism"]
                 assert fault["restarted"] and result["node_replacements"] == 0  # the agent restarted its workers
+            elif scenario.startswith("slurm/host-lost-"):
+                check_host_lost(docker_client, st, result, fault, spare=scenario == "slurm/host-lost-spare")
             else:
                 assert fault["restarted"] and result["node_replacements"] == 0
             assert in_controller(st, "squeue", "-h").stdout.strip() == ""
@@ -232,3 +236,41 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
                 recovery = "none" if fault["recovery_s"] is None else f"{fault['recovery_s']:.1f} s"
                 print(f"\n{scenario}: {result['verdict']} in {result['duration_s']:.1f} s, recovery {recovery} "
                       f"({fault['mechanism']})")
+
+
+def check_host_lost(client: Any, st: dict[str, Any], result: dict[str, Any], fault: dict[str, Any],
+                    spare: bool) -> None:
+    """A host-lost scenario from its result and history: the agent docker-killed node 1's host, Slurm noticed by
+    itself (the breakdown's scheduler part), and the policy placed node 1 on the spare, or (no spare) found nowhere
+    to and node 0 finished alone; the host is back afterwards."""
+    ctl = st["controller"]["container"]
+    events = [json.loads(line) for line in read_file(client, ctl, f"/shared/runs/{result['run_id']}/events.jsonl"
+                                                      ).splitlines()]
+    allocated = next(e for e in events if e["event"] == "slurm_allocated")
+    lost = allocated["nodes"]["node1"]
+    container = f"{ctl.rsplit('-', 1)[0]}-{lost}"
+    assert fault["mechanism"].startswith(f"docker kill of {container} (host {lost}) by the cluster agent at "), fault
+    assert fault["recovery_s"] is not None
+    injected = next(e for e in events if e["event"] == "fault_injected")
+    assert injected["details"]["host"] == lost and injected["details"]["t_agent"] <= injected["t"]
+    seen = [e for e in events if e["event"] == "slurm_node_state" and e["host"] == lost and e["t"] > injected["t"]]
+    assert any(e["state"].startswith("down") for e in seen), seen  # Slurm's own detection, polled by the runtime
+    scheduler = fault["recovery_breakdown"]["scheduler"]
+    assert scheduler["host_down"] == lost and 0 < scheduler["host_not_responding_after_s"] < \
+        scheduler["host_down_after_s"] < 60, scheduler
+    exited = [e for e in events if e["event"] == "node_exited" and e.get("node") == "node1"]
+    assert exited and exited[0]["code"] == -9, exited  # srun exited 0 after "Node failure": read as killed
+    if spare:
+        assert exited[0]["will_replace"] is True and result["node_replacements"] == 1
+        assert scheduler["replacement_host"] == allocated["spares"][0] != lost  # never back on the lost host
+    else:
+        assert exited[0]["will_replace"] is False and "no spare host left" in exited[0]["not_replaced"], exited
+        assert result["node_replacements"] == 0
+        steps = [e for e in events if e["event"] == "step_completed" and e["t"] > exited[0]["t"]]
+        assert steps and {e.get("node") for e in steps} == {"node0"}  # the job shrank to node 0 and went on
+    healed = next(e for e in events if e["event"] == "fault_healed")
+    assert healed["at_teardown"] and healed["returned"] == lost
+    deadline = time.monotonic() + 60  # slurmd back in its container, the node usable again (ReturnToService=2)
+    while cluster_slurm.node_states(client, ctl).get(lost) != "idle":
+        assert time.monotonic() < deadline, cluster_slurm.node_states(client, ctl)
+        time.sleep(1)

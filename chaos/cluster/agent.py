@@ -1,0 +1,273 @@
+"""The container cluster's agent: the one privileged thing a run on the cluster may ask for, losing a host.
+
+Losing a host needs root on it (or on what runs it). On a real Slurm cluster the engine runs as an ordinary user
+and has none, so the Slurm runtime refuses ``host_loss`` there. On the container cluster the machine that runs the
+containers can do it, the way a Chaos Mesh daemon on each Kubernetes node does what a pod may not: ``chaos cluster
+up`` starts this agent on the host, beside the containers, and the runtime on the login node asks it.
+
+What it can do, and nothing more (docs/design.md, "The cluster agent"):
+
+- ``lose`` host ``cN``: ``docker kill`` of *this* cluster's compute container ``cN``, found by its labels (the
+  cluster's name, this bring-up's id, role compute) and its name; never any other container.
+- ``return`` host ``cN``: ``docker start`` of the same container (slurmd comes back; ``ReturnToService=2`` makes
+  the node usable again).
+- ``ping``: changes nothing; says which hosts it could lose (how the runtime knows the capability is there).
+
+The protocol is one JSON object per connection, one line each way: ``{"token": T, "action": A, "host": H}`` in,
+``{"ok": true, "action": A, "host": H, "container": C, "done": "docker kill", "t": time.time()}`` (or ``{"ok":
+false, "error": ...}``) out. Every field is checked: exactly these keys, the token compared in constant time, an
+action of the three, a host name of the cluster's own. The agent listens on the cluster network's gateway address
+only (the host's side of the internal bridge): containers reach it, nothing off the machine does. The token (a
+random one per bring-up) is what keeps out a container of another network that can also reach a host address; it
+is written into the controller readable by the cluster's user only (:data:`chaos.cluster.spec.AGENT_FILE`).
+
+The agent leaves when its cluster's controller container is gone (``down``, or anything that removed it), so an
+agent outlives its cluster by a few seconds at most; ``down`` and ``chaos cleanup`` stop it anyway.
+
+Standard library only, but for the docker SDK it uses to reach the engine (imported when it starts serving).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hmac
+import json
+import os
+import re
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+ACTIONS = ("lose", "return", "ping")
+HOST_RE = re.compile(r"^c[1-9][0-9]{0,2}$")
+MAX_REQUEST = 1024  # bytes: a request is three short fields
+READ_TIMEOUT_S = 5.0
+WATCH_S = 2.0  # how often the agent looks whether its cluster is still there
+MODULE = "chaos.cluster.agent"
+
+
+class AgentError(RuntimeError):
+    """The agent refused, or could not be reached; the message says why."""
+
+
+class Docker(Protocol):
+    """What the agent does to the engine: find one container, kill it, start it (a fake in the tests)."""
+
+    def compute_container(self, cluster: str, cluster_id: str, host: str) -> str | None: ...
+
+    def kill(self, container: str) -> None: ...
+
+    def start(self, container: str) -> None: ...
+
+    def controller_exists(self, cluster: str, cluster_id: str) -> bool: ...
+
+
+class SdkDocker:
+    """The docker SDK behind :class:`Docker`: containers are found by this cluster's labels, then by name."""
+
+    def __init__(self) -> None:
+        from chaos.image import _client
+
+        self.client = _client(timeout=30)
+
+    def _containers(self, cluster: str, cluster_id: str, role: str) -> list[dict[str, Any]]:
+        from chaos.cluster.spec import CLUSTER_LABEL, ID_LABEL, ROLE_LABEL
+
+        return list(self.client.api.containers(all=True, filters={"label": [
+            f"{CLUSTER_LABEL}={cluster}", f"{ID_LABEL}={cluster_id}", f"{ROLE_LABEL}={role}"]}))
+
+    def compute_container(self, cluster: str, cluster_id: str, host: str) -> str | None:
+        want = f"/tchaos-{cluster}-{host}"
+        for ct in self._containers(cluster, cluster_id, "compute"):
+            if want in ct.get("Names", []):
+                return str(want.lstrip("/"))
+        return None
+
+    def kill(self, container: str) -> None:
+        self.client.api.kill(container)
+
+    def start(self, container: str) -> None:
+        self.client.api.start(container)
+
+    def controller_exists(self, cluster: str, cluster_id: str) -> bool:
+        return bool(self._containers(cluster, cluster_id, "controller"))
+
+
+def handle(request: bytes, *, token: str, cluster: str, cluster_id: str, docker: Docker) -> dict[str, Any]:
+    """One request to its answer; refuses anything that is not exactly a request this agent takes."""
+    try:
+        msg = json.loads(request.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return {"ok": False, "error": "not a JSON object"}
+    if not isinstance(msg, dict):
+        return {"ok": False, "error": "not a JSON object"}
+    given = msg.get("token")
+    if not isinstance(given, str) or not hmac.compare_digest(given.encode(), token.encode()):
+        return {"ok": False, "error": "wrong token"}
+    action = msg.get("action")
+    if action not in ACTIONS:
+        return {"ok": False, "error": f"action must be one of {', '.join(ACTIONS)}"}
+    expected = {"token", "action"} if action == "ping" else {"token", "action", "host"}
+    if set(msg) != expected:
+        return {"ok": False, "error": f"{action} takes exactly the fields {', '.join(sorted(expected))}"}
+    if action == "ping":
+        return {"ok": True, "action": "ping", "cluster": cluster, "t": time.time()}
+    host = msg["host"]
+    if not isinstance(host, str) or not HOST_RE.match(host):
+        return {"ok": False, "error": "host must be a compute node's name (c1, c2, ...)"}
+    try:
+        container = docker.compute_container(cluster, cluster_id, host)
+    except Exception as exc:  # the engine's answer, whatever it was, is the agent's
+        return {"ok": False, "error": f"docker: {exc}"}
+    if container is None:
+        return {"ok": False, "error": f"cluster {cluster} has no compute node {host}"}
+    try:
+        if action == "lose":
+            docker.kill(container)
+        else:
+            docker.start(container)
+    except Exception as exc:
+        return {"ok": False, "error": f"docker {'kill' if action == 'lose' else 'start'} {container}: {exc}"}
+    return {"ok": True, "action": action, "host": host, "container": container,
+            "done": "docker kill" if action == "lose" else "docker start", "t": time.time()}
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    timeout = READ_TIMEOUT_S
+
+    def handle(self) -> None:
+        server: AgentServer = self.server  # type: ignore[assignment]
+        try:
+            line = self.rfile.readline(MAX_REQUEST + 1)
+        except OSError:
+            return
+        if len(line) > MAX_REQUEST:
+            answer: dict[str, Any] = {"ok": False, "error": f"request longer than {MAX_REQUEST} bytes"}
+        else:
+            with server.lock:  # one docker action at a time: a lose and a return never race
+                answer = handle(line, token=server.token, cluster=server.cluster, cluster_id=server.cluster_id,
+                                docker=server.docker)
+        server.log(f"{time.time():.3f} {answer.get('action', '-')} {answer.get('host', '-')}: "
+                   f"{'ok' if answer['ok'] else answer['error']}")
+        with contextlib.suppress(OSError):
+            self.wfile.write(json.dumps(answer).encode() + b"\n")
+
+
+class AgentServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], *, token: str, cluster: str, cluster_id: str, docker: Docker,
+                 log: Any = None):
+        self.token, self.cluster, self.cluster_id, self.docker = token, cluster, cluster_id, docker
+        self.lock = threading.Lock()
+        self.log = log or (lambda line: None)
+        super().__init__(address, _Handler)
+
+
+# --- the client (the Slurm runtime, on the login node) -------------------------------------------------------------
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The agent's address and token as ``up`` wrote them into the controller; AgentError when unusable."""
+    try:
+        config = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise AgentError(f"{path} does not exist") from None
+    except PermissionError:
+        raise AgentError(f"{path} is not readable by this user") from None
+    except (OSError, ValueError) as exc:
+        raise AgentError(f"{path} is unreadable: {exc}") from None
+    if not (isinstance(config, dict) and isinstance(config.get("address"), str)
+            and isinstance(config.get("port"), int) and isinstance(config.get("token"), str)):
+        raise AgentError(f"{path} lacks address, port or token")
+    return config
+
+
+def ask(config: dict[str, Any], action: str, host: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+    """One request to the agent; its answer when ok, else AgentError with the agent's reason."""
+    msg: dict[str, Any] = {"token": config["token"], "action": action}
+    if host is not None:
+        msg["host"] = host
+    where = f"{config['address']}:{config['port']}"
+    try:
+        with socket.create_connection((config["address"], config["port"]), timeout=timeout) as s:
+            s.sendall(json.dumps(msg).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+    except OSError as exc:
+        raise AgentError(f"the cluster agent at {where} does not answer ({exc})") from None
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        raise AgentError(f"the cluster agent at {where} answered no JSON: {data[:200]!r}") from None
+    if not isinstance(answer, dict) or not answer.get("ok"):
+        why = answer.get("error") if isinstance(answer, dict) else answer
+        raise AgentError(f"the cluster agent at {where} refused {action}" + (f" {host}" if host else "") + f": {why}")
+    return answer
+
+
+# --- the daemon ------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m chaos.cluster.agent CONFIG``: serve until the cluster's controller is gone or SIGTERM.
+
+    CONFIG (mode 0600, written by ``up``) holds the bind address, the token and the cluster's name and id: never
+    on the command line, where every user's ``ps`` shows it. Once listening, the agent writes its port and pid
+    to CONFIG's ``.ready`` sibling, which ``up`` waits for."""
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
+    parser.add_argument("config")
+    parser.add_argument("--cluster", required=True, help="the cluster's name (for ps and cleanup; CONFIG rules)")
+    args = parser.parse_args(argv)
+    config = json.loads(Path(args.config).read_text())
+    logfile = open(Path(args.config).with_suffix(".log"), "a", buffering=1)  # open for the server's life
+
+    def log(line: str) -> None:
+        logfile.write(line + "\n")
+
+    docker = SdkDocker()
+    server = AgentServer((config["bind"], 0), token=config["token"], cluster=config["cluster"],
+                         cluster_id=config["cluster_id"], docker=docker, log=log)
+    ready = Path(args.config).with_suffix(".ready")
+    tmp = ready.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"port": server.server_address[1], "pid": os.getpid()}))
+    os.replace(tmp, ready)
+    log(f"{time.time():.3f} listening on {config['bind']}:{server.server_address[1]} for cluster "
+        f"{config['cluster']} ({config['cluster_id']})")
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
+
+    def watch() -> None:
+        misses = 0
+        while True:
+            time.sleep(WATCH_S)
+            try:
+                misses = 0 if docker.controller_exists(config["cluster"], config["cluster_id"]) else misses + 1
+            except Exception:
+                misses += 1
+            if misses >= 2:  # twice in a row: not a hiccup of the engine
+                log(f"{time.time():.3f} the cluster's controller is gone: leaving")
+                server.shutdown()
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        server.server_close()
+        log(f"{time.time():.3f} stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
