@@ -23,6 +23,7 @@ pytest_plugins = ["pytester"]
 GOLDEN_CACHE_ENV = "TORCH_CHAOS_GOLDEN_CACHE"
 SHARE_LOCK_ENV = "TORCH_CHAOS_TEST_SHARE_LOCK"
 MACHINE_LOCK_ENV = "TORCH_CHAOS_MACHINE_LOCK"
+NO_RERUN_ENV = "TORCH_CHAOS_NO_RERUN"
 _created: dict[str, str] = {}  # env variable -> the path this session made for it
 _session_has_clusters = pytest.StashKey[bool]()
 
@@ -87,6 +88,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.xdist_group(_group(item)))
+            if os.environ.get(NO_RERUN_ENV) != "1":
+                # One rerun for a failed real-cluster test (timing on 2 shared cores): never silent, the session
+                # ends with the list of tests that passed only on a rerun, each with its first failure.
+                item.add_marker(pytest.mark.flaky(reruns=1))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -150,7 +155,17 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Where the suite's minutes go (issue 12): real-cluster tests in order of the time they held the machine.
     pytest's own ``--durations`` counts a test's wait for the lock as its setup, which hides the answer."""
-    if not _machine_times or hasattr(terminalreporter.config, "workerinput"):
+    if hasattr(terminalreporter.config, "workerinput"):
+        return
+    reruns = terminalreporter.stats.get("rerun", [])
+    if reruns:
+        terminalreporter.write_sep("=", f"{len(reruns)} real-cluster test(s) failed and were run again "
+                                        f"(each is a flake or a bug to look into; {NO_RERUN_ENV}=1 turns reruns off)",
+                                   yellow=True, bold=True)
+        for report in reruns:
+            first = next((line for line in str(report.longrepr).splitlines() if line.startswith("E ")), "")
+            terminalreporter.write_line(f"  {report.nodeid}: {first[:300]}")
+    if not _machine_times:
         return
     total = sum(t for t, _ in _machine_times)
     terminalreporter.write_sep("=", f"real-cluster tests: {len(_machine_times)} held the machine {total / 60:.1f} min")
