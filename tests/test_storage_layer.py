@@ -35,6 +35,31 @@ def scenario(extra: str = "", checkpoint_dir: str | None = "ckpt") -> Any:
     return parse_scenario(text)
 
 
+def test_a_runtime_whose_nodes_write_from_other_hosts_gets_a_watch_never_a_mount(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """runtime slurm: a FUSE mount on the login node would see none of the nodes' writes (they reach the shared
+    filesystem from their own hosts), so auto watches even with FUSE here, fuse is refused, and the result says
+    why the loads are unseen."""
+    from chaos.analysis.ckpt_source import loads_visible
+    from chaos.plan import PlanError
+    from chaos.runtimes.slurm import SlurmRuntime
+    from chaos.storage.layer import why_layer
+
+    monkeypatch.setattr(layer_module, "fuse_problem", lambda: None)
+    assert SlurmRuntime.fuse_on_engine_host is False
+    s = scenario()
+    assert choose(s, fuse_on_engine_host=False) == "inotify"
+    with pytest.raises(PlanError, match=r"from their own hosts .* set storage.layer: auto"):
+        choose(scenario("storage: {layer: fuse}\n"), fuse_on_engine_host=False)
+    why = why_layer(s, "inotify", fuse_on_engine_host=False)
+    assert why is not None and "from their own hosts" in why
+    assert why_layer(s, "inotify") == "no /dev/fuse or libfuse3" and why_layer(s, "fuse") is None
+    history = [{"t": 1.0, "event": "run_started", "source": "engine",
+                "environment": {"storage_layer": "inotify", "storage_layer_why": why}}]
+    visible, said = loads_visible(history)
+    assert not visible and why in said
+
+
 def test_which_layer_a_run_gets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(layer_module, "fuse_problem", lambda: None)
     assert choose(scenario()) == "fuse"

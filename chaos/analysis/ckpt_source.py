@@ -39,11 +39,15 @@ def checkpoint_events(events: list[Event], *kinds: Ev) -> list[Event]:
     return memo(events, "checkpoint_events:" + ",".join(kinds), compute)
 
 
-def storage_layer(events: list[Event]) -> str | None:
-    """``environment.storage_layer`` of ``run_started``: ``fuse``, ``inotify``, ``off``, or None (not recorded)."""
+def _environment(events: list[Event]) -> dict[str, Any]:
     started = of_kind(events, Ev.RUN_STARTED)
     environment: Any = started[0].get("environment") if started else None
-    layer = environment.get("storage_layer") if isinstance(environment, dict) else None
+    return environment if isinstance(environment, dict) else {}
+
+
+def storage_layer(events: list[Event]) -> str | None:
+    """``environment.storage_layer`` of ``run_started``: ``fuse``, ``inotify``, ``off``, or None (not recorded)."""
+    layer = _environment(events).get("storage_layer")
     return layer if isinstance(layer, str) else None
 
 
@@ -60,8 +64,9 @@ def loads_visible(events: list[Event]) -> tuple[bool, str]:
     if layer == "fuse" or any(e.get("source") == Source.STORAGE for e in of_kind(events, Ev.CHECKPOINT_LOADED)):
         return True, "the storage layer saw every read of the checkpoint directory"
     if layer == "inotify":
-        return False, ("the storage layer ran as an inotify watcher (no /dev/fuse or libfuse3): it sees files "
-                       "saved, not files read")
+        # histories before storage_layer_why fell back to inotify only for a machine without FUSE
+        why = _environment(events).get("storage_layer_why") or "no /dev/fuse or libfuse3"
+        return False, f"the storage layer ran as an inotify watcher ({why}): it sees files saved, not files read"
     if layer == "off":
         return False, ("no storage layer served the checkpoint directory (storage_layer: off) and the job reports "
                        "no checkpoint through chaos.probe")

@@ -49,7 +49,7 @@ from chaos.run_result import RunResult
 from chaos.runtimes import create_runtime
 from chaos.runtimes.base import Runtime
 from chaos.scenario import CommandWorkload, Scenario
-from chaos.storage.layer import StorageLayer
+from chaos.storage.layer import StorageLayer, why_layer
 from chaos.storage.layer import choose as choose_layer
 
 POLL_S = 0.02
@@ -76,11 +76,13 @@ def new_run_id(scenario: Scenario) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{scenario.name}-{uuid.uuid4().hex[:6]}"
 
 
-def environment(runtime: Runtime, plan: Plan, storage_layer: str = "off") -> dict[str, Any]:
+def environment(runtime: Runtime, plan: Plan, storage_layer: str = "off",
+                storage_why: str | None = None) -> dict[str, Any]:
     return {
         "torch_chaos": __version__, "torch": torch_version(), "python": platform.python_version(),
         "platform": platform.platform(), "cpus": os.cpu_count(), **runtime.describe(),
         "mode": plan.scenario.cluster.mode, "elastic_settings": plan.elastic, "storage_layer": storage_layer,
+        **({"storage_layer_why": storage_why} if storage_why else {}),
     }
 
 
@@ -105,8 +107,11 @@ class RunParts:
         (run_dir / "plan.yaml").write_text(yaml.safe_dump(self.plan.to_dict(), sort_keys=False))
         self.history = HistoryWriter(events_path)
         # Mounted just before the first node starts, unmounted after teardown (docs/design.md, "The storage layer").
-        self.storage = StorageLayer(choose_layer(scenario), self.plan, self.history,
+        fuse_here = type(self.runtime).fuse_on_engine_host
+        layer = choose_layer(scenario, fuse_here)
+        self.storage = StorageLayer(layer, self.plan, self.history,
                                     {n.name: self.runtime.log_path(n.name) for n in self.plan.nodes})
+        self.storage_why = why_layer(scenario, self.storage.kind, fuse_here)
         w = scenario.workload
         scraped = isinstance(w, CommandWorkload)  # a command may not use the probe: follow its output and files
         self.progress = ProgressObserver(
@@ -198,7 +203,8 @@ class Engine:
                 self.started = time.time()  # the deadline counts from the faulted run, not the golden one
                 parts.progress.begin(self.started)
                 parts.history.write(Ev.RUN_STARTED, run_id=self.run_id, scenario=self.scenario.name,
-                                    environment=environment(parts.runtime, parts.plan, parts.storage.kind),
+                                    environment=environment(parts.runtime, parts.plan, parts.storage.kind,
+                                                            parts.storage_why),
                                     plan=parts.plan.to_dict(), golden=golden)
                 parts.runtime.prepare(parts.plan)
                 # limits count from here: a scheduler's queue (salloc waiting for hosts) is not the job's start-up

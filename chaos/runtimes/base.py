@@ -74,6 +74,11 @@ class Runtime(ABC):
     # the engine's machine is the nodes' kind of machine; a scheduler's login node is not (no GPUs, shared by
     # everyone), so a runtime that says False gets no golden run and matches_golden says why.
     golden_beside_engine: ClassVar[bool] = True
+    # Whether a FUSE mount on the engine's host can serve the nodes' checkpoint directory: true where the nodes'
+    # file operations go through that host's kernel (processes, namespaces, containers with a bind mount). A
+    # scheduler's nodes write the shared filesystem from their own hosts, past any mount on the login node: there
+    # the storage layer can only watch (inotify), and only where the hosts share one kernel (docs/design.md).
+    fuse_on_engine_host: ClassVar[bool] = True
 
     @classmethod
     def create(cls, scenario: Scenario, run_id: str, run_dir: str | Path) -> Runtime:

@@ -250,6 +250,7 @@ class SlurmRuntime(Runtime):
     # Faults needing root on the hosts (their network, a memory cgroup, a FUSE mount) are not Slurm's to give.
     capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE})
     golden_beside_engine = False  # the engine is on a login node: a local reference run of the job is not one
+    fuse_on_engine_host = False  # the nodes write the shared filesystem from their hosts, past the login node
     # Losing a host: only where a cluster agent gives it (the container cluster's, chaos.cluster.agent), asked on
     # the login node before the run creates anything.
     conditional_capabilities = frozenset({HOST_LOSS})

@@ -25,6 +25,7 @@ import psutil
 from chaos.events import Ev
 from chaos.machine import APT, Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, orphaned
+from chaos.plan import PlanError
 from chaos.storage.control import StorageControl
 from chaos.storage.mounts import chaos_mounts, is_mounted, unmount
 
@@ -101,14 +102,33 @@ def needs_fuse(scenario: Scenario) -> bool:
         f.on is not None and f.on.event in HELD_TRIGGERS for f in scenario.faults)
 
 
-def choose(scenario: Scenario) -> Layer:
-    """The layer this run gets on this machine."""
+NOT_ON_ENGINE_HOST = ("the nodes write the checkpoint directory from their own hosts (runtime {runtime}), past any "
+                      "FUSE mount on the engine's host")
+
+
+def choose(scenario: Scenario, fuse_on_engine_host: bool = True) -> Layer:
+    """The layer this run gets on this machine (``fuse_on_engine_host``: the runtime's word that a mount here
+    serves its nodes; where it does not, ``auto`` watches, and ``fuse`` is refused)."""
     asked = scenario.storage.layer
     if asked == "off" or not wanted(scenario):
         return "off"
+    if asked == "fuse" and not fuse_on_engine_host:
+        raise PlanError("storage.layer: fuse: " + NOT_ON_ENGINE_HOST.format(runtime=scenario.cluster.runtime)
+                           + "; set storage.layer: auto (an inotify watch, where the hosts share a kernel) or off")
     if asked in ("fuse", "inotify"):
         return asked
-    return "fuse" if fuse_problem() is None else "inotify"
+    return "fuse" if fuse_on_engine_host and fuse_problem() is None else "inotify"
+
+
+def why_layer(scenario: Scenario, kind: Layer, fuse_on_engine_host: bool = True) -> str | None:
+    """Why the run got the inotify watcher (what ``loads_visible`` says; None for another layer)."""
+    if kind != "inotify":
+        return None
+    if scenario.storage.layer == "inotify":
+        return "storage.layer: inotify"
+    if not fuse_on_engine_host:
+        return NOT_ON_ENGINE_HOST.format(runtime=scenario.cluster.runtime)
+    return "no /dev/fuse or libfuse3"
 
 
 class StorageLayer:
