@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import tempfile
@@ -24,6 +25,7 @@ GOLDEN_CACHE_ENV = "TORCH_CHAOS_GOLDEN_CACHE"
 SHARE_LOCK_ENV = "TORCH_CHAOS_TEST_SHARE_LOCK"
 MACHINE_LOCK_ENV = "TORCH_CHAOS_MACHINE_LOCK"
 NO_RERUN_ENV = "TORCH_CHAOS_NO_RERUN"
+TIMES_ENV = "TORCH_CHAOS_SUITE_TIMES"  # write every real-cluster test's machine time there (JSON)
 _created: dict[str, str] = {}  # env variable -> the path this session made for it
 _session_has_clusters = pytest.StashKey[bool]()
 
@@ -149,7 +151,10 @@ _machine_times: list[tuple[float, str]] = []
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Collect each real-cluster test's machine time (xdist hands the workers' reports to the controller)."""
     if report.when == "teardown":
-        _machine_times.extend((value, report.nodeid) for name, value in report.user_properties if name == MACHINE_TIME)
+        # a rerun's report carries the item's properties of every attempt so far: its own is the last
+        times = [value for name, value in report.user_properties if name == MACHINE_TIME]
+        if times:
+            _machine_times.append((times[-1], report.nodeid))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -171,6 +176,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_sep("=", f"real-cluster tests: {len(_machine_times)} held the machine {total / 60:.1f} min")
     for seconds, nodeid in sorted(_machine_times, reverse=True)[:30]:
         terminalreporter.write_line(f"{seconds:7.1f}s  {nodeid}")
+    if os.environ.get(TIMES_ENV):  # every test's figure, for the suite's budget (docs/design.md, "The test suite")
+        Path(os.environ[TIMES_ENV]).write_text(json.dumps(sorted(_machine_times, reverse=True), indent=0))
 
 
 @contextmanager
