@@ -406,6 +406,7 @@ class Scenario(Strict):
                     if (p := check_allowed(entry))]
         problems += self._workload_problems()
         problems += self._rendezvous_problems(runtime)
+        problems += runtime.scenario_problems(self)
         for i, fault in enumerate(self.faults):
             if isinstance(fault.target, int) and fault.target >= c.nodes:
                 problems.append(f"faults[{i}].target: node {fault.target} does not exist "

@@ -94,6 +94,24 @@ def test_options_are_validated_with_the_field_named() -> None:
     assert s.cluster.slurm.spares == 1 and s.cluster.slurm.time == "00:30:00"
 
 
+def test_an_allocation_shorter_than_the_run_is_refused() -> None:
+    """Slurm would cancel the steps at the allocation's end, which reads as lost nodes: the limit must cover
+    limits.deadline_s and teardown. Slurm's time formats, a lone number being minutes."""
+    assert [slurm.time_limit_s(t) for t in ("5", "5:30", "01:02:03", "1-2", "1-02:03", "1-02:03:04", "UNLIMITED")] \
+        == [300, 330, 3723, 93600, 93780, 93784, None]
+    short = errors_of(SCENARIO.replace("spares: 1,", "spares: 1, time: '00:04:00',")
+                      + "limits: {deadline_s: 240}\n")
+    assert len(short) == 1 and "cluster.slurm.time" in short[0] and "shorter than limits.deadline_s (240 s)" in \
+        short[0] and 'at least "00:05:00"' in short[0], short
+    assert "cluster.slurm.time" in errors_of(SCENARIO.replace("spares: 1,", "spares: 1, time: '5',")
+                                             + "limits: {deadline_s: 300}\n")[0]
+    for fine in ("'00:05:00'", "'1-0'", "UNLIMITED"):
+        assert parse_scenario(SCENARIO.replace("spares: 1,", f"spares: 1, time: {fine},")
+                              + "limits: {deadline_s: 240}\n").cluster.slurm is not None, fine
+    fuse = errors_of(SCENARIO + "storage: {layer: fuse}\n")
+    assert "storage.layer" in fuse[0] and "from their own hosts" in fuse[0], fuse
+
+
 def test_faults_slurm_cannot_do_are_refused_by_capability() -> None:
     errs = errors_of(SCENARIO.replace("{kind: crash, target: 1, at_step: 5}",
                                       "{kind: delay, target: 1, at_step: 5, delay: 50ms}"))

@@ -412,8 +412,10 @@ def _unrecorded(rows: Sequence[int], step_no: Sequence[Any], ranks: Sequence[Any
             epoch_of[step_no[r]] = int(epochs[r])
     out = []
     for s in sorted(short):
-        for rank in sorted(set(range(size_at[s])) - have[s], key=str):
-            near = min(size_of[rank], key=lambda x: abs(x[0] - s), default=(None, 0))
+        # only a rank that records its steps elsewhere in the incarnation lost this one (a job where some ranks
+        # never report is not missing records)
+        for rank in sorted((set(range(size_at[s])) & set(size_of)) - have[s], key=str):
+            near = min(size_of[rank], key=lambda x: abs(x[0] - s))
             out.append({"step": s, "rank": rank, "epoch": epoch_of[s], "ids": near[1]})
     return out
 

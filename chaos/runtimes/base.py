@@ -96,6 +96,12 @@ class Runtime(ABC):
         return []
 
     @classmethod
+    def scenario_problems(cls, scenario: Scenario) -> list[str]:
+        """What this runtime cannot accept in a scenario that each section alone accepts (``field: why`` lines,
+        reported by ``chaos validate`` with the field's line); none by default."""
+        return []
+
+    @classmethod
     def capability_check(cls, capability: str, options: Any = None) -> Check:
         """Whether this machine gives one of :attr:`conditional_capabilities` (a required check of the run)."""
         from chaos.machine import Check

@@ -124,6 +124,27 @@ class SlurmOptions(Strict):
         return value
 
 
+def time_limit_s(value: str) -> int | None:
+    """Seconds in a Slurm time limit (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``); None
+    for ``UNLIMITED``/``INFINITE``. Slurm reads a lone number as minutes and two fields without a day as MM:SS."""
+    if value in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = value.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hms = parts + [0] * (3 - len(parts))
+        return int(days) * 86400 + hms[0] * 3600 + hms[1] * 60 + hms[2]
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+# Beyond limits.deadline_s, what the allocation must still cover: the engine's teardown and cancelling the steps.
+TEARDOWN_MARGIN_S = 60
+
+
 def _own_short(cluster: str) -> str | None:
     """The first short option the runtime sets in a cluster of short options (``-vN4``: ``-N``), reading as
     getopt does: an option that takes a value ends the cluster (``-pkilo`` is the partition ``kilo``)."""
@@ -273,6 +294,27 @@ class SlurmRuntime(Runtime):
                       else f"not on PATH: {', '.join(missing)}",
                       "run the engine on a login node of the cluster (where `srun hostname` works)",
                       required=options is not None)]
+
+    @classmethod
+    def scenario_problems(cls, scenario: Scenario) -> list[str]:
+        """An allocation shorter than the run would be ended by Slurm mid-run (the steps cancelled, read as lost
+        nodes, not as the deadline); FUSE on the login node would see none of the nodes' writes."""
+        problems = []
+        options: SlurmOptions = scenario.cluster.slurm  # type: ignore[attr-defined]
+        limit = time_limit_s(options.time)
+        need = scenario.limits.deadline_s + TEARDOWN_MARGIN_S
+        if limit is not None and limit < need:
+            minutes = -(-int(need) // 60)
+            problems.append(f"cluster.slurm.time: {options.time!r} is {limit} s, shorter than limits.deadline_s "
+                            f"({scenario.limits.deadline_s:g} s) plus {TEARDOWN_MARGIN_S} s for teardown: Slurm "
+                            f"would end the allocation mid-run, which reads as lost nodes; give at least "
+                            f"\"{minutes // 60:02d}:{minutes % 60:02d}:00\", or a shorter deadline_s")
+        if scenario.storage.layer == "fuse":
+            from chaos.storage.layer import NOT_ON_ENGINE_HOST
+
+            problems.append("storage.layer: fuse: " + NOT_ON_ENGINE_HOST.format(runtime=cls.name)
+                            + "; set storage.layer: auto (an inotify watch, where the hosts share a kernel) or off")
+        return problems
 
     @classmethod
     def capability_check(cls, capability: str, options: Any = None) -> Check:
