@@ -189,6 +189,31 @@ def test_a_skip_beyond_what_lost_records_can_hold_still_fails() -> None:
     assert v["ok"] is False and v["skipped"] == {2: 4} and v["steps_missing"] == [5], v
 
 
+def test_a_gap_in_a_rank_s_records_is_no_kill() -> None:
+    """Room is only for the steps after a rank's last record in an incarnation that ended: a rank whose step 3
+    is missing in the middle of its records (its data skipped) fails."""
+    j = Job().start("a")
+    for s in range(1, 9):
+        two_ranks(j, s, ranks=(0,) if s == 3 else (0, 1))
+    v = exactly_once(j.finish(8))
+    assert v["ok"] is False and v["skipped"] == {1: 2} and "unrecorded" not in v, v
+
+
+def test_without_incarnations_every_rank_s_steps_count() -> None:
+    """A job whose probe gives no incarnation: each rank's last execution of each step is kept (not only the last
+    rank to report it), so a correct 2-rank job passes and a skip fails; no room for lost records is given."""
+    j = Job().start("")
+    for s in range(1, 9):
+        two_ranks(j, s)
+    assert exactly_once(j.finish(8))["ok"] is True
+    j = Job().start("")
+    for s in (1, 2, 3, 5, 6, 7, 8):
+        two_ranks(j, s)
+    two_ranks(j, 4, ranks=(0,))
+    v = exactly_once(j.finish(8))
+    assert v["ok"] is False and v["skipped"] == {1: 2} and "unrecorded" not in v, v
+
+
 def test_matches_golden_diverged_reports_first_step() -> None:
     j = Job().start("a")
     for s in range(1, 9):

@@ -256,10 +256,11 @@ def _lineage(events: list[Event]) -> tuple[list[dict[str, Any]], str | None]:
             rows = by_incarnation[inc] = array("q")
         rows.append(row)
     if not any(by_incarnation.keys()):
-        last: dict[int, int] = {}
-        for row, s in enumerate(step_no):
-            last[s] = row
-        return [{"incarnation": None, "a": 0, "b": max(last), "rows": list(last.values())}], None
+        # each rank's last execution of each step (a step's rows of all its ranks, not only the last one to report)
+        last: dict[tuple[int, Any], int] = {}
+        for row, (s, rank) in enumerate(zip(step_no, table.values("rank", 0), strict=True)):
+            last[(s, rank)] = row
+        return [{"incarnation": None, "a": 0, "b": max(s for s, _ in last), "rows": list(last.values())}], None
     finished = _of(events, Ev.RUN_FINISHED)
     if finished:
         inc, end = finished[-1].get("incarnation"), finished[-1]["step"]
@@ -327,7 +328,8 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
             kept = by_step_rank.values()
             present = {s for s, _ in by_step_rank}
         missing_steps += [s for s in range(seg["a"] + 1, seg["b"] + 1) if s not in present]
-        unrecorded += _unrecorded(kept, step_no, ranks, epochs, table)
+        if seg["incarnation"] is not None and seg is not chain[-1]:  # an incarnation that ended and was resumed
+            unrecorded += _unrecorded(kept, step_no, ranks, epochs, table)
         for r in kept:
             if table.sample_ids(r) is None:
                 continue
@@ -378,10 +380,12 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
                                f"{where}", **details)
     caveat = ""
     if explained:
-        u = unrecorded[0]
+        lost = [u for u in unrecorded if u["epoch"] in explained]
+        u = lost[0]
         caveat = (f"; {sum(explained.values())} id(s) of epoch(s) {sorted(explained)} are in no record, as many as "
-                  f"{len(unrecorded)} step record(s) that never arrived can hold (rank {u['rank']}'s step "
-                  f"{u['step']}: its process died between the step and its record)")
+                  f"{len(lost)} step record(s) that never arrived can hold (rank {u['rank']}'s step {u['step']}, "
+                  "after its last record in an incarnation that ended: a rank killed between the step's "
+                  "collective and its record)")
     return _verdict(True, f"every sample consumed exactly once in {len(complete)} complete epoch(s){caveat}",
                     **details)
 
@@ -391,9 +395,11 @@ def _unrecorded(rows: Sequence[int], step_no: Sequence[Any], ranks: Sequence[Any
     """Steps of the lineage that some of the incarnation's ranks recorded and another did not.
 
     A rank killed right after a step's collective (SIGKILL, the OOM killer) trained that step (the others could not
-    have finished it without it) but never sent its record: its samples were consumed and are in no record. Each
-    such (step, rank) can hold as many ids as that rank's nearest recorded step; the ids missing from an epoch are
-    a skip only beyond that room (a wrong resume on top of such a kill still shows)."""
+    have finished it without it) but never sent its record: its samples were consumed and are in no record. Only
+    the steps after a rank's last record in an incarnation that ended (the caller passes no other) count: a gap
+    in the middle of a rank's records is no kill. Each such (step, rank) can hold as many ids as that rank's last
+    recorded step; the ids missing from an epoch are a skip only beyond that room (a wrong resume on top of such
+    a kill still shows)."""
     per_step = Counter(step_no[r] for r in rows)
     world = table.values("world_size", None)
     size_at = {step_no[r]: world[r] for r in rows}  # the world each step was trained in, as its ranks said
@@ -412,11 +418,12 @@ def _unrecorded(rows: Sequence[int], step_no: Sequence[Any], ranks: Sequence[Any
             epoch_of[step_no[r]] = int(epochs[r])
     out = []
     for s in sorted(short):
-        # only a rank that records its steps elsewhere in the incarnation lost this one (a job where some ranks
-        # never report is not missing records)
+        # only a rank that recorded steps in this incarnation, and none from this one on, lost its record of it (a
+        # job where some ranks never report, or a gap between two records, is not a kill)
         for rank in sorted((set(range(size_at[s])) & set(size_of)) - have[s], key=str):
-            near = min(size_of[rank], key=lambda x: abs(x[0] - s))
-            out.append({"step": s, "rank": rank, "epoch": epoch_of[s], "ids": near[1]})
+            last_step, last_ids = max(size_of[rank])
+            if s > last_step:
+                out.append({"step": s, "rank": rank, "epoch": epoch_of[s], "ids": last_ids})
     return out
 
 
