@@ -71,7 +71,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 # Files whose tests share real runs with another file's (tests/runs.py caches them per process): same worker.
-SHARES_RUNS_WITH = {"test_reports.py": "test_shipped_scenarios.py", "test_compare.py": "test_shipped_scenarios.py"}
+SHARES_RUNS_WITH = {"test_reports.py": "test_shipped_scenarios.py", "test_compare.py": "test_shipped_scenarios.py",
+                    "test_planted_bugs.py": "test_shipped_scenarios.py"}
 
 
 def _group(item: pytest.Item) -> str:
@@ -90,9 +91,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.xdist_group(_group(item)))
-            if os.environ.get(NO_RERUN_ENV) != "1":
+            if os.environ.get(NO_RERUN_ENV) != "1" and not item.get_closest_marker("flaky"):
                 # One rerun for a failed real-cluster test (timing on 2 shared cores): never silent, the session
-                # ends with the list of tests that passed only on a rerun, each with its first failure.
+                # ends with the list of tests that passed only on a rerun, each with its first failure. A test whose
+                # point is repetition says flaky(reruns=0) itself.
                 item.add_marker(pytest.mark.flaky(reruns=1))
 
 

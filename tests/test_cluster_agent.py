@@ -250,10 +250,10 @@ def test_an_agent_no_cluster_claims_is_stopped_by_cleanup_and_a_claimed_one_is_k
     proc = fake_agent(tmp_path, name, {"cluster": name, "cluster_id": "id1", "up_pid": 999999999,
                                        "state": str(state)})
     try:
-        assert not any(name in line for line in cluster_slurm.stop_agents(None, only_orphans=True))
+        assert not any(name in line for line in cluster_slurm.stop_agents(name, only_orphans=True))
         assert proc.poll() is None  # its state file records its bring-up: kept
         state.write_text(json.dumps({"id": "another"}))  # the state file now names another bring-up
-        assert cluster_slurm.stop_agents(None, only_orphans=True) == [f"cluster agent {proc.pid} ({name})"]
+        assert cluster_slurm.stop_agents(name, only_orphans=True) == [f"cluster agent {proc.pid} ({name})"]
         assert proc.wait(timeout=10) is not None
         assert not (tmp_path / "clusters" / f"{name}.agent.json").exists()  # its config went with it
     finally:

@@ -222,9 +222,13 @@ class NodeMemory:
         container ended, and its replacement is a new container with a new cgroup): nothing this fault changed is
         left, so that is restored too, with the fact said."""
         self.owner.unlink(missing_ok=True)
-        if not self.path.is_dir():
+        try:
+            self.path.stat()
+        except FileNotFoundError:  # only a cgroup that is not there any more is gone (EACCES is not "gone")
             return {"restored": True, "limit_gone_with_cgroup": f"{self.path} is gone (its node ended): the limit "
                     "went with it"}
+        except OSError as exc:
+            return {"restored": None, "problems": [f"{self.path}: not checked ({exc})"]}
         problems = restore_limits(self.path, self.before)
         return {"restored": not problems, **({"problems": problems} if problems else {})}
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import json
+import math
 import os
 import re
 import shlex
@@ -140,6 +141,9 @@ def time_limit_s(value: str) -> int | None:
         return parts[0] * 60 + parts[1]
     return parts[0] * 3600 + parts[1] * 60 + parts[2]
 
+
+# How long a lose/return may take the agent: its docker client's own timeout (30 s) and a request ahead of it.
+AGENT_TIMEOUT_S = 75.0
 
 # Beyond limits.deadline_s, what the allocation must still cover: the engine's teardown and cancelling the steps.
 TEARDOWN_MARGIN_S = 60
@@ -304,7 +308,7 @@ class SlurmRuntime(Runtime):
         limit = time_limit_s(options.time)
         need = scenario.limits.deadline_s + TEARDOWN_MARGIN_S
         if limit is not None and limit < need:
-            minutes = -(-int(need) // 60)
+            minutes = math.ceil(need / 60)
             problems.append(f"cluster.slurm.time: {options.time!r} is {limit} s, shorter than limits.deadline_s "
                             f"({scenario.limits.deadline_s:g} s) plus {TEARDOWN_MARGIN_S} s for teardown: Slurm "
                             f"would end the allocation mid-run, which reads as lost nodes; give at least "
@@ -377,6 +381,7 @@ class SlurmRuntime(Runtime):
         self._stop = threading.Event()
         self._observer: threading.Thread | None = None
         self._lost: dict[str, bool] = {}  # host lost by lose_host -> returned since
+        self._asked_lost: set[str] = set()  # hosts lose_host asked the agent for, answered or not
 
     # --- the plan ----------------------------------------------------------------------------------------------
 
@@ -700,7 +705,10 @@ class SlurmRuntime(Runtime):
 
         host = self.host_of[name]
         config = self._agent()
-        answer = ask(config, "lose", host)
+        # before asking: a request that times out or is interrupted may still have killed the container; teardown
+        # returns every host asked for (starting a running container changes nothing)
+        self._asked_lost.add(host)
+        answer = ask(config, "lose", host, timeout=AGENT_TIMEOUT_S)
         with self._lock:
             self._lost[host] = False
         where = f"{config['address']}:{config['port']}"
@@ -712,7 +720,7 @@ class SlurmRuntime(Runtime):
         but not into this run's allocation, and not as its spare."""
         from chaos.cluster.agent import ask
 
-        answer = ask(self._agent(), "return", host)
+        answer = ask(self._agent(), "return", host, timeout=AGENT_TIMEOUT_S)
         with self._lock:
             self._lost[host] = True
         return {"returned": host, "mechanism": f"docker start of {answer['container']} by the cluster agent",
@@ -799,8 +807,8 @@ class SlurmRuntime(Runtime):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
         cleaned += [f"process {p.pid}" for p in kill_marked(self.run_id)]
-        for host, returned in list(self._lost.items()):  # the cluster as the run found it: every host back
-            if not returned:
+        for host in sorted(self._asked_lost):  # the cluster as the run found it: every host back
+            if not self._lost.get(host, False):
                 try:
                     self.return_host(host)
                     cleaned.append(f"host {host} returned (docker start by the cluster agent)")

@@ -128,7 +128,7 @@ def why_layer(scenario: Scenario, kind: Layer, fuse_on_engine_host: bool = True)
         return "storage.layer: inotify"
     if not fuse_on_engine_host:
         return NOT_ON_ENGINE_HOST.format(runtime=scenario.cluster.runtime)
-    return "no /dev/fuse or libfuse3"
+    return fuse_problem() or "no /dev/fuse or libfuse3"
 
 
 class StorageLayer:

@@ -21,11 +21,21 @@ from tests.runs import run_scenario
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
 
+# A verdict of restart_loop comes after this many failed restarts (limits.restart_loop_restarts, 4 by default):
+# what these tests check (the torn file named, the workers' own error) is there from the first one; ~15 s a run.
+LOOP_AFTER = 2
+
+
 def byo(name: str, golden: bool = True) -> Scenario:
     """An examples/byo scenario as shipped (script path made absolute); ``golden=False`` skips the golden run
     where the verdict under test is judged from checkpoint files only."""
     text = byo_text(name) + ("" if golden else "checks: {golden: false}\n")
     return parse_scenario(text, f"{name}.yaml")
+
+
+def looping(scenario: Scenario) -> Scenario:
+    scenario.limits.restart_loop_restarts = LOOP_AFTER
+    return scenario
 
 
 def verdicts(result: dict[str, Any], run_dir: Path) -> str:
@@ -56,7 +66,7 @@ def test_stale_by_name_is_told_which_checkpoint_it_should_have_loaded() -> None:
 def test_non_atomic_save_torn_by_a_crash_is_named() -> None:
     """A crash once 1 MiB of ckpt_150.pt is written: every restart dies loading it. The verdict names the file,
     why it is bad and what the workers printed, instead of a hang or a generic divergence."""
-    result, run_dir = run_scenario(byo("per-step-non-atomic", golden=False))
+    result, run_dir = run_scenario(looping(byo("per-step-non-atomic", golden=False)))
     assert result["verdict"] == "restart_loop", verdicts(result, run_dir)
     assert "failed finding central directory" in result["why"], result["why"]
     assert "ckpt_150.pt (step 150): its save never finished" in result["why"], result["why"]
@@ -69,7 +79,8 @@ def test_non_atomic_save_emptied_by_a_crash_at_save_start_is_named() -> None:
     file never reach the storage layer, so the load must be recorded at its close; before that it went unseen and
     digests_ok said 'ok: no checkpoint was loaded'."""
     text = byo_text("per-step-non-atomic").replace("checkpoint_write_progress", "checkpoint_save_started")
-    result, run_dir = run_scenario(parse_scenario(text + "checks: {golden: false}\n", "non-atomic-at-start.yaml"))
+    result, run_dir = run_scenario(looping(parse_scenario(text + "checks: {golden: false}\n",
+                                                         "non-atomic-at-start.yaml")))
     assert result["verdict"] == "restart_loop", verdicts(result, run_dir)
     assert "ckpt_150.pt (step 150): its save never finished" in result["why"], result["why"]
     digests = result["checkpoint"]["digests_ok"]

@@ -39,6 +39,8 @@ def test_explore_finds_nothing_on_the_correct_workload() -> None:
     scenario = load_scenario(SCENARIO)
     scenario.workload.args.pop("bug")  # type: ignore[union-attr]
     scenario.name = "explore-correct-save"
-    summary = explore(scenario, out_dir=RUNS_ROOT, budget=4, seed=1)
+    # two real plans: the search itself is tested on a model of the job (tests/test_explore_search.py); here, that
+    # real runs of a correct job raise no false alarm (~20 s less than four)
+    summary = explore(scenario, out_dir=RUNS_ROOT, budget=2, seed=1)
     assert not summary["found"], [t for t in summary["tried"] if t["failed"]]
-    assert 1 <= summary["plans_tried"] <= 4
+    assert 1 <= summary["plans_tried"] <= 2
