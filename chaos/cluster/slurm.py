@@ -655,8 +655,13 @@ def stop_agents(name: str | None, cluster_id: str | None = None, only_orphans: b
             continue
         if only_orphans and _agent_claimed(cluster, config):
             continue
-        with contextlib.suppress(ProcessLookupError):
+        try:
             os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            stopped.append(f"cluster agent {pid} ({cluster}) NOT stopped: another user's")
+            continue
         deadline = time.monotonic() + 5
         while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
             proc = _agent_procs.get(pid)
