@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from chaos.cluster import agent
+from chaos.cluster.spec import STATE_DIR_ENV
 from chaos.runtimes import slurm
 
 TOKEN = "0123456789abcdef0123456789abcdef"
@@ -179,6 +180,7 @@ def test_slurm_lose_host_asks_the_agent_and_the_lost_host_is_never_a_spare(
     path = tmp_path / "agent.json"
     path.write_text(json.dumps(config))
     monkeypatch.setenv(slurm.AGENT_FILE_ENV, str(path))
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
     rt = slurm.SlurmRuntime("20260101-000000-x-abcdef", tmp_path, slurm.SlurmOptions(spares=1))
     rt.host_of, rt.spares = {"node0": "c1", "node1": "c2"}, ["c3"]
     rt._procs["node1"] = None  # type: ignore[assignment]  # started once: the next start is a replacement
@@ -196,8 +198,29 @@ def test_slurm_lose_host_asks_the_agent_and_the_lost_host_is_never_a_spare(
     assert docker.actions() == [("kill", "tchaos-lab-c2"), ("start", "tchaos-lab-c2")]
     rt2 = slurm.SlurmRuntime("20260101-000000-x-abcdeg", tmp_path, slurm.SlurmOptions())
     rt2.host_of = {"node0": "c1"}
-    rt2.lose_host("node0")
+    assert rt2.lose_host("node0")[1]["cleanup_record"] == str(slurm.lost_hosts_dir() / f"{rt2.run_id}.json")
     assert rt2.teardown() == ["host c1 returned (docker start by the cluster agent)"]  # as the run found it
+    assert not (slurm.lost_hosts_dir() / f"{rt2.run_id}.json").exists()  # nothing left for cleanup
+
+
+def test_cleanup_returns_the_hosts_of_an_engine_that_died(served: tuple[dict[str, Any], FakeDocker],
+                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine SIGKILLed after the agent lost a host: its owner file names the host, `chaos cleanup` has the
+    agent start it again; a live engine's host is left to it."""
+    config, docker = served
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps(config))
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
+    owners = slurm.lost_hosts_dir()
+    owners.mkdir(parents=True)
+    dead = {"run_id": "r-dead", "engine_pid": 999999999, "agent_file": str(path), "hosts": ["c2"]}
+    alive = {"run_id": "r-alive", "engine_pid": os.getpid(), "agent_file": str(path), "hosts": ["c3"]}
+    (owners / "r-dead.json").write_text(json.dumps(dead))
+    (owners / "r-alive.json").write_text(json.dumps(alive))
+    assert slurm.SlurmRuntime._return_lost_hosts(None, only_orphans=True) == [
+        "host c2 returned (docker start by the cluster agent; run r-dead)"]
+    assert docker.actions() == [("start", "tchaos-lab-c2")]
+    assert not (owners / "r-dead.json").exists() and (owners / "r-alive.json").exists()
 
 
 def test_the_no_agent_refusal_is_unsupported_not_a_traceback(tmp_path: Path,

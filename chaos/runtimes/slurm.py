@@ -219,6 +219,14 @@ def comment_orphaned(comment: str) -> bool:
     return not Path(f"/proc/{match.group(2)}").exists()
 
 
+def lost_hosts_dir() -> Path:
+    """Where a run writes down the hosts it asked the cluster agent to lose, before asking: ``chaos cleanup``
+    returns them when the engine died before its teardown could (``chaos.marks.leftover_owner_files``)."""
+    from chaos.cluster.spec import state_dir
+
+    return state_dir() / "slurm-lost-hosts"
+
+
 def job_name(run_id: str) -> str:
     return f"{JOB_PREFIX}{run_id}"
 
@@ -347,7 +355,7 @@ class SlurmRuntime(Runtime):
             proc = _run(["squeue", "-h", f"--user={getpass.getuser()}", "-o", "%i|%j|%k"])
         except (OSError, subprocess.TimeoutExpired):
             return []
-        removed = []
+        removed = cls._return_lost_hosts(run_id, only_orphans)
         for job, name, comment in parse_jobs(proc.stdout):
             if run_id is not None and name != job_name(run_id):
                 continue
@@ -359,6 +367,27 @@ class SlurmRuntime(Runtime):
                 if _run(["scancel", job]).returncode == 0:
                     removed.append(f"slurm job {job} ({name})")
         return removed
+
+    @classmethod
+    def _return_lost_hosts(cls, run_id: str | None, only_orphans: bool) -> list[str]:
+        """Hosts an engine that is gone had the agent lose and never returned: the cluster as the run found it."""
+        from chaos.cluster.agent import AgentError, ask, read_config
+        from chaos.marks import leftover_owner_files
+
+        out = []
+        for owner, info in leftover_owner_files(lost_hosts_dir(), run_id, only_orphans):
+            left = []
+            for host in info.get("hosts", []):
+                try:
+                    ask(read_config(str(info.get("agent_file", ""))), "return", str(host), timeout=AGENT_TIMEOUT_S)
+                    out.append(f"host {host} returned (docker start by the cluster agent; run {info.get('run_id')})")
+                except (AgentError, OSError, ValueError) as exc:
+                    left.append(host)
+                    out.append(f"host {host} NOT returned: {exc}")
+            if left:
+                continue  # kept for the next cleanup
+            owner.unlink(missing_ok=True)
+        return out
 
     def __init__(self, run_id: str, run_dir: str | Path, options: SlurmOptions | None = None):
         super().__init__(run_id, run_dir)
@@ -706,14 +735,32 @@ class SlurmRuntime(Runtime):
         host = self.host_of[name]
         config = self._agent()
         # before asking: a request that times out or is interrupted may still have killed the container; teardown
-        # returns every host asked for (starting a running container changes nothing)
+        # returns every host asked for (starting a running container changes nothing), and `chaos cleanup` does
+        # after an engine that died first (the owner file)
         self._asked_lost.add(host)
+        record = self._write_lost_hosts()
         answer = ask(config, "lose", host, timeout=AGENT_TIMEOUT_S)
         with self._lock:
             self._lost[host] = False
         where = f"{config['address']}:{config['port']}"
         return (f"docker kill of {answer['container']} (host {host}) by the cluster agent at {where}",
-                {"host": host, "container": answer["container"], "agent": where, "t_agent": answer["t"]})
+                {"host": host, "container": answer["container"], "agent": where, "t_agent": answer["t"],
+                 "cleanup_record": record})
+
+    def _lost_hosts_owner(self) -> Path:
+        return lost_hosts_dir() / f"{self.run_id}.json"
+
+    def _write_lost_hosts(self) -> str:
+        """The owner file's path, or why it could not be written (then only this engine's teardown returns the
+        host: the fault still goes on, its details say so)."""
+        owner = self._lost_hosts_owner()
+        try:
+            owner.parent.mkdir(parents=True, exist_ok=True)
+            owner.write_text(json.dumps({"run_id": self.run_id, "engine_pid": os.getpid(),
+                                         "agent_file": agent_file(), "hosts": sorted(self._asked_lost)}))
+        except OSError as exc:
+            return f"not written ({exc}): after an engine crash, `chaos cluster down` and up restore the host"
+        return str(owner)
 
     def return_host(self, host: str) -> dict[str, Any]:
         """The agent docker-starts the host's container: slurmd comes back (ReturnToService=2 makes it usable),
@@ -807,13 +854,17 @@ class SlurmRuntime(Runtime):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
         cleaned += [f"process {p.pid}" for p in kill_marked(self.run_id)]
+        back = True
         for host in sorted(self._asked_lost):  # the cluster as the run found it: every host back
             if not self._lost.get(host, False):
                 try:
                     self.return_host(host)
                     cleaned.append(f"host {host} returned (docker start by the cluster agent)")
                 except (RuntimeError, OSError) as exc:
+                    back = False
                     cleaned.append(f"host {host} NOT returned: {exc}")
+        if back:
+            self._lost_hosts_owner().unlink(missing_ok=True)  # else `chaos cleanup` tries again
         self._logs.close()
         if self._observer is not None:
             self._observer.join(timeout=5)
