@@ -501,6 +501,16 @@ def cmd_cluster(args: argparse.Namespace) -> int:
                           f"{st['shared']['path']} = {st['shared']['host_path']}, host-loss agent "
                           f"{st['agent']['address']} (pid {st['agent']['pid']})\ntry: {' '.join(st['exec'])} "
                           f"srun -N{len(st['nodes'])} hostname", highlight=False)
+                engine = st.get("engine") or {}
+                if engine.get("installed"):
+                    argv = [*st["exec"][:-1], "-e", f"PYTHONPATH={engine['pythonpath']}", st["exec"][-1],
+                            st["python"], "-m", "chaos", "run", f"{st['repo']['path']}/scenarios/slurm/node-crash.yaml",
+                            "--out", f"{st['shared']['path']}/runs"]
+                    out.print(f"run a scenario on it (the engine on the login node, as {st['user']['name']}): "
+                              f"{' '.join(argv)}", highlight=False)
+                else:
+                    out.print(f"chaos run in the controller: not set up ({engine.get('why', 'unknown')})",
+                              highlight=False)
             return EXIT_PASS
         if args.action == "build":
             tag, method, seconds = slurm.build_slurm_image(log)

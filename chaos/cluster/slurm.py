@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import platform
 import secrets
 import shutil
 import signal
@@ -448,6 +449,7 @@ def up(name: str = "slurm", nodes: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S
         content = state(spec, cluster_id=cluster_id, image=image, shared_host_path=shared_host, repo=repo,
                         python=_python(), created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                         agent=agent)
+        content["engine"] = install_engine(client, spec, repo)
         _write_state(state_path(name), content)
     except ClusterError:
         stop_agents(name, cluster_id)
@@ -469,6 +471,44 @@ def _python() -> str:
     from chaos.image import VENV
 
     return f"{VENV}/bin/python"
+
+
+# The engine's own dependencies beyond what the node image has (torch, numpy): pure Python or wheels for CPython
+# 3.11 on Debian 12's glibc, as the image is. Copied from this interpreter into the shared volume, as a real
+# cluster's shared filesystem would carry a virtualenv, so `chaos run` works on the login node (the controller).
+ENGINE_PACKAGES = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection", "yaml", "rich",
+                   "markdown_it", "mdurl", "pygments", "psutil", "orjson")
+ENGINE_SITE = f"{SHARED_PATH}/engine-site"
+
+
+def engine_site_tar() -> bytes:
+    """This interpreter's copies of the engine's dependencies, as a tar for ``put_archive`` (under engine-site/)."""
+    import importlib
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in ENGINE_PACKAGES:
+            module = importlib.import_module(name)
+            src = Path(module.__file__ or "").parent
+            tar.add(str(src), arcname=f"engine-site/{name}",
+                    filter=lambda info: None if "__pycache__" in info.name else info)
+    return buf.getvalue()
+
+
+def install_engine(client: Any, spec: ClusterSpec, repo: str | None) -> dict[str, Any]:
+    """Make ``chaos run`` work in the controller as the cluster's user: the repository (mounted at its own path)
+    plus the engine's dependencies in ``/shared/engine-site``. Returns the state's ``engine`` entry: the
+    PYTHONPATH to run with, or why the engine was not installed (the cluster itself works either way)."""
+    if repo is None:
+        return {"installed": False, "why": "--no-repo: the cluster has no torch-chaos source to run"}
+    if sys.version_info[:2] != (3, 11) or platform.machine() != "x86_64":
+        return {"installed": False, "why": f"the node image runs CPython 3.11 on x86_64; this engine is "
+                f"{platform.python_version()} on {platform.machine()}, whose compiled packages (pydantic_core, "
+                f"psutil, orjson) would not load there"}
+    if not client.api.put_archive(spec.container(CONTROLLER), SHARED_PATH, engine_site_tar()):
+        raise ClusterError(f"could not copy the engine's packages into {ENGINE_SITE}")
+    return {"installed": True, "pythonpath": f"{repo}:{ENGINE_SITE}", "site": ENGINE_SITE,
+            "packages": list(ENGINE_PACKAGES)}
 
 
 def _create(client: Any, spec: ClusterSpec, image: str, cluster_id: str, repo: str | None) -> str:

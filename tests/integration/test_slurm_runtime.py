@@ -12,14 +12,14 @@ Two real runs, ~1 min together on 2 cores:
    in ``squeue``, no process of the user on any host.
 
 Then ``chaos cleanup`` in the container removes a torch-chaos allocation whose engine is gone and keeps one whose
-engine lives. The node image carries torch and numpy only; the engine's own pure-Python-and-wheels dependencies
-(pydantic, PyYAML, rich, psutil, orjson) are copied from this interpreter into the shared volume (the same CPython
-3.11 and glibc as the image, checked), as a real cluster's shared filesystem would carry a virtualenv.
+engine lives. The node image carries torch and numpy only; ``chaos cluster up`` copies the engine's own
+pure-Python-and-wheels dependencies (pydantic, PyYAML, rich, psutil, orjson) from this interpreter into the shared
+volume (the same CPython 3.11 and glibc as the image, checked), as a real cluster's shared filesystem would carry a
+virtualenv (``chaos.cluster.slurm.install_engine``).
 """
 
 from __future__ import annotations
 
-import importlib
 import io
 import json
 import os
@@ -45,9 +45,6 @@ NODES = 3  # 2 training nodes + 1 spare
 EXPECTED_VERDICT = {"slurm/node-crash": "pass", "slurm/freeze": "pass", "slurm/node-crash-no-spare": "pass",
                     "slurm/worker-crash": "pass", "slurm/rendezvous-host-crash": "fail",
                     "slurm/host-lost-spare": "pass", "slurm/host-lost-no-spare": "pass"}
-ENGINE_PACKAGES = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection", "yaml", "rich",
-                   "markdown_it", "mdurl", "pygments", "psutil", "orjson")
-ENGINE_SITE = "/shared/engine-site"
 
 
 @pytest.fixture
@@ -69,21 +66,10 @@ def docker_client() -> Any:
     return client
 
 
-def engine_site_tar() -> bytes:
-    """This interpreter's copies of the engine's dependencies, as a tar for ``put_archive`` (under engine-site/)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name in ENGINE_PACKAGES:
-            module = importlib.import_module(name)
-            src = Path(module.__file__ or "").parent
-            tar.add(str(src), arcname=f"engine-site/{name}",
-                    filter=lambda info: None if "__pycache__" in info.name else info)
-    return buf.getvalue()
-
-
 def in_controller(state: dict[str, Any], *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """A command on the login node (the controller) as the cluster's unprivileged user, from the shared volume."""
-    env = f"PYTHONPATH={REPO_ROOT}:{ENGINE_SITE}"
+    """A command on the login node (the controller) as the cluster's unprivileged user, from the shared volume,
+    with the engine `chaos cluster up` installed there."""
+    env = f"PYTHONPATH={state['engine']['pythonpath']}"
     return subprocess.run([*state["exec"][:-1], "-e", env, state["exec"][-1], *argv], capture_output=True,
                           text=True, timeout=timeout)
 
@@ -120,7 +106,7 @@ def test_slurm_runtime_node_crash_ctrl_c_and_cleanup(docker_client: Any, tmp_pat
     with cluster_slurm.cluster(name, nodes=NODES, repo=str(REPO_ROOT), log=lambda line: None) as up:
         st = up.state
         ctl = st["controller"]["container"]
-        assert client.api.put_archive(ctl, "/shared", engine_site_tar())
+        assert st["engine"]["installed"], st["engine"]  # `up` copied the engine's packages into /shared
 
         # -- run 1: a node's step crashes, its replacement starts on the spare host
         start = time.monotonic()
@@ -155,7 +141,7 @@ def test_slurm_runtime_node_crash_ctrl_c_and_cleanup(docker_client: Any, tmp_pat
         assert in_controller(st, "squeue", "-h").stdout.strip() == ""  # the allocation is released
 
         # -- run 2: Ctrl-C while the steps run: nothing is left behind
-        env = f"PYTHONPATH={REPO_ROOT}:{ENGINE_SITE}"
+        env = f"PYTHONPATH={st['engine']['pythonpath']}"
         proc = subprocess.Popen([*st["exec"][:-1], "-e", env, ctl, *chaos_argv(
             st, "run", str(REPO_ROOT / "scenarios/slurm/freeze.yaml"), "--out", "/shared/runs", "--json")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -206,7 +192,7 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
     name = f"rv{os.getpid()}"
     with cluster_slurm.cluster(name, nodes=NODES, repo=str(REPO_ROOT), log=lambda line: None) as up:
         st = up.state
-        assert docker_client.api.put_archive(st["controller"]["container"], "/shared", engine_site_tar())
+        assert st["engine"]["installed"], st["engine"]
         for scenario in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash",
                          "slurm/rendezvous-host-crash", "slurm/host-lost-spare", "slurm/host-lost-no-spare"):
             run = in_controller(st, *chaos_argv(st, "run", str(REPO_ROOT / "scenarios" / f"{scenario}.yaml"),
