@@ -44,7 +44,8 @@ NODES = 3  # 2 training nodes + 1 spare
 # the first test, the others in the second (marked slow: two more real runs).
 EXPECTED_VERDICT = {"slurm/node-crash": "pass", "slurm/freeze": "pass", "slurm/node-crash-no-spare": "pass",
                     "slurm/worker-crash": "pass", "slurm/rendezvous-host-crash": "fail",
-                    "slurm/host-lost-spare": "pass", "slurm/host-lost-no-spare": "pass"}
+                    "slurm/host-lost-spare": "pass", "slurm/host-lost-no-spare": "pass",
+                    "slurm/corrupt-latest-checkpoint": "pass"}
 
 
 @pytest.fixture
@@ -185,7 +186,7 @@ def test_slurm_runtime_node_crash_ctrl_c_and_cleanup(docker_client: Any, tmp_pat
 @pytest.mark.slow
 def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """The other shipped Slurm scenarios to their documented verdicts (six real runs, ~2.5 min), then a user's own
+    """The other shipped Slurm scenarios to their documented verdicts (seven real runs, ~3 min), then a user's own
     script (one more, ~30 s). The host-lost ones last: each waits until its lost host is back (returned when its
     run ends) and idle."""
     monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
@@ -194,7 +195,8 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
         st = up.state
         assert st["engine"]["installed"], st["engine"]
         for scenario in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash",
-                         "slurm/rendezvous-host-crash", "slurm/host-lost-spare", "slurm/host-lost-no-spare"):
+                         "slurm/rendezvous-host-crash", "slurm/corrupt-latest-checkpoint", "slurm/host-lost-spare",
+                         "slurm/host-lost-no-spare"):
             run = in_controller(st, *chaos_argv(st, "run", str(REPO_ROOT / "scenarios" / f"{scenario}.yaml"),
                                                 "--out", "/shared/runs", "--json"), timeout=240)
             result = json.loads(run.stdout)
@@ -214,6 +216,14 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
             elif scenario == "slurm/worker-crash":
                 assert "by a helper job step; the torchrun agent stays" in fault["mechanism"], fault["mechanism"]
                 assert fault["restarted"] and result["node_replacements"] == 0  # the agent restarted its workers
+            elif scenario == "slurm/corrupt-latest-checkpoint":
+                # the engine flipped bytes of step 200's file through the shared filesystem; the restarted group
+                # rejected it and loaded step 150, and both checks were made (the probe reports the checkpoints)
+                assert fault["kind"] == "corrupt_checkpoint" and "step_00000200" in fault["mechanism"], fault
+                crash = result["faults"][1]
+                assert crash["injected"] and crash["restarted"] and crash["resumed_from"] == 150, crash
+                ck = result["checkpoint"]
+                assert ck["digests_ok"]["ok"] is True and ck["resumed_from_newest_valid"]["ok"] is True, ck
             elif scenario.startswith("slurm/host-lost-"):
                 check_host_lost(docker_client, st, result, fault, spare=scenario == "slurm/host-lost-spare")
             else:
