@@ -14,6 +14,7 @@ from chaos.cluster.slurm import machine_checks as cluster_checks
 from chaos.machine import Check, merge
 from chaos.plan import PlanError
 from chaos.registry import fault_plugins, load_errors, rendezvous_plugins, runtime_plugins
+from chaos.runtimes.base import NODE_NETWORK
 from chaos.scenario import Scenario
 from chaos.storage.layer import machine_checks as storage_checks
 from chaos.storage.layer import needs_fuse
@@ -47,7 +48,10 @@ def unmet(scenario: Scenario) -> list[Check]:
     runtime = runtime_plugins()[c.runtime]
     checks = runtime.machine_checks(getattr(c, c.runtime, None))
     for kind in sorted({f.kind for f in scenario.faults}):
-        checks += fault_plugins()[kind].machine_checks()
+        impl = fault_plugins()[kind]
+        if NODE_NETWORK in impl.needs and not runtime.net_tools_on_engine:
+            continue  # the runtime edits the nodes' networks elsewhere (its capability_check says whether it can)
+        checks += impl.machine_checks()
     options = getattr(c, c.runtime, None)
     for need in sorted({n for f in scenario.faults for n in fault_plugins()[f.kind].needs}
                        & runtime.conditional_capabilities):

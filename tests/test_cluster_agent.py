@@ -45,6 +45,15 @@ class FakeDocker:
     def controller_exists(self, cluster: str, cluster_id: str) -> bool:
         return True
 
+    def pid(self, container: str) -> int | None:
+        return 1000 + int(container.rsplit("-c", 1)[1])
+
+    def run(self, pid: int, argv: list[str], pid_now: Any) -> tuple[int, str, str]:
+        """The agent's nsenter, recorded: (pid, argv) of each command it would run."""
+        assert pid_now() == pid
+        self.calls.append(("net", f"{pid} {' '.join(argv)}"))
+        return 0, f"ran {argv[0]}\n", ""
+
     def actions(self) -> list[tuple[str, str]]:
         return [c for c in self.calls if c[0] != "find"]
 
@@ -52,7 +61,8 @@ class FakeDocker:
 @pytest.fixture
 def served() -> Iterator[tuple[dict[str, Any], FakeDocker]]:
     docker = FakeDocker()
-    server = agent.AgentServer(("127.0.0.1", 0), token=TOKEN, cluster="lab", cluster_id="abcd", docker=docker)
+    server = agent.AgentServer(("127.0.0.1", 0), token=TOKEN, cluster="lab", cluster_id="abcd", docker=docker,
+                               runner=docker.run)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
@@ -100,7 +110,7 @@ def test_lose_and_return_do_exactly_that_and_say_when(served: tuple[dict[str, An
     (json.dumps({"token": TOKEN, "action": "lose", "host": "c2; rm -rf /"}).encode() + b"\n", "compute node's name"),
     (json.dumps({"token": TOKEN, "action": "lose", "host": ["c2"]}).encode() + b"\n", "compute node's name"),
     (json.dumps({"token": TOKEN, "action": "lose", "host": "c9"}).encode() + b"\n", "has no compute node c9"),
-    (b'{"token": "' + b"a" * 2000 + b'"}\n', "longer than"),
+    (b'{"token": "' + b"a" * 5000 + b'"}\n', "longer than"),
 ])
 def test_anything_else_is_refused_and_does_nothing(served: tuple[dict[str, Any], FakeDocker], payload: bytes,
                                                    why: str) -> None:

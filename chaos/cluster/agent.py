@@ -1,4 +1,5 @@
-"""The container cluster's agent: the one privileged thing a run on the cluster may ask for, losing a host.
+"""The container cluster's agent: the privileged things a run on the cluster may ask for, losing a host and
+editing a compute host's network.
 
 Losing a host needs root on it (or on what runs it). On a real Slurm cluster the engine runs as an ordinary user
 and has none, so the Slurm runtime refuses ``host_loss`` there. On the container cluster the machine that runs the
@@ -11,12 +12,15 @@ What it can do, and nothing more (docs/design.md, "The cluster agent"):
   cluster's name, this bring-up's id, role compute) and its name; never any other container.
 - ``return`` host ``cN``: ``docker start`` of the same container (slurmd comes back; ``ReturnToService=2`` makes
   the node usable again).
-- ``ping``: changes nothing; says which hosts it could lose (how the runtime knows the capability is there).
+- ``net`` on host ``cN`` with ``argv``: one iptables/tc command of the shapes network faults issue, run by
+  ``nsenter`` in the network namespace of the same container; any other argv is refused before anything runs
+  (:mod:`chaos.cluster.netexec` says exactly which, and why a free argv would be root on the docker host).
+- ``ping``: changes nothing; says which actions it takes (how the runtime knows a capability is there).
 
 The protocol is one JSON object per connection, one line each way: ``{"token": T, "action": A, "host": H}`` in,
 ``{"ok": true, "action": A, "host": H, "container": C, "done": "docker kill", "t": time.time()}`` (or ``{"ok":
 false, "error": ...}``) out. Every field is checked: exactly these keys, the token compared in constant time, an
-action of the three, a host name of the cluster's own. The agent listens on the cluster network's gateway address
+action of the four, a host name of the cluster's own. The agent listens on the cluster network's gateway address
 only (the host's side of the internal bridge): containers reach it, nothing off the machine does. The token (a
 random one per bring-up) is what keeps out a container of another network that can also reach a host address; it
 is written into the controller readable by the cluster's user only (:data:`chaos.cluster.spec.AGENT_FILE`).
@@ -41,12 +45,13 @@ import socketserver
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-ACTIONS = ("lose", "return", "ping")
+ACTIONS = ("lose", "return", "net", "ping")
 HOST_RE = re.compile(r"^c[1-9][0-9]{0,2}$")
-MAX_REQUEST = 1024  # bytes: a request is three short fields
+MAX_REQUEST = 4096  # bytes: a request is three short fields, or a net one's argv (40 short arguments at most)
 READ_TIMEOUT_S = 5.0
 WATCH_S = 2.0  # how often the agent looks whether its cluster is still there
 MODULE = "chaos.cluster.agent"
@@ -66,6 +71,10 @@ class Docker(Protocol):
     def start(self, container: str) -> None: ...
 
     def controller_exists(self, cluster: str, cluster_id: str) -> bool: ...
+
+    def pid(self, container: str) -> int | None:
+        """The container's init process as the host sees it (None: not running)."""
+        ...
 
 
 class SdkDocker:
@@ -98,9 +107,26 @@ class SdkDocker:
     def controller_exists(self, cluster: str, cluster_id: str) -> bool:
         return bool(self._containers(cluster, cluster_id, "controller"))
 
+    def pid(self, container: str) -> int | None:
+        state = self.client.api.inspect_container(container).get("State", {})
+        return int(state["Pid"]) if state.get("Running") and state.get("Pid") else None
 
-def handle(request: bytes, *, token: str, cluster: str, cluster_id: str, docker: Docker) -> dict[str, Any]:
+
+# What runs a validated net argv in a container's namespace: (pid, argv, the pid read again) -> (rc, out, err).
+NetRunner = Callable[[int, list[str], Callable[[], int | None]], tuple[int, str, str]]
+
+
+def _nsenter_run(pid: int, argv: list[str], pid_now: Callable[[], int | None]) -> tuple[int, str, str]:
+    from chaos.cluster.netexec import nsenter_run
+
+    return nsenter_run(pid, argv, pid_now)
+
+
+def handle(request: bytes, *, token: str, cluster: str, cluster_id: str, docker: Docker,
+           runner: NetRunner = _nsenter_run) -> dict[str, Any]:
     """One request to its answer; refuses anything that is not exactly a request this agent takes."""
+    from chaos.cluster.netexec import Refused, validate
+
     try:
         msg = json.loads(request.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -113,20 +139,29 @@ def handle(request: bytes, *, token: str, cluster: str, cluster_id: str, docker:
     action = msg.get("action")
     if action not in ACTIONS:
         return {"ok": False, "error": f"action must be one of {', '.join(ACTIONS)}"}
-    expected = {"token", "action"} if action == "ping" else {"token", "action", "host"}
+    expected = {"token", "action"} if action == "ping" else {"token", "action", "host"} | (
+        {"argv"} if action == "net" else set())
     if set(msg) != expected:
         return {"ok": False, "error": f"{action} takes exactly the fields {', '.join(sorted(expected))}"}
     if action == "ping":
-        return {"ok": True, "action": "ping", "cluster": cluster, "t": time.time()}
+        return {"ok": True, "action": "ping", "cluster": cluster, "actions": list(ACTIONS), "t": time.time()}
     host = msg["host"]
     if not isinstance(host, str) or not HOST_RE.match(host):
         return {"ok": False, "error": "host must be a compute node's name (c1, c2, ...)"}
+    argv: list[str] = []
+    if action == "net":
+        try:
+            argv = validate(msg["argv"])
+        except Refused as exc:
+            return {"ok": False, "error": f"argv refused: {exc}"}
     try:
         container = docker.compute_container(cluster, cluster_id, host)
     except Exception as exc:  # the engine's answer, whatever it was, is the agent's
         return {"ok": False, "error": f"docker: {exc}"}
     if container is None:
         return {"ok": False, "error": f"cluster {cluster} has no compute node {host}"}
+    if action == "net":
+        return _net(docker, runner, container, host, argv)
     try:
         if action == "lose":
             docker.kill(container)
@@ -136,6 +171,20 @@ def handle(request: bytes, *, token: str, cluster: str, cluster_id: str, docker:
         return {"ok": False, "error": f"docker {'kill' if action == 'lose' else 'start'} {container}: {exc}"}
     return {"ok": True, "action": action, "host": host, "container": container,
             "done": "docker kill" if action == "lose" else "docker start", "t": time.time()}
+
+
+def _net(docker: Docker, runner: NetRunner, container: str, host: str, argv: list[str]) -> dict[str, Any]:
+    """Run a validated argv in the container's network namespace; the tool's own status is the answer's ``rc``
+    (a tool that refuses is not the agent refusing)."""
+    try:
+        pid = docker.pid(container)
+        if pid is None:
+            return {"ok": False, "error": f"{container} is not running"}
+        rc, out, err = runner(pid, argv, lambda: docker.pid(container))
+    except Exception as exc:
+        return {"ok": False, "error": f"nsenter into {container}: {exc}"}
+    return {"ok": True, "action": "net", "host": host, "container": container, "rc": rc, "stdout": out,
+            "stderr": err, "done": f"nsenter --net {argv[0]}", "t": time.time()}
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -152,8 +201,9 @@ class _Handler(socketserver.StreamRequestHandler):
         else:
             with server.lock:  # one docker action at a time: a lose and a return never race
                 answer = handle(line, token=server.token, cluster=server.cluster, cluster_id=server.cluster_id,
-                                docker=server.docker)
-        server.log(f"{time.time():.3f} {answer.get('action', '-')} {answer.get('host', '-')}: "
+                                docker=server.docker, runner=server.runner)
+        what = f" {answer['done']} rc={answer['rc']}" if answer.get("action") == "net" else ""
+        server.log(f"{time.time():.3f} {answer.get('action', '-')} {answer.get('host', '-')}{what}: "
                    f"{'ok' if answer['ok'] else answer['error']}")
         with contextlib.suppress(OSError):
             self.wfile.write(json.dumps(answer).encode() + b"\n")
@@ -164,8 +214,9 @@ class AgentServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], *, token: str, cluster: str, cluster_id: str, docker: Docker,
-                 log: Any = None):
+                 log: Any = None, runner: NetRunner = _nsenter_run):
         self.token, self.cluster, self.cluster_id, self.docker = token, cluster, cluster_id, docker
+        self.runner = runner
         self.lock = threading.Lock()
         self.log = log or (lambda line: None)
         super().__init__(address, _Handler)
@@ -190,11 +241,14 @@ def read_config(path: str | Path) -> dict[str, Any]:
     return config
 
 
-def ask(config: dict[str, Any], action: str, host: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+def ask(config: dict[str, Any], action: str, host: str | None = None, timeout: float = 10.0,
+        argv: list[str] | None = None) -> dict[str, Any]:
     """One request to the agent; its answer when ok, else AgentError with the agent's reason."""
     msg: dict[str, Any] = {"token": config["token"], "action": action}
     if host is not None:
         msg["host"] = host
+    if argv is not None:
+        msg["argv"] = argv
     where = f"{config['address']}:{config['port']}"
     try:
         with socket.create_connection((config["address"], config["port"]), timeout=timeout) as s:

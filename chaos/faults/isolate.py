@@ -28,7 +28,7 @@ class Isolate(NetworkFault):
         assert ctx.node is not None and ctx.plan is not None
         imp = impairment(ctx, ctx.node, mechanism="iptables DROP")
         imp.add_rule("INPUT", ["-i", imp.interface, "-j", "DROP"])
-        address = ctx.plan.addresses[ctx.node]
+        address = ctx.runtime.net_address(ctx.plan, ctx.node)
         skipped = []
         for peer in ctx.plan.addresses:
             if peer == ctx.node:

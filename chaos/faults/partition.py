@@ -19,6 +19,8 @@ from chaos.plan import STORE_NODE, Plan
 from chaos.spec import NodeIndex
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from chaos.net.impair import Impairment
     from chaos.scenario import Scenario
 
@@ -85,7 +87,7 @@ class Partition(NetworkFault):
         namespaces: dict[str, Impairment] = {}
         cuts = []
         for src, dst in pairs:
-            where, match = self._cut(plan, src, dst)
+            where, match = self._cut(plan, src, dst, ctx.runtime.net_address)
             if where not in namespaces:
                 namespaces[where] = impairment(ctx, where)
             namespaces[where].add_rule("INPUT", [*match, "-j", "DROP"])
@@ -97,7 +99,8 @@ class Partition(NetworkFault):
                 f"{', '.join(sorted(namespaces))})")
 
     @staticmethod
-    def _cut(plan: Plan, src: str, dst: str) -> tuple[str, list[str]]:
+    def _cut(plan: Plan, src: str, dst: str, address: Callable[[Plan, str], str] | None = None
+             ) -> tuple[str, list[str]]:
         """Which namespace drops src->dst traffic (the receiver's, on ingress: silent, like a real cut; a DROP in
         the sender's OUTPUT would fail its connects at once with EPERM), and the iptables match for it."""
         host = plan.store_host
@@ -109,7 +112,7 @@ class Partition(NetworkFault):
         if src_node == dst_node:
             raise ValueError(f"{src} and {dst} share node0's network stack (node 0 hosts the store); "
                              "use rendezvous.store: dedicated to partition them")
-        match = ["-s", plan.addresses[src_node]]
+        match = ["-s", address(plan, src_node) if address is not None else plan.addresses[src_node]]
         if dst == "store" and host == "node0":
             match += ["-p", "tcp", "--dport", port]
         if src == "store" and host == "node0":

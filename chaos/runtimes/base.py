@@ -79,6 +79,9 @@ class Runtime(ABC):
     # scheduler's nodes write the shared filesystem from their own hosts, past any mount on the login node: there
     # the storage layer can only watch (inotify), and only where the hosts share one kernel (docs/design.md).
     fuse_on_engine_host: ClassVar[bool] = True
+    # Whether network faults run the host tools (nsenter, iptables, tc) on the engine's machine, as root there: the
+    # slurm runtime's go through the container cluster's agent instead, so the engine's machine needs none of them.
+    net_tools_on_engine: ClassVar[bool] = True
 
     @classmethod
     def create(cls, scenario: Scenario, run_id: str, run_dir: str | Path) -> Runtime:
@@ -203,6 +206,11 @@ class Runtime(ABC):
     def interface(self, name: str) -> str:
         """The node's interface towards the other nodes, inside its namespace."""
         return "eth0"
+
+    def net_address(self, plan: Plan, name: str) -> str:
+        """The node's address on the nodes' network as its peers' packets carry it (what a DROP rule matches). The
+        plan's, where the plan holds real addresses; a scheduler's runtime knows its hosts only once allocated."""
+        return plan.addresses[name]
 
     def describe(self) -> dict[str, Any]:
         return {"runtime": self.name}

@@ -46,6 +46,7 @@ from chaos.runtimes.base import (
     HOST_LOSS,
     KILL,
     KILL_WORKERS,
+    NODE_NETWORK,
     NodeLogs,
     Runtime,
     Unsupported,
@@ -71,6 +72,8 @@ HELPER_TIMEOUT_S = 30.0
 AGENT_FILE_ENV = "TORCH_CHAOS_AGENT_FILE"  # where the cluster agent's address is, if not the container cluster's
 NO_ROOT = ("losing a host needs root on it: a user on a real cluster has none; the container cluster's agent "
            "provides it (chaos cluster up)")
+NO_ROOT_NET = ("network faults need root on the hosts (iptables/tc in their network): a user on a real cluster has "
+               "none; the container cluster's agent provides it (chaos cluster up)")
 
 
 def agent_file() -> str:
@@ -284,9 +287,10 @@ class SlurmRuntime(Runtime):
     capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE})
     golden_beside_engine = False  # the engine is on a login node: a local reference run of the job is not one
     fuse_on_engine_host = False  # the nodes write the shared filesystem from their hosts, past the login node
-    # Losing a host: only where a cluster agent gives it (the container cluster's, chaos.cluster.agent), asked on
-    # the login node before the run creates anything.
-    conditional_capabilities = frozenset({HOST_LOSS})
+    # Losing a host and the hosts' networks (partition, isolate ...): only where a cluster agent gives them (the
+    # container cluster's, chaos.cluster.agent), asked on the login node before the run creates anything.
+    conditional_capabilities = frozenset({HOST_LOSS, NODE_NETWORK})
+    net_tools_on_engine = False  # iptables/tc run by the agent on the docker host, never by the engine
     options = SlurmOptions
     cleanup_order = 5  # the allocation first: its steps die with it, then marked srun clients go
 
@@ -330,21 +334,28 @@ class SlurmRuntime(Runtime):
 
     @classmethod
     def capability_check(cls, capability: str, options: Any = None) -> Check:
-        """host_loss: the agent's address is readable here (the cluster's user only can) and the agent answers."""
+        """host_loss, node_network: the agent's address is readable here (the cluster's user only can) and the
+        agent answers, and takes the action the capability needs (an agent from before ``net`` does not)."""
         from chaos.cluster.agent import AgentError, ask, read_config
         from chaos.machine import Check
 
-        name = "slurm: host loss (a cluster agent)"
-        if capability != HOST_LOSS:
+        if capability not in (HOST_LOSS, NODE_NETWORK):
             return super().capability_check(capability, options)
+        name, no_root, action, faults = (("slurm: host loss (a cluster agent)", NO_ROOT, "lose", "the host_loss fault")
+                                         if capability == HOST_LOSS else
+                                         ("slurm: node network (a cluster agent)", NO_ROOT_NET, "net",
+                                          "the network faults"))
         path = agent_file()
         try:
             config = read_config(path)
-            ask(config, "ping", timeout=5.0)
+            answer = ask(config, "ping", timeout=5.0)
+            if action not in answer.get("actions", ["lose", "return", "ping"]):
+                raise AgentError(f"the cluster agent at {config['address']}:{config['port']} predates the {action} "
+                                 "action (chaos cluster down, then up, with this torch-chaos)")
         except AgentError as exc:
-            why = NO_ROOT if not Path(path).exists() else f"{NO_ROOT}; here: {exc}"
+            why = no_root if not Path(path).exists() else f"{no_root}; here: {exc}"
             return Check(name, False, why, "run on the container cluster's controller (chaos cluster up slurm), "
-                         "or drop the host_loss fault")
+                         f"or drop {faults}")
         return Check(name, True, f"the cluster agent at {config['address']}:{config['port']} answers")
 
     @classmethod
@@ -441,6 +452,8 @@ class SlurmRuntime(Runtime):
                      "kill-workers <run>/<node>")
         lines.append(f"# host_loss: the cluster agent ({agent_file()}) docker-kills HOST's container; teardown "
                      "returns it (docker start)")
+        lines.append(f"# network faults: iptables/tc in HOST's network namespace, run by the cluster agent "
+                     f"({agent_file()}; python -m chaos.cluster.netexec --host HOST -- iptables ...)")
         lines.append(f"# teardown: scancel J; chaos cleanup: squeue --user=$USER --name={job_name(self.run_id)}")
         return lines
 
@@ -773,6 +786,22 @@ class SlurmRuntime(Runtime):
         return {"returned": host, "mechanism": f"docker start of {answer['container']} by the cluster agent",
                 "t_agent": answer["t"]}
 
+    # --- the hosts' networks, through the cluster agent ----------------------------------------------------------
+
+    def net_enter(self, name: str) -> list[str]:
+        """The prefix that runs a host tool in ``name``'s host's network namespace: the agent runs it there (as
+        ``nsenter --net``) when it is one of the shapes network faults issue (chaos.cluster.netexec). The namespace
+        is the host's, not the node's: every process of the host shares it, as on a real machine."""
+        from chaos.cluster.netexec import prefix
+
+        self._agent()  # Unsupported, with why, where there is no agent
+        return prefix(agent_file(), self.host_of[name])
+
+    def net_address(self, plan: Plan, name: str) -> str:
+        """The node's host's address on the cluster network (the plan holds only a placeholder), resolved on the
+        login node the way the nodes resolve it."""
+        return socket.gethostbyname(self.host_of[name])
+
     # --- Slurm's view --------------------------------------------------------------------------------------------
 
     def _observe_loop(self) -> None:
@@ -874,4 +903,6 @@ class SlurmRuntime(Runtime):
         return {"runtime": self.name, "slurm": self.options.model_dump(exclude_none=True),
                 "crash_mechanism": "scancel --signal=KILL JOB.STEP", "freeze_mechanism": "scancel --signal=STOP/CONT "
                 "JOB.STEP, checked by process state", "kill_worker_mechanism": "a helper job step signals the workers",
-                "host_loss_mechanism": "docker kill of the host's container by the container cluster's agent"}
+                "host_loss_mechanism": "docker kill of the host's container by the container cluster's agent",
+                "network_mechanism": "iptables/tc in the host container's network namespace, run by the container "
+                "cluster's agent (nsenter --net)"}
