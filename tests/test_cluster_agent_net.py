@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -193,7 +192,7 @@ class FakeIptables:
             return 0, "qdisc noqueue 0: root refcnt 2\n", ""
         verb, chain, spec = argv[2], argv[3], argv[5:] if argv[2] == "-I" else argv[4:]
         spec = [f"{a}/32" if re.match(r"^\d+\.\d+\.\d+\.\d+$", a) else a for a in spec]
-        line = shlex.join(["-A", chain, *spec])
+        line = " ".join(["-A", chain, *(f'"{a}"' if a.startswith("torch-chaos:") else a for a in spec)])
         if verb == "-I":
             self.rules.insert(0, line)
             return 0, "", ""
@@ -223,7 +222,7 @@ def test_slurm_network_faults_go_through_the_agent_and_heal(tmp_path: Path, monk
         imp = Impairment(enter, rt.interface("node2"), COMMENT)
         imp.begin()
         imp.add_rule("INPUT", ["-s", "172.30.0.11", "-j", "DROP"])
-        assert table.rules[0] == f"-A INPUT -s 172.30.0.11/32 -m comment --comment {COMMENT} -j DROP"
+        assert table.rules[0] == f'-A INPUT -s 172.30.0.11/32 -m comment --comment "{COMMENT}" -j DROP'
         assert imp.heal() == {"restored": True}
         assert table.rules == ["-A INPUT -s 10.9.9.9/32 -j ACCEPT"]
         with pytest.raises(NetCommandFailed, match="refused net c2: argv refused: rule option '-j'"):
@@ -272,3 +271,43 @@ def test_an_agent_from_before_net_is_no_node_network(tmp_path: Path, monkeypatch
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_cleanup_removes_the_rules_of_runs_whose_allocation_is_gone(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    gone, live = "torch-chaos:20260101-000000-gone-abcdef:0", "torch-chaos:20260101-000000-live-abcdef:1"
+    table = FakeIptables()
+    table.rules[:0] = [f'-A INPUT -s 172.30.0.12/32 -m comment --comment "{gone}" -j DROP',
+                       f'-A INPUT -s 172.30.0.13/32 -m comment --comment "{live}" -j DROP']
+    assert [r for r, _ in netexec.leftover_rules("*filter\n" + "\n".join(table.rules) + "\nCOMMIT\n")] == \
+        ["20260101-000000-gone-abcdef", "20260101-000000-live-abcdef"]  # someone else's rule is not ours
+    server = agent.AgentServer(("127.0.0.1", 0), token=TOKEN, cluster="lab", cluster_id="abcd", docker=FakeDocker(),
+                               runner=table)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    said = {"sinfo": "c1 idle\nc2 alloc\n", "squeue": "7|torch-chaos-20260101-000000-live-abcdef|engine=x:1\n"}
+
+    def fake_run(argv: list[str], timeout: float = 30.0, env: Any = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 0, said[argv[0]], "")
+
+    try:
+        path = tmp_path / "agent.json"
+        path.write_text(json.dumps({"address": "127.0.0.1", "port": server.server_address[1], "token": TOKEN}))
+        monkeypatch.setenv(slurm.AGENT_FILE_ENV, str(path))
+        monkeypatch.setattr(slurm, "_run", fake_run)
+        removed = slurm.SlurmRuntime._cleanup_rules(None)
+        # one namespace serves both fake hosts: the rule is removed once, the live run's kept, the other's kept
+        assert removed == [f"iptables rule of 20260101-000000-gone-abcdef on c1 (INPUT -s 172.30.0.12/32 -m comment "
+                           f"--comment {gone} -j DROP)"], removed
+        assert table.rules == [f'-A INPUT -s 172.30.0.13/32 -m comment --comment "{live}" -j DROP',
+                               "-A INPUT -s 10.9.9.9/32 -j ACCEPT"]
+        said["squeue"] = ""
+        assert len(slurm.SlurmRuntime._cleanup_rules("20260101-000000-other-abcdef")) == 0  # another run's: kept
+        assert len(slurm.SlurmRuntime._cleanup_rules(None)) == 1
+        assert table.rules == ["-A INPUT -s 10.9.9.9/32 -j ACCEPT"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    monkeypatch.setenv(slurm.AGENT_FILE_ENV, str(tmp_path / "absent.json"))
+    assert slurm.SlurmRuntime._cleanup_rules(None) == []  # a real cluster: no agent, no rules of ours

@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -153,6 +154,23 @@ def nsenter_run(pid: int, argv: list[str], pid_now: Callable[[], int | None]) ->
     out = proc.stdout[:MAX_OUTPUT].decode("utf-8", "replace")
     err = proc.stderr[:MAX_OUTPUT].decode("utf-8", "replace")
     return proc.returncode, out, err
+
+
+def leftover_rules(saved: str) -> list[tuple[str, list[str]]]:
+    """``iptables-save -t filter`` output to (run id, the ``iptables -w -D ...`` argv that removes it) for each
+    torch-chaos rule in it: what ``chaos cleanup`` removes after a run that could not heal (its engine killed)."""
+    found = []
+    for line in saved.splitlines():
+        if not line.startswith("-A ") or "torch-chaos:" not in line:
+            continue
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        comment = words[words.index("--comment") + 1] if "--comment" in words[:-1] else ""
+        if COMMENT_RE.match(comment):
+            found.append((comment.split(":")[1], ["iptables", "-w", "-D", *words[1:]]))
+    return found
 
 
 # --- the engine's side: a command prefix, like ``nsenter --net=... --`` ------------------------------------------

@@ -42,8 +42,9 @@ class Isolate(NetworkFault):
         ctx.details["interface"] = imp.interface
         if skipped:
             ctx.details["not_applied_on"] = skipped
-        return (f"iptables DROP of everything {ctx.node} receives ({imp.interface}) and of everything from "
-                f"{address} at its peers")
+        by = ctx.runtime.net_by()
+        return (f"iptables DROP of everything {ctx.runtime.net_where(ctx.node)} receives ({imp.interface}) and of "
+                f"everything from {address} at its peers{f', by {by}' if by else ''}")
 
     @classmethod
     def generate(cls, draw: Any, bounds: Any) -> dict[str, Any]:

@@ -95,8 +95,9 @@ class Partition(NetworkFault):
         ctx.details.pop("interface", None)
         ctx.details.update(mechanism="iptables DROP", cuts=cuts, groups=[first, second], one_way=spec.one_way)
         direction = "one way" if spec.one_way else "both ways"
+        by = ctx.runtime.net_by()
         return (f"iptables DROP between {'+'.join(first)} and {'+'.join(second)} ({direction}; rules in "
-                f"{', '.join(sorted(namespaces))})")
+                f"{', '.join(ctx.runtime.net_where(n) for n in sorted(namespaces))}{f', by {by}' if by else ''})")
 
     @staticmethod
     def _cut(plan: Plan, src: str, dst: str, address: Callable[[Plan, str], str] | None = None

@@ -207,6 +207,15 @@ class Runtime(ABC):
         """The node's interface towards the other nodes, inside its namespace."""
         return "eth0"
 
+    def net_where(self, name: str) -> str:
+        """How a fault's mechanism names the network namespace of node ``name`` (a scheduler's adds the host)."""
+        return name
+
+    def net_by(self) -> str | None:
+        """Who runs the host tools in the nodes' namespaces when it is not the engine itself (said in the
+        mechanism): None here, the engine does."""
+        return None
+
     def net_address(self, plan: Plan, name: str) -> str:
         """The node's address on the nodes' network as its peers' packets carry it (what a DROP rule matches). The
         plan's, where the plan holds real addresses; a scheduler's runtime knows its hosts only once allocated."""

@@ -377,6 +377,34 @@ class SlurmRuntime(Runtime):
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 if _run(["scancel", job]).returncode == 0:
                     removed.append(f"slurm job {job} ({name})")
+        return removed + cls._cleanup_rules(run_id)
+
+    @classmethod
+    def _cleanup_rules(cls, run_id: str | None) -> list[str]:
+        """The iptables rules of runs that could not heal (their engine killed mid-fault), on every host, through
+        the cluster agent: a rule is left while its run's allocation exists (``squeue``, any user), and removed
+        once it is gone, as an allocation is. Where there is no agent there are no rules (a real cluster)."""
+        from chaos.cluster.agent import AgentError, ask, read_config
+        from chaos.cluster.netexec import leftover_rules
+
+        try:
+            config = read_config(agent_file())
+            hosts = sorted(parse_node_states(_run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10).stdout))
+            live = {n for _, n, _ in parse_jobs(_run(["squeue", "-h", "-o", "%i|%j|%k"]).stdout)}
+        except (AgentError, OSError, subprocess.TimeoutExpired):
+            return []
+        removed = []
+        for host in hosts:
+            try:
+                saved = ask(config, "net", host, argv=["iptables-save", "-t", "filter"])
+            except AgentError:
+                continue  # a host that is down has no namespace left (its rules went with it)
+            for rule_run, argv in leftover_rules(str(saved.get("stdout", ""))):
+                if (run_id is not None and rule_run != run_id) or job_name(rule_run) in live:
+                    continue
+                with contextlib.suppress(AgentError):
+                    if ask(config, "net", host, argv=argv).get("rc") == 0:
+                        removed.append(f"iptables rule of {rule_run} on {host} ({' '.join(argv[3:])})")
         return removed
 
     @classmethod
@@ -796,6 +824,13 @@ class SlurmRuntime(Runtime):
 
         self._agent()  # Unsupported, with why, where there is no agent
         return prefix(agent_file(), self.host_of[name])
+
+    def net_where(self, name: str) -> str:
+        return f"{name} ({self.host_of[name]})"
+
+    def net_by(self) -> str | None:
+        config = self._agent()
+        return f"the cluster agent at {config['address']}:{config['port']}"
 
     def net_address(self, plan: Plan, name: str) -> str:
         """The node's host's address on the cluster network (the plan holds only a placeholder), resolved on the

@@ -27,6 +27,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ NODES = 3  # 2 training nodes + 1 spare
 EXPECTED_VERDICT = {"slurm/node-crash": "pass", "slurm/freeze": "pass", "slurm/node-crash-no-spare": "pass",
                     "slurm/worker-crash": "pass", "slurm/rendezvous-host-crash": "fail",
                     "slurm/host-lost-spare": "pass", "slurm/host-lost-no-spare": "pass",
-                    "slurm/corrupt-latest-checkpoint": "pass"}
+                    "slurm/corrupt-latest-checkpoint": "pass", "slurm/partial-partition": "restart_loop"}
 
 
 @pytest.fixture
@@ -186,7 +187,7 @@ def test_slurm_runtime_node_crash_ctrl_c_and_cleanup(docker_client: Any, tmp_pat
 @pytest.mark.slow
 def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """The other shipped Slurm scenarios to their documented verdicts (seven real runs, ~3 min), then a user's own
+    """The other shipped Slurm scenarios to their documented verdicts (eight real runs, ~4.5 min), then a user's own
     script (one more, ~30 s). The host-lost ones last: each waits until its lost host is back (returned when its
     run ends) and idle."""
     monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
@@ -195,10 +196,13 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
         st = up.state
         assert st["engine"]["installed"], st["engine"]
         for scenario in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash",
-                         "slurm/rendezvous-host-crash", "slurm/corrupt-latest-checkpoint", "slurm/host-lost-spare",
-                         "slurm/host-lost-no-spare"):
+                         "slurm/rendezvous-host-crash", "slurm/corrupt-latest-checkpoint", "slurm/partial-partition",
+                         "slurm/host-lost-spare", "slurm/host-lost-no-spare"):
+            watch = RuleWatch(st) if scenario == "slurm/partial-partition" else None
             run = in_controller(st, *chaos_argv(st, "run", str(REPO_ROOT / "scenarios" / f"{scenario}.yaml"),
                                                 "--out", "/shared/runs", "--json"), timeout=240)
+            if watch is not None:
+                watch.stop()
             result = json.loads(run.stdout)
             assert result["verdict"] == EXPECTED_VERDICT[scenario], (scenario, result["why"])
             fault = result["faults"][0]
@@ -226,6 +230,9 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
                 assert ck["digests_ok"]["ok"] is True and ck["resumed_from_newest_valid"]["ok"] is True, ck
             elif scenario.startswith("slurm/host-lost-"):
                 check_host_lost(docker_client, st, result, fault, spare=scenario == "slurm/host-lost-spare")
+            elif scenario == "slurm/partial-partition":
+                assert watch is not None
+                check_partition(docker_client, st, result, fault, watch, capsys)
             else:
                 assert fault["restarted"] and result["node_replacements"] == 0
             assert in_controller(st, "squeue", "-h").stdout.strip() == ""
@@ -255,6 +262,69 @@ def byo_script_on_slurm(st: dict[str, Any], capsys: pytest.CaptureFixture[str]) 
     with capsys.disabled():
         print(f"\nbyo per_step_ddp.py on slurm: {result['verdict']} in {result['duration_s']:.1f} s, recovery "
               f"{fault['recovery_s']:.1f} s, {fault['lost_steps']} step(s) lost")
+
+
+class RuleWatch:
+    """Reads every compute host's torch-chaos iptables rules once a second during a run, through the cluster
+    agent (the test needs no root either), until each rule of the run was seen on its host."""
+
+    def __init__(self, st: dict[str, Any]) -> None:
+        from chaos.cluster import agent
+
+        config = json.loads(Path(st["agent"]["config"]).read_text())
+        address, port = st["agent"]["address"].rsplit(":", 1)
+        self.config = {"address": address, "port": int(port), "token": config["token"]}
+        self.hosts = [n["name"] for n in st["nodes"]]
+        self.seen: dict[str, tuple[float, list[str]]] = {}  # host -> (first seen, its torch-chaos rules then)
+        self._ask = agent.ask
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def rules(self, host: str) -> list[str]:
+        saved = self._ask(self.config, "net", host, argv=["iptables-save", "-t", "filter"])
+        return [line for line in saved["stdout"].splitlines() if "torch-chaos:" in line]
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0) and len(self.seen) < 2:  # a partition of two hosts: both seen, done
+            for host in self.hosts:
+                found = self.rules(host)
+                if found and host not in self.seen:
+                    self.seen[host] = (time.time(), found)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def check_partition(client: Any, st: dict[str, Any], result: dict[str, Any], fault: dict[str, Any],
+                    watch: RuleWatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """slurm/partial-partition: the cut was made by the cluster agent in node 1's and node 2's hosts (seen there
+    during the fault, and only there, tagged with the run), healed at the end (no rule of it left anywhere), and
+    torchelastic looped as on docker."""
+    ctl = st["controller"]["container"]
+    run_id = result["run_id"]
+    events = [json.loads(line) for line in read_file(client, ctl, f"/shared/runs/{run_id}/events.jsonl"
+                                                      ).splitlines()]
+    nodes = next(e for e in events if e["event"] == "slurm_allocated")["nodes"]
+    cut = [nodes["node1"], nodes["node2"]]
+    assert re.match(rf"iptables DROP between node1 and node2 \(both ways; rules in node1 \({cut[0]}\), node2 "
+                    rf"\({cut[1]}\), by the cluster agent at {re.escape(st['agent']['address'])}\)$",
+                    fault["mechanism"]), fault["mechanism"]
+    assert result["end_reason"] == "restart_loop" and fault["restarted"], result["why"]
+    assert sorted(watch.seen) == sorted(cut), watch.seen  # node 0's host never had a rule
+    for host, (seen_t, rules) in watch.seen.items():
+        assert fault["t_injected"] - 1.5 <= seen_t <= fault["t_healed"], (host, seen_t, fault)
+        assert len(rules) == 1 and f"torch-chaos:{run_id}:0" in rules[0] and rules[0].endswith("-j DROP"), rules
+    healed = next(e for e in events if e["event"] == "fault_healed")
+    assert healed["restored"] is True
+    assert {h: watch.rules(h) for h in watch.hosts} == {h: [] for h in watch.hosts}  # nothing left
+    injected = next(e for e in events if e["event"] == "fault_injected")
+    ended = next(e for e in events if e["event"] == "run_ended")
+    with capsys.disabled():
+        print(f"\nslurm/partial-partition: rules applied {injected['t'] - injected['t_decided']:.2f} s after the "
+              f"decision, removed and checked {healed['t'] - ended['t']:.2f} s after the run ended (2 hosts, 6 "
+              "agent commands each way)")
 
 
 def check_host_lost(client: Any, st: dict[str, Any], result: dict[str, Any], fault: dict[str, Any],
