@@ -72,6 +72,10 @@ HELPER_TIMEOUT_S = 30.0
 AGENT_FILE_ENV = "TORCH_CHAOS_AGENT_FILE"  # where the cluster agent's address is, if not the container cluster's
 NO_ROOT = ("losing a host needs root on it: a user on a real cluster has none; the container cluster's agent "
            "provides it (chaos cluster up)")
+# The network faults the slurm runtime takes (through the cluster agent): DROP rules, measured on the container
+# cluster. The qdisc/NFQUEUE ones would pass the agent's allowlist (netem, tbf) or not (the delayer is a process in
+# the namespace, which the agent never starts), and none is measured there: refused at validation.
+NET_KINDS = ("partition", "isolate")
 NO_ROOT_NET = ("network faults need root on the hosts (iptables/tc in their network): a user on a real cluster has "
                "none; the container cluster's agent provides it (chaos cluster up)")
 
@@ -325,6 +329,15 @@ class SlurmRuntime(Runtime):
                             f"({scenario.limits.deadline_s:g} s) plus {TEARDOWN_MARGIN_S} s for teardown: Slurm "
                             f"would end the allocation mid-run, which reads as lost nodes; give at least "
                             f"\"{minutes // 60:02d}:{minutes % 60:02d}:00\", or a shorter deadline_s")
+        from chaos.registry import fault_plugins
+
+        plugins = fault_plugins()
+        for i, fault in enumerate(scenario.faults):
+            kind = plugins.get(fault.kind)
+            if kind is not None and NODE_NETWORK in kind.needs and fault.kind not in NET_KINDS:
+                problems.append(f"faults[{i}].kind: {fault.kind} on slurm: only {' and '.join(NET_KINDS)} go through "
+                                "the cluster agent (iptables DROP rules); qdisc and queue impairments (delay, loss, "
+                                "bandwidth) are not measured there yet; use cluster.runtime: docker")
         if scenario.storage.layer == "fuse":
             from chaos.storage.layer import NOT_ON_ENGINE_HOST
 
