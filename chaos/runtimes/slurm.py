@@ -395,15 +395,16 @@ class SlurmRuntime(Runtime):
     @classmethod
     def _cleanup_rules(cls, run_id: str | None) -> list[str]:
         """The iptables rules of runs that could not heal (their engine killed mid-fault), on every host, through
-        the cluster agent: a rule is left while its run's allocation exists (``squeue``, any user), and removed
-        once it is gone, as an allocation is. Where there is no agent there are no rules (a real cluster)."""
+        the cluster agent: a rule is left while its run's allocation is pending or running (``squeue``, any user),
+        and removed once it is gone or being cancelled. Where there is no agent there are no rules (a real cluster)."""
         from chaos.cluster.agent import AgentError, ask, read_config
         from chaos.cluster.netexec import leftover_rules
 
         try:
             config = read_config(agent_file())
             hosts = sorted(parse_node_states(_run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10).stdout))
-            live = {n for _, n, _ in parse_jobs(_run(["squeue", "-h", "-o", "%i|%j|%k"]).stdout)}
+            # a job being cancelled (CG, completing: the cleanup above just scancelled it) is gone already
+            live = {n for _, n, _ in parse_jobs(_run(["squeue", "-h", "-t", "PD,R,S,CF", "-o", "%i|%j|%k"]).stdout)}
         except (AgentError, OSError, subprocess.TimeoutExpired):
             return []
         removed = []
