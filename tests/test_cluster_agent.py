@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,57 @@ def test_anything_else_is_refused_and_does_nothing(served: tuple[dict[str, Any],
     config, docker = served
     answer = raw(config, payload)
     assert answer["ok"] is False and why in answer["error"], answer
+    assert docker.actions() == []
+
+
+@pytest.mark.parametrize(("payload", "why"), [
+    (json.dumps({"token": "\ud800", "action": "ping"}).encode() + b"\n", "wrong token"),  # a lone surrogate
+    (b"[" * 1000 + b"\n", "not a JSON object"),  # deeper than the parser goes
+    (json.dumps({"token": TOKEN, "action": "lose", "host": "c1\n"}).encode() + b"\n", "compute node's name"),
+])
+def test_hostile_input_is_an_answer_not_a_traceback(served: tuple[dict[str, Any], FakeDocker], payload: bytes,
+                                                    why: str) -> None:
+    config, docker = served
+    answer = raw(config, payload)
+    assert answer["ok"] is False and why in answer["error"], answer
+    assert docker.actions() == []
+
+
+def test_only_the_cluster_network_may_connect_and_connections_are_bounded() -> None:
+    """A peer off the cluster's subnet (Linux delivers to the gateway's address from any interface) gets no
+    answer; idle connections beyond MAX_CONNECTIONS are closed instead of each holding a thread of a root process."""
+    docker = FakeDocker()
+    fenced = agent.AgentServer(("127.0.0.1", 0), token=TOKEN, cluster="lab", cluster_id="abcd", docker=docker,
+                               subnet="10.99.0.0/24")
+    open_ = agent.AgentServer(("127.0.0.1", 0), token=TOKEN, cluster="lab", cluster_id="abcd", docker=docker)
+    for server in (fenced, open_):
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    idle: list[socket.socket] = []
+    try:
+        with pytest.raises(agent.AgentError, match="answered no JSON"):
+            agent.ask({"address": "127.0.0.1", "port": fenced.server_address[1], "token": TOKEN}, "ping", timeout=3)
+        config = {"address": "127.0.0.1", "port": open_.server_address[1], "token": TOKEN}
+        for _ in range(agent.MAX_CONNECTIONS):
+            idle.append(socket.create_connection(("127.0.0.1", open_.server_address[1])))
+        time.sleep(0.3)  # every idle connection has its handler thread
+        with pytest.raises(agent.AgentError, match="answered no JSON"):  # closed unanswered
+            agent.ask(config, "ping", timeout=3)
+        for sock in idle:
+            sock.close()
+        deadline = time.monotonic() + agent.READ_TIMEOUT_S + 5
+        while True:  # the slots come back as the handlers end
+            try:
+                assert agent.ask(config, "ping", timeout=3)["ok"]
+                break
+            except agent.AgentError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+    finally:
+        for sock in idle:
+            sock.close()
+        for server in (fenced, open_):
+            server.shutdown()
+            server.server_close()
     assert docker.actions() == []
 
 

@@ -21,9 +21,11 @@ The protocol is one JSON object per connection, one line each way: ``{"token": T
 ``{"ok": true, "action": A, "host": H, "container": C, "done": "docker kill", "t": time.time()}`` (or ``{"ok":
 false, "error": ...}``) out. Every field is checked: exactly these keys, the token compared in constant time, an
 action of the four, a host name of the cluster's own. The agent listens on the cluster network's gateway address
-only (the host's side of the internal bridge): containers reach it, nothing off the machine does. The token (a
-random one per bring-up) is what keeps out a container of another network that can also reach a host address; it
-is written into the controller readable by the cluster's user only (:data:`chaos.cluster.spec.AGENT_FILE`).
+only (the host's side of the internal bridge), and answers only peers whose address is on the cluster's subnet:
+Linux delivers a packet for any local address from any interface, so binding alone would not keep out a peer that
+routes to the gateway's address. The token (a random one per bring-up) is what keeps out anything else that can
+reach it; it is written into the controller readable by the cluster's user only
+(:data:`chaos.cluster.spec.AGENT_FILE`). At most MAX_CONNECTIONS requests are handled at once.
 
 The agent leaves when its cluster's controller container is gone (``down``, or anything that removed it), so an
 agent outlives its cluster by a few seconds at most; ``down`` and ``chaos cleanup`` stop it anyway.
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hmac
+import ipaddress
 import json
 import os
 import re
@@ -51,6 +54,7 @@ from typing import Any, Protocol
 
 ACTIONS = ("lose", "return", "net", "ping")
 HOST_RE = re.compile(r"^c[1-9][0-9]{0,2}$")
+MAX_CONNECTIONS = 16  # handler threads at once; more connections are closed unanswered
 MAX_REQUEST = 4096  # bytes: a request is three short fields, or a net one's argv (40 short arguments at most)
 READ_TIMEOUT_S = 5.0
 WATCH_S = 2.0  # how often the agent looks whether its cluster is still there
@@ -129,12 +133,14 @@ def handle(request: bytes, *, token: str, cluster: str, cluster_id: str, docker:
 
     try:
         msg = json.loads(request.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # b"[" * 1000 nests deeper than the parser goes
         return {"ok": False, "error": "not a JSON object"}
     if not isinstance(msg, dict):
         return {"ok": False, "error": "not a JSON object"}
     given = msg.get("token")
-    if not isinstance(given, str) or not hmac.compare_digest(given.encode(), token.encode()):
+    # surrogatepass: a lone surrogate ("\ud800") is a wrong token, not an encoding error
+    if not isinstance(given, str) or not hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                                                             token.encode()):
         return {"ok": False, "error": "wrong token"}
     action = msg.get("action")
     if action not in ACTIONS:
@@ -146,7 +152,7 @@ def handle(request: bytes, *, token: str, cluster: str, cluster_id: str, docker:
     if action == "ping":
         return {"ok": True, "action": "ping", "cluster": cluster, "actions": list(ACTIONS), "t": time.time()}
     host = msg["host"]
-    if not isinstance(host, str) or not HOST_RE.match(host):
+    if not isinstance(host, str) or not HOST_RE.fullmatch(host):  # match() would take "c1\n" ($ before a newline)
         return {"ok": False, "error": "host must be a compute node's name (c1, c2, ...)"}
     argv: list[str] = []
     if action == "net":
@@ -192,6 +198,12 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         server: AgentServer = self.server  # type: ignore[assignment]
+        peer = self.client_address[0]
+        if server.subnet is not None and ipaddress.ip_address(peer) not in server.subnet:
+            # Linux takes a packet for any local address on any interface: a peer off the cluster network that
+            # routes to the gateway's address reaches the socket; only the cluster's containers may ask
+            server.log(f"{time.time():.3f} refused a connection from {peer}: not on {server.subnet}")
+            return
         try:
             line = self.rfile.readline(MAX_REQUEST + 1)
         except OSError:
@@ -214,12 +226,32 @@ class AgentServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], *, token: str, cluster: str, cluster_id: str, docker: Docker,
-                 log: Any = None, runner: NetRunner = _nsenter_run):
+                 log: Any = None, runner: NetRunner = _nsenter_run, subnet: str | None = None):
         self.token, self.cluster, self.cluster_id, self.docker = token, cluster, cluster_id, docker
         self.runner = runner
+        self.subnet = ipaddress.ip_network(subnet) if subnet else None  # who may connect (None: anyone)
         self.lock = threading.Lock()
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.log = log or (lambda line: None)
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """At most MAX_CONNECTIONS handler threads: a container opening connections it never writes to holds one
+        each for READ_TIMEOUT_S, and must not exhaust the threads of a root process. The rest are closed."""
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 # --- the client (the Slurm runtime, on the login node) -------------------------------------------------------------
@@ -292,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
 
     docker = SdkDocker()
     server = AgentServer((config["bind"], 0), token=config["token"], cluster=config["cluster"],
-                         cluster_id=config["cluster_id"], docker=docker, log=log)
+                         cluster_id=config["cluster_id"], docker=docker, log=log, subnet=config.get("subnet"))
     ready = Path(args.config).with_suffix(".ready")
     tmp = ready.with_suffix(".tmp")
     tmp.write_text(json.dumps({"port": server.server_address[1], "pid": os.getpid()}))
@@ -307,8 +339,9 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(WATCH_S)
             try:
                 misses = 0 if docker.controller_exists(config["cluster"], config["cluster_id"]) else misses + 1
-            except Exception:
-                misses += 1
+            except Exception as exc:  # the engine did not answer: no news of the controller, not its absence
+                log(f"{time.time():.3f} docker did not answer ({exc}): the cluster is assumed still there")
+                continue
             if misses >= 2:  # twice in a row: not a hiccup of the engine
                 log(f"{time.time():.3f} the cluster's controller is gone: leaving")
                 server.shutdown()

@@ -599,10 +599,10 @@ def start_agent(client: Any, spec: ClusterSpec, cluster_id: str) -> dict[str, An
     for sibling in (config, config.with_suffix(".ready")):
         sibling.unlink(missing_ok=True)
     token = secrets.token_hex(16)
-    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)  # new, 0600, never followed
     with os.fdopen(fd, "w") as fh:
-        json.dump({"bind": spec.gateway, "token": token, "cluster": spec.name, "cluster_id": cluster_id,
-                   "up_pid": os.getpid(), "state": str(state_path(spec.name))}, fh)
+        json.dump({"bind": spec.gateway, "subnet": str(spec.subnet), "token": token, "cluster": spec.name,
+                   "cluster_id": cluster_id, "up_pid": os.getpid(), "state": str(state_path(spec.name))}, fh)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                                      os.environ.get("PYTHONPATH")]))}
     with open(config.with_suffix(".log"), "ab") as log:
@@ -749,6 +749,11 @@ def down(name: str = "slurm") -> list[str]:
     if path.exists():
         path.unlink()
         removed.append(f"state file {path}")
+    config = agent_config_path(name)  # an agent that already left keeps its files (its token among them): not here
+    for leftover in (config, config.with_suffix(".ready"), config.with_suffix(".log")):
+        if leftover.exists():
+            leftover.unlink()
+            removed.append(f"agent file {leftover}")
     return removed
 
 
