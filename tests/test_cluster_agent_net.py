@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +18,12 @@ import pytest
 
 from chaos.cluster import agent, netexec
 from chaos.runtimes import slurm
+from tests import test_cluster_agent
 from tests.test_cluster_agent import TOKEN, FakeDocker, raw
 
+served = test_cluster_agent.served  # the agent on 127.0.0.1 with a fake docker, as there
 COMMENT = "torch-chaos:20260101-000000-s-abcdef:0"
 RULE = ["-s", "172.30.0.12", "-m", "comment", "--comment", COMMENT, "-j", "DROP"]
-
-
-@pytest.fixture
-def served() -> Iterator[tuple[dict[str, Any], FakeDocker]]:
-    docker = FakeDocker()
-    server = agent.AgentServer(("127.0.0.1", 0), token=TOKEN, cluster="lab", cluster_id="abcd", docker=docker,
-                               runner=docker.run)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield {"address": "127.0.0.1", "port": server.server_address[1], "token": TOKEN}, docker
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 ALLOWED = [
