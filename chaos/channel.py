@@ -9,8 +9,10 @@ Standard library only: :mod:`chaos.probe` (imported in training processes and co
 engine holds the server. One line of JSON per message, both ways:
 
 * client → server: ``hello`` (``sender``, ``t0``, ``waiting``: a held event id still unacknowledged, ``who``:
-  ``<node>-<local rank>`` for a worker), ``ev`` (``seq``, ``e``: the event), ``clock`` (``offset``, ``rtt``,
-  ``at``), ``ping`` (``t0``);
+  ``<node>-<local rank>`` for a worker, ``storage`` for a host's storage layer), ``ev`` (``seq``, ``e``: the
+  event), ``clock`` (``offset``, ``rtt``, ``at``), ``ping`` (``t0``), ``state`` (``name``, ``value``: what this
+  connection reports of itself, e.g. the storage rules version a host's layer enforces; said again after a
+  reconnect);
 * server → client: ``welcome`` (``have``: the highest ``seq`` of this sender already written, ``t1``, ``t2``),
   ``pong`` (``t0``, ``t1``, ``t2``), ``ack`` (``id``), ``order`` (``name``, ``spec``: the hang fault's order to
   this worker, null when withdrawn; the ones standing are sent again before a reconnect's ``welcome``).
@@ -130,6 +132,7 @@ class ChannelClient:
         self._next_clock = 0.0
         self._acked: set[str] = set()
         self.orders: dict[str, dict[str, Any]] = {}  # standing orders to this process (the hang fault's), by name
+        self.states: dict[str, Any] = {}  # what this process reports of itself (``tell``), said again at a reconnect
         self.waiting: str | None = None  # the held event id not yet acknowledged (told again at a reconnect)
         self.connects = 0
         self.replayed = 0
@@ -162,6 +165,21 @@ class ChannelClient:
         except (OSError, ValueError, KeyError, TypeError):
             self.unsent = True
             self._drop()
+
+    def tell(self, name: str, value: Any) -> bool:
+        """Report ``name`` = ``value`` of this process to the engine (not an event: the engine keeps the latest per
+        connection, e.g. the rules version a storage layer enforces); whether it went out now (else at the next
+        connect)."""
+        self.states[name] = value
+        if not self._connected():
+            return False
+        assert self.sock is not None
+        try:
+            self.sock.sendall(_line({"op": "state", "name": name, "value": value}))
+            return True
+        except OSError:
+            self._drop()
+            return False
 
     def flush(self) -> bool:
         """Connect now if down (replaying what was spooled); whether the engine has everything sent so far."""
@@ -199,6 +217,8 @@ class ChannelClient:
             raise
         offset, rtt = clock_offset(t0, welcome["t1"], welcome["t2"], time.time())
         sock.sendall(_line({"op": "clock", "offset": offset, "rtt": rtt, "at": "connect"}))
+        for name, value in self.states.items():
+            sock.sendall(_line({"op": "state", "name": name, "value": value}))
         self._next_clock = time.monotonic() + CLOCK_EVERY_S
         self.connects += 1
         self._retry_s = RETRY_S
@@ -269,6 +289,18 @@ class ChannelClient:
                 self._note(msg)
         except OSError:
             self._drop()
+
+    def connected(self) -> bool:
+        """Whether the connection is up, trying a reconnect (replaying the spool) when the back-off allows one."""
+        return self._connected()
+
+    def took_ack(self, event_id: str) -> bool:
+        """Whether ``event_id`` was acknowledged (as read by :meth:`poll`); forgotten once said. For a holder that
+        waits in turns with other threads (a host's storage layer) instead of in :meth:`wait_ack`."""
+        if event_id in self._acked:
+            self._acked.discard(event_id)
+            return True
+        return False
 
     def engine_gone(self) -> bool:
         """Whether the engine is gone: the connection is down and a reconnect is refused (nothing listens)."""
@@ -363,6 +395,7 @@ class ChannelServer:
         self._held: set[str] = set()  # every held id that came over the channel
         self._conns: dict[socket.socket, threading.Thread] = {}
         self._who: dict[socket.socket, str] = {}  # a worker's connection → "<node>-<local rank>"
+        self._states: dict[socket.socket, dict[str, Any]] = {}  # what each connection said of itself (``state``)
         self._orders: dict[str, tuple[str, dict[str, Any]]] = {}  # standing order name → (who, spec)
         self._stopping = False
         self.stats = {"connections": 0, "events": 0, "duplicates": 0, "acks": 0, "refused": 0}
@@ -407,12 +440,16 @@ class ChannelServer:
                     self._send(conn, {"op": "pong", "t0": msg.get("t0"), "t1": t1, "t2": time.time()})
                 elif op == "clock" and sender is not None:
                     self._clock(sender, msg)
+                elif op == "state" and sender is not None and isinstance(msg.get("name"), str):
+                    with self._lock:
+                        self._states.setdefault(conn, {})[msg["name"]] = msg.get("value")
         except (OSError, ValueError, AssertionError):
             pass
         finally:
             with self._lock:
                 self._conns.pop(conn, None)
                 self._who.pop(conn, None)
+                self._states.pop(conn, None)
                 for held in [i for i, c in self._waiting.items() if c is conn]:
                     del self._waiting[held]
             with contextlib.suppress(OSError):
@@ -509,6 +546,12 @@ class ChannelServer:
             for conn in conns:
                 self._send(conn, {"op": "order", "name": name, "spec": spec})
         return len(conns)
+
+    def states(self, who: str, name: str) -> list[Any]:
+        """What each live connection of ``who`` last said of ``name`` (None: nothing yet), one entry per
+        connection: the engine waits on these (every host's storage layer enforcing a rules version)."""
+        with self._lock:
+            return [self._states.get(c, {}).get(name) for c, w in self._who.items() if w == who]
 
     def stop(self, drain_s: float = 1.0) -> dict[str, Any]:
         """Stop accepting, give open connections ``drain_s`` to deliver what they sent, close; returns the

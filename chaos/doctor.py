@@ -58,7 +58,7 @@ def unmet(scenario: Scenario) -> list[Check]:
         checks.append(runtime.capability_check(need, options))
     if c.mode == "elastic":
         checks += rendezvous_plugins()[c.rendezvous.backend].machine_checks()
-    if needs_fuse(scenario):
+    if needs_fuse(scenario) and runtime.fuse_on_engine_host:  # else the runtime checks FUSE on the nodes' hosts
         checks += [replace(ch, required=True) for ch in storage_checks()]
     return [ch for ch in merge(checks) if ch.required and not ch.ok]
 

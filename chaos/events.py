@@ -76,6 +76,7 @@ class Ev(StrEnum):
     SLURM_NODE_STATE = "slurm_node_state"
     SLURM_STEP_STARTED = "slurm_step_started"
     SLURM_RELEASED = "slurm_released"
+    STORAGE_SWEPT = "storage_swept"
     # -- a hang (source "workload" from the probe for a main-thread hang, "engine" for a stopped process)
     HANG_STARTED = "hang_started"
     HANG_RELEASED = "hang_released"
@@ -226,6 +227,16 @@ class SlurmStepStarted(Line):
     step: str  # JOB.STEP
     after_s: float  # from starting srun to the step listed as running
     replacement: bool
+
+
+class StorageSwept(Line):
+    """Teardown's unmount of the storage layers on the nodes' hosts (one helper step per host, before the
+    allocation goes): which mounts were still there (a server killed with its step leaves a dead one)."""
+
+    hosts: list[str]
+    ok: bool
+    unmounted: NotRequired[list[str]]  # "<host>: unmounted <path>" lines
+    why: NotRequired[str]
 
 
 class SlurmReleased(Line):
@@ -561,6 +572,7 @@ FIELDS: dict[Ev, type] = {
     Ev.SLURM_NODE_STATE: SlurmNodeState,
     Ev.SLURM_STEP_STARTED: SlurmStepStarted,
     Ev.SLURM_RELEASED: SlurmReleased,
+    Ev.STORAGE_SWEPT: StorageSwept,
     Ev.HANG_STARTED: HangStarted,
     Ev.HANG_RELEASED: HangReleased,
     Ev.PROCESS_STARTED: ProcessStarted,

@@ -35,19 +35,24 @@ def scenario(extra: str = "", checkpoint_dir: str | None = "ckpt") -> Any:
     return parse_scenario(text)
 
 
-def test_a_runtime_whose_nodes_write_from_other_hosts_gets_a_watch_never_a_mount(
+def test_a_runtime_whose_nodes_write_from_other_hosts_never_gets_a_mount_on_the_engine_host(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """runtime slurm: a FUSE mount on the login node would see none of the nodes' writes (they reach the shared
-    filesystem from their own hosts), so auto watches even with FUSE here, fuse is refused, and the result says
-    why the loads are unseen."""
+    """A FUSE mount on a login node would see none of the nodes' writes (they reach the shared filesystem from
+    their own hosts). Slurm runs the layer on each node's host instead (fuse_on_node_hosts), whatever the engine's
+    host has; a runtime with neither gets a watch under auto, fuse is refused, and the result says why the loads
+    are unseen."""
     from chaos.analysis.ckpt_source import loads_visible
     from chaos.plan import PlanError
     from chaos.runtimes.slurm import SlurmRuntime
     from chaos.storage.layer import why_layer
 
-    monkeypatch.setattr(layer_module, "fuse_problem", lambda: None)
-    assert SlurmRuntime.fuse_on_engine_host is False
+    assert SlurmRuntime.fuse_on_engine_host is False and SlurmRuntime.fuse_on_node_hosts is True
     s = scenario()
+    monkeypatch.setattr(layer_module, "fuse_problem", lambda: "/dev/fuse is missing")  # the engine's host lacks it
+    assert choose(s, False, True) == "fuse" and choose(scenario("storage: {layer: fuse}\n"), False, True) == "fuse"
+    assert choose(scenario("storage: {layer: inotify}\n"), False, True) == "inotify"
+    assert choose(scenario("storage: {layer: off}\n"), False, True) == "off"
+    monkeypatch.setattr(layer_module, "fuse_problem", lambda: None)
     assert choose(s, fuse_on_engine_host=False) == "inotify"
     with pytest.raises(PlanError, match=r"from their own hosts .* set storage.layer: auto"):
         choose(scenario("storage: {layer: fuse}\n"), fuse_on_engine_host=False)

@@ -77,12 +77,13 @@ def new_run_id(scenario: Scenario) -> str:
 
 
 def environment(runtime: Runtime, plan: Plan, storage_layer: str = "off",
-                storage_why: str | None = None) -> dict[str, Any]:
+                storage_why: str | None = None, storage_on_node_hosts: bool = False) -> dict[str, Any]:
     return {
         "torch_chaos": __version__, "torch": torch_version(), "python": platform.python_version(),
         "platform": platform.platform(), "cpus": os.cpu_count(), **runtime.describe(),
         "mode": plan.scenario.cluster.mode, "elastic_settings": plan.elastic, "storage_layer": storage_layer,
         **({"storage_layer_why": storage_why} if storage_why else {}),
+        **({"storage_layer_on": "node hosts"} if storage_on_node_hosts else {}),
     }
 
 
@@ -107,10 +108,13 @@ class RunParts:
         (run_dir / "plan.yaml").write_text(yaml.safe_dump(self.plan.to_dict(), sort_keys=False))
         self.history = HistoryWriter(events_path)
         # Mounted just before the first node starts, unmounted after teardown (docs/design.md, "The storage layer").
-        fuse_here = type(self.runtime).fuse_on_engine_host
-        layer = choose_layer(scenario, fuse_here)
+        fuse_here, fuse_there = type(self.runtime).fuse_on_engine_host, type(self.runtime).fuse_on_node_hosts
+        layer = choose_layer(scenario, fuse_here, fuse_there)
         self.storage = StorageLayer(layer, self.plan, self.history,
-                                    {n.name: self.runtime.log_path(n.name) for n in self.plan.nodes})
+                                    {n.name: self.runtime.log_path(n.name) for n in self.plan.nodes},
+                                    on_node_hosts=fuse_there and not fuse_here)
+        if self.storage.on_node_hosts:
+            self.runtime.storage_layer = self.storage  # it wraps every node's command in the layer on its host
         self.storage_why = why_layer(scenario, self.storage.kind, fuse_here)
         w = scenario.workload
         scraped = isinstance(w, CommandWorkload)  # a command may not use the probe: follow its output and files
@@ -204,7 +208,7 @@ class Engine:
                 parts.progress.begin(self.started)
                 parts.history.write(Ev.RUN_STARTED, run_id=self.run_id, scenario=self.scenario.name,
                                     environment=environment(parts.runtime, parts.plan, parts.storage.kind,
-                                                            parts.storage_why),
+                                                            parts.storage_why, parts.storage.on_node_hosts),
                                     plan=parts.plan.to_dict(), golden=golden)
                 parts.runtime.prepare(parts.plan)
                 # limits count from here: a scheduler's queue (salloc waiting for hosts) is not the job's start-up
@@ -212,7 +216,7 @@ class Engine:
                 parts.progress.begin(self.started)
                 parts.record_runtime()
                 parts.open_channel()  # before the first node: its first event has somewhere to go
-                parts.storage.start()  # before the first node: every process sees the mount
+                parts.storage.start(parts.channel)  # before the first node: every process sees the mount
                 parts.heartbeat.start()
                 self._enter(Phase.RUNNING)
                 parts.nodes.start_cluster()

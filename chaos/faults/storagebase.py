@@ -68,7 +68,7 @@ def install(ctx: FaultContext, rule: dict[str, Any]) -> StorageControl:
         withdraw(storage, ctx.fault_id)
         raise
     ctx.details.update({k: v for k, v in rule.items() if k not in ("fault_id", "kind", "report")},
-                       rules_version=storage.version)
+                       rules_version=storage.version, enforced_by=storage.enforced_by)
     return storage
 
 

@@ -79,6 +79,10 @@ class Runtime(ABC):
     # scheduler's nodes write the shared filesystem from their own hosts, past any mount on the login node: there
     # the storage layer can only watch (inotify), and only where the hosts share one kernel (docs/design.md).
     fuse_on_engine_host: ClassVar[bool] = True
+    # Whether the runtime runs the storage layer on each node's own host instead (the node's command wrapped in
+    # ``python -m chaos.storage host``, its events and rules over the history channel: chaos/storage/hostlayer.py).
+    # Such a runtime checks FUSE on the hosts it gets and uses ``storage_layer.node_command`` at every node start.
+    fuse_on_node_hosts: ClassVar[bool] = False
     # Whether network faults run the host tools (nsenter, iptables, tc) on the engine's machine, as root there: the
     # slurm runtime's go through the container cluster's agent instead, so the engine's machine needs none of them.
     net_tools_on_engine: ClassVar[bool] = True
@@ -114,6 +118,8 @@ class Runtime(ABC):
     def __init__(self, run_id: str, run_dir: str | Path):
         self.run_id = run_id
         self.run_dir = Path(run_dir)
+        # The engine's StorageLayer when it runs on the nodes' hosts (fuse_on_node_hosts), else None.
+        self.storage_layer: Any = None
 
     @abstractmethod
     def start_node(self, node: NodePlan) -> None:

@@ -47,6 +47,7 @@ from chaos.runtimes.base import (
     KILL,
     KILL_WORKERS,
     NODE_NETWORK,
+    STORAGE_LAYER,
     NodeLogs,
     Runtime,
     Unsupported,
@@ -271,6 +272,14 @@ def route_source(host: str) -> str:
         return str(s.getsockname()[0])
 
 
+def nodes_pythonpath() -> str:
+    """The repository, then the engine's own PYTHONPATH: where the engine's packages live beside the nodes'
+    interpreter (the container cluster's ``/shared/engine-site``), the nodes' helpers and storage layer find theirs
+    (mfusepy) there too."""
+    extra = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join([str(REPO_ROOT), *(p for p in extra.split(os.pathsep) if p and p != str(REPO_ROOT))])
+
+
 def slurm_environ() -> dict[str, str]:
     """This environment without Slurm's input variables: an engine started inside a job (an interactive
     allocation, a batch script) inherits that job's ``SLURM_*`` (``SLURM_JOB_NODELIST``, ``SLURM_CPUS_PER_TASK``
@@ -287,10 +296,12 @@ def _run(argv: list[str], timeout: float = 30.0, env: dict[str, str] | None = No
 class SlurmRuntime(Runtime):
     name = "slurm"
     summary = "one Slurm job step per node inside one allocation (salloc/srun as an ordinary user)"
-    # Faults needing root on the hosts (their network, a memory cgroup, a FUSE mount) are not Slurm's to give.
-    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE})
+    # Faults needing root on the hosts (their network, a memory cgroup) are not Slurm's to give. The storage layer
+    # is a FUSE mount each node's host makes as the user (fusermount3), checked on every allocated host.
+    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE, STORAGE_LAYER})
     golden_beside_engine = False  # the engine is on a login node: a local reference run of the job is not one
-    fuse_on_engine_host = False  # the nodes write the shared filesystem from their hosts, past the login node
+    fuse_on_engine_host = False  # the nodes write the shared filesystem from their hosts, past the login node ...
+    fuse_on_node_hosts = True  # ... so each node's host runs the layer around the node's command (hostlayer.py)
     # Losing a host and the hosts' networks (partition, isolate ...): only where a cluster agent gives them (the
     # container cluster's, chaos.cluster.agent), asked on the login node before the run creates anything.
     conditional_capabilities = frozenset({HOST_LOSS, NODE_NETWORK})
@@ -338,11 +349,6 @@ class SlurmRuntime(Runtime):
                 problems.append(f"faults[{i}].kind: {fault.kind} on slurm: only {' and '.join(NET_KINDS)} go through "
                                 "the cluster agent (iptables DROP rules); qdisc and queue impairments (delay, loss, "
                                 "bandwidth) are not measured there yet; use cluster.runtime: docker")
-        if scenario.storage.layer == "fuse":
-            from chaos.storage.layer import NOT_ON_ENGINE_HOST
-
-            problems.append("storage.layer: fuse: " + NOT_ON_ENGINE_HOST.format(runtime=cls.name)
-                            + "; set storage.layer: auto (an inotify watch, where the hosts share a kernel) or off")
         return problems
 
     @classmethod
@@ -471,8 +477,14 @@ class SlurmRuntime(Runtime):
         # Each node is a host of its own (its own network stack: the store's fixed port is free there); hosts are
         # known once salloc returns, so the plan holds placeholders each step gets substituted.
         addresses = {n: HOST_PLACEHOLDER % n for n in node_names(scenario)}
-        return Addressing(addresses, OWN_STACK_STORE_PORT, python=self.options.python or sys.executable,
-                          env={"PYTHONPATH": str(REPO_ROOT)}, channel_host=CHANNEL_PLACEHOLDER)
+        return Addressing(addresses, OWN_STACK_STORE_PORT, python=self.python,
+                          env={"PYTHONPATH": nodes_pythonpath()}, channel_host=CHANNEL_PLACEHOLDER)
+
+    @property
+    def python(self) -> str:
+        """The nodes' interpreter (``cluster.slurm.python``, default the engine's: the same path on a shared
+        filesystem)."""
+        return self.options.python or sys.executable
 
     def salloc_command(self, plan: Plan) -> list[str]:
         return salloc_argv(self.options, len(plan.nodes) + self.options.spares + self._services(plan), self.run_id,
@@ -489,6 +501,12 @@ class SlurmRuntime(Runtime):
             assert node is not None
             lines.append(shlex.join(srun_argv("J", HOST_PLACEHOLDER % node.name, f"{self.run_id[-6:]}-{node.name}-1",
                                               str(self.run_dir), node.argv)))
+        from chaos.storage.layer import choose
+
+        if choose(plan.scenario, self.fuse_on_engine_host, self.fuse_on_node_hosts) == "fuse" and plan.checkpoint_dir:
+            lines.append(f"# storage layer: every node's command runs as {self.python} -m chaos.storage host "
+                         f"--mount {plan.checkpoint_dir} ... -- <command> (a FUSE mount on the node's host, checked "
+                         f"first on every host: srun ... {self.python} -m chaos.storage check-host)")
         lines.append(f"# faults: scancel --signal=KILL|STOP|CONT J.STEP; kill_worker: srun --overlap --jobid=J "
                      f"-N1 -n1 -w HOST {self.options.python or sys.executable} -m chaos.runtimes.slurm_helper "
                      "kill-workers <run>/<node>")
@@ -548,12 +566,21 @@ class SlurmRuntime(Runtime):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         probe.write_text("")
         hosts = len(self.hosts)
+        check = ["test", "-e", str(probe)]
+        if self.storage_layer is not None:  # the same step asks each host whether it can serve the layer
+            check = [self.python, "-m", "chaos.storage", "check-host", "--visible", str(probe)]
         try:
             proc = _run(["srun", "--overlap", f"--jobid={self.job_id}", f"--nodes={hosts}", f"--ntasks={hosts}",
                          "--ntasks-per-node=1", f"--job-name={self.run_id[-6:]}-shared", "--kill-on-bad-exit=0",
-                         "test", "-e", str(probe)], timeout=HELPER_TIMEOUT_S)
+                         *check], timeout=HELPER_TIMEOUT_S, env=self._helper_env())
         finally:
             probe.unlink(missing_ok=True)
+        if proc.returncode != 0 and self.storage_layer is not None and "not visible" not in proc.stderr:
+            raise RuntimeError(f"the storage layer cannot run on every allocated host (srun exit {proc.returncode}: "
+                               f"{proc.stderr.strip()[-400:] or 'no answer'}): each node's host mounts the "
+                               "checkpoint directory through FUSE as you (fusermount3, /dev/fuse, libfuse3 and "
+                               "mfusepy for the nodes' python); set storage.layer: inotify (no storage faults, no "
+                               "loads seen) or off, or ask the cluster's admins for FUSE on the compute hosts")
         if proc.returncode != 0:
             raise RuntimeError(f"the run directory {self.run_dir} is not visible on every allocated host "
                                f"({', '.join(self.hosts)}; srun exit {proc.returncode}: "
@@ -606,6 +633,8 @@ class SlurmRuntime(Runtime):
             raise RuntimeError("no Slurm allocation: prepare() was not called")
         host, replacement = self._place(node.name)
         argv, env = self._substituted(node)
+        if self.storage_layer is not None:
+            argv = self.storage_layer.node_command(self.python, argv)
         self._starts_count[node.name] = self._starts_count.get(node.name, 0) + 1
         step_name = f"{self.run_id[-6:]}-{node.name}-{self._starts_count[node.name]}"
         fh = self._logs.reopen(node.name, where=host)
@@ -908,6 +937,9 @@ class SlurmRuntime(Runtime):
     def teardown(self) -> list[str]:
         self._stop.set()
         cleaned: list[str] = []
+        if self.job_id is not None and self.storage_layer is not None:
+            cleaned += self._sweep_storage(self.job_id, self.run_id, [h for h in self.hosts if h not in self._lost],
+                                           self.python, self._events, self._lock)
         if self.job_id is not None:
             released: dict[str, Any] = {"event": Ev.SLURM_RELEASED, "job_id": self.job_id, "ok": False}
             try:  # teardown must go on: the srun clients, the marks and the logs below are this engine's own
@@ -947,6 +979,35 @@ class SlurmRuntime(Runtime):
         if self._observer is not None:
             self._observer.join(timeout=5)
         return cleaned
+
+    def _helper_env(self) -> dict[str, str]:
+        return {**slurm_environ(), "PYTHONPATH": nodes_pythonpath()}
+
+    @staticmethod
+    def _sweep_storage(job_id: str, run_id: str, hosts: list[str], python: str,
+                       events: list[dict[str, Any]] | None = None, lock: threading.Lock | None = None) -> list[str]:
+        """Unmount the run's storage-layer mounts on its hosts, one helper step each, before the allocation goes
+        (after it, nothing of ours runs there): a server killed with its step leaves a dead mount, and the live
+        ones end their servers."""
+        if not hosts:
+            return []
+        argv = ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={len(hosts)}", f"--ntasks={len(hosts)}",
+                "--ntasks-per-node=1", f"--nodelist={','.join(hosts)}", f"--job-name={run_id[-6:]}-sweep",
+                "--kill-on-bad-exit=0", python, "-m", "chaos.storage", "sweep", "--run-id", run_id]
+        record: dict[str, Any] = {"event": Ev.STORAGE_SWEPT, "hosts": hosts, "ok": False}
+        try:
+            proc = _run(argv, timeout=HELPER_TIMEOUT_S, env={**slurm_environ(), "PYTHONPATH": nodes_pythonpath()})
+            unmounted = [line.strip() for line in proc.stdout.splitlines() if "unmounted" in line]
+            record.update(ok=proc.returncode == 0, unmounted=unmounted)
+            if proc.returncode != 0:
+                record["why"] = f"srun exited {proc.returncode}: {proc.stderr.strip()[-200:]}"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            unmounted = []
+            record["why"] = f"srun: {exc}"
+        if events is not None and lock is not None:
+            with lock:
+                events.append(record)
+        return [f"storage mount ({u})" for u in unmounted]
 
     def describe(self) -> dict[str, Any]:
         return {"runtime": self.name, "slurm": self.options.model_dump(exclude_none=True),

@@ -11,7 +11,10 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chaos.channel import ChannelServer
 
 RULES_FILE = "rules.json"
 APPLIED_FILE = "applied"
@@ -23,10 +26,13 @@ class StorageNotAcknowledged(RuntimeError):
 
 
 class StorageControl:
+    """The rules of the layer on the engine's host, through ``rules.json`` and ``applied`` in the run directory."""
+
     def __init__(self, directory: Path):
         self.directory = directory
         self.version = 0
         self.rules: dict[int, dict[str, Any]] = {}
+        self.enforced_by = "the storage layer on the engine's host"
 
     def apply(self, rule: dict[str, Any]) -> None:
         """Install ``rule`` (it has ``fault_id`` and ``kind``) and return once the server enforces it."""
@@ -54,3 +60,36 @@ class StorageControl:
             time.sleep(0.01)
         raise StorageNotAcknowledged(
             f"the storage layer did not confirm rules version {self.version} within {ACK_TIMEOUT_S:g}s")
+
+
+class ChannelStorageControl(StorageControl):
+    """The rules of the layers on the nodes' hosts (:mod:`chaos.storage.hostlayer`): a standing order over the history
+    channel to every host's layer, confirmed once each connected layer reports the version it enforces.
+
+    A layer that connects later gets the order before it mounts. A layer that does not answer in time (its host
+    frozen with the node, or gone) makes the fault ``fault_failed``, as a silent rules file does. With no layer
+    connected (every node between incarnations) the order stands and nobody needs to confirm it now."""
+
+    def __init__(self, channel: ChannelServer):
+        super().__init__(Path("."))
+        self.channel = channel
+        self.enforced_by = "no node host's storage layer yet (the rule stands for the next to mount)"
+
+    def _publish(self) -> None:
+        from chaos.storage.hostlayer import HOST_WHO, RULES_ORDER, RULES_STATE
+
+        self.version += 1
+        self.channel.order(RULES_ORDER, HOST_WHO, {"version": self.version, "rules": list(self.rules.values())})
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        while True:
+            said = self.channel.states(HOST_WHO, RULES_STATE)
+            behind = [v for v in said if not isinstance(v, int) or v < self.version]
+            if not behind:
+                self.enforced_by = (f"the storage layers of {len(said)} node host(s)" if said
+                                    else "no node host's storage layer yet (the rule stands for the next to mount)")
+                return
+            if time.monotonic() > deadline:
+                raise StorageNotAcknowledged(
+                    f"{len(behind)} of {len(said)} node hosts' storage layers did not confirm rules version "
+                    f"{self.version} within {ACK_TIMEOUT_S:g}s")
+            time.sleep(0.01)

@@ -12,7 +12,6 @@ bytes never move: the server serves the directory's own contents from underneath
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,10 +25,11 @@ from chaos.events import Ev
 from chaos.machine import APT, Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, orphaned
 from chaos.plan import PlanError
-from chaos.storage.control import StorageControl
-from chaos.storage.mounts import chaos_mounts, is_mounted, unmount
+from chaos.storage.control import ChannelStorageControl, StorageControl
+from chaos.storage.mounts import chaos_mounts, fuse_problem, is_mounted, unmount
 
 if TYPE_CHECKING:
+    from chaos.channel import ChannelServer
     from chaos.history import HistoryWriter
     from chaos.plan import Plan
     from chaos.scenario import Scenario
@@ -39,19 +39,6 @@ MARK_PREFIX = "storage"  # servers carry CHAOS_TREE=storage/<run>: found by clea
 MOUNT_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
 CONTROL_DIR = ".storage"  # in the run directory: rules.json and applied
-
-
-def fuse_problem() -> str | None:
-    """Why this machine cannot serve a FUSE mount, or None."""
-    if not os.path.exists("/dev/fuse"):
-        return "/dev/fuse is missing (a container without --device /dev/fuse, or no fuse module)"
-    if shutil.which("fusermount3") is None:
-        return "fusermount3 is missing"
-    try:
-        import mfusepy  # noqa: F401  (loads libfuse3)
-    except (ImportError, OSError) as exc:  # mfusepy raises EnvironmentError without libfuse
-        return f"libfuse3 or mfusepy is missing ({exc})"
-    return None
 
 
 def machine_checks() -> list[Check]:
@@ -106,12 +93,15 @@ NOT_ON_ENGINE_HOST = ("the nodes write the checkpoint directory from their own h
                       "FUSE mount on the engine's host")
 
 
-def choose(scenario: Scenario, fuse_on_engine_host: bool = True) -> Layer:
+def choose(scenario: Scenario, fuse_on_engine_host: bool = True, fuse_on_node_hosts: bool = False) -> Layer:
     """The layer this run gets on this machine (``fuse_on_engine_host``: the runtime's word that a mount here
-    serves its nodes; where it does not, ``auto`` watches, and ``fuse`` is refused)."""
+    serves its nodes; ``fuse_on_node_hosts``: that it runs a layer on each node's host instead, whose FUSE the
+    runtime checks there; with neither, ``auto`` watches, and ``fuse`` is refused)."""
     asked = scenario.storage.layer
     if asked == "off" or not wanted(scenario):
         return "off"
+    if not fuse_on_engine_host and fuse_on_node_hosts:
+        return "inotify" if asked == "inotify" else "fuse"
     if asked == "fuse" and not fuse_on_engine_host:
         raise PlanError("storage.layer: fuse: " + NOT_ON_ENGINE_HOST.format(runtime=scenario.cluster.runtime)
                            + "; set storage.layer: auto (an inotify watch, where the hosts share a kernel) or off")
@@ -132,10 +122,16 @@ def why_layer(scenario: Scenario, kind: Layer, fuse_on_engine_host: bool = True)
 
 
 class StorageLayer:
-    """One run's layer: ``start()`` before the first node, ``stop()`` after the last (idempotent)."""
+    """One run's layer: ``start()`` before the first node, ``stop()`` after the last (idempotent).
 
-    def __init__(self, kind: Layer, plan: Plan, history: HistoryWriter, logs: dict[str, Path] | None = None):
+    ``on_node_hosts``: the FUSE layer runs on each node's host, started by the runtime around the node's command
+    (:meth:`node_command`, :mod:`chaos.storage.hostlayer`); here only its rules are kept, sent over the history
+    channel."""
+
+    def __init__(self, kind: Layer, plan: Plan, history: HistoryWriter, logs: dict[str, Path] | None = None,
+                 on_node_hosts: bool = False):
         self.kind: Layer = kind
+        self.on_node_hosts = on_node_hosts and kind == "fuse"
         self.logs = logs or {}  # each node's log (the runtime's log_path): the server reads printed steps there
         self.plan = plan
         self.history = history
@@ -147,13 +143,19 @@ class StorageLayer:
         if self.directory is None:
             self.kind = "off"
 
-    def start(self) -> None:
+    def start(self, channel: ChannelServer | None = None) -> None:
         from chaos.scenario import CommandWorkload
 
         if self.kind == "off":
             return
         assert self.directory is not None
         self.directory.mkdir(parents=True, exist_ok=True)
+        if self.on_node_hosts:
+            if channel is None:
+                raise RuntimeError("the storage layers on the nodes' hosts take their rules over the history "
+                                   "channel, and this run has none")
+            self.control = ChannelStorageControl(channel)
+            return
         if self.kind == "inotify":
             from chaos.storage.watcher import InotifyWatcher
 
@@ -186,6 +188,17 @@ class StorageLayer:
             time.sleep(0.02)
         self.control = StorageControl(self.control_dir)
 
+    def node_command(self, python: str, command: list[str]) -> list[str]:
+        """A node's command run through the layer on its host (the runtime calls this at every node start)."""
+        from chaos.scenario import CommandWorkload
+        from chaos.storage.hostlayer import wrap
+
+        assert self.directory is not None
+        workload = self.plan.scenario.workload
+        regex = workload.progress_regex if isinstance(workload, CommandWorkload) else None
+        return wrap(python, str(self.directory), str(self.plan.run_dir / "events.jsonl"), self.plan.run_id, command,
+                    sorted(self.plan.pause_on), regex)
+
     def poll(self) -> None:
         """Each engine tick: the inotify watcher turns what happened into events (FUSE needs nothing)."""
         if self.watcher is not None:
@@ -196,7 +209,7 @@ class StorageLayer:
         if self.watcher is not None:
             self.watcher.close()  # type: ignore[attr-defined]
             self.watcher = None
-        if self.directory is not None and self.kind == "fuse":
+        if self.directory is not None and self.kind == "fuse" and not self.on_node_hosts:
             unmount(str(self.directory))
         proc, self._proc = self._proc, None
         if proc is not None:

@@ -1,5 +1,6 @@
-"""torch-chaos's FUSE mounts on this machine: find them (fsname ``torch-chaos-<run>``, type ``fuse.torch-chaos``)
-and unmount them. Shared by the engine's teardown and ``chaos cleanup``."""
+"""torch-chaos's FUSE mounts on this machine: whether it can serve one, find them (fsname ``torch-chaos-<run>``,
+type ``fuse.torch-chaos``) and unmount them. Shared by the engine's teardown, ``chaos cleanup`` and the layer on a
+node's host (standard library only: it runs on compute hosts that have only the nodes' Python)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,19 @@ from dataclasses import dataclass
 
 FSTYPE = "fuse.torch-chaos"
 FSNAME_PREFIX = "torch-chaos-"
+
+
+def fuse_problem() -> str | None:
+    """Why this machine cannot serve a FUSE mount, or None."""
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing (a container without --device /dev/fuse, or no fuse module)"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 is missing"
+    try:
+        import mfusepy  # noqa: F401  (loads libfuse3)
+    except (ImportError, OSError) as exc:  # mfusepy raises EnvironmentError without libfuse
+        return f"libfuse3 or mfusepy is missing ({exc})"
+    return None
 
 
 @dataclass(frozen=True)

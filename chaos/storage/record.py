@@ -3,8 +3,10 @@
 Lines go to the run's ``events.jsonl`` exactly as :mod:`chaos.probe` writes them (one ``os.write`` per line on an
 ``O_APPEND`` descriptor, source ``storage``), and an event named in ``CHAOS_PAUSE_ON`` is held the same way: the
 line gets an ``id`` and the calling filesystem operation waits for ``<events>.acks/<id>``, for the engine's
-heartbeat to go stale, or for the safety timeout. Holding the operation holds the job inside its ``open`` or
-``write``: a crash triggered on ``checkpoint_save_started`` lands while the file is being written.
+heartbeat to go stale, or for the safety timeout. A layer on a node's own host (:mod:`chaos.storage.hostlayer`)
+sends its lines over the history channel instead and waits for the engine's acknowledgement there. Holding the
+operation holds the job inside its ``open`` or ``write``: a crash triggered on ``checkpoint_save_started`` lands
+while the file is being written.
 
 It also reads back, incrementally and only when a save needs it, the step the job is at: the last
 ``step_completed`` of each node in the history (the probe writes it as the step ends) and, for ``command:``
@@ -24,11 +26,14 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaos.events import Ev, Source
 from chaos.history import FileTail
 from chaos.probe import wait_for_ack
+
+if TYPE_CHECKING:
+    from chaos.storage.hostlayer import Link
 
 HOLD_TIMEOUT_S = 10.0
 READ_CHUNK = 4 << 20
@@ -44,13 +49,14 @@ def step_in_name(path: str) -> int | None:
 class Recorder:
     def __init__(self, events_path: str, pause_on: frozenset[str] = frozenset(),
                  hold_timeout_s: float = HOLD_TIMEOUT_S, progress_regex: str | None = None,
-                 logs: dict[str, str] | None = None):
-        self.path = events_path
+                 logs: dict[str, str] | None = None, link: Link | None = None):
+        self.path = events_path  # written here, unless ``link`` sends the lines; read back either way (catch_up)
+        self.link = link
         self.regex = re.compile(progress_regex) if progress_regex else None
         self.logs = {node: FileTail(Path(path)) for node, path in (logs or {}).items()}
         self.pause_on = pause_on
         self.hold_timeout_s = hold_timeout_s
-        self._fd = os.open(events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = -1 if link is not None else os.open(events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._read_lock = threading.Lock()
         self._offset = 0
         self._partial = b""
@@ -67,11 +73,16 @@ class Recorder:
         held = hold and event in self.pause_on
         if held:
             record["id"] = uuid.uuid4().hex
-        os.write(self._fd, (json.dumps(record, default=str) + "\n").encode())
+        if self.link is not None:
+            self.link.send(record)
+        else:
+            os.write(self._fd, (json.dumps(record, default=str) + "\n").encode())
         if event == Ev.CHECKPOINT_SAVE_FINISHED and fields.get("sha256"):
             with self._read_lock:
                 self.step_of_digest[fields["sha256"]] = fields.get("step")
-        if held:
+        if held and self.link is not None:
+            self.link.hold(record["id"], self.hold_timeout_s, gone)
+        elif held:
             # the probe's own wait, checking a dying caller every 20 ms (a killed process waits for our answer)
             wait_for_ack(self.path, record["id"], self.hold_timeout_s, gone, check_every_s=0.02)
         return held

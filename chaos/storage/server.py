@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mfusepy as fuse
 
@@ -34,6 +34,9 @@ from chaos.storage.digests import Digests
 from chaos.storage.identity import Caller, Callers, exiting
 from chaos.storage.record import Recorder, step_in_name
 from chaos.storage.rules import Outcome, Rules
+
+if TYPE_CHECKING:
+    from chaos.storage.hostlayer import Link
 
 PROGRESS_FIRST = 1 << 20  # checkpoint_write_progress when a handle's written bytes first pass 1 MiB ...
 PROGRESS_EVERY = 16 << 20  # ... then every 16 MiB
@@ -70,12 +73,13 @@ class StorageServer(fuse.Operations):
     use_ns = True
 
     def __init__(self, backing_fd: int, mount: str, recorder: Recorder, rules: Rules, control: str | None,
-                 engine_pid: int | None = None):
+                 engine_pid: int | None = None, link: Link | None = None):
         self.root = backing_fd
         self.mount = mount.rstrip("/")
         self.recorder = recorder
         self.rules = rules
         self.control = control
+        self.link = link  # a layer on a node's host: rules arrive over the channel (an order), not rules.json
         self.engine_pid = engine_pid
         self.callers = Callers()
         self.handles: dict[int, Handle] = {}
@@ -147,7 +151,11 @@ class StorageServer(fuse.Operations):
             raise fuse.FuseOSError(code)
 
     def reload_rules(self) -> None:
-        """Install a changed ``rules.json`` and say so in ``applied`` (the engine waits for that)."""
+        """Install a changed ``rules.json`` and say so in ``applied`` (the engine waits for that); on a node's
+        host, the rules the engine's order carries, said back over the channel."""
+        if self.link is not None:
+            self._rules_from_channel(self.link)
+            return
         if self.control is None:
             return
         path = os.path.join(self.control, RULES_FILE)
@@ -172,6 +180,17 @@ class StorageServer(fuse.Operations):
             with open(tmp, "w") as f:
                 f.write(str(self.rules.version))
             os.replace(tmp, os.path.join(self.control, APPLIED_FILE))
+
+    def _rules_from_channel(self, link: Link) -> None:
+        document = link.rules()
+        if document is None:
+            return
+        with self._rules_lock:
+            if int(document.get("version", 0)) == self.rules.version:
+                return
+            self.rules.install(document)
+            version = self.rules.version
+        link.applied(version)
 
     def watch_rules(self) -> None:
         """Background: apply a new rules file within ``RULES_POLL_S`` even when no operation comes."""
@@ -462,13 +481,14 @@ def mount_options(run_id: str) -> dict[str, Any]:
 def serve(mount: str, events: str, control: str | None, backing: str | None = None, run_id: str = "run",
           pause_on: frozenset[str] = frozenset(), engine_pid: int | None = None,
           rules_class: type[Rules] = Rules, progress_regex: str | None = None,
-          logs: dict[str, str] | None = None) -> None:
+          logs: dict[str, str] | None = None, link: Link | None = None) -> None:
     """Mount and serve until unmounted (``fusermount3 -u``) or signalled; blocks.
 
-    ``rules_class`` gets the backing directory as a path that reaches the bytes underneath the mount."""
+    ``rules_class`` gets the backing directory as a path that reaches the bytes underneath the mount. With
+    ``link`` (a layer on a node's host), events and rules go over the history channel."""
     backing_fd = os.open(backing or mount, os.O_RDONLY | os.O_DIRECTORY)
     rules = rules_class(Path(f"/proc/{os.getpid()}/fd/{backing_fd}"))
-    recorder = Recorder(events, pause_on, progress_regex=progress_regex, logs=logs)
-    server = StorageServer(backing_fd, os.path.abspath(mount), recorder, rules, control, engine_pid)
+    recorder = Recorder(events, pause_on, progress_regex=progress_regex, logs=logs, link=link)
+    server = StorageServer(backing_fd, os.path.abspath(mount), recorder, rules, control, engine_pid, link)
     server.reload_rules()
     fuse.FUSE(server, mount, foreground=True, **mount_options(run_id))

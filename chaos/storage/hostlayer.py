@@ -1,0 +1,207 @@
+"""The storage layer on each node's own host, for runtimes whose nodes write the shared checkpoint directory from
+their hosts (Slurm): there a FUSE mount on the engine's host would see none of their operations.
+
+The runtime starts each node as ``python -m chaos.storage host --mount DIR ... -- <the node's command>``
+(:func:`wrap`). That wrapper, on the node's host:
+
+1. lazily unmounts a torch-chaos mount left at ``DIR`` on this host (a step killed with its server leaves a dead
+   mount, ``ENOTCONN``, until someone unmounts it);
+2. starts the server (``python -m chaos.storage host-serve``) as its child, with a mark of its own
+   (``CHAOS_TREE=storage/<run>``, no ``CHAOS_NODE``): ``kill_worker`` looks for the node's marked processes and
+   must not take the server for a worker;
+3. waits until the mount answers, then ``exec``s the node's command: the command keeps the wrapper's pid, so it is
+   the step's main process as without a layer (its exit code is the step's, signals reach it as before).
+
+The server sends its events over the history channel (:class:`Link`; nothing is written to a shared history
+file), holds a paused-on event until the engine acknowledges it there, and takes the storage faults' rules from the
+engine's standing order ``storage_rules`` (every host's layer gets it, and a layer that connects later gets it
+before it mounts), reporting the version it enforces back as the connection's ``storage_rules`` state
+(:class:`chaos.storage.control.ChannelStorageControl` waits for every connected layer). It ends when its parent
+(the node's command) is gone: it unmounts, and the FUSE loop returns. A server SIGKILLed with its step leaves a
+dead mount; the next wrapper on that host, the runtime's teardown and ``chaos cleanup`` sweep those
+(``python -m chaos.storage sweep``).
+
+Standard library and mfusepy only, like the server: compute hosts have the nodes' Python, not the engine's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from chaos.channel import ENV_CHANNEL, ENV_SPOOL_DIR, ENV_TOKEN, ChannelClient
+from chaos.storage.mounts import chaos_mounts, is_mounted, served, unmount
+
+HOST_WHO = "storage"  # the ``who`` of every host layer's connection: the rules order goes to all of them
+RULES_ORDER = "storage_rules"  # the engine's standing order: {"version": n, "rules": [...]}
+RULES_STATE = "storage_rules"  # what a layer reports back: the version it enforces
+TREE_VAR = "CHAOS_TREE"  # chaos.marks.TREE_VAR (not imported: chaos.marks needs psutil, absent on compute hosts)
+NODE_VAR = "CHAOS_NODE"
+MOUNT_WAIT_S = 10.0
+PARENT_POLL_S = 0.05
+HOLD_TURN_S = 0.005
+
+
+class Link:
+    """The server's channel client, shared by libfuse's threads and the rules thread.
+
+    :class:`~chaos.channel.ChannelClient` is not thread-safe, so every use takes one lock; a held operation waits
+    for its acknowledgement in short turns (one non-blocking read each) instead of inside ``wait_ack``, so the
+    rules thread can still take in a rule the engine installs while a save is held (a storage fault triggered on
+    ``checkpoint_save_started``)."""
+
+    def __init__(self, client: ChannelClient):
+        self.client = client
+        self.lock = threading.Lock()
+
+    def connect(self) -> bool:
+        with self.lock:
+            return self.client.flush()
+
+    def send(self, record: dict[str, Any]) -> None:
+        with self.lock:
+            self.client.send(record)
+
+    def hold(self, event_id: str, timeout_s: float, gone: Callable[[], bool] | None = None) -> str:
+        """Wait for the engine's acknowledgement of ``event_id``: ``acked``, ``engine gone`` (its host refuses a
+        reconnect), ``gone`` (the held caller is dying) or ``timeout``."""
+        deadline = time.monotonic() + timeout_s
+        next_check = 0.0
+        while time.monotonic() < deadline:
+            with self.lock:
+                c = self.client
+                c.waiting = event_id  # said again in the hello if the connection drops meanwhile
+                if c.sock is None and not c.flush() and c.engine_gone():
+                    c.waiting = None
+                    return "engine gone"
+                c.poll()
+                if c.took_ack(event_id):
+                    c.waiting = None
+                    return "acked"
+            now = time.monotonic()
+            if gone is not None and now >= next_check:
+                next_check = now + 0.02
+                if gone():
+                    return "gone"
+            time.sleep(HOLD_TURN_S)
+        return "timeout"
+
+    def rules(self) -> dict[str, Any] | None:
+        """The rules the engine's standing order carries now (None: no order yet)."""
+        with self.lock:
+            c = self.client
+            if c.connected():  # down: a reconnect when the back-off allows (the welcome brings the standing order)
+                c.poll()
+            document = c.orders.get(RULES_ORDER)
+        return document if isinstance(document, dict) else None
+
+    def applied(self, version: int) -> None:
+        with self.lock:
+            self.client.tell(RULES_STATE, version)
+
+
+def link_from_environment() -> Link:
+    """This host's link to the engine, from the environment the runtime gave the node (the step's)."""
+    address = os.environ.get(ENV_CHANNEL)
+    if not address:
+        raise RuntimeError(f"{ENV_CHANNEL} is not set: the layer on a node's host sends its events to the engine's "
+                           "history channel, which only a run gives")
+    sender = f"storage@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return Link(ChannelClient(address, sender, os.environ.get(ENV_SPOOL_DIR), who=HOST_WHO,
+                              token=os.environ.get(ENV_TOKEN)))
+
+
+def wrap(python: str, mount: str, events: str, run_id: str, command: list[str], pause_on: list[str],
+         progress_regex: str | None) -> list[str]:
+    """The node's command run through the layer on its host (what the runtime starts as the node)."""
+    argv = [python, "-m", "chaos.storage", "host", "--mount", mount, "--events", events, "--run-id", run_id]
+    if pause_on:
+        argv += ["--pause-on", ",".join(pause_on)]
+    if progress_regex:
+        argv += ["--progress-regex", progress_regex]
+    return [*argv, "--", *command]
+
+
+def sweep_stale(mount: str) -> bool:
+    """Unmount a torch-chaos mount left at ``mount`` on this host; whether the path is free of one now."""
+    if not any(m.path == mount for m in chaos_mounts()):
+        return True
+    return unmount(mount)
+
+
+def host(mount: str, events: str, run_id: str, command: list[str], pause_on: str = "",
+         progress_regex: str | None = None) -> int:
+    """The wrapper: mount through a server of its own, then become the node's command. Returns only on failure
+    (the exit status); on success the process is the command."""
+    mount = os.path.abspath(mount)
+    if not command:
+        print("torch-chaos storage layer: no command after --", file=sys.stderr)
+        return 2
+    if not sweep_stale(mount):
+        print(f"torch-chaos storage layer: a dead mount at {mount} on {socket.gethostname()} cannot be unmounted",
+              file=sys.stderr)
+        return 3
+    os.makedirs(mount, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != NODE_VAR}
+    env[TREE_VAR] = f"storage/{run_id}"
+    argv = [sys.executable, "-m", "chaos.storage", "host-serve", "--mount", mount, "--events", events,
+            "--run-id", run_id, "--parent", str(os.getpid())]
+    if pause_on:
+        argv += ["--pause-on", pause_on]
+    if progress_regex:
+        argv += ["--progress-regex", progress_regex]
+    server = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + MOUNT_WAIT_S
+    while not (is_mounted(mount) and served(mount)):
+        if server.poll() is not None or time.monotonic() > deadline:
+            if server.poll() is None:
+                server.kill()
+            sweep_stale(mount)
+            print(f"torch-chaos storage layer: could not mount {mount} on {socket.gethostname()} "
+                  f"(server exit {server.poll()}); `chaos doctor` on this host says what FUSE needs", file=sys.stderr)
+            return 3
+        time.sleep(0.02)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(command[0], command)  # the server stays our child: it sees us (the command) go
+    except OSError as exc:
+        print(f"torch-chaos storage layer: cannot start {command[0]}: {exc}", file=sys.stderr)
+        return 127
+
+
+def watch_parent(parent: int, mount: str) -> None:
+    """Unmount once the node's command (our parent) is gone: the FUSE loop then returns and the server ends."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    unmount(mount)
+
+
+def serve_host(mount: str, events: str, run_id: str, parent: int, pause_on: frozenset[str],
+               progress_regex: str | None) -> None:
+    """The server on a node's host: connected before it mounts, so the rules standing now apply from the first
+    operation; blocks until unmounted."""
+    from chaos.storage.server import serve
+
+    link = link_from_environment()
+    link.connect()  # not connected: events are spooled and replayed, rules come with the connection's welcome
+    threading.Thread(target=watch_parent, args=(parent, mount), name="torch-chaos-storage-parent",
+                     daemon=True).start()
+    serve(mount, events, None, None, run_id, pause_on, None, progress_regex=progress_regex, link=link)
+
+
+def sweep(run_id: str | None) -> list[str]:
+    """``python -m chaos.storage sweep``: unmount this host's torch-chaos mounts (of one run), dead or served;
+    the paths unmounted."""
+    done = []
+    for m in chaos_mounts():
+        if (run_id is None or m.run_id == run_id) and unmount(m.path):
+            done.append(m.path)
+    return done

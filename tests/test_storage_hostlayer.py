@@ -1,0 +1,191 @@
+"""The storage layer on a node's own host (chaos/storage/hostlayer.py), run for real on this machine: the wrapper
+mounts through FUSE, becomes the node's command, sends what it sees over a real history channel, takes a storage
+fault's rule from the engine's order, holds a paused-on save until the engine acknowledges it, and leaves no mount
+behind (a dead one included). What Slurm adds (one host per node, srun) is in tests/integration/test_slurm_runtime.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.channel import ENV_CHANNEL, ENV_SPOOL_DIR, ENV_TOKEN, ChannelServer, listen
+from chaos.plan import REPO_ROOT
+from chaos.storage.control import ChannelStorageControl, StorageNotAcknowledged
+from chaos.storage.hostlayer import HOST_WHO, RULES_STATE, wrap
+from chaos.storage.mounts import chaos_mounts, fuse_problem, is_mounted, served
+
+if fuse_problem() is not None:
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the storage layer: {fuse_problem()}", allow_module_level=True)
+    pytest.skip(f"no FUSE here: {fuse_problem()}", allow_module_level=True)
+
+TOKEN = "t0ken"
+# The node's command: waits for "go" (outside the mount), saves, loads, and says what happened to its writes.
+NODE = r"""
+import os, sys, time
+ckpt, out = sys.argv[1], sys.argv[2]
+while not os.path.exists(out + ".go"):
+    time.sleep(0.01)
+try:
+    with open(os.path.join(ckpt, "ckpt_7.pt"), "wb") as f:
+        f.write(b"x" * 1000)
+    with open(os.path.join(ckpt, "ckpt_7.pt"), "rb") as f:
+        f.read()
+    said = "ok"
+except OSError as exc:
+    said = f"errno {exc.errno}"
+open(out, "w").write(said)
+sys.exit(5)
+"""
+
+
+class Engine:
+    """A real channel server, as the engine runs it: events in the order received."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.channel = ChannelServer(listen("127.0.0.1", 0), self.write, lambda **f: None, token=TOKEN)
+        self.channel.start()
+
+    def write(self, event: dict[str, Any]) -> None:
+        with self.lock:
+            self.events.append(event)
+
+    def seen(self, name: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [e for e in self.events if e.get("event") == name]
+
+    def wait_for(self, name: str, timeout_s: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if found := self.seen(name):
+                return found[0]
+            time.sleep(0.01)
+        raise AssertionError(f"no {name} in {self.events}")
+
+
+@pytest.fixture
+def engine() -> Any:
+    e = Engine()
+    yield e
+    e.channel.stop(drain_s=0.2)
+
+
+def start_node(engine: Engine, tmp_path: Path, pause_on: list[str] | None = None) -> tuple[subprocess.Popen[bytes],
+                                                                                          Path, Path]:
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    ckpt.mkdir(exist_ok=True)
+    env = {**os.environ, ENV_CHANNEL: engine.channel.address, ENV_TOKEN: TOKEN, ENV_SPOOL_DIR: str(tmp_path / "spool"),
+           "CHAOS_NODE": "node0", "CHAOS_TREE": "hl-run/node0", "PYTHONPATH": str(REPO_ROOT)}
+    argv = wrap(sys.executable, str(ckpt), str(tmp_path / "events.jsonl"), "hl-run",
+                [sys.executable, "-c", NODE, str(ckpt), str(out)], pause_on or [], None)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 15
+    while not (is_mounted(str(ckpt)) and served(str(ckpt)) and server_pids(ckpt)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+        time.sleep(0.02)
+    return proc, ckpt, out
+
+
+def finish(proc: subprocess.Popen[bytes], ckpt: Path) -> None:
+    """The wrapper became the command (its exit status is the command's); the server saw it go and unmounted."""
+    assert proc.wait(timeout=20) == 5
+    deadline = time.monotonic() + 5
+    while is_mounted(str(ckpt)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not is_mounted(str(ckpt)), "the server did not unmount after its node's command ended"
+
+
+def test_a_host_layer_sends_what_it_sees_and_enforces_the_engines_rule(engine: Engine, tmp_path: Path) -> None:
+    proc, ckpt, out = start_node(engine, tmp_path)
+    control = ChannelStorageControl(engine.channel)
+    control.apply({"fault_id": 1, "kind": "io_error", "ops": ["write"], "errno": "EIO", "paths": "*.pt"})
+    assert control.enforced_by == "the storage layers of 1 node host(s)"
+    assert engine.channel.states(HOST_WHO, RULES_STATE) == [1]
+    (tmp_path / "out.go").touch()
+    finish(proc, ckpt)
+    assert out.read_text() == "errno 5"  # EIO, from the rule the order carried
+    failed = engine.wait_for("storage_op_failed")
+    assert failed["node"] == "node0" and failed["errno"] == "EIO" and failed["fault_id"] == 1
+    assert all(e["source"] == "storage" for e in engine.events)
+
+
+def test_a_host_layer_records_a_save_and_a_load_and_holds_a_paused_on_save(engine: Engine, tmp_path: Path) -> None:
+    proc, ckpt, out = start_node(engine, tmp_path, pause_on=["checkpoint_save_started"])
+    (tmp_path / "out.go").touch()
+    held = engine.wait_for("checkpoint_save_started")
+    assert held["node"] == "node0" and held["step"] == 7 and isinstance(held.get("id"), str)
+    time.sleep(0.3)
+    assert not engine.seen("checkpoint_save_finished") and not out.exists()  # held inside its first write
+    # the engine installs a rule while the save is held (a fault triggered on it): the layer takes it in meanwhile
+    control = ChannelStorageControl(engine.channel)
+    control.apply({"fault_id": 2, "kind": "slow_io", "ops": ["read"], "latency_ms": 10, "paths": "*"})
+    assert engine.channel.ack(held["id"])
+    finish(proc, ckpt)
+    assert out.read_text() == "ok"
+    saved = engine.wait_for("checkpoint_save_finished")
+    loaded = engine.wait_for("checkpoint_loaded")
+    assert saved["sha256"] == loaded["sha256"] and saved["bytes"] == 1000 and saved["step"] == 7
+    assert loaded["step"] == 7  # the digest of a save this layer saw
+
+
+def test_a_dead_mount_is_swept_by_the_next_wrapper_and_by_sweep(engine: Engine, tmp_path: Path) -> None:
+    """A server SIGKILLed with its step (scancel) leaves a dead mount: the next node on the host mounts anyway,
+    and ``python -m chaos.storage sweep`` (the runtime's teardown) removes what is left."""
+    proc, ckpt, _ = start_node(engine, tmp_path)
+    kill_server_of(ckpt)
+    proc.kill()
+    proc.wait(timeout=10)
+    time.sleep(0.2)
+    assert is_mounted(str(ckpt))  # dead: ENOTCONN until someone unmounts it
+    proc, ckpt, out = start_node(engine, tmp_path)
+    assert [m.path for m in chaos_mounts()].count(str(ckpt)) == 1
+    kill_server_of(ckpt)
+    proc.kill()
+    proc.wait(timeout=10)
+    swept = subprocess.run([sys.executable, "-m", "chaos.storage", "sweep", "--run-id", "hl-run"],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert swept.returncode == 0 and f"unmounted {ckpt}" in swept.stdout, swept
+    assert not is_mounted(str(ckpt))
+
+
+def test_a_layer_that_does_not_confirm_fails_the_fault(engine: Engine, tmp_path: Path) -> None:
+    """A host whose layer is stopped (its node frozen with it) never confirms: the fault is not recorded as done."""
+    proc, ckpt, _ = start_node(engine, tmp_path)
+    server = kill_server_of(ckpt, signal.SIGSTOP)
+    try:
+        with pytest.raises(StorageNotAcknowledged, match="1 of 1 node hosts' storage layers did not confirm"):
+            ChannelStorageControl(engine.channel).apply({"fault_id": 3, "kind": "io_error", "paths": "*"})
+    finally:
+        os.kill(server, signal.SIGCONT)
+    (tmp_path / "out.go").touch()
+    finish(proc, ckpt)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def server_pids(ckpt: Path) -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+            and b"host-serve" in _read(p / "cmdline") and str(ckpt).encode() in _read(p / "cmdline")]
+
+
+def kill_server_of(ckpt: Path, sig: int = signal.SIGKILL) -> int:
+    pids = server_pids(ckpt)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], sig)
+    return pids[0]
