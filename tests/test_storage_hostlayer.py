@@ -110,7 +110,7 @@ def test_a_host_layer_sends_what_it_sees_and_enforces_the_engines_rule(engine: E
     proc, ckpt, out = start_node(engine, tmp_path)
     control = ChannelStorageControl(engine.channel)
     control.apply({"fault_id": 1, "kind": "io_error", "ops": ["write"], "errno": "EIO", "paths": "*.pt"})
-    assert control.enforced_by == "the storage layers of 1 node host(s)"
+    assert control.described() == "rules v1 over the history channel, confirmed by the layers on 1 node host(s)"
     assert engine.channel.states(HOST_WHO, RULES_STATE) == [1]
     (tmp_path / "out.go").touch()
     finish(proc, ckpt)
@@ -148,7 +148,7 @@ def test_a_dead_mount_is_swept_by_the_next_wrapper_and_by_sweep(engine: Engine, 
     proc.wait(timeout=10)
     time.sleep(0.2)
     assert is_mounted(str(ckpt))  # dead: ENOTCONN until someone unmounts it
-    proc, ckpt, out = start_node(engine, tmp_path)
+    proc, ckpt, _ = start_node(engine, tmp_path)
     assert [m.path for m in chaos_mounts()].count(str(ckpt)) == 1
     kill_server_of(ckpt)
     proc.kill()

@@ -61,11 +61,16 @@ from chaos.cluster.spec import (
 )
 
 SLURM_REPO = "torch-chaos-slurm"
-SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+# fuse3 (fusermount3, setuid) and libfuse3: the storage layer on each compute host mounts as the cluster's user.
+SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "fuse3", "libfuse3-3")
 # Bump whenever the recipe below changes what ends up in the image (the tag hashes it anyway; this is for humans).
 SLURM_RECIPE_VERSION = "1"
 DEFAULT_TIMEOUT_S = 60.0
 POLL_S = 0.2
+# Compute hosts get /dev/fuse and CAP_SYS_ADMIN in their bounding set: fusermount3 (setuid root) mounts the
+# storage layer for the unprivileged user, as on a real cluster's compute node; the user gains nothing else.
+FUSE_DEVICE = "/dev/fuse"
+FUSE_FLAGS = f"--device {FUSE_DEVICE} --cap-add SYS_ADMIN"
 AGENT_START_S = 15.0  # the agent imports the docker SDK and binds; seconds at most
 
 # The container's command: munged, then slurmctld or slurmd in the foreground (logs go to `docker logs`).
@@ -370,9 +375,10 @@ def plan_steps(spec: ClusterSpec, image: str, cluster_id: str, repo: str | None)
         role = "controller" if host == CONTROLLER else "compute"
         mounts = f"-v {spec.volume}:{SHARED_PATH}" + (f" -v {repo}:{repo}:ro" if repo else "")
         name = spec.container(host)
+        fuse = f"{FUSE_FLAGS} " if role == "compute" else ""
         steps.append(Step(f"{role} {host}", f"docker create --name {name} --hostname {host} --init "
                           f"--network {spec.network} --ip {spec.address(host)} --network-alias {host} "
-                          f"--shm-size 256m {mounts} {_label_flags(_labels(spec, cluster_id, role))} "
+                          f"--shm-size 256m {fuse}{mounts} {_label_flags(_labels(spec, cluster_id, role))} "
                           f"{image} {ENTRYPOINT} {role} {host}"))
         steps.append(Step(f"{role} {host}", f"docker cp slurm.conf {name}:{SLURM_CONF} && docker cp munge.key "
                           f"{name}:{MUNGE_KEY} && docker start {name}"))
@@ -477,7 +483,7 @@ def _python() -> str:
 # 3.11 on Debian 12's glibc, as the image is. Copied from this interpreter into the shared volume, as a real
 # cluster's shared filesystem would carry a virtualenv, so `chaos run` works on the login node (the controller).
 ENGINE_PACKAGES = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection", "yaml", "rich",
-                   "markdown_it", "mdurl", "pygments", "psutil", "orjson")
+                   "markdown_it", "mdurl", "pygments", "psutil", "orjson", "mfusepy")
 ENGINE_SITE = f"{SHARED_PATH}/engine-site"
 
 
@@ -489,8 +495,11 @@ def engine_site_tar() -> bytes:
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name in ENGINE_PACKAGES:
             module = importlib.import_module(name)
-            src = Path(module.__file__ or "").parent
-            tar.add(str(src), arcname=f"engine-site/{name}",
+            path = Path(module.__file__ or "")
+            if path.name != "__init__.py":  # a single-file module (mfusepy.py)
+                tar.add(str(path), arcname=f"engine-site/{path.name}")
+                continue
+            tar.add(str(path.parent), arcname=f"engine-site/{name}",
                     filter=lambda info: None if "__pycache__" in info.name else info)
     return buf.getvalue()
 
@@ -526,7 +535,10 @@ def _create(client: Any, spec: ClusterSpec, image: str, cluster_id: str, repo: s
         binds[repo] = {"bind": repo, "mode": "ro"}
     for host in spec.hosts:
         role = "controller" if host == CONTROLLER else "compute"
-        host_config = api.create_host_config(binds=binds, network_mode=spec.network, init=True, shm_size="256m")
+        fuse: dict[str, Any] = ({"devices": [f"{FUSE_DEVICE}:{FUSE_DEVICE}:rwm"], "cap_add": ["SYS_ADMIN"]}
+                                if role == "compute" else {})
+        host_config = api.create_host_config(binds=binds, network_mode=spec.network, init=True, shm_size="256m",
+                                             **fuse)
         networking = api.create_networking_config({spec.network: api.create_endpoint_config(
             ipv4_address=spec.address(host), aliases=[host])})
         created = api.create_container(image, command=[ENTRYPOINT, role, host], name=spec.container(host),

@@ -127,7 +127,7 @@ class StorageFault(FaultKind):
         spec = ctx.spec
         node = None if spec.node is None else f"node{spec.node}"
         storage = install(ctx, {"paths": spec.paths, "node": node, **self.rule(ctx)})
-        return f"storage layer rule (rules.json v{storage.version}): {self.text(ctx, node)}"
+        return f"storage layer rule ({storage.described()}): {self.text(ctx, node)}"
 
     def heal(self, ctx: FaultContext) -> dict[str, Any]:
         storage = storage_of(ctx)

@@ -34,6 +34,10 @@ class StorageControl:
         self.rules: dict[int, dict[str, Any]] = {}
         self.enforced_by = "the storage layer on the engine's host"
 
+    def described(self) -> str:
+        """How the current rules reached the layer (for a fault's mechanism)."""
+        return f"rules.json v{self.version}"
+
     def apply(self, rule: dict[str, Any]) -> None:
         """Install ``rule`` (it has ``fault_id`` and ``kind``) and return once the server enforces it."""
         self.rules[int(rule["fault_id"])] = rule
@@ -75,6 +79,9 @@ class ChannelStorageControl(StorageControl):
         self.channel = channel
         self.enforced_by = "no node host's storage layer yet (the rule stands for the next to mount)"
 
+    def described(self) -> str:
+        return f"rules v{self.version} over the history channel, confirmed by {self.enforced_by}"
+
     def _publish(self) -> None:
         from chaos.storage.hostlayer import HOST_WHO, RULES_ORDER, RULES_STATE
 
@@ -85,7 +92,7 @@ class ChannelStorageControl(StorageControl):
             said = self.channel.states(HOST_WHO, RULES_STATE)
             behind = [v for v in said if not isinstance(v, int) or v < self.version]
             if not behind:
-                self.enforced_by = (f"the storage layers of {len(said)} node host(s)" if said
+                self.enforced_by = (f"the layers on {len(said)} node host(s)" if said
                                     else "no node host's storage layer yet (the rule stands for the next to mount)")
                 return
             if time.monotonic() > deadline:
