@@ -394,9 +394,20 @@ class SlurmRuntime(Runtime):
             # cleanup goes on whatever one scancel does (a slow slurmctld right after a host loss): the other
             # runtimes' cleanups come after this one
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                removed += cls._sweep_orphan(job, name)
                 if _run(["scancel", job]).returncode == 0:
                     removed.append(f"slurm job {job} ({name})")
         return removed + cls._cleanup_rules(run_id)
+
+    @classmethod
+    def _sweep_orphan(cls, job: str, name: str) -> list[str]:
+        """While the dead engine's allocation still runs, its hosts can still be reached: unmount its storage
+        layers' mounts there first (after the scancel nothing of ours runs on them)."""
+        nodelist = _run(["squeue", "-h", "-j", job, "-t", "RUNNING", "-o", "%N"]).stdout.strip()
+        if not nodelist:
+            return []
+        hosts = _run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+        return cls._sweep_storage(job, name.removeprefix(JOB_PREFIX), hosts, sys.executable)
 
     @classmethod
     def _cleanup_rules(cls, run_id: str | None) -> list[str]:

@@ -46,7 +46,8 @@ NODES = 3  # 2 training nodes + 1 spare
 EXPECTED_VERDICT = {"slurm/node-crash": "pass", "slurm/freeze": "pass", "slurm/node-crash-no-spare": "pass",
                     "slurm/worker-crash": "pass", "slurm/rendezvous-host-crash": "fail",
                     "slurm/host-lost-spare": "pass", "slurm/host-lost-no-spare": "pass",
-                    "slurm/corrupt-latest-checkpoint": "pass", "slurm/partial-partition": "restart_loop"}
+                    "slurm/corrupt-latest-checkpoint": "pass", "slurm/partial-partition": "restart_loop",
+                    "slurm/disk-full-during-save": "pass"}
 
 
 @pytest.fixture
@@ -86,6 +87,40 @@ def read_file(client: Any, container: str, path: str) -> str:
         member = tar.extractfile(Path(path).name)
         assert member is not None
         return member.read().decode()
+
+
+def cluster_slurm_job(salloc_stderr: str) -> str:
+    found = re.search(r"Granted job allocation (\d+)", salloc_stderr)
+    assert found, salloc_stderr
+    return found[1]
+
+
+def storage_mounts(client: Any, state: dict[str, Any]) -> dict[str, list[str]]:
+    """The torch-chaos FUSE mounts on each compute host (host -> their mount points)."""
+    found = {}
+    for node in state["nodes"]:
+        _, out = cluster_slurm.exec_in(client, node["container"], ["cat", "/proc/mounts"])
+        points = [line.split()[1] for line in out.splitlines() if " fuse.torch-chaos " in line]
+        if points:
+            found[node["name"]] = points
+    return found
+
+
+def orphaned_storage_mount(client: Any, st: dict[str, Any], job: str) -> tuple[str, str]:
+    """What a dead engine leaves: a node's command under the storage layer on its host, its step SIGKILLed with
+    the server (a dead mount, ENOTCONN), inside an allocation that still runs. Returns (host, mount point)."""
+    mount = "/shared/orphan-ckpt"
+    in_controller(st, "sh", "-c", f"CHAOS_CHANNEL=127.0.0.1:9 srun --overlap --jobid={job} -N1 -n1 {st['python']} -m "
+                  f"chaos.storage host --mount {mount} --events /shared/orphan.jsonl --run-id orphan -- sleep 600 "
+                  ">/dev/null 2>&1 &")
+    deadline = time.monotonic() + 30
+    while not (mounts := storage_mounts(client, st)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert mounts and next(iter(mounts.values())) == [mount], mounts
+    in_controller(st, "scancel", "--signal=KILL", f"{job}.0")
+    time.sleep(1.0)
+    assert storage_mounts(client, st) == mounts  # the server died with its step: the mount stays, dead
+    return next(iter(mounts)), mount
 
 
 def user_processes(client: Any, state: dict[str, Any]) -> dict[str, list[str]]:
@@ -174,8 +209,11 @@ def test_slurm_runtime_node_crash_ctrl_c_and_cleanup(docker_client: Any, tmp_pat
         alive = in_controller(st, "salloc", "--no-shell", "--no-kill", "-N1", "--job-name=torch-chaos-live",
                               f"--comment=engine={st['controller']['hostname']}:1")
         assert "Granted" in dead.stderr and "Granted" in alive.stderr
+        dead_mount = orphaned_storage_mount(client, st, cluster_slurm_job(dead.stderr))
         cleaned = in_controller(st, *chaos_argv(st, "cleanup"))
         assert "torch-chaos-orphan" in cleaned.stdout and "torch-chaos-live" not in cleaned.stdout, cleaned
+        assert f"unmounted {dead_mount[1]}" in cleaned.stdout, cleaned.stdout  # swept before the scancel
+        assert storage_mounts(client, st) == {}
         assert in_controller(st, "squeue", "-h", "-o", "%j").stdout.split() == ["torch-chaos-live"]
         listed_after = ", ".join(f"{e['after_s']:.2f}" for e in steps)
         with capsys.disabled():
@@ -187,8 +225,8 @@ def test_slurm_runtime_node_crash_ctrl_c_and_cleanup(docker_client: Any, tmp_pat
 @pytest.mark.slow
 def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """The other shipped Slurm scenarios to their documented verdicts (eight real runs, ~4.5 min), then a user's own
-    script (one more, ~30 s). The host-lost ones last: each waits until its lost host is back (returned when its
+    """The other shipped Slurm scenarios to their documented verdicts (nine real runs, ~5 min), then a user's own
+    script (one more, ~40 s). The host-lost ones last: each waits until its lost host is back (returned when its
     run ends) and idle."""
     monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
     name = f"rv{os.getpid()}"
@@ -196,8 +234,9 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
         st = up.state
         assert st["engine"]["installed"], st["engine"]
         for scenario in ("slurm/freeze", "slurm/node-crash-no-spare", "slurm/worker-crash",
-                         "slurm/rendezvous-host-crash", "slurm/corrupt-latest-checkpoint", "slurm/partial-partition",
-                         "slurm/host-lost-spare", "slurm/host-lost-no-spare"):
+                         "slurm/rendezvous-host-crash", "slurm/corrupt-latest-checkpoint",
+                         "slurm/disk-full-during-save", "slurm/partial-partition", "slurm/host-lost-spare",
+                         "slurm/host-lost-no-spare"):
             watch = RuleWatch(st) if scenario == "slurm/partial-partition" else None
             run = in_controller(st, *chaos_argv(st, "run", str(REPO_ROOT / "scenarios" / f"{scenario}.yaml"),
                                                 "--out", "/shared/runs", "--json"), timeout=240)
@@ -228,6 +267,8 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
                 assert crash["injected"] and crash["restarted"] and crash["resumed_from"] == 150, crash
                 ck = result["checkpoint"]
                 assert ck["digests_ok"]["ok"] is True and ck["resumed_from_newest_valid"]["ok"] is True, ck
+            elif scenario == "slurm/disk-full-during-save":
+                check_disk_full(docker_client, st, result, fault)
             elif scenario.startswith("slurm/host-lost-"):
                 check_host_lost(docker_client, st, result, fault, spare=scenario == "slurm/host-lost-spare")
             elif scenario == "slurm/partial-partition":
@@ -261,14 +302,37 @@ def byo_script_on_slurm(st: dict[str, Any], capsys: pytest.CaptureFixture[str]) 
     fault = result["faults"][0]
     assert fault["injected"] and fault["mechanism"].startswith("scancel --signal=KILL "), fault
     assert fault["restarted"] and result["node_replacements"] == 1 and 0 < fault["lost_steps"] <= 50, fault
-    assert result["environment"]["storage_layer"] == "inotify", result["environment"]
-    for name in ("digests_ok", "resumed_from_newest_valid", "exactly_once"):
-        check = result["checkpoint"][name]
-        assert check["ok"] is None and "from their own hosts (runtime slurm)" in check["why"], (name, check)
+    env = result["environment"]
+    assert env["storage_layer"] == "fuse" and env["storage_layer_on"] == "node hosts", env
+    # the script reports nothing: what it saved and loaded came from the layers on the nodes' hosts, over the channel
+    ck = result["checkpoint"]
+    assert ck["digests_ok"]["ok"] is True and ck["resumed_from_newest_valid"]["ok"] is True, ck
+    loads = [load["step"] for load in ck["digests_ok"]["loads"]]
+    assert loads and set(loads) == {150}, ck["digests_ok"]  # the replacement group loaded ckpt_150.pt
+    assert ck["exactly_once"]["ok"] is None and "sample_ids" in ck["exactly_once"]["why"], ck["exactly_once"]
     assert in_controller(st, "squeue", "-h").stdout.strip() == ""
     with capsys.disabled():
         print(f"\nbyo per_step_ddp.py on slurm: {result['verdict']} in {result['duration_s']:.1f} s, recovery "
               f"{fault['recovery_s']:.1f} s, {fault['lost_steps']} step(s) lost")
+
+
+def check_disk_full(client: Any, st: dict[str, Any], result: dict[str, Any], fault: dict[str, Any]) -> None:
+    """slurm/disk-full-during-save: the rule reached the layers on both nodes' hosts over the channel before the
+    fault counted as injected; node 0's save failed with ENOSPC on its own host (the layer's event, not the
+    script's), the group restarted from step 100 with both checks made, and teardown left no mount."""
+    assert "over the history channel, confirmed by the layers on 2 node host(s)" in fault["mechanism"], fault
+    assert fault["restarted"] and fault["resumed_from"] == 100, fault
+    ck = result["checkpoint"]
+    assert ck["digests_ok"]["ok"] is True and ck["resumed_from_newest_valid"]["ok"] is True, ck
+    events = [json.loads(line) for line in read_file(client, st["controller"]["container"],
+                                                      f"/shared/runs/{result['run_id']}/events.jsonl").splitlines()]
+    failed = [e for e in events if e["event"] == "storage_op_failed"]
+    assert failed and all(e["source"] == "storage" and e["errno"] == "ENOSPC" for e in failed), failed
+    assert {e["node"] for e in failed} == {"node0"}, failed
+    assert result["environment"]["storage_layer_on"] == "node hosts"
+    swept = next(e for e in events if e["event"] == "storage_swept")
+    assert swept["ok"] is True, swept
+    assert storage_mounts(client, st) == {}
 
 
 class RuleWatch:
