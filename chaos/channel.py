@@ -79,11 +79,14 @@ class _Lines:
         """The next message; None on timeout (``0``: only what has arrived). Raises ``ConnectionError`` at end of
         stream."""
         while b"\n" not in self.buf:
+            before = self.sock.gettimeout()
             self.sock.settimeout(timeout_s)
             try:
                 chunk = self.sock.recv(65536)
             except (TimeoutError, BlockingIOError):
                 return None
+            finally:  # a read that must not wait leaves the socket as it was: a later sendall may block again
+                self.sock.settimeout(before)
             if not chunk:
                 raise ConnectionError("closed by peer")
             self.buf += chunk
@@ -133,7 +136,9 @@ class ChannelClient:
         self._acked: set[str] = set()
         self.orders: dict[str, dict[str, Any]] = {}  # standing orders to this process (the hang fault's), by name
         self.states: dict[str, Any] = {}  # what this process reports of itself (``tell``), said again at a reconnect
-        self.waiting: str | None = None  # the held event id not yet acknowledged (told again at a reconnect)
+        # the held event id not yet acknowledged, told again at a reconnect (a list: a host's storage layer holds
+        # several operations at once, one per rank saving)
+        self.waiting: str | list[str] | None = None
         self.connects = 0
         self.replayed = 0
         self.unsent = False  # events spooled since the connection was last up (replayed at the next connect)
@@ -411,6 +416,7 @@ class ChannelServer:
             except OSError:
                 return  # closed by stop()
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            keepalive(conn)
             thread = threading.Thread(target=self._serve, args=(conn,), name="torch-chaos-channel-conn",
                                       daemon=True)
             with self._lock:
@@ -460,10 +466,13 @@ class ChannelServer:
         with self._lock:
             sender = self._senders.setdefault(name, _Sender(name))
             sender.connects += 1
-            waiting = msg.get("waiting")
-            answer_now = isinstance(waiting, str) and waiting in self._released
-            if isinstance(waiting, str) and not answer_now:
-                self._waiting[waiting] = conn
+            said = msg.get("waiting")  # one held id (a probe), or several (a host's storage layer)
+            held = [said] if isinstance(said, str) else [w for w in said if isinstance(w, str)] \
+                if isinstance(said, list) else []
+            answer_now = [w for w in held if w in self._released]
+            for w in held:
+                if w not in self._released:
+                    self._waiting[w] = conn
             who = msg.get("who")
             if isinstance(who, str):
                 self._who[conn] = who
@@ -471,8 +480,8 @@ class ChannelServer:
                     if target == who:
                         self._send(conn, {"op": "order", "name": order, "spec": spec})
             self._send(conn, {"op": "welcome", "have": sender.have, "t1": t1, "t2": time.time()})
-            if answer_now:
-                self._send(conn, {"op": "ack", "id": waiting})
+            for w in answer_now:
+                self._send(conn, {"op": "ack", "id": w})
         return sender
 
     def _event(self, sender: _Sender, msg: dict[str, Any]) -> None:
@@ -573,6 +582,20 @@ class ChannelServer:
         with self._lock:
             return {**self.stats, "senders": len(self._senders),
                     "reconnections": sum(max(0, s.connects - 1) for s in self._senders.values())}
+
+
+KEEPALIVE_IDLE_S, KEEPALIVE_EVERY_S, KEEPALIVE_PROBES = 5, 2, 3
+
+
+def keepalive(conn: socket.socket) -> None:
+    """A peer whose host is gone or cut off (a lost host, a partition) never closes its connection: TCP keepalive
+    ends it after ~11 s of silence, so it stops counting among the live connections (``states``) and holders. A
+    stopped process's kernel still answers: a frozen node keeps its connection."""
+    with contextlib.suppress(OSError, AttributeError):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_EVERY_S)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
 
 
 def listen(host: str, port: int) -> socket.socket:

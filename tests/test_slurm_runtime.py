@@ -121,6 +121,10 @@ def test_faults_slurm_cannot_do_are_refused_by_capability() -> None:
     assert any("memory cgroup" in e and "slurm runtime does not give" in e for e in errs), errs
     parse_scenario(SCENARIO.replace("{kind: crash, target: 1, at_step: 5}",  # where an agent answers (the run asks)
                                     "{kind: partition, groups: [[0], [1]], at_step: 5}"))
+    errs = errors_of(SCENARIO.replace("{kind: crash, target: 1, at_step: 5}",
+                                      "{kind: lost_writes, target: 1, at_step: 5}"))
+    assert any("lost_writes on slurm" in e and "dies with it" in e for e in errs), errs
+    parse_scenario(SCENARIO.replace("{kind: crash, target: 1, at_step: 5}", "{kind: disk_full, at_step: 5}"))
     for kind in ("crash", "kill_worker", "freeze"):
         extra = ", duration: 2" if kind == "freeze" else ""
         parse_scenario(SCENARIO.replace("kind: crash", f"kind: {kind}").replace("at_step: 5}", f"at_step: 5{extra}}}"))

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from chaos.channel import ENV_CHANNEL, ENV_SPOOL_DIR, ENV_TOKEN, ChannelServer, listen
+from chaos.channel import ENV_CHANNEL, ENV_SPOOL_DIR, ENV_TOKEN, ChannelServer, listen, parse_address
 from chaos.plan import REPO_ROOT
+from chaos.storage import control as control_module
 from chaos.storage.control import ChannelStorageControl, StorageNotAcknowledged
 from chaos.storage.hostlayer import HOST_WHO, RULES_STATE, wrap
 from chaos.storage.mounts import chaos_mounts, fuse_problem, is_mounted, served
@@ -108,7 +109,7 @@ def finish(proc: subprocess.Popen[bytes], ckpt: Path) -> None:
 
 def test_a_host_layer_sends_what_it_sees_and_enforces_the_engines_rule(engine: Engine, tmp_path: Path) -> None:
     proc, ckpt, out = start_node(engine, tmp_path)
-    control = ChannelStorageControl(engine.channel)
+    control = ChannelStorageControl(engine.channel, tmp_path)
     control.apply({"fault_id": 1, "kind": "io_error", "ops": ["write"], "errno": "EIO", "paths": "*.pt"})
     assert control.described() == "rules v1 over the history channel, confirmed by the layers on 1 node host(s)"
     assert engine.channel.states(HOST_WHO, RULES_STATE) == [1]
@@ -128,7 +129,7 @@ def test_a_host_layer_records_a_save_and_a_load_and_holds_a_paused_on_save(engin
     time.sleep(0.3)
     assert not engine.seen("checkpoint_save_finished") and not out.exists()  # held inside its first write
     # the engine installs a rule while the save is held (a fault triggered on it): the layer takes it in meanwhile
-    control = ChannelStorageControl(engine.channel)
+    control = ChannelStorageControl(engine.channel, tmp_path)
     control.apply({"fault_id": 2, "kind": "slow_io", "ops": ["read"], "latency_ms": 10, "paths": "*"})
     assert engine.channel.ack(held["id"])
     finish(proc, ckpt)
@@ -159,17 +160,47 @@ def test_a_dead_mount_is_swept_by_the_next_wrapper_and_by_sweep(engine: Engine, 
     assert not is_mounted(str(ckpt))
 
 
-def test_a_layer_that_does_not_confirm_fails_the_fault(engine: Engine, tmp_path: Path) -> None:
-    """A host whose layer is stopped (its node frozen with it) never confirms: the fault is not recorded as done."""
-    proc, ckpt, _ = start_node(engine, tmp_path)
+def test_a_layer_that_does_not_confirm_fails_the_fault(engine: Engine, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host whose layer is stopped (its node frozen with it) never confirms, nor does one given a rule it cannot
+    enforce: the fault is not recorded as done, and the refused rule does not break the host's file operations."""
+    monkeypatch.setattr(control_module, "ACK_TIMEOUT_S", 1.0)
+    proc, ckpt, out = start_node(engine, tmp_path)
+    control = ChannelStorageControl(engine.channel, tmp_path)
     server = kill_server_of(ckpt, signal.SIGSTOP)
     try:
-        with pytest.raises(StorageNotAcknowledged, match="1 of 1 node hosts' storage layers did not confirm"):
-            ChannelStorageControl(engine.channel).apply({"fault_id": 3, "kind": "io_error", "paths": "*"})
+        with pytest.raises(StorageNotAcknowledged, match=r"1 of 1 node hosts' .* did not confirm .* \(0 did\)"):
+            control.apply({"fault_id": 3, "kind": "io_error", "paths": "*"})
     finally:
         os.kill(server, signal.SIGCONT)
+    control.remove(3)  # the withdrawal reaches the thawed layer
+    with pytest.raises(StorageNotAcknowledged):
+        control.apply({"fault_id": 4, "kind": "no_such_kind", "paths": "*"})
+    control.remove(4)
     (tmp_path / "out.go").touch()
     finish(proc, ckpt)
+    assert out.read_text() == "ok" and not engine.seen("storage_op_failed")
+
+
+def test_a_hello_names_every_held_operation(engine: Engine) -> None:
+    """A host's layer holds several saves at once (one per rank): after a reconnect its hello names them all, and
+    an acknowledgement given while it was away is answered at once."""
+    import json
+    import socket
+
+    engine.channel.ack("a1")  # given while the holder was disconnected
+    with socket.create_connection(parse_address(engine.channel.address), timeout=5) as conn:
+        conn.sendall(json.dumps({"op": "hello", "sender": "storage@h:1:x", "t0": time.time(),
+                                 "waiting": ["a1", "b2"], "who": HOST_WHO, "token": TOKEN}).encode() + b"\n")
+        got = b""
+        while got.count(b"\n") < 2:
+            got += conn.recv(4096)
+        ops = [json.loads(line) for line in got.splitlines()]
+        assert ops[0]["op"] == "welcome" and ops[1] == {"op": "ack", "id": "a1"}
+        engine.channel.ack("b2")  # b2 registered by the hello: it is answered on this connection
+        while got.count(b"\n") < 3:
+            got += conn.recv(4096)
+        assert json.loads(got.splitlines()[2]) == {"op": "ack", "id": "b2"}
 
 
 def _read(path: Path) -> bytes:

@@ -345,6 +345,10 @@ class SlurmRuntime(Runtime):
         plugins = fault_plugins()
         for i, fault in enumerate(scenario.faults):
             kind = plugins.get(fault.kind)
+            if fault.kind == "lost_writes":
+                problems.append(f"faults[{i}].kind: lost_writes on slurm: the power loss crashes the node's step, "
+                                "and the storage layer on its host, which holds the writes not yet synced, dies "
+                                "with it; use cluster.runtime: local, netns or docker")
             if kind is not None and NODE_NETWORK in kind.needs and fault.kind not in NET_KINDS:
                 problems.append(f"faults[{i}].kind: {fault.kind} on slurm: only {' and '.join(NET_KINDS)} go through "
                                 "the cluster agent (iptables DROP rules); qdisc and queue impairments (delay, loss, "

@@ -74,8 +74,8 @@ class ChannelStorageControl(StorageControl):
     frozen with the node, or gone) makes the fault ``fault_failed``, as a silent rules file does. With no layer
     connected (every node between incarnations) the order stands and nobody needs to confirm it now."""
 
-    def __init__(self, channel: ChannelServer):
-        super().__init__(Path("."))
+    def __init__(self, channel: ChannelServer, directory: Path):
+        super().__init__(directory)
         self.channel = channel
         self.enforced_by = "no node host's storage layer yet (the rule stands for the next to mount)"
 
@@ -95,8 +95,8 @@ class ChannelStorageControl(StorageControl):
                 self.enforced_by = (f"the layers on {len(said)} node host(s)" if said
                                     else "no node host's storage layer yet (the rule stands for the next to mount)")
                 return
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline:  # those that did confirm enforce it until the withdrawal reaches them
                 raise StorageNotAcknowledged(
                     f"{len(behind)} of {len(said)} node hosts' storage layers did not confirm rules version "
-                    f"{self.version} within {ACK_TIMEOUT_S:g}s")
+                    f"{self.version} within {ACK_TIMEOUT_S:g}s ({len(said) - len(behind)} did)")
             time.sleep(0.01)

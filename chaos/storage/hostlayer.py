@@ -45,6 +45,7 @@ RULES_STATE = "storage_rules"  # what a layer reports back: the version it enfor
 TREE_VAR = "CHAOS_TREE"  # chaos.marks.TREE_VAR (not imported: chaos.marks needs psutil, absent on compute hosts)
 NODE_VAR = "CHAOS_NODE"
 MOUNT_WAIT_S = 10.0
+CONNECT_WITHIN_S = 5.0
 PARENT_POLL_S = 0.05
 HOLD_TURN_S = 0.005
 
@@ -60,10 +61,18 @@ class Link:
     def __init__(self, client: ChannelClient):
         self.client = client
         self.lock = threading.Lock()
+        self.held: set[str] = set()  # every operation held now (one per rank saving): all said at a reconnect
 
-    def connect(self) -> bool:
-        with self.lock:
-            return self.client.flush()
+    def connect(self, within_s: float) -> bool:
+        """Connect before mounting (the welcome brings the rules standing now), trying until ``within_s``."""
+        deadline = time.monotonic() + within_s
+        while True:
+            with self.lock:
+                if self.client.flush():
+                    return True
+            if time.monotonic() >= deadline or isinstance(self.client.last_error, ConnectionRefusedError):
+                return False
+            time.sleep(0.1)
 
     def send(self, record: dict[str, Any]) -> None:
         with self.lock:
@@ -71,27 +80,34 @@ class Link:
 
     def hold(self, event_id: str, timeout_s: float, gone: Callable[[], bool] | None = None) -> str:
         """Wait for the engine's acknowledgement of ``event_id``: ``acked``, ``engine gone`` (its host refuses a
-        reconnect), ``gone`` (the held caller is dying) or ``timeout``."""
+        reconnect), ``gone`` (the held caller is dying) or ``timeout``. A reconnect is tried when the client's
+        back-off allows one, never in every turn: the lock is every operation's."""
         deadline = time.monotonic() + timeout_s
         next_check = 0.0
-        while time.monotonic() < deadline:
+        with self.lock:
+            self.held.add(event_id)
+        try:
+            while time.monotonic() < deadline:
+                with self.lock:
+                    c = self.client
+                    c.waiting = sorted(self.held)  # said again in the hello if the connection drops meanwhile
+                    if c.connected():
+                        c.poll()
+                    elif isinstance(c.last_error, ConnectionRefusedError):
+                        return "engine gone"  # its host answers and nothing listens: the engine is dead
+                    if c.took_ack(event_id):
+                        return "acked"
+                now = time.monotonic()
+                if gone is not None and now >= next_check:
+                    next_check = now + 0.02
+                    if gone():
+                        return "gone"
+                time.sleep(HOLD_TURN_S)
+            return "timeout"
+        finally:
             with self.lock:
-                c = self.client
-                c.waiting = event_id  # said again in the hello if the connection drops meanwhile
-                if c.sock is None and not c.flush() and c.engine_gone():
-                    c.waiting = None
-                    return "engine gone"
-                c.poll()
-                if c.took_ack(event_id):
-                    c.waiting = None
-                    return "acked"
-            now = time.monotonic()
-            if gone is not None and now >= next_check:
-                next_check = now + 0.02
-                if gone():
-                    return "gone"
-            time.sleep(HOLD_TURN_S)
-        return "timeout"
+                self.held.discard(event_id)
+                self.client.waiting = sorted(self.held) or None
 
     def rules(self) -> dict[str, Any] | None:
         """The rules the engine's standing order carries now (None: no order yet)."""
@@ -191,7 +207,9 @@ def serve_host(mount: str, events: str, run_id: str, parent: int, pause_on: froz
     from chaos.storage.server import serve
 
     link = link_from_environment()
-    link.connect()  # not connected: events are spooled and replayed, rules come with the connection's welcome
+    # connected first, so the rules standing now apply from the first operation; an engine that does not answer in
+    # time: mount anyway (events are spooled and replayed, the rules come with the eventual welcome)
+    link.connect(CONNECT_WITHIN_S)
     threading.Thread(target=watch_parent, args=(parent, mount), name="torch-chaos-storage-parent",
                      daemon=True).start()
     serve(mount, events, None, None, run_id, pause_on, None, progress_regex=progress_regex, link=link)

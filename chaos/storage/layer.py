@@ -154,7 +154,7 @@ class StorageLayer:
             if channel is None:
                 raise RuntimeError("the storage layers on the nodes' hosts take their rules over the history "
                                    "channel, and this run has none")
-            self.control = ChannelStorageControl(channel)
+            self.control = ChannelStorageControl(channel, self.control_dir)
             return
         if self.kind == "inotify":
             from chaos.storage.watcher import InotifyWatcher

@@ -33,7 +33,7 @@ from chaos.storage.control import APPLIED_FILE, RULES_FILE
 from chaos.storage.digests import Digests
 from chaos.storage.identity import Caller, Callers, exiting
 from chaos.storage.record import Recorder, step_in_name
-from chaos.storage.rules import Outcome, Rules
+from chaos.storage.rules import Outcome, RuleError, Rules
 
 if TYPE_CHECKING:
     from chaos.storage.hostlayer import Link
@@ -87,6 +87,7 @@ class StorageServer(fuse.Operations):
         self._handles_lock = threading.Lock()
         self._rules_lock = threading.Lock()
         self._rules_stamp: tuple[int, int] | None = None
+        self._refused_version: int | None = None  # a channel order whose rules could not be installed
         self._stop = threading.Event()
 
     # ------------------------------------------------------------------ helpers
@@ -186,10 +187,14 @@ class StorageServer(fuse.Operations):
         if document is None:
             return
         with self._rules_lock:
-            if int(document.get("version", 0)) == self.rules.version:
+            version = int(document.get("version", 0))
+            if version in (self.rules.version, self._refused_version):
                 return
-            self.rules.install(document)
-            version = self.rules.version
+            try:
+                self.rules.install(document)
+            except RuleError:  # not confirmed: the engine records the fault as failed and withdraws it
+                self._refused_version = version
+                return
         link.applied(version)
 
     def watch_rules(self) -> None:
