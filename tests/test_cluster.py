@@ -167,7 +167,7 @@ def test_a_docker_engine_failing_mid_command_is_an_error_not_a_traceback(
 def test_apt_resolves_against_the_image_not_the_host() -> None:
     cmd = slurm.apt_download_command(Path("/tmp/s/status"), Path("/tmp/s/debs"))
     assert "Dir::State::status=/tmp/s/status" in cmd and "--download-only" in cmd
-    assert cmd[-4:] == ["slurmctld", "slurmd", "slurm-client", "munge"]
+    assert cmd[-6:] == ["slurmctld", "slurmd", "slurm-client", "munge", "fuse3", "libfuse3-3"]
 
 
 def test_a_cluster_is_claimed_by_its_state_file_or_its_live_up(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from chaos.channel import ENV_CHANNEL, ENV_SPOOL_DIR, ENV_TOKEN, ChannelServer, listen, parse_address
+from chaos.marks import ENGINE_VAR, engine_mark
 from chaos.plan import REPO_ROOT
 from chaos.storage import control as control_module
 from chaos.storage.control import ChannelStorageControl, StorageNotAcknowledged
@@ -82,13 +83,19 @@ def engine() -> Any:
     e.channel.stop(drain_s=0.2)
 
 
+def run_id(tmp_path: Path) -> str:
+    """One per test: ``sweep --run-id`` unmounts every mount of its run on the machine, another test's included."""
+    return f"hl-{os.getpid()}-{tmp_path.name}"
+
+
 def start_node(engine: Engine, tmp_path: Path, pause_on: list[str] | None = None) -> tuple[subprocess.Popen[bytes],
                                                                                           Path, Path]:
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     ckpt.mkdir(exist_ok=True)
     env = {**os.environ, ENV_CHANNEL: engine.channel.address, ENV_TOKEN: TOKEN, ENV_SPOOL_DIR: str(tmp_path / "spool"),
-           "CHAOS_NODE": "node0", "CHAOS_TREE": "hl-run/node0", "PYTHONPATH": str(REPO_ROOT)}
-    argv = wrap(sys.executable, str(ckpt), str(tmp_path / "events.jsonl"), "hl-run",
+           "CHAOS_NODE": "node0", "CHAOS_TREE": f"{run_id(tmp_path)}/node0", "PYTHONPATH": str(REPO_ROOT),
+           ENGINE_VAR: engine_mark()}  # this test is their engine: no other test's no_leftovers takes them for its own
+    argv = wrap(sys.executable, str(ckpt), str(tmp_path / "events.jsonl"), run_id(tmp_path),
                 [sys.executable, "-c", NODE, str(ckpt), str(out)], pause_on or [], None)
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 15
@@ -154,7 +161,7 @@ def test_a_dead_mount_is_swept_by_the_next_wrapper_and_by_sweep(engine: Engine, 
     kill_server_of(ckpt)
     proc.kill()
     proc.wait(timeout=10)
-    swept = subprocess.run([sys.executable, "-m", "chaos.storage", "sweep", "--run-id", "hl-run"],
+    swept = subprocess.run([sys.executable, "-m", "chaos.storage", "sweep", "--run-id", run_id(tmp_path)],
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert swept.returncode == 0 and f"unmounted {ckpt}" in swept.stdout, swept
     assert not is_mounted(str(ckpt))
