@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -280,3 +281,28 @@ def test_an_outer_job_s_slurm_variables_do_not_shape_the_steps(monkeypatch: pyte
     env = slurm.slurm_environ()
     assert "SLURM_JOB_NODELIST" not in env and "SLURM_CPUS_PER_TASK" not in env
     assert env["SLURM_CONF"] == "/etc/slurm/slurm.conf" and env["PATH"] == os.environ["PATH"]
+
+
+def test_a_host_without_fuse_stops_a_run_that_needs_the_layer_before_any_node(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check step asks every host (`python -m chaos.storage check-host`); a host's "no /dev/fuse" stops the
+    run with the host's words and the way around. Without the layer, the same step only looks for the file."""
+    calls: list[list[str]] = []
+
+    def srun(argv: list[str], timeout: float = 30.0, env: dict[str, str] | None = None) -> Any:
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 1, "", "c2: /dev/fuse is missing (a container without --device "
+                                           "/dev/fuse, or no fuse module)\n")
+
+    monkeypatch.setattr(slurm, "_run", srun)
+    rt = slurm.SlurmRuntime("20260101-000000-x-abcdef", tmp_path, slurm.SlurmOptions(python="/opt/py"))
+    rt.job_id, rt.hosts = "7", ["c1", "c2"]
+    rt.storage_layer = object()
+    with pytest.raises(RuntimeError, match=r"storage layer cannot run on every allocated host .* c2: /dev/fuse is "
+                       r"missing .* set storage.layer: inotify"):
+        rt._check_shared_run_dir()
+    assert calls[0][-6:-2] == ["/opt/py", "-m", "chaos.storage", "check-host"] and "--ntasks=2" in calls[0]
+    rt.storage_layer = None
+    with pytest.raises(RuntimeError, match="is not visible on every allocated host"):
+        rt._check_shared_run_dir()
+    assert calls[1][-3:-1] == ["test", "-e"]
