@@ -280,6 +280,14 @@ def nodes_pythonpath() -> str:
     return os.pathsep.join([str(REPO_ROOT), *(p for p in extra.split(os.pathsep) if p and p != str(REPO_ROOT))])
 
 
+def helper_environ() -> dict[str, str]:
+    """A helper step's environment (kill-workers, the shared-directory and FUSE check, the storage sweep): the
+    nodes' PYTHONPATH, and no process mark of its own (it must not count as one of a node's processes)."""
+    env = {k: v for k, v in slurm_environ().items() if k != TREE_VAR}
+    env["PYTHONPATH"] = nodes_pythonpath()
+    return env
+
+
 def slurm_environ() -> dict[str, str]:
     """This environment without Slurm's input variables: an engine started inside a job (an interactive
     allocation, a batch script) inherits that job's ``SLURM_*`` (``SLURM_JOB_NODELIST``, ``SLURM_CPUS_PER_TASK``
@@ -411,7 +419,10 @@ class SlurmRuntime(Runtime):
         if not nodelist:
             return []
         hosts = _run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
-        return cls._sweep_storage(job, name.removeprefix(JOB_PREFIX), hosts, sys.executable)
+        if not hosts:
+            return []
+        swept = cls._sweep_storage(job, name.removeprefix(JOB_PREFIX), hosts, sys.executable)
+        return [f"storage mount ({u})" for u in swept["unmounted"]]
 
     @classmethod
     def _cleanup_rules(cls, run_id: str | None) -> list[str]:
@@ -523,7 +534,7 @@ class SlurmRuntime(Runtime):
                          f"--mount {plan.checkpoint_dir} ... -- <command> (a FUSE mount on the node's host, checked "
                          f"first on every host: srun ... {self.python} -m chaos.storage check-host)")
         lines.append(f"# faults: scancel --signal=KILL|STOP|CONT J.STEP; kill_worker: srun --overlap --jobid=J "
-                     f"-N1 -n1 -w HOST {self.options.python or sys.executable} -m chaos.runtimes.slurm_helper "
+                     f"-N1 -n1 -w HOST {self.python} -m chaos.runtimes.slurm_helper "
                      "kill-workers <run>/<node>")
         lines.append(f"# host_loss: the cluster agent ({agent_file()}) docker-kills HOST's container; teardown "
                      "returns it (docker start)")
@@ -587,7 +598,7 @@ class SlurmRuntime(Runtime):
         try:
             proc = _run(["srun", "--overlap", f"--jobid={self.job_id}", f"--nodes={hosts}", f"--ntasks={hosts}",
                          "--ntasks-per-node=1", f"--job-name={self.run_id[-6:]}-shared", "--kill-on-bad-exit=0",
-                         *check], timeout=HELPER_TIMEOUT_S, env=self._helper_env())
+                         *check], timeout=HELPER_TIMEOUT_S, env=helper_environ())
         finally:
             probe.unlink(missing_ok=True)
         if proc.returncode != 0 and self.storage_layer is not None and "not visible" not in proc.stderr:
@@ -720,12 +731,9 @@ class SlurmRuntime(Runtime):
         """Run the helper as a step on ``name``'s host; its JSON answer."""
         assert self.job_id is not None
         host = self.host_of[name]
-        python = self.options.python or sys.executable
-        env = {k: v for k, v in slurm_environ().items() if k != TREE_VAR}
-        env["PYTHONPATH"] = str(REPO_ROOT)
         argv = srun_argv(self.job_id, host, f"{self.run_id[-6:]}-helper", str(self.run_dir),
-                         [python, "-m", "chaos.runtimes.slurm_helper", action, f"{self.run_id}/{name}", *args])
-        proc = _run(argv, timeout=HELPER_TIMEOUT_S, env=env)
+                         [self.python, "-m", "chaos.runtimes.slurm_helper", action, f"{self.run_id}/{name}", *args])
+        proc = _run(argv, timeout=HELPER_TIMEOUT_S, env=helper_environ())
         for line in reversed(proc.stdout.splitlines()):
             if line.startswith("{"):
                 return dict(json.loads(line))
@@ -952,9 +960,12 @@ class SlurmRuntime(Runtime):
     def teardown(self) -> list[str]:
         self._stop.set()
         cleaned: list[str] = []
-        if self.job_id is not None and self.storage_layer is not None:
-            cleaned += self._sweep_storage(self.job_id, self.run_id, [h for h in self.hosts if h not in self._lost],
-                                           self.python, self._events, self._lock)
+        live = [h for h in self.hosts if h not in self._lost]
+        if self.job_id is not None and self.storage_layer is not None and live:
+            swept = self._sweep_storage(self.job_id, self.run_id, live, self.python)
+            cleaned += [f"storage mount ({u})" for u in swept["unmounted"]]
+            with self._lock:
+                self._events.append(swept)
         if self.job_id is not None:
             released: dict[str, Any] = {"event": Ev.SLURM_RELEASED, "job_id": self.job_id, "ok": False}
             try:  # teardown must go on: the srun clients, the marks and the logs below are this engine's own
@@ -995,34 +1006,24 @@ class SlurmRuntime(Runtime):
             self._observer.join(timeout=5)
         return cleaned
 
-    def _helper_env(self) -> dict[str, str]:
-        return {**slurm_environ(), "PYTHONPATH": nodes_pythonpath()}
-
     @staticmethod
-    def _sweep_storage(job_id: str, run_id: str, hosts: list[str], python: str,
-                       events: list[dict[str, Any]] | None = None, lock: threading.Lock | None = None) -> list[str]:
+    def _sweep_storage(job_id: str, run_id: str, hosts: list[str], python: str) -> dict[str, Any]:
         """Unmount the run's storage-layer mounts on its hosts, one helper step each, before the allocation goes
         (after it, nothing of ours runs there): a server killed with its step leaves a dead mount, and the live
-        ones end their servers."""
-        if not hosts:
-            return []
+        ones end their servers. Returns the history's ``storage_swept`` record."""
         argv = ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={len(hosts)}", f"--ntasks={len(hosts)}",
                 "--ntasks-per-node=1", f"--nodelist={','.join(hosts)}", f"--job-name={run_id[-6:]}-sweep",
                 "--kill-on-bad-exit=0", python, "-m", "chaos.storage", "sweep", "--run-id", run_id]
-        record: dict[str, Any] = {"event": Ev.STORAGE_SWEPT, "hosts": hosts, "ok": False}
+        record: dict[str, Any] = {"event": Ev.STORAGE_SWEPT, "hosts": hosts, "ok": False, "unmounted": []}
         try:
-            proc = _run(argv, timeout=HELPER_TIMEOUT_S, env={**slurm_environ(), "PYTHONPATH": nodes_pythonpath()})
-            unmounted = [line.strip() for line in proc.stdout.splitlines() if "unmounted" in line]
-            record.update(ok=proc.returncode == 0, unmounted=unmounted)
+            proc = _run(argv, timeout=HELPER_TIMEOUT_S, env=helper_environ())
+            record.update(ok=proc.returncode == 0,
+                          unmounted=[line.strip() for line in proc.stdout.splitlines() if "unmounted" in line])
             if proc.returncode != 0:
                 record["why"] = f"srun exited {proc.returncode}: {proc.stderr.strip()[-200:]}"
         except (OSError, subprocess.TimeoutExpired) as exc:
-            unmounted = []
             record["why"] = f"srun: {exc}"
-        if events is not None and lock is not None:
-            with lock:
-                events.append(record)
-        return [f"storage mount ({u})" for u in unmounted]
+        return record
 
     def describe(self) -> dict[str, Any]:
         return {"runtime": self.name, "slurm": self.options.model_dump(exclude_none=True),

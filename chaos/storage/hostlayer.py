@@ -145,13 +145,6 @@ def wrap(python: str, mount: str, events: str, run_id: str, command: list[str], 
     return [*argv, "--", *command]
 
 
-def sweep_stale(mount: str) -> bool:
-    """Unmount a torch-chaos mount left at ``mount`` on this host; whether the path is free of one now."""
-    if not any(m.path == mount for m in chaos_mounts()):
-        return True
-    return unmount(mount)
-
-
 def host(mount: str, events: str, run_id: str, command: list[str], pause_on: str = "",
          progress_regex: str | None = None) -> int:
     """The wrapper: mount through a server of its own, then become the node's command. Returns only on failure
@@ -160,7 +153,7 @@ def host(mount: str, events: str, run_id: str, command: list[str], pause_on: str
     if not command:
         print("torch-chaos storage layer: no command after --", file=sys.stderr)
         return 2
-    if not sweep_stale(mount):
+    if not unmount(mount):  # a torch-chaos mount left at this path on this host (none: nothing to do)
         print(f"torch-chaos storage layer: a dead mount at {mount} on {socket.gethostname()} cannot be unmounted",
               file=sys.stderr)
         return 3
@@ -179,7 +172,7 @@ def host(mount: str, events: str, run_id: str, command: list[str], pause_on: str
         if server.poll() is not None or time.monotonic() > deadline:
             if server.poll() is None:
                 server.kill()
-            sweep_stale(mount)
+            unmount(mount)
             print(f"torch-chaos storage layer: could not mount {mount} on {socket.gethostname()} "
                   f"(server exit {server.poll()}); `chaos doctor` on this host says what FUSE needs", file=sys.stderr)
             return 3
