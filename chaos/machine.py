@@ -65,9 +65,13 @@ def docker_checks(image: str | None = None) -> list[Check]:
     try:
         c = client()
     except DockerUnavailable as exc:
+        # without an engine the image cannot be looked up, so debootstrap may well be needed: say so now
         return [Check("docker engine", False, str(exc).split(";")[0],
                       f"{APT} docker.io && (dockerd > /var/log/dockerd.log 2>&1 &)"),
-                Check("docker image", False, f"{tag}: cannot tell without an engine", "chaos image build")]
+                Check("docker image", False, f"{tag}: cannot tell without an engine", "chaos image build"),
+                Check("debootstrap (offline image build)", have_debootstrap,
+                      "present" if have_debootstrap else "missing (needed unless the image is built)",
+                      f"{APT} debootstrap")]
     version = c.version().get("Version", "?")
     present = bool(c.api.images(name=tag))
     return [Check("docker engine", True, f"reachable, version {version}"),

@@ -8,11 +8,13 @@ import fcntl
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -26,7 +28,9 @@ SHARE_LOCK_ENV = "TORCH_CHAOS_TEST_SHARE_LOCK"
 MACHINE_LOCK_ENV = "TORCH_CHAOS_MACHINE_LOCK"
 NO_RERUN_ENV = "TORCH_CHAOS_NO_RERUN"
 TIMES_ENV = "TORCH_CHAOS_SUITE_TIMES"  # write every real-cluster test's machine time there (JSON)
+BYTECODE_ENV = "PYTHONDONTWRITEBYTECODE"
 _created: dict[str, str] = {}  # env variable -> the path this session made for it
+_removed: dict[str, str] = {}  # env variable -> the value this session took away for its run
 _session_has_clusters = pytest.StashKey[bool]()
 
 
@@ -38,11 +42,26 @@ def pytest_configure(config: pytest.Config) -> None:
     the caller chose (the variable already set) is used as it is and kept."""
     if hasattr(config, "workerinput"):
         return
+    _write_bytecode()
     if not os.environ.get(GOLDEN_CACHE_ENV):
         _created[GOLDEN_CACHE_ENV] = os.environ[GOLDEN_CACHE_ENV] = tempfile.mkdtemp(prefix="torch-chaos-golden-")
     fd, lock = tempfile.mkstemp(prefix="torch-chaos-share-")
     os.close(fd)
     _created[SHARE_LOCK_ENV] = os.environ[SHARE_LOCK_ENV] = lock
+
+
+def _write_bytecode() -> None:
+    """Let the session's interpreters cache bytecode (``__pycache__``, git-ignored) even where the machine sets
+    ``PYTHONDONTWRITEBYTECODE``, as this one does.
+
+    Without it every xdist worker compiles ``chaos`` and pytest rewrites every test module anew (collection ~9 s
+    against ~4 s with the caches), and so does each of the suite's few hundred CLI, engine and inner-pytest
+    processes. Set in the controller before xdist starts its workers, which inherit the environment, like the
+    golden cache; the variable is put back at the end (``pytest_unconfigure``)."""
+    value = os.environ.pop(BYTECODE_ENV, None)
+    if value is not None:
+        _removed[BYTECODE_ENV] = value
+        sys.dont_write_bytecode = False
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -53,6 +72,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.unlink(path)
         os.environ.pop(variable, None)
     _created.clear()
+    os.environ.update(_removed)
+    _removed.clear()
 
 
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
@@ -140,14 +161,25 @@ def _share_the_machine(request: pytest.FixtureRequest) -> Iterator[None]:
         if not request.node.get_closest_marker("alone"):  # else its module holds the machine already
             locks.enter_context(_locked(path, fcntl.LOCK_EX if cluster else fcntl.LOCK_SH))
             locks.enter_context(_machine_lock(cluster))
-        held = time.monotonic()
+        held, cpu = time.monotonic(), psutil.cpu_times()
         yield
         if cluster:
-            request.node.user_properties.append((MACHINE_TIME, time.monotonic() - held))
+            request.node.user_properties.append((MACHINE_TIME, (time.monotonic() - held, _busy_since(cpu))))
 
 
-MACHINE_TIME = "machine_s"  # a real-cluster test's time holding the machine, lock waits excluded
-_machine_times: list[tuple[float, str]] = []
+def _busy_since(before: Any) -> float:  # psutil.cpu_times(): a platform-specific named tuple
+    """The share of the machine's CPU time that was busy since ``before`` (all cores; 1.0 = every core busy).
+
+    What a real-cluster test leaves idle while it holds the machine alone is the most a second lane of
+    measurement-free runs beside it could use (docs/design.md, "Test tiers")."""
+    after = psutil.cpu_times()
+    idle = (after.idle - before.idle) + (getattr(after, "iowait", 0.0) - getattr(before, "iowait", 0.0))
+    total = sum(after) - sum(before)
+    return 1.0 - idle / total if total > 0 else 0.0
+
+
+MACHINE_TIME = "machine_s"  # a real-cluster test's (time holding the machine, busy share), lock waits excluded
+_machine_times: list[tuple[float, str, float]] = []  # (seconds, node id, busy share)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -156,7 +188,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         # a rerun's report carries the item's properties of every attempt so far: its own is the last
         times = [value for name, value in report.user_properties if name == MACHINE_TIME]
         if times:
-            _machine_times.append((times[-1], report.nodeid))
+            seconds, busy = times[-1]
+            _machine_times.append((seconds, report.nodeid, busy))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -174,11 +207,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"  {report.nodeid}: {first[:300]}")
     if not _machine_times:
         return
-    total = sum(t for t, _ in _machine_times)
-    terminalreporter.write_sep("=", f"real-cluster tests: {len(_machine_times)} held the machine {total / 60:.1f} min")
-    for seconds, nodeid in sorted(_machine_times, reverse=True)[:30]:
-        terminalreporter.write_line(f"{seconds:7.1f}s  {nodeid}")
-    if os.environ.get(TIMES_ENV):  # every test's figure, for the suite's budget (docs/design.md, "The test suite")
+    total = sum(t for t, _, _ in _machine_times)
+    idle = sum(t * (1.0 - busy) for t, _, busy in _machine_times)
+    terminalreporter.write_sep("=", f"real-cluster tests: {len(_machine_times)} held the machine {total / 60:.1f} min, "
+                                    f"its CPU {1 - idle / total:.0%} busy (idle: {idle / 60:.1f} min of the whole "
+                                    f"machine)")
+    for seconds, nodeid, busy in sorted(_machine_times, reverse=True)[:30]:
+        terminalreporter.write_line(f"{seconds:7.1f}s {busy:4.0%} busy  {nodeid}")
+    if os.environ.get(TIMES_ENV):  # every test's figures, for the suite's budget (docs/design.md, "Test tiers")
         Path(os.environ[TIMES_ENV]).write_text(json.dumps(sorted(_machine_times, reverse=True), indent=0))
 
 
