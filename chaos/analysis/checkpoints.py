@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from array import array
 from collections import Counter, defaultdict
-from collections.abc import Sequence
-from itertools import chain as chain_all
+from collections.abc import Iterable, Sequence
+from itertools import groupby
 from typing import Any
 
 from chaos.analysis.ckpt_source import (
@@ -330,13 +330,12 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
         missing_steps += [s for s in range(seg["a"] + 1, seg["b"] + 1) if s not in present]
         if seg["incarnation"] is not None and seg is not chain[-1]:  # an incarnation that ended and was resumed
             unrecorded += _unrecorded(kept, step_no, ranks, epochs, table)
-        for r in kept:
-            if table.sample_ids(r) is None:
-                continue
+        with_ids = table.rows_with_ids(kept)
+        # the rows of one epoch come one after another: appended a run at a time, not row by row
+        for epoch, rows_of_epoch in groupby(with_ids, key=epochs.__getitem__):
             has_ids = True
-            if sizes[r] is not MISSING:
-                dataset_size = sizes[r]
-            consumed[int(epochs[r])].append(r)
+            consumed[int(epoch)].extend(rows_of_epoch)
+        dataset_size = _last_size(with_ids, sizes, dataset_size)
     if not has_ids or dataset_size is None:
         return _steps_once(events)
     duplicates: dict[int, list[int]] = {}
@@ -348,16 +347,17 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
     complete = []
     last_epoch = max(consumed, default=0)
     for epoch, rows in sorted(consumed.items()):
-        seen_total = sum(len(table.sample_ids(r)) for r in rows)  # the ids are read from the table as needed
-        distinct = set(chain_all.from_iterable(map(table.sample_ids, rows)))
+        ids = table.ids_of(rows)  # one epoch's ids at a time (a few thousand), read from the table as needed
+        seen_total = len(ids)
+        distinct = set(ids)
         if len(distinct) < seen_total:  # counting is needed only when something was consumed twice
-            dup = sorted(i for i, c in Counter(chain_all.from_iterable(map(table.sample_ids, rows))).items() if c > 1)
-            duplicates[epoch] = dup
+            duplicates[epoch] = sorted(i for i, c in Counter(ids).items() if c > 1)
         # an epoch is judged for skips only when the lineage ran through it (the run got past its end)
         ran_through = epoch < last_epoch or seen_total >= dataset_size
         if ran_through:
             complete.append(epoch)
-            miss = sorted(set(range(dataset_size)) - distinct)
+            # every id seen (the usual epoch) is a lookup per id; only an epoch with a gap builds the difference
+            miss = [] if distinct.issuperset(range(dataset_size)) else sorted(set(range(dataset_size)) - distinct)
             if miss and len(miss) <= room[epoch]:
                 explained[epoch] = len(miss)
             elif miss:
@@ -388,6 +388,14 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
                   "collective and its record)")
     return _verdict(True, f"every sample consumed exactly once in {len(complete)} complete epoch(s){caveat}",
                     **details)
+
+
+def _last_size(rows: Iterable[int], sizes: Sequence[Any], before: Any) -> Any:
+    """The dataset size the last of ``rows`` that says one gave (``before`` when none does)."""
+    for r in reversed(rows if isinstance(rows, Sequence) else list(rows)):
+        if sizes[r] is not MISSING:
+            return sizes[r]
+    return before
 
 
 def _unrecorded(rows: Sequence[int], step_no: Sequence[Any], ranks: Sequence[Any], epochs: Sequence[Any],

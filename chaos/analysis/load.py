@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from itertools import compress, repeat
+from operator import eq, itemgetter, not_
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -108,8 +110,10 @@ def load_events(path: Path | str) -> History:
     try:
         step = Ev.STEP_COMPLETED
         for chunk in iter_checked_chunks(path, unreadable):
-            table.extend([e for e in chunk if e.get("event") == step])
-            others.extend(e for e in chunk if e.get("event") != step)
+            # one look at each event's name (every checked event has one): steps to the table, the rest kept
+            is_step = list(map(eq, map(itemgetter("event"), chunk), repeat(step)))
+            table.extend(list(compress(chunk, is_step)))
+            others.extend(compress(chunk, map(not_, is_step)))
         others.sort(key=lambda e: e.get("t", 0.0))
         return History(others, _sorted_by_time(table), unreadable)
     finally:

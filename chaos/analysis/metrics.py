@@ -11,7 +11,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from itertools import pairwise
+from itertools import compress, islice, repeat
+from operator import eq, lt, sub
 from typing import Any
 
 from chaos.analysis.ckpt_source import checkpoint_events, checkpoint_source
@@ -112,12 +113,14 @@ def _compute_step_spans(events: list[Event]) -> tuple[array[float], array[float]
         rows.append(row)
     starts, ends = array("d"), array("d")
     for rows in rows_of.values():
-        if all(step_no[a] < step_no[b] for a, b in pairwise(rows)):
+        done = list(map(step_no.__getitem__, rows))
+        if all(map(lt, done, islice(done, 1, None))):
             # Steps strictly increasing (the usual process): s-1, if this process did it, is the row just before.
-            for prev, row in pairwise(rows):
-                if step_no[prev] == step_no[row] - 1:
-                    starts.append(times[prev])
-                    ends.append(times[row])
+            # The pairs are picked by C-level maps over the process's steps, not a Python loop per step.
+            at = list(map(times.__getitem__, rows))
+            follows = list(map(eq, done, map(sub, islice(done, 1, None), repeat(1))))  # step s-1 before s
+            starts.extend(compress(at, follows))
+            ends.extend(compress(islice(at, 1, None), follows))
             continue
         by_step: dict[int, float] = {}  # a step done twice by one process: its last completion counts
         for r in rows:

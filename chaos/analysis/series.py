@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Sequence
-from itertools import pairwise
+from itertools import islice, pairwise
+from operator import lt
 from typing import Any
 
 from chaos.analysis.checkpoints import lineage, worker_steps
@@ -53,8 +54,29 @@ def progress_by_node(events: list[Event], t0: float, max_points: int = MAX_POINT
         rows.append(row)
     out: dict[str, Series] = {}
     for node, rows in sorted(rows_of.items()):
-        points = _Points(rows, times, step_no, t0)
+        xs = [times[r] - t0 for r in rows]
+        if all(map(lt, xs, islice(xs, 1, None))):  # strictly later each time (the usual node): already sorted
+            out[node] = _downsample_xy(xs, [step_no[r] for r in rows], max_points)
+            continue
+        points = _Points(rows, times, step_no, t0)  # ties or a clock step back: sorted as (x, step) pairs
         out[node] = downsample(points if points.in_order() else sorted(points), max_points)
+    return out
+
+
+def _downsample_xy(xs: list[float], ys: list[Any], max_points: int) -> Series:
+    """:func:`downsample` of the points ``zip(xs, ys)``, without making a pair per point: only the kept ones."""
+    if len(xs) <= max_points:
+        return list(zip(xs, ys, strict=True))
+    buckets = max(1, max_points // 2)
+    size = len(xs) / buckets
+    out: Series = []
+    for b in range(buckets):
+        first, end = int(b * size), int((b + 1) * size)
+        if first >= end:
+            continue
+        lo = min(range(first, end), key=ys.__getitem__)  # the first lowest, as downsample picks
+        hi = max(range(first, end), key=ys.__getitem__)
+        out.extend((xs[i], ys[i]) for i in sorted({lo, hi}))
     return out
 
 

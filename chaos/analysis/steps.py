@@ -30,6 +30,7 @@ class _Missing:
 
 
 MISSING: Any = _Missing()
+_LIST: Any = object()  # a row that is not odd in _SampleIds: its ids are a slice of the flat array
 
 # Typed columns: field → (array typecode, the one Python type it holds). Integers start at 4 bytes and widen to 8
 # when a value needs it; floats stay 8-byte doubles (a narrower float would change the figures).
@@ -68,8 +69,12 @@ class _Column:
         self.data.append(value)  # type: ignore[arg-type]
 
     def extend(self, values: list[Any]) -> None:
-        """Many values at once: one C-level ``extend`` when all have the column's type (the usual case)."""
-        if self.kind is not None and set(map(type, values)) <= {self.kind}:
+        """Many values at once: one C-level ``extend`` when all have the column's type (the usual case), and when
+        the column already is a list (a field some steps lack: no value by value ``append`` for every chunk)."""
+        if self.kind is None:
+            self.data.extend(values)  # type: ignore[arg-type]
+            return
+        if set(map(type, values)) <= {self.kind}:
             before = len(self.data)
             try:
                 self.data.extend(values)  # type: ignore[arg-type]
@@ -194,6 +199,25 @@ class _SampleIds:
             return self.odd[row]
         return self.flat[self.offsets[row]:self.offsets[row + 1]]
 
+    def joined(self, rows: Iterable[int]) -> array[int] | None:
+        """The ids of ``rows`` one after the other, or ``None`` when one of them is odd (the caller reads them row
+        by row). Consecutive rows are one slice of the flat array: a lineage's rows mostly are, so an epoch of a
+        few hundred steps costs a few slices, not a slice per step."""
+        odd, offsets, flat = self.odd, self.offsets, self.flat
+        out = array(flat.typecode)
+        start = end = -1  # the run of consecutive rows not yet copied: [start, end)
+        for r in rows:
+            if r in odd:
+                return None
+            if r != end:
+                if end > start:
+                    out.extend(flat[offsets[start]:offsets[end]])
+                start = r
+            end = r + 1
+        if end > start:
+            out.extend(flat[offsets[start]:offsets[end]])
+        return out
+
 
 class StepTable:
     """The steps of a history in their order, one column per field (see the module docstring)."""
@@ -259,8 +283,25 @@ class StepTable:
         ids = self._ids.get(row)
         return None if ids is MISSING else ids
 
+    def rows_with_ids(self, rows: Iterable[int]) -> Iterable[int]:
+        """The rows whose step has sample ids (``sample_ids(row) is not None``): ``rows`` itself when every step of
+        the table has a list of them (no row to look at one by one)."""
+        odd = self._ids.odd
+        if not odd:
+            return rows
+        return [r for r in rows if (ids := odd.get(r, _LIST)) is not None and ids is not MISSING]
+
+    def ids_of(self, rows: Sequence[int]) -> Sequence[Any]:
+        """The sample ids of ``rows`` one after the other (every row must have ids: see :meth:`rows_with_ids`)."""
+        joined = self._ids.joined(rows)
+        if joined is not None:
+            return joined
+        return list(chain.from_iterable(map(self.sample_ids, rows)))
+
     def select(self, rows: Sequence[int]) -> StepTable:
         """A table of some of the rows, in the given order (the table itself when that is all of them in order)."""
+        if isinstance(rows, range) and rows == range(self.n):
+            return self
         if len(rows) == self.n and all(i == r for i, r in enumerate(rows)):
             return self
         out = StepTable()
