@@ -356,8 +356,7 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
         ran_through = epoch < last_epoch or seen_total >= dataset_size
         if ran_through:
             complete.append(epoch)
-            # every id seen (the usual epoch) is a lookup per id; only an epoch with a gap builds the difference
-            miss = [] if distinct.issuperset(range(dataset_size)) else sorted(set(range(dataset_size)) - distinct)
+            miss = sorted(set(range(dataset_size)) - distinct)
             if miss and len(miss) <= room[epoch]:
                 explained[epoch] = len(miss)
             elif miss:

@@ -11,7 +11,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from itertools import compress, islice, repeat
+from itertools import accumulate, compress, islice, repeat
 from operator import eq, lt, sub
 from typing import Any
 
@@ -212,7 +212,7 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
     nodes, pids = table.values("node"), table.values("pid")
     all_steps = time_order(times)  # row indices
     step_t = times if isinstance(all_steps, range) else [times[i] for i in all_steps]
-    highest_by_index = _running_max(step_no[i] for i in all_steps)
+    highest_by_index = _running_max(map(step_no.__getitem__, all_steps))
     starts = sorted(_worker_starts(events), key=lambda e: e["t"])
     start_t = [e["t"] for e in starts]
     # The job's own reports of what it loaded; the storage layer's loads (a null step for a torn file) count through
@@ -291,12 +291,8 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
 
 
 def _running_max(values: Iterable[int]) -> list[int]:
-    out: list[int] = []
-    best: int | None = None
-    for v in values:
-        best = v if best is None or v > best else best
-        out.append(best)
-    return out
+    """The highest value so far at each position (``max`` keeps the earlier of equal values)."""
+    return list(accumulate(values, max))
 
 
 def goodput(events: list[Event]) -> dict[str, Any]:
@@ -316,8 +312,7 @@ def goodput(events: list[Event]) -> dict[str, Any]:
         "median_step_s": median,
         "median_basis": basis,
         "steps_completed": useful,
-        "step_executions": len({(pid, s) for pid, s, rank in zip(table.values("pid"), table.values("step"),
-                                                                  table.values("rank", 0), strict=True)
-                                if rank == 0}),
+        "step_executions": len(set(compress(zip(table.values("pid"), table.values("step"), strict=True),
+                                            map(eq, table.values("rank", 0), repeat(0))))),  # rank 0's
         "training_time_s": actual,
     }
