@@ -8,6 +8,10 @@ is run: the point is the cost of analysis and reports per event, which real runs
 to produce.
 
     python benchmarks/report_scale.py --events 300000 --format html
+    python benchmarks/report_scale.py --events 300000 --format html json text --repeat 3   # medians of 3
+
+On a shared machine wall time varies run to run; ``--repeat`` reports the median of each figure (wall, CPU, peak
+RSS) over that many reports of the same history, and CPU time is the steadier of the two.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import hashlib
 import json
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -161,7 +166,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--events", type=int, nargs="+", default=[300_000],
                     help="history size(s); with several, also the cost of each further event (smallest to largest)")
-    ap.add_argument("--format", default="html", help="chaos report format: text, html, md, json, junit")
+    ap.add_argument("--format", nargs="+", default=["html"],
+                    help="chaos report format(s): text, html, md, json, junit (each reported on the same history)")
+    ap.add_argument("--repeat", type=int, default=1, help="reports per format and size; the medians are printed")
     ap.add_argument("--keep", default=None, help="write the run directories here instead of a temporary one")
     ap.add_argument("--synthesise-only", default=None, help=argparse.SUPPRESS)  # DIR: write one history, exit
     args = ap.parse_args()
@@ -169,23 +176,30 @@ def main() -> int:
         print(synthesise(Path(args.synthesise_only), args.events[0]))
         return 0
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="chaos-report-scale-"))
-    measured = []
+    measured: dict[str, list[tuple[int, float, float]]] = {}
     for n_events in sorted(args.events):
         run_dir = tmp / f"soak-{n_events}"
         n = int(subprocess.run([sys.executable, __file__, "--events", str(n_events), "--synthesise-only",
                                 str(run_dir)], capture_output=True, text=True, check=True).stdout)
         size = (run_dir / "events.jsonl").stat().st_size
         print(f"history: {n} events, {size / 1e6:.1f} MB in {run_dir}")
-        wall, cpu, peak_mb, out, code = _report(run_dir, args.format)
-        if code not in (0, 1):
-            print(out[-2000:], file=sys.stderr)
-            return 2
-        print(f"chaos report --format {args.format}: {wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {peak_mb:.0f} MB")
-        measured.append((n, cpu, peak_mb))
-    if len(measured) > 1:
-        (n0, cpu0, mb0), (n1, cpu1, mb1) = measured[0], measured[-1]
-        print(f"each further event ({n0} to {n1}): {(cpu1 - cpu0) / (n1 - n0) * 1e6:.1f} µs CPU, "
-              f"{(mb1 - mb0) * 1024 * 1024 / (n1 - n0):.0f} B of peak RSS")
+        for fmt in args.format:
+            runs = []
+            for _ in range(max(1, args.repeat)):
+                wall, cpu, peak_mb, out, code = _report(run_dir, fmt)
+                if code not in (0, 1):
+                    print(out[-2000:], file=sys.stderr)
+                    return 2
+                runs.append((wall, cpu, peak_mb))
+            wall, cpu, peak_mb = (statistics.median(figure) for figure in zip(*runs, strict=True))
+            of = f" (median of {len(runs)})" if len(runs) > 1 else ""
+            print(f"chaos report --format {fmt}: {wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {peak_mb:.0f} MB{of}")
+            measured.setdefault(fmt, []).append((n, cpu, peak_mb))
+    for fmt, sizes in measured.items():
+        if len(sizes) > 1:
+            (n0, cpu0, mb0), (n1, cpu1, mb1) = sizes[0], sizes[-1]
+            print(f"{fmt}: each further event ({n0} to {n1}): {(cpu1 - cpu0) / (n1 - n0) * 1e6:.1f} µs CPU, "
+                  f"{(mb1 - mb0) * 1024 * 1024 / (n1 - n0):.0f} B of peak RSS")
     if not args.keep:
         shutil.rmtree(tmp)
     return 0
