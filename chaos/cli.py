@@ -19,15 +19,28 @@ from typing import Any
 import yaml
 from rich.console import Console
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path, shipped_scenarios_dir
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
-out = Console(width=None if sys.stdout.isatty() else 120)
-err = Console(stderr=True, soft_wrap=True)  # one error per line: file:line: field: why
+# No markup and no emoji codes: what the consoles print is mostly what users and their jobs wrote (scenario names,
+# paths, a worker's last lines such as "[rank0]: ..."), which rich would otherwise read as styles (dropping the text,
+# or failing on a stray "[/...]") and ":name:" as emoji. Styled words are Text spans (_error, _styled).
+out = Console(width=None if sys.stdout.isatty() else 120, markup=False, emoji=False)
+err = Console(stderr=True, soft_wrap=True, markup=False, emoji=False)  # one error per line: file:line: field: why
+
+
+def _styled(style: str, word: str, rest: str = "") -> Text:
+    """``word`` in ``style``, then ``rest`` as it is."""
+    return Text.assemble((word, style), " " if rest else "", rest)
+
+
+def _error(message: str) -> None:
+    """``error <message>`` on stderr, the message exactly as given."""
+    err.print(_styled("red", "error", message), highlight=False)
 
 
 def _load(path: str, runtime: str | None = None, machine: bool = True) -> Any:
@@ -45,9 +58,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except ScenarioInvalid as exc:
             bad += 1
             for e in exc.errors:
-                err.print(f"[red]error[/red] {escape(str(e))}", highlight=False)
+                _error(str(e))
             continue
-        out.print(f"[green]ok[/green] {escape(name)}: {scenario.name} ({len(scenario.faults)} fault(s))",
+        out.print(_styled("green", "ok", f"{name}: {scenario.name} ({len(scenario.faults)} fault(s))"),
                   highlight=False)
     return EXIT_USAGE if bad else EXIT_PASS
 
@@ -72,9 +85,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     for path in sorted(root.rglob("*.yaml")):
         try:
             scenario = load_scenario(path)
-            desc, runtime = " ".join(scenario.description.split()), str(scenario.cluster.runtime)
+            desc, runtime = Text(" ".join(scenario.description.split())), str(scenario.cluster.runtime)
         except ScenarioInvalid as exc:
-            desc, runtime = f"[red]invalid: {exc.errors[0]}[/red]", "?"
+            desc, runtime = Text(f"invalid: {exc.errors[0]}", style="red"), "?"
         t.add_row(str(path.relative_to(root).with_suffix("")), runtime, desc)
     out.print(t)
     return EXIT_PASS
@@ -106,7 +119,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                   ", ".join(row.get("needs", row.get("capabilities", []))), row["module"])
     out.print(t)
     for line in broken:
-        err.print(f"[red]failed to load[/red] {escape(line)}", highlight=False)
+        err.print(_styled("red", "failed to load", line), highlight=False)
     return EXIT_PASS if not broken else EXIT_FAIL
 
 
@@ -131,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             runtime = create_runtime(scenario, run_id, str(run_dir))
             plan = build_plan(scenario, run_id, run_dir, runtime.addressing(scenario))
         except PlanError as exc:
-            err.print(f"[red]error[/red] {escape(args.scenario)}: {escape(str(exc))}", highlight=False)
+            _error(f"{args.scenario}: {exc}")
             return EXIT_USAGE
         shown = plan.to_dict()
         commands = runtime.dry_run_commands(plan)
@@ -164,7 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 engine.on_update = update
                 result = engine.run()
     except PlanError as exc:
-        err.print(f"[red]error[/red] {escape(args.scenario)}: {escape(str(exc))}", highlight=False)
+        _error(f"{args.scenario}: {exc}")
         return EXIT_USAGE
     except RunInterrupted as exc:
         result = exc.result  # torn down and written: show what was measured, then exit 130
@@ -207,17 +220,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         mtbf = parse_duration(args.mtbf) if args.mtbf else None
     except ValueError as exc:
-        err.print(f"[red]error[/red] --mtbf: {exc}", highlight=False)
+        _error(f"--mtbf: {exc}")
         return EXIT_USAGE
     if args.project_nodes is None and (args.mtbf_node or args.preset):
-        err.print("[red]error[/red] --mtbf-node / --preset: a projection needs --project-nodes N", highlight=False)
+        _error("--mtbf-node / --preset: a projection needs --project-nodes N")
         return EXIT_USAGE
     try:
         analysis = analyze_run(run_dir)  # once: result.json and the report present the same analysis
         try:
             projection = _projection(args, analysis, args.project_nodes) if args.project_nodes is not None else None
         except ProjectionError as exc:
-            err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False)
+            _error(str(exc))
             return EXIT_USAGE
         result = write_result(analysis)
         if args.format == "text":
@@ -234,9 +247,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ScenarioInvalid:
         raise  # scenario.yaml itself is damaged: file:line errors, exit 2
     except Exception as exc:  # a damaged history must give a message, never a traceback
-        err.print(f"[red]error[/red] {escape(str(run_dir))}: cannot analyse this run directory "
-                  f"({type(exc).__name__}: {escape(str(exc))}); `chaos report` reads events.jsonl, scenario.yaml "
-                  "and golden.json", highlight=False)
+        _error(f"{run_dir}: cannot analyse this run directory "
+                  f"({type(exc).__name__}: {exc}); `chaos report` reads events.jsonl, scenario.yaml "
+                  "and golden.json")
         return EXIT_FAIL
     return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
 
@@ -244,8 +257,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _is_run_dir(run_dir: Path) -> bool:
     if (run_dir / "events.jsonl").exists() and (run_dir / "scenario.yaml").exists():
         return True
-    err.print(f"[red]error[/red] {escape(str(run_dir))}: not a run directory (it needs events.jsonl and "
-              "scenario.yaml)", highlight=False)
+    _error(f"{run_dir}: not a run directory (it needs events.jsonl and "
+              "scenario.yaml)")
     return False
 
 
@@ -277,13 +290,13 @@ def cmd_project(args: argparse.Namespace) -> int:
     except ScenarioInvalid:
         raise
     except Exception as exc:  # a damaged history must give a message, never a traceback
-        err.print(f"[red]error[/red] {escape(str(run_dir))}: cannot analyse this run directory "
-                  f"({type(exc).__name__}: {escape(str(exc))})", highlight=False)
+        _error(f"{run_dir}: cannot analyse this run directory "
+                  f"({type(exc).__name__}: {exc})")
         return EXIT_FAIL
     try:
         projection = _projection(args, analysis, args.nodes)
     except ProjectionError as exc:
-        err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False)
+        _error(str(exc))
         return EXIT_USAGE
     if args.format == "json":
         print(json.dumps(projection.to_dict(), indent=2, default=str))
@@ -303,9 +316,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
     scenario = _load(args.scenario, args.runtime)
     if scenario.explore is None:
-        err.print(f"[red]error[/red] {args.scenario}: explore: the scenario has no 'explore' section with the "
-                  "bounds to draw fault plans from (kinds, targets, max_faults, step_window, events ...)",
-                  highlight=False)
+        _error(f"{args.scenario}: explore: the scenario has no 'explore' section with the "
+                  "bounds to draw fault plans from (kinds, targets, max_faults, step_window, events ...)")
         return EXIT_USAGE
 
     def progress(exploration: Any, line: str) -> None:
@@ -316,10 +328,11 @@ def cmd_explore(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     if not summary["found"]:
-        out.print(f"[green]no failing plan[/green] in {summary['plans_tried']} plan(s) (seed {args.seed})")
+        out.print(_styled("green", "no failing plan", f"in {summary['plans_tried']} plan(s) (seed {args.seed})"))
         return EXIT_PASS
-    out.print(f"[red]failing plan found[/red] after {summary['plans_tried']} run(s); minimal plan: "
-              f"[bold]{summary['minimal_plan']}[/bold]\nreproducer: {summary['reproducer']}", highlight=False)
+    out.print(Text.assemble(("failing plan found", "red"), f" after {summary['plans_tried']} run(s); minimal plan: ",
+                            (str(summary["minimal_plan"]), "bold"), f"\nreproducer: {summary['reproducer']}"),
+              highlight=False)
     if not args.no_confirm:
         from chaos.engine import run
 
@@ -337,7 +350,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         run_dirs = [Path(p) for p in args.items]
         missing = [str(p) for p in run_dirs if not (p / "events.jsonl").exists()]
         if missing:
-            err.print(f"[red]error[/red] not run directories: {', '.join(missing)}", highlight=False)
+            _error(f"not run directories: {', '.join(missing)}")
             return EXIT_USAGE
     else:
         from chaos.engine import Engine
@@ -365,17 +378,17 @@ def _compare_sweep(args: argparse.Namespace) -> int:
     try:
         kind, values = parse_sweep(args.sweep)
     except ValueError as exc:
-        err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False)
+        _error(str(exc))
         return EXIT_USAGE
     if args.from_runs:
-        err.print("[red]error[/red] --sweep runs its scenarios; it does not take --from-runs", highlight=False)
+        _error("--sweep runs its scenarios; it does not take --from-runs")
         return EXIT_USAGE
     scenarios = [_load(p, args.runtime) for p in args.items]
     single = [s for s in scenarios if s.cluster.nodes == 1]
     multi = [s for s in scenarios if s.cluster.nodes > 1]
     if len(single) != 1 or not multi:
-        err.print("[red]error[/red] --sweep needs exactly one one-node scenario (the baseline) and at least one "
-                  "multi-node scenario", highlight=False)
+        _error("--sweep needs exactly one one-node scenario (the baseline) and at least one "
+                  "multi-node scenario")
         return EXIT_USAGE
 
     def run(scenario: Any) -> Any:
@@ -421,7 +434,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for col in ("check", "ok", "detail", "fix"):
         t.add_column(col, overflow="fold")
     for c in checks:
-        mark = "[green]yes[/green]" if c.ok else "[red]no[/red]" if c.required else "[yellow]no[/yellow]"
+        mark = Text("yes", style="green") if c.ok else Text("no", style="red" if c.required else "yellow")
         t.add_row(c.name, mark, c.detail, "" if c.ok else c.fix)
     if args.json:
         print(json.dumps([c.__dict__ for c in checks], indent=2))
@@ -439,7 +452,7 @@ def cmd_image(args: argparse.Namespace) -> int:
     try:
         result = build_image(method=args.method, force=args.force, log=lambda line: out.print(line, highlight=False))
     except ImageBuildError as exc:
-        err.print(f"[red]error[/red] {exc}", highlight=False)
+        _error(str(exc))
         return EXIT_FAIL
     size = f", {result.size_bytes / 1e9:.2f} GB" if result.size_bytes else ""
     out.print(f"image {result.tag} ({result.method}, {result.seconds:.1f}s{size})", highlight=False)
@@ -452,7 +465,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     from chaos.cluster.spec import check_name, check_nodes
 
     def usage(message: str) -> int:
-        err.print(f"[red]error[/red] {escape(message)}", highlight=False)
+        _error(message)
         return EXIT_USAGE
 
     name = args.name or args.kind
@@ -542,19 +555,19 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return usage(str(exc))
     except slurm.ClusterError as exc:
-        err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False)
+        _error(str(exc))
         return EXIT_FAIL
     except OSError as exc:  # the docker engine went away or refused mid-command (requests' errors are OSErrors)
-        err.print(f"[red]error[/red] the docker engine failed: {escape(str(exc))}; is dockerd running (`docker "
-                  "info`)? `chaos cluster down` removes what was made", highlight=False)
+        _error(f"the docker engine failed: {exc}; is dockerd running (`docker "
+                  "info`)? `chaos cluster down` removes what was made")
         return EXIT_FAIL
     except Exception as exc:
         import docker.errors
 
         if not isinstance(exc, docker.errors.DockerException):
             raise
-        err.print(f"[red]error[/red] the docker engine refused: {escape(str(exc))}; `chaos cluster down` "
-                  "removes what was made", highlight=False)
+        _error(f"the docker engine refused: {exc}; `chaos cluster down` "
+                  "removes what was made")
         return EXIT_FAIL
 
 
@@ -716,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args))
     except ScenarioInvalid as exc:
         for e in exc.errors:
-            err.print(f"[red]error[/red] {escape(str(e))}", highlight=False)
+            _error(str(e))
         return EXIT_USAGE
     except BrokenPipeError:  # `chaos ... | head`: the reader left early; nothing went wrong here
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit

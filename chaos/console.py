@@ -81,7 +81,7 @@ def history_notes(result: dict[str, Any], console: Console) -> None:
 def summary(result: dict[str, Any], console: Console) -> None:
     verdict = result["verdict"]
     console.print(Panel(Text(f"{verdict.upper()}  {result['why']}", style=VERDICT_STYLE.get(verdict, "")),
-                        title=f"{result['scenario']} · {result['run_id']}", expand=False))
+                        title=Text(f"{result['scenario']} · {result['run_id']}"), expand=False))
     history_notes(result, console)
     t = Table(title="faults", show_lines=False)
     for col in ("#", "kind", "target", "step", "restart", "recovery", "catch-up", "lost steps", "lost work",
@@ -124,8 +124,9 @@ def summary(result: dict[str, Any], console: Console) -> None:
         console.print(Text(skew, style="dim"), highlight=False)
     late = result.get("restarts_after_completion", 0)
     if late:
-        console.print(f"[yellow]note:[/] {late} worker restart(s) began after the job had reported its final state "
-                      "(e.g. a worker crashed while shutting down; see logs/); not counted as restarts above")
+        console.print(Text.assemble(("note:", "yellow"), f" {late} worker restart(s) began after the job had reported "
+                                    "its final state (e.g. a worker crashed while shutting down; see logs/); not "
+                                    "counted as restarts above"))
     checks = Table(title="checkpoint correctness")
     for col in ("verdict", "result", "why"):
         checks.add_column(col, overflow="fold")

@@ -34,6 +34,6 @@ class RunResult(dict[str, Any]):
 
         from chaos.console import summary
 
-        console = Console(width=120, record=True, file=io.StringIO(), color_system=None)
+        console = Console(width=120, record=True, file=io.StringIO(), color_system=None, markup=False, emoji=False)
         summary(dict(self), console)
         return console.export_text()

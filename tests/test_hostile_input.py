@@ -80,6 +80,25 @@ def test_validate_and_run_refuse_alike_and_markup_is_not_eaten(tmp_path: Path,
     assert "write command: [python, train.py, ...]" in outputs[0]  # rich markup would have eaten the brackets
 
 
+def test_what_users_and_their_jobs_wrote_is_printed_as_written(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """rich reads "[...]" as a style and ":name:" as an emoji: a worker's "[rank0]: ..." line in a verdict's why, a
+    path or a plug-in's entry point lost its text, and a stray "[/x]" turned the print into a traceback."""
+    import json
+
+    from chaos.cli import main
+    from chaos.run_result import RunResult
+
+    tricky = "[rank0]: boom [/x] :smile: [bold]ghost:Ghost:"
+    assert main(["validate", "--no-machine", str(tmp_path / f"{tricky}.yaml")]) == 2
+    assert f"{tricky}.yaml: cannot read file" in capsys.readouterr().err
+    result = json.loads((ROOT / "tests/data/histories/quickstart/result.json").read_text())
+    result["why"] = result["scenario"] = tricky
+    result["faults"][0]["mechanism"] = tricky
+    result["checkpoint"]["digests_ok"]["why"] = tricky
+    table = RunResult(result, tmp_path).table()
+    assert table.count(tricky[:12]) >= 4 and ":smile:" in table and "[/x]" in table, table
+
 def test_too_big_file_is_refused_before_parsing(tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
     path.write_text("name: big\n" + "#" * MAX_FILE_BYTES)
