@@ -16,20 +16,40 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag, TypeAdapter, create_model, model_validator
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    WithJsonSchema,
+    create_model,
+    model_validator,
+)
 
 from chaos.events import ExploreTriggerEvent
 from chaos.paths import check_allowed, check_path
 from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
 from chaos.runtimes.base import CAPABILITIES, STORAGE_LAYER
-from chaos.spec import SERVER_PREFIXES, EventTrigger, FaultSpec, Seconds, ServerName, Strict, parse_duration
+from chaos.spec import (
+    SERVER_PREFIXES,
+    EventTrigger,
+    FaultSpec,
+    PositiveSeconds,
+    Seconds,
+    ServerName,
+    Strict,
+    parse_duration,
+)
 from chaos.workload_args import SHIPPED
 
 __all__ = ["EventTrigger", "Fault", "FaultSpec", "Scenario", "Seconds", "make_fault", "parse_duration"]
 
 # YAML reads `[python, train.py, --epochs, 10]` with an int in it; a command line is strings.
+# A command's argument: YAML reads `[train.py, --steps, 40]` with a number in it, which is taken as its text; the
+# schema says so too (an editor must not flag what the loader accepts).
 Arg = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
-                                     else v)]
+                                     else v), WithJsonSchema({"type": ["string", "number"]})]
 
 
 def _names(plugins: dict[str, Any]) -> Any:
@@ -300,7 +320,7 @@ class Checks(Strict):
         None, ge=0, description="pin the relative loss tolerance of the golden comparison (no control run). Unset: "
         "bitwise, else within the noise a control run measures for a clean resume; 1e-3 when the world size "
         "changed")
-    mtbf_s: Seconds | None = Field(None, gt=0, description="mean time between failures, for checkpoint-interval "
+    mtbf_s: PositiveSeconds | None = Field(None, description="mean time between failures, for checkpoint-interval "
                                    "advice in reports (e.g. 6h)")
 
 
@@ -372,12 +392,12 @@ Explore = create_model(  # type: ignore[call-overload]
 
 
 class Limits(Strict):
-    deadline_s: Seconds = Field(300.0, gt=0, description="the run is stopped after this long")
-    stall_timeout_s: Seconds = Field(90.0, gt=0, description="no step for this long = hung")
+    deadline_s: PositiveSeconds = Field(300.0, description="the run is stopped after this long")
+    stall_timeout_s: PositiveSeconds = Field(90.0, description="no step for this long = hung")
     restart_loop_restarts: int = Field(
         4, ge=1, description="this many worker restarts in a row without a new highest step, none of them "
         "following an injected fault, = restart loop")
-    startup_timeout_s: Seconds = Field(120.0, gt=0, description="no first step within this long = hung")
+    startup_timeout_s: PositiveSeconds = Field(120.0, description="no first step within this long = hung")
 
 
 class Scenario(Strict):

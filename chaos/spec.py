@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from chaos.events import TriggerEvent
 
@@ -34,7 +34,13 @@ def parse_duration(value: Any) -> Any:
     return value
 
 
-Seconds = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+# The bound goes before the validator so the JSON Schema states it as `minimum` (after it, pydantic copies `ge` into
+# the schema verbatim, which no editor reads), and the schema admits what the validator does: 10, "10s", "500ms".
+_DURATION_SCHEMA = {"type": "string", "pattern": _DURATION.pattern}
+Seconds = Annotated[float, Field(ge=0), BeforeValidator(parse_duration),
+                    WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0}, _DURATION_SCHEMA]})]
+PositiveSeconds = Annotated[float, Field(gt=0), BeforeValidator(parse_duration),
+                            WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0}, _DURATION_SCHEMA]})]
 
 
 class Strict(BaseModel):
@@ -95,6 +101,17 @@ class FaultSpec(Strict):
     optional: bool = Field(False, description="the run may pass without this fault happening (a planned fault is "
                            "otherwise a promise: one that was never injected makes the verdict `error`)")
 
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """EXAMPLES is the example for a *required* field: on an optional one it would make the field required
+        behind the schema's back. Said when the plug-in is imported, which the registry reports as its load error."""
+        super().__pydantic_init_subclass__(**kwargs)
+        optional = [n for n in cls.EXAMPLES if n not in cls.model_fields or not cls.model_fields[n].is_required()]
+        if optional:
+            raise TypeError(f"{cls.__name__}.EXAMPLES names {', '.join(optional)}, which is not a required field: "
+                            "EXAMPLES shows what a missing required field looks like; give the field no default, "
+                            "or leave it out of EXAMPLES")
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         hidden = [n for n, off in (("target", cls.TARGET == "none"), ("seed", cls.TARGET == "none"),
@@ -105,33 +122,41 @@ class FaultSpec(Strict):
     @model_validator(mode="before")
     @classmethod
     def _fields_of_this_kind(cls, data: Any) -> Any:
-        """Say *why* a field is refused: it belongs to another kind, or this kind does not take it."""
+        """Say *why* a field is refused (it belongs to another kind, or this kind does not take it) and what a
+        missing one looks like, every such problem of the fault at once."""
         if not isinstance(data, dict) or cls is FaultSpec:
             return data
         kind = data.get("kind", "this fault")
         # Another kind's field at that kind's default says nothing (run directories written before fault kinds
         # had models of their own carry `one_way: false` on every fault): drop it rather than refuse old runs.
         data = {k: v for k, v in data.items() if k in cls.model_fields or not _is_foreign_default(k, v)}
+        problems, unknown = [], []
         for name in data:
             if name in cls.model_fields and not (
                     (name in ("target", "seed") and cls.TARGET == "none") or (name == "duration"
                                                                              and cls.DURATION == "none")):
                 continue
-            if name == "duration":
-                raise ValueError(f"{kind} takes no duration")
-            if name == "target":
-                raise ValueError(f"{kind} takes no target ({cls.target_hint()})")
             owners = _owners_of(name)
-            if owners:
-                raise ValueError(f"{name} applies to kind: {' or '.join(owners)} only")
-        for name, example in cls.EXAMPLES.items():
-            if data.get(name) is None:
-                raise ValueError(f"{kind} needs {name}, e.g. {example}")
+            if name == "duration":
+                problems.append(f"{kind} takes no duration")
+            elif name == "target":
+                problems.append(f"{kind} takes no target ({cls.target_hint()})")
+            elif owners:
+                problems.append(f"{name} applies to kind: {' or '.join(owners)} only")
+            else:
+                unknown.append(str(name))
+        missing = [f"{kind} needs {name}, e.g. {example}" for name, example in cls.EXAMPLES.items()
+                   if data.get(name) is None]
         if cls.DURATION == "required" and data.get("duration") is None:
-            raise ValueError(f"{kind} needs a duration, e.g. duration: 5s")
+            missing.append(f"{kind} needs a duration, e.g. duration: 5s")
         if cls.TARGET == "node" and data.get("target") is None:
-            raise ValueError(f"{kind} needs a target: a node index, rendezvous_host, store, etcdN, random or "
-                             "event_node")
+            missing.append(f"{kind} needs a target: a node index, rendezvous_host, store, etcdN, random or "
+                           "event_node")
+        problems += missing
+        if problems:
+            if unknown:  # else a misspelt field hides behind "needs": say both
+                problems.append(f"{kind} has no field {', '.join(map(repr, unknown))}")
+            raise ValueError("; ".join(problems))
         return data
 
     @classmethod

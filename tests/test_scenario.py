@@ -152,3 +152,49 @@ def test_cli_schema_and_dry_run(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     plan = json.loads(capsys.readouterr().out)
     assert len(plan["nodes"]) == 3 and plan["faults"][0]["trigger"] == "when step 330 completes"
     assert not any(tmp_path.iterdir()), "a dry run must not create anything"
+
+
+def test_the_published_schema_admits_every_shipped_scenario_and_the_loader_agrees() -> None:
+    """`chaos schema` is what an editor checks a scenario file against: it must accept what the loader accepts
+    (durations such as "5s", sizes such as "10MB", numbers in a command) and speak JSON Schema (pydantic copies a
+    bound it cannot express, `ge`, verbatim, which no editor reads)."""
+    import jsonschema
+    import yaml
+
+    from chaos.loading import _Loader  # the loader's YAML 1.2 booleans: `on:` is a key, not True
+    from chaos.scenario import Scenario
+
+    schema = Scenario.model_json_schema()
+    text = json.dumps(schema)
+    assert not any(f'"{k}":' in text for k in ("ge", "gt", "le", "lt")), "a bound pydantic could not translate"
+    validator = jsonschema.Draft202012Validator(schema)
+    root = Path(__file__).resolve().parent.parent
+    files = sorted([*(root / "scenarios").rglob("*.yaml"), *(root / "examples" / "byo").glob("*.yaml")])
+    assert len(files) > 50
+    for path in files:
+        data = yaml.load(path.read_text(), Loader=_Loader)  # a SafeLoader subclass
+        load_scenario(path)
+        assert not list(validator.iter_errors(data)), (path, [e.message for e in validator.iter_errors(data)][:3])
+    refused = yaml.load(GOOD.replace("at_step: 10", "at: 5 parsecs"), Loader=_Loader)
+    assert list(validator.iter_errors(refused)) and errors_of(GOOD.replace("at_step: 10", "at: 5 parsecs"))
+
+
+def test_a_fault_with_several_mistakes_gets_them_all_and_a_misspelt_field_is_not_hidden() -> None:
+    text = GOOD.replace("{kind: crash, target: 1, at_step: 10}",
+                        "{kind: delay, target: 1, at_step: 10, dleay: 100ms, duration: 5s, rate: 1mbit}")
+    assert errors_of(text.replace("nodes: 3", "nodes: 3, runtime: netns")) == [
+        "s.yaml:5: faults[0]: rate applies to kind: bandwidth only; delay needs delay, e.g. delay: 100ms; delay has "
+        "no field 'dleay'"]
+
+
+def test_examples_may_only_name_required_fields() -> None:
+    """A plug-in's EXAMPLES on a field with a default made it required behind the schema's back."""
+    from typing import ClassVar, Literal
+
+    from chaos.spec import FaultSpec
+
+    with pytest.raises(TypeError, match="EXAMPLES names name, which is not a required field"):
+        class MarkerOptions(FaultSpec):
+            EXAMPLES: ClassVar = {"name": "name: before-crash"}
+            kind: Literal["marker"]
+            name: str = "marker"

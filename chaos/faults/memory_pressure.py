@@ -36,8 +36,7 @@ class MemoryPressureOptions(FaultSpec):
     DURATION: ClassVar = "required"
     EXAMPLES: ClassVar = {"size": "size: 512MB"}
     kind: Literal["memory_pressure"]
-    size: PositiveBytes | None = Field(None, description="memory the co-located allocator takes and holds (e.g. "
-                                       "512MB)")
+    size: PositiveBytes = Field(description="memory the co-located allocator takes and holds (e.g. 512MB)")
     limit: Bytes | None = Field(None, description="cap the node's memory cgroup at this for the duration (e.g. 2GB); "
                                 "default: no cap (the allocator competes for the machine's memory)")
     headroom: Bytes | None = Field(None, description="instead of limit: cap the node at what it holds at the "

@@ -42,7 +42,7 @@ from chaos.faults.membase import cleanup as memory_cleanup
 from chaos.faults.membase import machine_checks as memory_checks
 from chaos.faults.storagebase import Bytes
 from chaos.runtimes.base import MEMORY_CGROUP
-from chaos.spec import FaultSpec, Seconds, Strict
+from chaos.spec import FaultSpec, PositiveSeconds, Strict
 
 if TYPE_CHECKING:
     from chaos.machine import Check
@@ -68,7 +68,7 @@ class OomKillOptions(FaultSpec):
     kind: Literal["oom_kill"]
     limit: Bytes | None = Field(None, description="the node's memory limit (e.g. 1GB); default: what the node "
                                 "holds at the injection, so it has no room to grow")
-    wait: Seconds = Field(30.0, gt=0, description="how long to wait for the OOM killer; if it has not acted by "
+    wait: PositiveSeconds = Field(30.0, description="how long to wait for the OOM killer; if it has not acted by "
                           "then, the limit is lifted and the fault failed")
     local_rank: int | None = Field(None, ge=0, description="the worker (its LOCAL_RANK on the node) the kernel "
                                    "kills; default: the largest worker, the kernel's choice")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from chaos.faults.base import FaultContext, FaultKind
 from chaos.runtimes.base import STORAGE_LAYER
@@ -41,8 +41,13 @@ def parse_size(value: Any) -> Any:
     return value
 
 
-Bytes = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
-PositiveBytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
+# As chaos.spec.Seconds: the bound before the validator (a `minimum` in the JSON Schema), and a schema that admits
+# what parse_size does (_SIZE without its IGNORECASE flag, which JSON Schema patterns do not have).
+_SIZE_SCHEMA = {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([bB]|[kKmMgG][iI]?[bB])?\s*(/s)?\s*$"}
+Bytes = Annotated[int, Field(ge=0), BeforeValidator(parse_size),
+                  WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0}, _SIZE_SCHEMA]})]
+PositiveBytes = Annotated[int, Field(gt=0), BeforeValidator(parse_size),
+                          WithJsonSchema({"anyOf": [{"type": "integer", "exclusiveMinimum": 0}, _SIZE_SCHEMA]})]
 
 
 def no_storage_layer() -> RuntimeError:
