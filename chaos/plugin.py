@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from chaos.faults.base import FaultContext, FaultKind
 from chaos.machine import Check
+from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, marked_processes, signal_all
 from chaos.plan import Addressing, NodePlan, Plan
 from chaos.rendezvous.base import RendezvousBackend
 from chaos.runtimes.base import (
@@ -27,12 +28,40 @@ from chaos.runtimes.base import (
     Runtime,
     Unsupported,
 )
-from chaos.spec import EventTrigger, FaultSpec, Seconds, Strict
+from chaos.spec import EventTrigger, FaultSpec, PositiveSeconds, Seconds, Strict
+
+# The process marks (chaos.marks): a runtime whose nodes run on this host marks every tree it starts with TREE_VAR
+# and ENGINE_VAR, as the local runtime does, so its kill and teardown find the whole tree (torchrun starts its
+# workers in sessions of their own: a process-group kill leaves them training) and `chaos cleanup` finds what a
+# killed engine left behind.
 
 __all__ = [
-    "CAPABILITIES", "CHECKPOINT_STORAGE", "FREEZE", "HOST_LOSS", "KILL", "KILL_WORKERS", "NODE_NETWORK",
-    "RENDEZVOUS_SERVERS", "STORAGE_LAYER",
-    "Addressing", "Check",
-    "EventTrigger", "FaultContext", "FaultKind", "FaultSpec", "NodePlan", "Plan", "RendezvousBackend", "Runtime",
-    "Seconds", "Strict", "Unsupported",
+    "CAPABILITIES",
+    "CHECKPOINT_STORAGE",
+    "ENGINE_VAR",
+    "FREEZE",
+    "HOST_LOSS",
+    "KILL",
+    "KILL_WORKERS",
+    "NODE_NETWORK",
+    "RENDEZVOUS_SERVERS",
+    "STORAGE_LAYER",
+    "TREE_VAR",
+    "Addressing",
+    "Check",
+    "EventTrigger",
+    "FaultContext",
+    "FaultKind",
+    "FaultSpec",
+    "NodePlan",
+    "Plan",
+    "PositiveSeconds",
+    "RendezvousBackend",
+    "Runtime",
+    "Seconds",
+    "Strict",
+    "Unsupported",
+    "engine_mark",
+    "marked_processes",
+    "signal_all",
 ]

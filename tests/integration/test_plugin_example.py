@@ -1,5 +1,6 @@
-"""A fault kind from outside the package: examples/torch-chaos-wipe-checkpoints, installed as its own
-distribution (into a private directory, not the test environment) and used by a scenario in a real run."""
+"""A fault kind and a runtime from outside the package: examples/torch-chaos-wipe-checkpoints and
+examples/torch-chaos-subprocess-runtime, installed as their own distributions (into a private directory, not the
+test environment) and used by scenarios in real runs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "torch-chaos-wipe-checkpoints"
+RUNTIME_EXAMPLE = EXAMPLE.parent / "torch-chaos-subprocess-runtime"
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.integration
 def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     target = tmp_path_factory.mktemp("plugin-site")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(EXAMPLE)], check=True, timeout=300)
+                    "--target", str(target), str(EXAMPLE), str(RUNTIME_EXAMPLE)], check=True, timeout=300)
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")])}
 
 
@@ -54,3 +56,27 @@ def test_outside_fault_kind_is_validated_and_run(plugin_env: dict[str, str], tmp
     # ... and that is what a correct job does with an empty volume: no false alarm from the checkpoint checker.
     assert result["checkpoint"]["resumed_from_newest_valid"]["ok"] is True, result["checkpoint"]
     assert result["verdict"] == "pass"
+
+
+def test_outside_runtime_runs_a_node_crash_and_refuses_what_it_cannot_do(plugin_env: dict[str, str],
+                                                                        tmp_path: Path,
+                                                                        no_leftovers: None) -> None:
+    listed = json.loads(chaos(["plugins", "--json"], plugin_env, tmp_path).stdout)
+    mine = next(p for p in listed["plugins"] if p["name"] == "subprocess")
+    assert mine["group"] == "runtime" and set(mine["capabilities"]) == {"kill", "checkpoint_storage"}
+    frozen = tmp_path / "freeze.yaml"
+    frozen.write_text("name: f\ncluster: {runtime: subprocess, nodes: 2}\nworkload: {name: ddp-mlp}\nfaults:\n"
+                      "  - {kind: freeze, target: 1, at_step: 3, duration: 2s}\n")
+    refused = chaos(["validate", "--no-machine", str(frozen)], plugin_env, tmp_path)
+    assert refused.returncode == 2 and "freeze" in refused.stderr and "local" in refused.stderr, refused.stderr
+
+    ran = chaos(["run", str(RUNTIME_EXAMPLE / "node-crash.yaml"), "--json", "--out", str(tmp_path / "runs")],
+                plugin_env, tmp_path)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    result = json.loads(ran.stdout)
+    assert result["environment"]["runtime"] == "subprocess" and result["verdict"] == "pass", result["why"]
+    crash = result["faults"][0]
+    # the whole tree went (agent and workers): the node was replaced and resumed from its checkpoint
+    assert crash["mechanism"].startswith("SIGKILL to the node's") and crash["restarted"], crash
+    assert crash["resumed_from"] == 150, crash
+    assert all(v["ok"] is True for k, v in result["checkpoint"].items() if k != "matches_golden"), result["checkpoint"]
