@@ -81,6 +81,10 @@ def _field_path(loc: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
     return text, clean
 
 
+# Fields whose values are plug-in names: a value naming a plug-in that failed to load is told so.
+_PLUGIN_FIELDS = {"runtime": "torch_chaos.runtimes", "backend": "torch_chaos.rendezvous"}
+
+
 def _explain(err: dict[str, Any]) -> str:
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
@@ -96,6 +100,14 @@ def _explain(err: dict[str, Any]) -> str:
             return f"the plug-in for {got!r} is installed but failed to load ({broken[0].target}: {broken[0].error})"
         return msg.removeprefix("kind: ") + (f", got {got!r}" if got is not None else ", got none")
     if kind == "literal_error":
+        group = _PLUGIN_FIELDS.get(str(err.get("loc", ("",))[-1]))
+        if group is not None:  # cluster.runtime / rendezvous.backend naming a plug-in that is there but broken
+            from chaos.registry import load_errors
+
+            broken = [e for e in load_errors() if e.group == group and e.name == err.get("input")]
+            if broken:
+                return (f"the plug-in for {err.get('input')!r} is installed but failed to load ({broken[0].target}: "
+                        f"{broken[0].error})")
         return msg.replace("Input should be", "expected") + f", got {err.get('input')!r}"
     msg = msg.removeprefix("Value error, ")
     if "input" in err and kind not in ("value_error", "model_type"):

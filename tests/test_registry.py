@@ -19,9 +19,15 @@ BROKEN = {
         "class Opts(FaultSpec):\n    kind: Literal['other']\n"
         "class Wrong(FaultKind):\n    kind = 'other'\n    options = Opts\n"
         "    def inject(self, ctx):\n        return 'nothing'\n"),
+    "chaos_optional_example.py": (  # EXAMPLES on a field with a default would make it required behind the schema
+        "from typing import ClassVar, Literal\n"
+        "from chaos.plugin import FaultKind, FaultSpec\n"
+        "class Opts(FaultSpec):\n    EXAMPLES: ClassVar = {'name': 'name: a'}\n    kind: Literal['optional_example']\n"
+        "    name: str = 'marker'\n"),
 }
 ENTRY_POINTS = ("[torch_chaos.faults]\nbroken_import = chaos_broken_import:Nope\n"
-                "wrong_kind = chaos_wrong_kind:Wrong\n")
+                "wrong_kind = chaos_wrong_kind:Wrong\noptional_example = chaos_optional_example:Opts\n"
+                "[torch_chaos.runtimes]\nbroken_runtime = chaos_broken_import:Nope\n")
 
 
 def install_fake_package(root: Path) -> dict[str, str]:
@@ -58,11 +64,15 @@ def test_broken_plugins_are_reported_not_dropped(tmp_path: Path) -> None:
     failed = "\n".join(report["failed_to_load"])
     assert "broken_import" in failed and "needs a library this machine lacks" in failed
     assert "wrong_kind" in failed and "its kind is 'other'" in failed
+    assert "optional_example" in failed and "EXAMPLES names name, which is not a required field" in failed
+    assert "broken_runtime" in failed
     assert "crash" in {p["name"] for p in report["plugins"]}  # the built-ins still load
     scenario = tmp_path / "s.yaml"
-    scenario.write_text("name: s\nworkload: {name: ddp-mlp}\nfaults:\n  - {kind: broken_import, at_step: 3}\n")
+    scenario.write_text("name: s\ncluster: {runtime: broken_runtime}\nworkload: {name: ddp-mlp}\nfaults:\n"
+                        "  - {kind: broken_import, at_step: 3}\n")
     checked = chaos(["validate", "--no-machine", str(scenario)], env, tmp_path)
     assert checked.returncode == 2
-    assert "s.yaml:4: faults[0].kind: the plug-in for 'broken_import' is installed but failed to load" in \
-        checked.stderr.replace("\n", ""), checked.stderr
+    said = checked.stderr.replace("\n", "")
+    assert "s.yaml:5: faults[0].kind: the plug-in for 'broken_import' is installed but failed to load" in said, said
+    assert "s.yaml:2: cluster.runtime: the plug-in for 'broken_runtime' is installed but failed to load" in said, said
     assert "Traceback" not in checked.stderr
