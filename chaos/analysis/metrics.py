@@ -238,7 +238,7 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
             effect_latency_s=t_f - f["t_decided"] if isinstance(f.get("t_decided"), (int, float)) else None)
         out.append(m)
         if not disruptive:
-            m.note = "does not interrupt training by itself; its effect shows at the next restart"
+            m.note = "does not interrupt training by itself, so it has no recovery figures"
             continue
         new_pids = {(e.get("node"), e.get("pid"))
                     for e in starts[bisect_right(start_t, t_f):bisect_left(start_t, window_end)]}

@@ -58,7 +58,7 @@ class FaultKind(ABC):
     # Runtime capabilities the kind needs (chaos.runtimes.base.CAPABILITIES); validation refuses a runtime that
     # lacks one, naming the runtimes that have it.
     needs: ClassVar[frozenset[str]] = frozenset()
-    # False for faults that do not interrupt training by themselves (their effect shows at the next restart):
+    # False for faults that do not interrupt training by themselves (a damaged checkpoint shows at the next restart):
     # recovery metrics are not computed for them. Recorded in every fault_injected event.
     disruptive: ClassVar[bool] = True
     targets_node: ClassVar[bool] = True
