@@ -1,6 +1,6 @@
 """A runtime from outside torch-chaos: every node is a plain subprocess on this host.
 
-The smallest runtime that really runs a job (docs/design.md, "A runtime stub"). It starts each node's command
+The smallest runtime that really runs a job (docs/design.md, "A runtime from outside"). It starts each node's command
 with the node's environment and marks the process tree (``chaos.plugin.TREE_VAR``), because a node is more than
 one process: torchrun starts its workers in sessions of their own, so a kill of the agent's process group would
 leave them training, and the replacement would wait for a group that never re-forms. Kill and teardown therefore
