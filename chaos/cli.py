@@ -248,8 +248,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise  # scenario.yaml itself is damaged: file:line errors, exit 2
     except Exception as exc:  # a damaged history must give a message, never a traceback
         _error(f"{run_dir}: cannot analyse this run directory "
-                  f"({type(exc).__name__}: {exc}); `chaos report` reads events.jsonl, scenario.yaml "
-                  "and golden.json")
+               f"({type(exc).__name__}: {exc}); `chaos report` reads events.jsonl, scenario.yaml "
+               "and golden.json")
         return EXIT_FAIL
     return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
 
@@ -258,7 +258,7 @@ def _is_run_dir(run_dir: Path) -> bool:
     if (run_dir / "events.jsonl").exists() and (run_dir / "scenario.yaml").exists():
         return True
     _error(f"{run_dir}: not a run directory (it needs events.jsonl and "
-              "scenario.yaml)")
+           "scenario.yaml)")
     return False
 
 
@@ -291,7 +291,7 @@ def cmd_project(args: argparse.Namespace) -> int:
         raise
     except Exception as exc:  # a damaged history must give a message, never a traceback
         _error(f"{run_dir}: cannot analyse this run directory "
-                  f"({type(exc).__name__}: {exc})")
+               f"({type(exc).__name__}: {exc})")
         return EXIT_FAIL
     try:
         projection = _projection(args, analysis, args.nodes)
@@ -317,7 +317,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
     scenario = _load(args.scenario, args.runtime)
     if scenario.explore is None:
         _error(f"{args.scenario}: explore: the scenario has no 'explore' section with the "
-                  "bounds to draw fault plans from (kinds, targets, max_faults, step_window, events ...)")
+               "bounds to draw fault plans from (kinds, targets, max_faults, step_window, events ...)")
         return EXIT_USAGE
 
     def progress(exploration: Any, line: str) -> None:
@@ -388,7 +388,7 @@ def _compare_sweep(args: argparse.Namespace) -> int:
     multi = [s for s in scenarios if s.cluster.nodes > 1]
     if len(single) != 1 or not multi:
         _error("--sweep needs exactly one one-node scenario (the baseline) and at least one "
-                  "multi-node scenario")
+               "multi-node scenario")
         return EXIT_USAGE
 
     def run(scenario: Any) -> Any:
@@ -559,7 +559,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     except OSError as exc:  # the docker engine went away or refused mid-command (requests' errors are OSErrors)
         _error(f"the docker engine failed: {exc}; is dockerd running (`docker "
-                  "info`)? `chaos cluster down` removes what was made")
+               "info`)? `chaos cluster down` removes what was made")
         return EXIT_FAIL
     except Exception as exc:
         import docker.errors
@@ -567,7 +567,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         if not isinstance(exc, docker.errors.DockerException):
             raise
         _error(f"the docker engine refused: {exc}; `chaos cluster down` "
-                  "removes what was made")
+               "removes what was made")
         return EXIT_FAIL
 
 
