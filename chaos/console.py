@@ -88,7 +88,7 @@ def summary(result: dict[str, Any], console: Console) -> None:
                 "slowdown"):
         t.add_column(col)
     for f in result["faults"]:
-        t.add_row(str(f["id"]), f["kind"], f["target"], _fmt(f["highest_step_before"]),
+        t.add_row(str(f["id"]), str(f["kind"]), str(f["target"]), _fmt(f["highest_step_before"]),
                   "yes" if f["restarted"] else "no", _fmt(f["recovery_s"], "s"), _fmt(f["catch_up_s"], "s"),
                   _fmt(f["lost_steps"]), _fmt(f["lost_work_s"], "s"), _fmt(f["slowdown"], "x"))
     if result["faults"]:
@@ -137,6 +137,6 @@ def summary(result: dict[str, Any], console: Console) -> None:
         mode = entry.get("mode")
         if mode and mode != "not_checked":
             mark.append(f" ({mode})")
-        checks.add_row(name, mark, entry.get("why", ""))
+        checks.add_row(name, mark, str(entry.get("why") or ""))
     if result.get("checkpoint"):
         console.print(checks)
