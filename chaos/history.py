@@ -14,6 +14,7 @@ import functools
 import json
 import math
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -105,24 +106,67 @@ def iter_history(path: Path | str) -> Iterator[Event]:
         yield from chunk
 
 
+# A history line is one event: a few hundred bytes, a few KB for run_started with its plan. A line longer than this
+# is no event; it is skipped unread (counted unreadable), so a damaged or hostile file (a run directory may be an
+# unpacked CI artifact) costs bounded memory whatever it holds.
+MAX_LINE_BYTES = 16 << 20
+
+
+def _numbered_lines(path: Path | str) -> Iterator[list[tuple[int, bytes | None]]]:
+    """The file's non-blank lines with their 1-based numbers, a list per ~megabyte read; ``None`` for a line over
+    MAX_LINE_BYTES (its bytes are dropped as they are read). Only a regular file is read: a device or a pipe
+    (``events.jsonl`` a link to /dev/zero, a FIFO) would never end."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(f"{path} is not a regular file (a device, pipe or socket has no end); a history is a file")
+    number, carry, too_long = 0, b"", False
+    with open(path, "rb") as f:
+        while block := f.read(_CHUNK_BYTES):
+            *ended, rest = block.split(b"\n")
+            out: list[tuple[int, bytes | None]] = []
+            if ended:
+                if too_long:  # the first ended piece is the tail of a line already too long
+                    number += 1
+                    out.append((number, None))
+                    ended = ended[1:]
+                    too_long = False
+                else:
+                    ended[0] = carry + ended[0]
+                carry = b""
+                for line in ended:
+                    number += 1
+                    if len(line) > MAX_LINE_BYTES:
+                        out.append((number, None))
+                    elif line.strip():
+                        out.append((number, line))
+            if not too_long:
+                carry += rest
+                if len(carry) > MAX_LINE_BYTES:
+                    carry, too_long = b"", True
+            if out:
+                yield out
+    if too_long:
+        yield [(number + 1, None)]
+    elif carry.strip():  # a last line without its newline (a torn write, or a writer that never ends lines)
+        yield [(number + 1, carry)]
+
+
 def iter_chunks(path: Path | str) -> Iterator[list[Event]]:
     """The events in file order, a list per megabyte of lines (for readers that handle events in bulk)."""
-    with open(path, "rb") as f:
-        while True:
-            lines = [line for line in f.readlines(_CHUNK_BYTES) if line.strip()]
-            if not lines:
-                return
-            try:
-                chunk: list[Any] = _fast_loads(b"[" + b",".join(lines) + b"]")
-            except json.JSONDecodeError:  # a torn line in this chunk: parse line by line, skip what is broken
-                chunk = [e for e in map(_parse_line, lines) if e is not None]
-            yield [e for e in chunk if isinstance(e, dict)]
+    for numbered in _numbered_lines(path):
+        lines = [line for _, line in numbered if line is not None]
+        if not lines:
+            continue
+        try:
+            chunk: list[Any] = _fast_loads(b"[" + b",".join(lines) + b"]")
+        except (json.JSONDecodeError, RecursionError):  # a torn line in this chunk: line by line, skip the broken
+            chunk = [e for e in map(_parse_line, lines) if e is not None]
+        yield [e for e in chunk if isinstance(e, dict)]
 
 
 def _parse_line(line: bytes) -> Any:
     try:
         return json.loads(line)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, nested too deep
         return None
 
 
@@ -228,30 +272,23 @@ def iter_checked(path: Path | str, unreadable: Unreadable) -> Iterator[Event]:
 def iter_checked_chunks(path: Path | str, unreadable: Unreadable) -> Iterator[list[Event]]:
     """:func:`iter_checked`'s events, a list per megabyte of lines (for readers that handle events in bulk)."""
     checks = _field_checks()
-    number = 0
-    with open(path, "rb") as f:
-        while True:
-            raw = f.readlines(_CHUNK_BYTES)
-            if not raw:
-                return
-            numbered = []
-            for line in raw:
-                number += 1
-                if line.strip():
-                    numbered.append((number, line))
-            try:
-                chunk = _fast_loads(b"[" + b",".join(line for _, line in numbered) + b"]")
-                if len(chunk) != len(numbered):  # a line held several values: judge each line alone
-                    raise ValueError("misaligned")
-            except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, misaligned
-                chunk = [_parse_any(line) for _, line in numbered]
-            usable = []
-            for (line_number, _), e in zip(numbered, chunk, strict=True):
-                if readable(e, checks):
-                    usable.append(e)
-                else:
-                    unreadable.add(line_number)
-            yield usable
+    for numbered in _numbered_lines(path):
+        whole = [(n, line) for n, line in numbered if line is not None]
+        for n in (n for n, line in numbered if line is None):
+            unreadable.add(n)
+        try:
+            chunk = _fast_loads(b"[" + b",".join(line for _, line in whole) + b"]")
+            if len(chunk) != len(whole):  # a line held several values: judge each line alone
+                raise ValueError("misaligned")
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, misaligned
+            chunk = [_parse_any(line) for _, line in whole]
+        usable = []
+        for (line_number, _), e in zip(whole, chunk, strict=True):
+            if readable(e, checks):
+                usable.append(e)
+            else:
+                unreadable.add(line_number)
+        yield usable
 
 
 def _parse_any(line: bytes) -> Any:
