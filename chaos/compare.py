@@ -20,6 +20,7 @@ from chaos.analysis.breakdown import phase_costs, phase_settings
 from chaos.analysis.noise import CHANGED_WORLD_RTOL
 from chaos.analysis.run import RunAnalysis, analyze_run
 from chaos.analysis.throughput import training_setup
+from chaos.paths import write_output
 
 # The final loss of a column may differ from the one-worker column's by this much, relative: the shipped workload
 # trains on the same global batches at any world size, so only the order of every sum changes (the tolerance the
@@ -495,15 +496,14 @@ def write_comparison(run_dirs: list[Path], output: Path) -> dict[str, Path]:
     """The comparison (HTML, Markdown, JSON) plus each run's own HTML report beside it, linked from the table."""
     from chaos.reports import write_report
 
+    analyses = [analyze_run(d) for d in run_dirs]  # one per run, for its column and its report; all before writing
+    columns = [measure(analysis) for analysis in analyses]
     output.mkdir(parents=True, exist_ok=True)
-    columns = []
-    for d in run_dirs:  # one analysis per run, for its column and its report
-        analysis = analyze_run(d)
-        columns.append(measure(analysis))
+    for analysis in analyses:
         write_report(analysis, "html", output / f"{analysis.scenario.name}.html")
     paths = {"md": output / "compare.md", "html": output / "compare.html", "json": output / "compare.json"}
-    paths["md"].write_text(render_markdown(columns))
-    paths["html"].write_text(render_html(columns))
-    paths["json"].write_text(json.dumps({"columns": [asdict(c) for c in columns],
-                                         "conclusions": conclusions(columns)}, indent=2) + "\n")
+    write_output(paths["md"], render_markdown(columns))
+    write_output(paths["html"], render_html(columns))
+    write_output(paths["json"], json.dumps({"columns": [asdict(c) for c in columns],
+                                            "conclusions": conclusions(columns)}, indent=2) + "\n")
     return paths

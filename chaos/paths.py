@@ -13,8 +13,10 @@ taken for checkpoints (and damaged by checkpoint faults). A subdirectory is requ
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
+import tempfile
 from pathlib import Path
 
 RUN_DIR_ITSELF = ("is the run directory itself, whose events.jsonl and logs would be taken for checkpoints; "
@@ -72,3 +74,23 @@ def confine(path: Path, run_dir: Path, allow_paths: list[str]) -> str | None:
         return None
     return (f"{path} resolves to {real}, outside the run directory {run} and every allow_paths entry; "
             "torch-chaos refuses to write or damage files there")
+
+
+# A run directory may come from elsewhere (a CI artifact unpacked, a colleague's copy): a symlink named result.json
+# or report.html in it must not make `chaos report` write through it to a file outside. Outputs are written to a new
+# file beside their name and renamed over it, which replaces a link instead of following it (and a reader never
+# sees half a file).
+def write_output(path: str | Path, data: str | bytes) -> Path:
+    """``data`` as the file ``path`` (a link there is replaced, not followed); returns ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a report from the rest of a shared machine
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path

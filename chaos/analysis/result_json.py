@@ -23,6 +23,7 @@ from chaos.analysis.planned import missing_promises, not_injected
 from chaos.analysis.step_timing import step_timings
 from chaos.events import EndReason, Ev
 from chaos.history import Event
+from chaos.paths import write_output
 from chaos.scenario import Bound, Scenario
 
 if TYPE_CHECKING:
@@ -240,5 +241,5 @@ def write_result(run: str | Path | RunAnalysis) -> dict[str, Any]:
 
     analysis = run if isinstance(run, RunAnalysis) else analyze_run(run)
     path = analysis.run_dir / "result.json"
-    path.write_text(json.dumps(analysis.result, indent=2, default=str) + "\n")
+    write_output(path, json.dumps(analysis.result, indent=2, default=str) + "\n")
     return analysis.result

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from chaos.paths import write_output
+
 if TYPE_CHECKING:
     from chaos.analysis.projection import Projection
     from chaos.analysis.run import RunAnalysis
@@ -27,23 +29,23 @@ def write_report(run: str | Path | RunAnalysis, fmt: str = "html", out: str | Pa
         from chaos.reports.html import render_html
 
         path = Path(out) if out else run_dir / "report.html"
-        path.write_text(render_html(report))
+        write_output(path, render_html(report))
     elif fmt == "md":
         from chaos.reports.markdown import render_markdown
 
         path = Path(out) if out else run_dir / "report.md"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render_markdown(report, path.parent, path.stem))
+        write_output(path, render_markdown(report, path.parent, path.stem))
     elif fmt == "json":
         import json
 
         path = Path(out) if out else run_dir / "report.json"
-        path.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n")
+        write_output(path, json.dumps(report.to_json(), indent=2, default=str) + "\n")
     elif fmt == "junit":
         from chaos.reports.junit import render_junit
 
         path = Path(out) if out else run_dir / "report.junit.xml"
-        path.write_text(render_junit(report))
+        write_output(path, render_junit(report))
     else:
         raise ValueError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")
     return path

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from chaos.paths import write_output
 from chaos.reports.model import Report
 from chaos.reports.plots import figures, to_png
 from chaos.reports.text import (
@@ -45,7 +46,7 @@ def render_markdown(report: Report, directory: Path, stem: str) -> str:
            "## Summary", "", _table(("figure", "value"), summary_rows(report)), ""]
     for name, fig in figures(report).items():
         png = directory / f"{stem}-{name}.png"
-        png.write_bytes(to_png(fig))
+        write_output(png, to_png(fig))
         title = "Timeline" if name == "timeline" else "Loss against the golden run"
         out += [f"## {title}", "", f"![{name}]({png.name})", ""]
     out += ["## Faults", "", _table(FAULT_COLUMNS, fault_rows(report)), ""]
