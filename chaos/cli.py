@@ -38,6 +38,21 @@ def _styled(style: str, word: str, rest: str = "") -> Text:
     return Text.assemble((word, style), " " if rest else "", rest)
 
 
+def _count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high] (each is a real run: a budget of a million is a mistake)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {low} to {high}, got {value}")
+        return value
+
+    return parse
+
+
 def _error(message: str) -> None:
     """``error <message>`` on stderr, the message exactly as given."""
     err.print(_styled("red", "error", message), highlight=False)
@@ -232,7 +247,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         except ProjectionError as exc:
             _error(str(exc))
             return EXIT_USAGE
-        result = write_result(analysis)
+        try:
+            result = write_result(analysis)
+        except OSError as exc:  # a read-only copy of a run is still worth a report
+            result = analysis.result
+            err.print(f"note: {run_dir / 'result.json'} not rewritten ({exc.strerror or exc}); the report below "
+                      "is computed from the history all the same", highlight=False)
         if args.format == "text":
             summary(result, out)
             if projection is not None:
@@ -242,7 +262,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             from chaos.reports import write_report
 
-            path = write_report(analysis, args.format, args.output, mtbf_s=mtbf, projection=projection)
+            try:
+                path = write_report(analysis, args.format, args.output, mtbf_s=mtbf, projection=projection)
+            except OSError as exc:
+                where = args.output or f"the {args.format} report in {run_dir}"
+                _error(f"cannot write {where}: {exc.strerror or exc}; -o/--output names another file")
+                return EXIT_USAGE
             out.print(f"{args.format} report: {path}", highlight=False)
     except ScenarioInvalid:
         raise  # scenario.yaml itself is damaged: file:line errors, exit 2
@@ -363,7 +388,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             result = engine.run()
             err.print(f"  {scenario.name}: {result['verdict']} ({result['why']})", highlight=False)
             run_dirs.append(engine.run_dir)
-    paths = write_comparison(run_dirs, Path(args.output))
+    try:
+        paths = write_comparison(run_dirs, Path(args.output))
+    except OSError as exc:  # the runs are analysed before anything is written: this is the output's fault
+        _error(f"cannot write the comparison into {args.output}: {exc.strerror or exc} ({exc.filename or ''}); "
+               "-o/--output names a directory to write it in")
+        return EXIT_USAGE
     out.print(paths["md"].read_text(), highlight=False, markup=False)
     out.print(f"written: {paths['html']}, {paths['md']}, {paths['json']}", highlight=False)
     return EXIT_PASS
@@ -418,7 +448,12 @@ def _compare_sweep(args: argparse.Namespace) -> int:
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
     from chaos.cleanup import cleanup
+    from chaos.engine.core import RUN_ID
 
+    if args.run_id is not None and not RUN_ID.fullmatch(args.run_id):
+        _error(f"--run-id {args.run_id!r}: not a run id (a run directory's name, such as "
+               "20261201-113130-quickstart-f534b9); without --run-id, cleanup removes what dead engines left")
+        return EXIT_USAGE
     removed = cleanup(args.run_id, only_orphans=not args.all and args.run_id is None)
     for line in removed:
         out.print(f"removed {line}", highlight=False)
@@ -665,9 +700,10 @@ def build_parser() -> argparse.ArgumentParser:
     pj.set_defaults(func=cmd_project)
     x = sub.add_parser("explore", help="search for a failing fault plan and shrink it to a minimal reproducer")
     x.add_argument("scenario")
-    x.add_argument("--budget", type=int, default=10, help="fault plans to generate (each is a real run)")
+    x.add_argument("--budget", type=_count(1, 10_000), default=10, help="fault plans to generate (each is a real run)")
     x.add_argument("--seed", type=int, default=0)
-    x.add_argument("--shrink-budget", type=int, default=None, help="runs allowed for shrinking (default 2x budget)")
+    x.add_argument("--shrink-budget", type=_count(0, 20_000), default=None,
+                   help="runs allowed for shrinking (default 2x budget)")
     x.add_argument("--out", default="runs")
     x.add_argument("--json", action="store_true")
     x.add_argument("--no-confirm", action="store_true", help="do not replay the reproducer")

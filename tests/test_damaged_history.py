@@ -67,3 +67,105 @@ def test_report_on_unreadable_history_file_gives_a_message(tmp_path: Path, capsy
     assert main(["report", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "cannot analyse this run directory" in err and "Traceback" not in err
+
+
+def test_a_line_nested_deep_or_too_long_is_skipped_and_counted(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line nested 200k deep crashed the process inside orjson < 3.10 (SIGSEGV, no message); a line of hundreds
+    of MB (or a history with no newline at all) was read whole. Both are lines no event can be: skipped, counted."""
+    import chaos.history
+
+    monkeypatch.setattr(chaos.history, "MAX_LINE_BYTES", 4096)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    good = (HISTORIES / "garbage-and-blank.jsonl").read_text().splitlines()
+    good = [line for line in good if line.strip().startswith("{") and line.rstrip().endswith("}")]
+    hostile = ["[" * 200_000 + "]" * 200_000, '{"t": 1, "event": "x", "pad": "' + "a" * 10_000 + '"}']
+    (run_dir / "events.jsonl").write_text("\n".join([good[0], *hostile, *good[1:]]) + "\n")
+    (run_dir / "scenario.yaml").write_text(SCENARIO)
+    main(["report", str(run_dir), "--format", "json"])
+    assert "Traceback" not in capsys.readouterr().err
+    health = json.loads((run_dir / "result.json").read_text())["history"]
+    assert health["unreadable_lines"][:2] == [2, 3], health
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_history_that_is_no_regular_file_is_refused_at_once(kind: str, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """events.jsonl a link to /dev/zero filled memory (19 GB in a minute); a FIFO waited forever for a writer."""
+    import os
+
+    if kind == "device":
+        (tmp_path / "events.jsonl").symlink_to("/dev/zero")
+    else:
+        os.mkfifo(tmp_path / "events.jsonl")
+    (tmp_path / "scenario.yaml").write_text(SCENARIO)
+    assert main(["report", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "is not a regular file" in err and "Traceback" not in err, err
+
+
+def test_a_planned_fault_that_never_fired_is_shown_not_a_traceback(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The summary table took the scenario's numeric `target: 2` as it was, which rich cannot render: `chaos run`
+    and `chaos report` of a run whose fault never fired ended in an error instead of saying so."""
+    from tests.data.recorded import expand
+
+    run_dir = expand("quickstart", tmp_path)
+    events = run_dir / "events.jsonl"
+    events.write_text("".join(line for line in events.read_text().splitlines(keepends=True)
+                              if '"fault_injected"' not in line))
+    assert main(["report", str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "fault 0: NOT INJECTED" in out and "planned fault(s) did not happen" in out, out
+
+
+def test_outputs_replace_links_in_the_run_directory_and_never_write_through_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run directory may be an unpacked artifact: a link named result.json or report.html in it pointed the
+    report's writes at a file outside the run directory."""
+    from tests.data.recorded import expand
+
+    run_dir = expand("quickstart", tmp_path / "runs")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not yours")
+    for name in ("result.json", "report.json"):
+        (run_dir / name).unlink(missing_ok=True)
+        (run_dir / name).symlink_to(outside)
+    assert main(["report", str(run_dir), "--format", "json"]) == 0
+    assert outside.read_text() == "not yours"
+    assert not (run_dir / "result.json").is_symlink() and json.loads((run_dir / "result.json").read_text())
+    assert not (run_dir / "report.json").is_symlink()
+
+
+def test_output_problems_are_named_as_such_and_a_read_only_run_still_reports(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import chaos.analysis.result_json
+    from tests.data.recorded import expand
+
+    run_dir = expand("quickstart", tmp_path)
+    assert main(["report", str(run_dir), "--format", "json", "-o", str(tmp_path)]) == 2  # a directory
+    err = capsys.readouterr().err
+    assert f"cannot write {tmp_path}: Is a directory" in err and "cannot analyse" not in err, err
+    assert main(["compare", "--from-runs", str(run_dir), str(run_dir), "-o", str(run_dir / "events.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the comparison into" in err and "Traceback" not in err, err
+
+    def read_only(analysis: object) -> dict:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(chaos.analysis.result_json, "write_result", read_only)
+    assert main(["report", str(run_dir), "--format", "json", "-o", str(tmp_path / "r.json")]) == 0
+    assert "result.json not rewritten (Read-only file system)" in capsys.readouterr().err
+    assert json.loads((tmp_path / "r.json").read_text())
+
+
+def test_cleanup_takes_only_a_whole_run_id_and_explore_a_sane_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--run-id ""` matched every run's namespaces, containers and mounts (a live one's too), like --all."""
+    for run_id in ("", "anything-f534b9", "../../etc"):
+        assert main(["cleanup", "--run-id", run_id]) == 2
+        assert "not a run id" in capsys.readouterr().err
+    for budget in ("0", "-1", "99999999999"):
+        with pytest.raises(SystemExit) as exc:
+            main(["explore", "quickstart", "--budget", budget])
+        assert exc.value.code == 2 and "--budget: expected 1 to 10000" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -70,6 +71,11 @@ class Snapshot:
     faults: list[FaultState]
     phase: Phase
     log: list[str] = field(default_factory=list)
+
+
+# What new_run_id makes (the scenario name's pattern in the middle): what `chaos cleanup --run-id` accepts, since
+# an empty or partial id would match every run's objects (the netns names carry only the last six characters).
+RUN_ID = re.compile(r"\d{8}-\d{6}-[A-Za-z0-9_.-]+-[0-9a-f]{6}")
 
 
 def new_run_id(scenario: Scenario) -> str:
