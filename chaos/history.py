@@ -211,7 +211,7 @@ def _simple_types(hint: Any) -> tuple[type, ...] | None:
 
 @functools.cache
 def _field_checks() -> dict[str, list[tuple[str, bool, tuple[type, ...]]]]:
-    """Per event name: (required field, must be present, accepted types), from the declarations in chaos.events.
+    """Per event name: (declared field, must be present, accepted types), from the declarations in chaos.events.
 
     Workload events come from user code and analysis indexes their fields (``step``, ``path``), so theirs must
     all be present; an engine event missing a field (an older engine) is still used, its present fields typed."""
@@ -226,8 +226,11 @@ def _field_checks() -> dict[str, list[tuple[str, bool, tuple[type, ...]]]]:
             hints = typing.get_type_hints(declared)
             required = declared.__required_keys__  # type: ignore[attr-defined]
             present = bool(prefix) or workload_keys <= required  # the storage layer writes every declared field
-            checks[prefix + str(ev)] = [(name, present, _simple_types(hints.get(name)) or (object,))
-                                        for name in sorted(required)
+            # Optional fields are typed too when present: analysis does arithmetic on `samples` and `duration_s`
+            # and hashes `incarnation`, so a string or a list there was an exception, not a skipped line.
+            checks[prefix + str(ev)] = [(name, present and name in required,
+                                         _simple_types(hints.get(name)) or (object,))
+                                        for name in sorted(hints)
                                         if name not in ("t", "event")]  # readable() checks these two first
     return checks
 

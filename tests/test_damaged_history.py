@@ -169,3 +169,23 @@ def test_cleanup_takes_only_a_whole_run_id_and_explore_a_sane_budget(capsys: pyt
         with pytest.raises(SystemExit) as exc:
             main(["explore", "quickstart", "--budget", budget])
         assert exc.value.code == 2 and "--budget: expected 1 to 10000" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("field", "value"), [("samples", "str"), ("duration_s", []), ("comm_s", {}),
+                                              ("incarnation", [])])
+def test_an_optional_field_of_the_wrong_type_makes_its_line_unreadable(field: str, value: object, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Only required fields were typed: `"samples": "str"` reached arithmetic and `"incarnation": []` a dict key
+    (ValueError / TypeError: the whole report failed as "cannot analyse")."""
+    from tests.data.recorded import expand
+
+    run_dir = expand("quickstart", tmp_path)
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if '"step_completed"' in line and '"incarnation"' in line)
+    event = json.loads(lines[at])
+    event[field] = value
+    lines[at] = json.dumps(event)
+    (run_dir / "events.jsonl").write_text("\n".join(lines) + "\n")
+    main(["report", str(run_dir), "--format", "json"])
+    assert "cannot analyse" not in capsys.readouterr().err
+    assert json.loads((run_dir / "result.json").read_text())["history"]["unreadable_lines"] == [at + 1]
