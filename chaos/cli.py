@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -233,7 +234,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not _is_run_dir(run_dir):
         return EXIT_USAGE
     try:
-        mtbf = parse_duration(args.mtbf) if args.mtbf else None
+        mtbf = parse_duration(args.mtbf) if args.mtbf is not None else None
+        if mtbf is not None and not (isinstance(mtbf, float) and math.isfinite(mtbf) and mtbf > 0):
+            raise ValueError(f"expected a positive duration such as 6h, got {args.mtbf!r}")
     except ValueError as exc:
         _error(f"--mtbf: {exc}")
         return EXIT_USAGE
@@ -255,6 +258,12 @@ def cmd_report(args: argparse.Namespace) -> int:
                       "is computed from the history all the same", highlight=False)
         if args.format == "text":
             summary(result, out)
+            if mtbf is not None:  # the interval advice the other formats carry, for the MTBF asked about
+                from chaos.reports.model import build_report
+                from chaos.reports.text import advice_lines
+
+                for line in advice_lines(build_report(analysis, mtbf_s=mtbf)):
+                    out.print(line, highlight=False)
             if projection is not None:
                 from chaos.reports.projection import render_text
 

@@ -37,9 +37,9 @@ def parse_duration(value: Any) -> Any:
 # The bound goes before the validator so the JSON Schema states it as `minimum` (after it, pydantic copies `ge` into
 # the schema verbatim, which no editor reads), and the schema admits what the validator does: 10, "10s", "500ms".
 _DURATION_SCHEMA = {"type": "string", "pattern": _DURATION.pattern}
-Seconds = Annotated[float, Field(ge=0), BeforeValidator(parse_duration),
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False), BeforeValidator(parse_duration),
                     WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0}, _DURATION_SCHEMA]})]
-PositiveSeconds = Annotated[float, Field(gt=0), BeforeValidator(parse_duration),
+PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False), BeforeValidator(parse_duration),
                             WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0}, _DURATION_SCHEMA]})]
 
 

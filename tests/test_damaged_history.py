@@ -189,3 +189,29 @@ def test_an_optional_field_of_the_wrong_type_makes_its_line_unreadable(field: st
     main(["report", str(run_dir), "--format", "json"])
     assert "cannot analyse" not in capsys.readouterr().err
     assert json.loads((run_dir / "result.json").read_text())["history"]["unreadable_lines"] == [at + 1]
+
+
+def test_a_damaged_golden_summary_is_named_not_taken_for_an_unfinished_golden_run(tmp_path: Path) -> None:
+    from tests.data.recorded import expand
+
+    run_dir = expand("quickstart", tmp_path)
+    (run_dir / "golden.json").write_bytes(b"\x00garbage")
+    main(["report", str(run_dir), "--format", "json"])
+    why = json.loads((run_dir / "result.json").read_text())["checkpoint"]["matches_golden"]["why"]
+    assert "golden.json in the run directory is damaged" in why, why
+
+
+def test_mtbf_is_a_positive_finite_duration_and_text_reports_its_advice(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--mtbf 0 was taken for "not given", 1e400 failed the analysis as an overflow, and the text format ignored
+    --mtbf altogether; an MTBF shorter than a save printed a 0.0 s interval with no word of why."""
+    from tests.data.recorded import expand
+
+    run_dir = expand("quickstart", tmp_path)
+    for bad in ("0", "1e400", "nan"):
+        assert main(["report", str(run_dir), f"--mtbf={bad}"]) == 2
+        assert "--mtbf: expected a" in capsys.readouterr().err
+    main(["report", str(run_dir), "--mtbf", "6h"])
+    assert "For MTBF M = 21600 s" in capsys.readouterr().out
+    main(["report", str(run_dir), "--mtbf", "1ms"])
+    assert "is no longer than one save" in capsys.readouterr().out

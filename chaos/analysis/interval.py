@@ -54,6 +54,10 @@ def interval_advice(save_cost: float | None, mtbf_s: float | None, checkpoint_ev
         out["note"] = "give an MTBF (chaos report --mtbf 6h, or checks.mtbf_s) for interval advice"
         return out
     r = recovery_s or 0.0
+    if mtbf_s <= c:  # Young and Daly assume failures far rarer than saves; below that their figures mean nothing
+        out["warning"] = (f"M = {mtbf_s:g} s is no longer than one save (C = {c:g} s): no checkpoint interval keeps "
+                          "progress at that failure rate; Young's and Daly's intervals are only the formulas' "
+                          "limits there")
     out["young_interval_s"] = young(c, mtbf_s)
     out["daly_interval_s"] = daly(c, mtbf_s)
     out["expected_goodput_at_daly"] = expected_goodput(out["daly_interval_s"], c, mtbf_s, r)

@@ -158,6 +158,8 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         from chaos.golden import no_golden_why  # the engine's rule for when it makes none (golden imports analysis)
 
         why = no_golden_why(scenario)
+        if not why and (run_dir / "golden.json").exists():  # there, but not a readable summary (a damaged copy)
+            why = "golden.json in the run directory is damaged (not a JSON object), so there is nothing to compare with"
         checkpoint["matches_golden"]["why"] = f"not checked: {why}" if why else (
             "not checked: the golden run did not finish (interrupted or failed before its summary was written)")
     expectations = evaluate_expectations(scenario, summary, faults)

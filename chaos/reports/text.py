@@ -176,6 +176,8 @@ def advice_lines(report: Report) -> list[str]:
     lines.append(f"For MTBF M = {a['mtbf_s']:g} s and restart cost R = {a['restart_cost_s']:.1f} s: "
                  f"Young √(2CM) = {a['young_interval_s']:.1f} s, Daly = {a['daly_interval_s']:.1f} s"
                  + (f" (≈ {a['daly_interval_steps']} steps)." if a.get("daly_interval_steps") else "."))
+    if a.get("warning"):
+        lines.append(a["warning"])
     if a.get("expected_goodput_at_current") is not None:
         lines.append(f"Expected goodput: {a['expected_goodput_at_current']:.4f} at the current interval, "
                      f"{a['expected_goodput_at_daly']:.4f} at Daly's.")
