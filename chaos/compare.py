@@ -472,16 +472,22 @@ def render_markdown(columns: list[Column]) -> str:
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in table(columns)]
     lines += ["", "## Conclusions", "", *[f"- {s}" for s in conclusions(columns)], "", "## Runs", ""]
-    lines += [f"- [{c.label}]({c.scenario}.html): `{c.run_dir}`" for c in columns]
+    lines += [f"- [{c.label}]({run_report_name(c.run_dir)}): `{c.run_dir}`" for c in columns]
     return "\n".join(lines) + "\n"
+
+
+def run_report_name(run_dir: str | Path) -> str:
+    """Each run's own report beside the comparison, named by its run directory (two runs of one scenario, e.g. two
+    cluster shapes of the same file, would overwrite one another under the scenario's name)."""
+    return f"{Path(run_dir).name}.html"
 
 
 def render_html(columns: list[Column]) -> str:
     head = "".join(f"<th>{escape(c.label)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in table(columns))
     items = "".join(f"<li>{escape(s)}</li>" for s in conclusions(columns))
-    runs = "".join(f"<li><a href='{escape(c.scenario)}.html'>{escape(c.label)}</a>: <code>{escape(c.run_dir)}</code>"
-                   "</li>" for c in columns)
+    runs = "".join(f"<li><a href='{escape(run_report_name(c.run_dir))}'>{escape(c.label)}</a>: "
+                   f"<code>{escape(c.run_dir)}</code></li>" for c in columns)
     from chaos.reports.html import CSS
 
     return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>torch-chaos comparison</title>"
@@ -500,7 +506,7 @@ def write_comparison(run_dirs: list[Path], output: Path) -> dict[str, Path]:
     columns = [measure(analysis) for analysis in analyses]
     output.mkdir(parents=True, exist_ok=True)
     for analysis in analyses:
-        write_report(analysis, "html", output / f"{analysis.scenario.name}.html")
+        write_report(analysis, "html", output / run_report_name(analysis.run_dir))
     paths = {"md": output / "compare.md", "html": output / "compare.html", "json": output / "compare.json"}
     write_output(paths["md"], render_markdown(columns))
     write_output(paths["html"], render_html(columns))

@@ -27,6 +27,9 @@ def assert_centralized_vs_elastic(paths: dict[str, Path]) -> None:
     assert all(col["resources"] is None or "cpus_per_node" in col["resources"] for col in (c, e))
     assert data["conclusions"][0].startswith(("Not a fair comparison: ", "A fair comparison: "))
     md = paths["md"].read_text()
+    for col in (c, e):  # each run's own report beside the comparison, linked under its run directory's name
+        own = f"{Path(col['run_dir']).name}.html"
+        assert (paths["md"].parent / own).exists() and f"]({own})" in md, own
     assert "| communication share of a step (median) |" in md and "## Conclusions" in md
     assert "| resources per node |" in md and "| fair comparison |" in md and "| final loss (global batch 48) |" in md
     assert "<table>" in paths["html"].read_text()

@@ -172,3 +172,16 @@ def test_html_report_in_headless_chromium(runs: dict[str, Path]) -> None:
     assert failed == []
     assert requests == [report.as_uri()], "the report must load nothing but itself"
     assert (ARTIFACTS / "report-screenshot.png").stat().st_size > 10_000
+
+
+def test_two_runs_of_one_scenario_keep_a_report_each(runs: dict[str, Path], tmp_path: Path) -> None:
+    """Each run's report was named after its scenario: the second of two cluster shapes of one file overwrote the
+    first, and both columns linked the same page."""
+    import shutil
+
+    twin = tmp_path / "quickstart-twin"
+    shutil.copytree(runs["quickstart"], twin)
+    paths = write_comparison([runs["quickstart"], twin], tmp_path / "cmp")
+    assert sorted(p.name for p in (tmp_path / "cmp").glob("*.html") if p.name != "compare.html") == sorted(
+        [f"{runs['quickstart'].name}.html", "quickstart-twin.html"])
+    assert paths["md"].read_text().count(".html)") == 2
