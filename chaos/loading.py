@@ -330,8 +330,15 @@ def shipped_scenarios_dir() -> Path:
 def resolve_scenario_path(name_or_path: str) -> Path:
     """A path, or the name of a shipped scenario (``quickstart`` → scenarios/quickstart.yaml)."""
     p = Path(name_or_path)
-    if p.exists() or p.suffix in (".yaml", ".yml"):
+    if p.is_file() or p.suffix in (".yaml", ".yml"):
         return p
-    for candidate in shipped_scenarios_dir().rglob(f"{name_or_path}.yaml"):
-        return candidate
+    # A shipped name: its path under scenarios/ ("network/delay") or, when unique, its file's stem ("delay"). Matched
+    # against the files there, never globbed or joined: a name with "*" or "../" names nothing. A directory of the
+    # same name in the working directory does not hide it.
+    root = shipped_scenarios_dir()
+    shipped = sorted(root.rglob("*.yaml"))
+    exact = [c for c in shipped if c.relative_to(root).with_suffix("").as_posix() == name_or_path]
+    by_stem = [c for c in shipped if c.stem == name_or_path]
+    if exact or len(by_stem) == 1:
+        return (exact or by_stem)[0]
     return p

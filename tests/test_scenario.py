@@ -198,3 +198,19 @@ def test_examples_may_only_name_required_fields() -> None:
             EXAMPLES: ClassVar = {"name": "name: before-crash"}
             kind: Literal["marker"]
             name: str = "marker"
+
+
+def test_shipped_names_resolve_exactly_and_a_directory_does_not_hide_them(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`chaos run '*'` ran whichever shipped scenario a glob found first; a directory named like a shipped scenario
+    in the working directory (a run directory, say) made `chaos explore quickstart` fail with "Is a directory"."""
+    from chaos.loading import resolve_scenario_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quickstart").mkdir()
+    root = shipped_scenarios_dir()
+    assert resolve_scenario_path("quickstart") == root / "quickstart.yaml"
+    assert resolve_scenario_path("network/delay") == root / "network" / "delay.yaml"
+    assert resolve_scenario_path("delay") == root / "network" / "delay.yaml"  # a unique stem
+    for name in ("*", "net*/delay", "../scenarios/quickstart"):
+        assert resolve_scenario_path(name) == Path(name)
