@@ -119,6 +119,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.flaky(reruns=1))
 
 
+_runs_used = pytest.StashKey[set[str]]()
+
+
+def _shared_runs() -> Any:
+    """tests/runs.py when a test of this session has imported it (only real-cluster tests do), else None."""
+    return sys.modules.get("tests.runs")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A rerun (pytest-rerunfailures' execution_count > 1) makes the shared runs its test used afresh: handing it
+    the cached run it failed on would fail it again whatever the cause, a flake included."""
+    runs = _shared_runs()
+    if runs is None:
+        return
+    if getattr(item, "execution_count", 1) > 1:
+        runs.forget(item.stash.get(_runs_used, set()))
+    runs.USED_BY_CURRENT_TEST.clear()
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    runs = _shared_runs()
+    if runs is not None:
+        item.stash[_runs_used] = item.stash.get(_runs_used, set()) | runs.USED_BY_CURRENT_TEST
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Whether this session runs real clusters at all (after ``-m`` has deselected what it deselects)."""
     session.config.stash[_session_has_clusters] = any(i.get_closest_marker("integration") for i in session.items)

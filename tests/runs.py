@@ -20,7 +20,13 @@ from chaos.engine import Engine
 from chaos.loading import load_scenario, resolve_scenario_path
 from chaos.scenario import Scenario
 
-RUNS_ROOT = Path(tempfile.mkdtemp(prefix="torch-chaos-tests-"))
+
+@functools.cache
+def runs_root() -> Path:
+    """Where this session's runs go, kept after the session for a look at a failure (made on first use only, so
+    a session that imports this module without running a cluster leaves nothing behind)."""
+    return Path(tempfile.mkdtemp(prefix="torch-chaos-tests-"))
+
 
 # Faults land at step 200-330 and recovery needs well under 150 steps; 600 leaves every documented figure (resume
 # step, lost steps, catch-up, the world size after a replacement) as in the shipped 1000- and 800-step runs.
@@ -48,20 +54,22 @@ def steps_run(name: str) -> int:
     return TEST_STEPS.get(name) or shipped(name).workload.args["steps"]  # type: ignore[union-attr]
 
 
-@functools.cache
 def run_shipped(name: str, runtime: str | None = None) -> tuple[dict[str, Any], Path]:
     """The result and run directory of a shipped scenario on a runtime (None: the file's), once per session.
 
     Run with TEST_STEPS: every test that asks for the same scenario and runtime shares the one real run."""
-    return run_scenario(shipped(name, runtime, TEST_STEPS.get(name)))
+    return _shared(json.dumps(["shipped", name, runtime]),
+                   lambda: run_scenario(shipped(name, runtime, TEST_STEPS.get(name))))
 
 
 def run_scenario(scenario: Scenario) -> tuple[dict[str, Any], Path]:
-    engine = Engine(scenario, out_dir=RUNS_ROOT)
+    engine = Engine(scenario, out_dir=runs_root())
     result = engine.run()
     return result, engine.run_dir
 
 
+# Every shared run of this session (each xdist worker has its own), by key: run_shipped's (scenario, runtime)
+# and run_once's scenario content.
 _SAME_RUNS: dict[str, tuple[dict[str, Any], Path]] = {}
 
 
@@ -71,9 +79,26 @@ def run_once(scenario: Scenario) -> tuple[dict[str, Any], Path]:
     For tests that build the same scenario from different files (the correct workload of several planted-bug
     scenarios is one and the same job), never for tests whose point is repetition."""
     key = json.dumps(scenario.model_dump(mode="json", exclude={"name", "description"}), sort_keys=True)
+    return _shared(key, lambda: run_scenario(scenario))
+
+
+def _shared(key: str, make: Callable[[], tuple[dict[str, Any], Path]]) -> tuple[dict[str, Any], Path]:
+    """The session's one run for ``key``, made on first use; the current test is noted as its user."""
+    USED_BY_CURRENT_TEST.add(key)
     if key not in _SAME_RUNS:
-        _SAME_RUNS[key] = run_scenario(scenario)
+        _SAME_RUNS[key] = make()
     return _SAME_RUNS[key]
+
+
+# The shared runs the current test asked for (tests/conftest.py empties it as a test starts and keeps it with the
+# test): a failed test's rerun must make its runs again, not be handed the very run it failed on.
+USED_BY_CURRENT_TEST: set[str] = set()
+
+
+def forget(keys: set[str]) -> None:
+    """Drop these shared runs, so the next test that asks for one makes it afresh (a rerun after a failure)."""
+    for key in keys:
+        _SAME_RUNS.pop(key, None)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:

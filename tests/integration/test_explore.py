@@ -15,7 +15,7 @@ import pytest
 from chaos.engine import run
 from chaos.explore import explore
 from chaos.loading import load_scenario, shipped_scenarios_dir
-from tests.runs import RUNS_ROOT
+from tests.runs import runs_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
@@ -23,7 +23,7 @@ SCENARIO = shipped_scenarios_dir() / "bugs" / "explore-non-atomic-save.yaml"
 
 
 def test_explore_finds_and_shrinks_the_non_atomic_save_bug() -> None:
-    summary = explore(load_scenario(SCENARIO), out_dir=RUNS_ROOT, budget=6, seed=17)
+    summary = explore(load_scenario(SCENARIO), out_dir=runs_root(), budget=6, seed=17)
     assert summary["found"], summary["tried"]
     [fault] = summary["minimal_faults"]
     assert fault["kind"] == "crash"
@@ -41,6 +41,6 @@ def test_explore_finds_nothing_on_the_correct_workload() -> None:
     scenario.name = "explore-correct-save"
     # two real plans: the search itself is tested on a model of the job (tests/test_explore_search.py); here, that
     # real runs of a correct job raise no false alarm (~20 s less than four)
-    summary = explore(scenario, out_dir=RUNS_ROOT, budget=2, seed=1)
+    summary = explore(scenario, out_dir=runs_root(), budget=2, seed=1)
     assert not summary["found"], [t for t in summary["tried"] if t["failed"]]
     assert 1 <= summary["plans_tried"] <= 2
