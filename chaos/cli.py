@@ -483,7 +483,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([c.__dict__ for c in checks], indent=2))
     else:
+        from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
+
         out.print(t)
+        out.print(f"plug-ins loaded: {len(fault_plugins())} fault kinds, {len(runtime_plugins())} runtimes, "
+                  f"{len(rendezvous_plugins())} rendezvous backends; `chaos plugins` lists each, where it comes "
+                  "from and what it needs", highlight=False)
     return EXIT_PASS if all(c.ok or not c.required for c in checks) else EXIT_FAIL
 
 

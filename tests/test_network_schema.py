@@ -126,6 +126,9 @@ def test_doctor_names_a_fix_for_every_gap(capsys: pytest.CaptureFixture[str]) ->
     assert {"root", "docker engine", "docker image", "iptables", "debootstrap (offline image build)"} <= names
     assert all(c["fix"] for c in checks if not c["ok"]), checks
     assert code in (0, 1)
+    main(["doctor"])  # the table, and where the plug-ins behind its checks are listed
+    said = " ".join(capsys.readouterr().out.split())
+    assert "what this machine supports" in said and "`chaos plugins` lists each" in said, said[-400:]
 
 
 @pytest.mark.parametrize("kind", ["delay: 100ms", "loss_percent: 5", "rate: 1mbit", "groups: [[0], [1]]", ""])
