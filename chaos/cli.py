@@ -376,7 +376,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from chaos.compare import write_comparison
+    from chaos.compare import same_runs, write_comparison
 
     if args.sweep:
         return _compare_sweep(args)
@@ -385,6 +385,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         missing = [str(p) for p in run_dirs if not (p / "events.jsonl").exists()]
         if missing:
             _error(f"not run directories: {', '.join(missing)}")
+            return EXIT_USAGE
+        clash = same_runs(run_dirs)
+        if clash:
+            _error(clash)
             return EXIT_USAGE
     else:
         from chaos.engine import Engine

@@ -464,9 +464,32 @@ def _widest_gap(quick: Column, slow: Column) -> tuple[str, float, float] | None:
     return (name, a[name], b[name]) if b[name] - a[name] >= 0.1 * difference and b[name] > a[name] else None
 
 
+def comparison_title(columns: list[Column]) -> str:
+    """What the columns compare, from their modes: a comparison of two elastic shapes is not 'vs centralized'."""
+    modes = {c.mode for c in columns}
+    if modes == {"elastic", "centralized"}:
+        return "distributed vs centralized"
+    shapes = {"elastic": "distributed", "centralized": "centralized"}
+    return f"{len(columns)} {' and '.join(sorted(shapes.get(m, m) for m in modes))} runs"
+
+
+def same_runs(run_dirs: list[Path]) -> str | None:
+    """Why these run directories cannot be compared side by side, or None: one directory given twice would be a
+    column compared with itself, and two directories of one name would write one report over the other."""
+    seen: dict[str, Path] = {}
+    for d in run_dirs:
+        if d.resolve() in {p.resolve() for p in seen.values()}:
+            return f"{d} is given twice; a comparison needs different runs"
+        if d.name in seen:
+            return (f"{seen[d.name]} and {d} have the same name, and each run's report beside the comparison is "
+                    "named by its run directory; rename one of them")
+        seen[d.name] = d
+    return None
+
+
 def render_markdown(columns: list[Column]) -> str:
     header = ["", *[c.label for c in columns]]
-    lines = ["# torch-chaos comparison: distributed vs centralized", "",
+    lines = [f"# torch-chaos comparison: {comparison_title(columns)}", "",
              "Same workload, same fault plan, different cluster shapes; every figure measured in the runs below.", "",
              f"Measured on: {columns[0].machine}." if columns else "", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -491,7 +514,7 @@ def render_html(columns: list[Column]) -> str:
     from chaos.reports.html import CSS
 
     return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>torch-chaos comparison</title>"
-            f"<style>{CSS}</style></head><body><h1>torch-chaos comparison: distributed vs centralized</h1>"
+            f"<style>{CSS}</style></head><body><h1>torch-chaos comparison: {escape(comparison_title(columns))}</h1>"
             f"<p>Same workload, same fault plan, different cluster shapes; every figure measured in the runs "
             f"below.</p><p>Measured on: {escape(columns[0].machine if columns else '')}.</p>"
             f"<table><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>"

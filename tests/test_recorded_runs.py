@@ -185,3 +185,17 @@ def test_two_runs_of_one_scenario_keep_a_report_each(runs: dict[str, Path], tmp_
     assert sorted(p.name for p in (tmp_path / "cmp").glob("*.html") if p.name != "compare.html") == sorted(
         [f"{runs['quickstart'].name}.html", "quickstart-twin.html"])
     assert paths["md"].read_text().count(".html)") == 2
+    assert paths["md"].read_text().startswith("# torch-chaos comparison: 2 distributed runs\n"), "not 'vs centralized'"
+
+
+def test_compare_refuses_a_run_given_twice_or_two_runs_of_one_name(runs: dict[str, Path], tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    quickstart = runs["quickstart"]
+    same_name = tmp_path / "elsewhere" / quickstart.name
+    shutil.copytree(quickstart, same_name)
+    for dirs, said in (([quickstart, quickstart], "is given twice"), ([quickstart, same_name], "same name")):
+        code = main(["compare", "--from-runs", *map(str, dirs), "-o", str(tmp_path / "cmp")])
+        assert code == 2 and said in capsys.readouterr().err
+    assert not (tmp_path / "cmp").exists()
+    paths = write_comparison([runs["centralized-crash"], quickstart], tmp_path / "ok")
+    assert "comparison: distributed vs centralized</h1>" in paths["html"].read_text()
