@@ -775,9 +775,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _directory_problem(path: str) -> str | None:
+    """Why ``path`` cannot hold new directories (it or a parent is a file, or it is not writable), or None: said
+    before anything runs, instead of a traceback once the run directory is made."""
+    p = Path(path).absolute()
+    existing = next((a for a in (p, *p.parents) if a.exists()), None)
+    if existing is None:
+        return None
+    if not existing.is_dir():
+        return f"{existing} is not a directory" if existing == p else f"{existing} (a parent of it) is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this user"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    for option, attr in (("--out", "out"), ("--golden-cache", "golden_cache")):
+        value = getattr(args, attr, None)
+        problem = _directory_problem(value) if value is not None else None
+        if problem:
+            _error(f"{option} {value}: {problem}; name a directory to create or to write in")
+            return EXIT_USAGE
     try:
         with _golden_cache(getattr(args, "golden_cache", None)):
             return int(args.func(args))

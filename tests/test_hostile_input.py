@@ -172,3 +172,23 @@ def test_python_dash_c_runs_as_one_plain_process() -> None:
                               "  command: [python, -c, \"print('step 1')\"]\n  progress_regex: 'step (?P<step>\\d+)'\n")
     plan = build_plan(scenario, "r", Path("/tmp/r"))
     assert plan.nodes[0].argv[1:] == ["-c", "print('step 1')"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "quickstart", "--out", "{file}"],
+    ["run", "quickstart", "--dry-run", "--out", "{file}/runs"],
+    ["run", "quickstart", "--dry-run", "--golden-cache", "{file}"],
+    ["explore", "quickstart", "--budget", "1", "--out", "{file}"],
+    ["compare", "quickstart", "centralized-crash", "--out", "{file}"],
+])
+def test_an_output_directory_that_is_a_file_is_refused_before_anything_runs(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real run made its run directory under --out and died there with NotADirectoryError's traceback."""
+    from chaos.cli import main
+
+    file = tmp_path / "a-file"
+    file.write_text("not a directory\n")
+    code = main([a.replace("{file}", str(file)) for a in argv])
+    said = capsys.readouterr().err
+    assert code == 2 and "is not a directory" in said and "Traceback" not in said, said
+    assert file.read_text() == "not a directory\n" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
