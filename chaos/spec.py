@@ -156,8 +156,31 @@ class FaultSpec(Strict):
         if problems:
             if unknown:  # else a misspelt field hides behind "needs": say both
                 problems.append(f"{kind} has no field {', '.join(map(repr, unknown))}")
+            problems += cls._value_problems(data)  # else a wrong value waits for the next round to be told
             raise ValueError("; ".join(problems))
         return data
+
+    @classmethod
+    def _value_problems(cls, data: dict[str, Any]) -> list[str]:
+        """The kind's present fields whose values are wrong on their own (``at_step: x``), for the message that
+        refuses the fault for kind-level reasons: raising that message stops pydantic before it checks them."""
+        from typing import Annotated
+
+        from pydantic import TypeAdapter, ValidationError
+
+        said = []
+        for name, value in data.items():
+            info = cls.model_fields.get(name)
+            if info is None or name == "kind":
+                continue
+            hint = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+            try:
+                TypeAdapter(hint).validate_python(value)
+            except ValidationError as exc:
+                said.append(f"{name}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}")
+            except Exception:  # a plug-in's type this check cannot build: pydantic says it in the next round
+                continue
+        return said
 
     @classmethod
     def target_hint(cls) -> str:

@@ -60,6 +60,12 @@ faults:
     ("{kind: crash, target: 1}", "give exactly one trigger"),
     ("{kind: crash, target: 1, at: 1s, at_step: 3}", "give exactly one trigger"),
     ("{kind: freeze, target: 1, at_step: 3}", "freeze needs a duration"),
+    # a wrong value is said beside the kind-level problem, not in the next round
+    ("{kind: freeze, target: 1, at_step: x, lenght: 3}",
+     "freeze needs a duration, e.g. duration: 5s; freeze has no field 'lenght'; at_step: Input should be a valid "
+     "integer"),
+    ("{kind: memory_pressure, target: 1, at_step: 3, duration: 5s, limit: 2XB}", "needs size, e.g. size: 512MB; "
+     "limit: expected a size"),
     ("{kind: crash, target: 1, at_step: 3, duration: 2s}", "crash takes no duration"),
     ("{kind: crash, at_step: 3}", "crash needs a target"),
     ("{kind: corrupt_checkpoint, target: 1, at_step: 3}", "takes no target"),
