@@ -376,6 +376,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from chaos.analysis.run import analyze_run
     from chaos.compare import same_runs, write_comparison
 
     if args.sweep:
@@ -401,11 +402,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
             result = engine.run()
             err.print(f"  {scenario.name}: {result['verdict']} ({result['why']})", highlight=False)
             run_dirs.append(engine.run_dir)
+    analyses = []
+    for run_dir in run_dirs:
+        try:
+            analyses.append(analyze_run(run_dir))
+        except ScenarioInvalid:
+            raise  # its scenario.yaml is damaged: file:line errors, exit 2
+        except Exception as exc:  # a damaged history must give a message, never a traceback
+            _error(f"{run_dir}: cannot analyse this run directory ({type(exc).__name__}: {exc}); `chaos compare` "
+                   "reads each run's events.jsonl, scenario.yaml and golden.json")
+            return EXIT_FAIL
     try:
-        paths = write_comparison(run_dirs, Path(args.output))
-    except OSError as exc:  # the runs are analysed before anything is written: this is the output's fault
-        _error(f"cannot write the comparison into {args.output}: {exc.strerror or exc} ({exc.filename or ''}); "
-               "-o/--output names a directory to write it in")
+        paths = write_comparison(analyses, Path(args.output))
+    except OSError as exc:  # every run was analysed above: this is the output's fault
+        where = f" ({exc.filename})" if exc.filename else ""
+        _error(f"cannot write the comparison into {args.output}: {exc.strerror or exc}{where}; -o/--output names a "
+               "directory to write it in")
         return EXIT_USAGE
     out.print(paths["md"].read_text(), highlight=False, markup=False)
     out.print(f"written: {paths['html']}, {paths['md']}, {paths['json']}", highlight=False)
@@ -778,14 +790,25 @@ def build_parser() -> argparse.ArgumentParser:
 def _directory_problem(path: str) -> str | None:
     """Why ``path`` cannot hold new directories (it or a parent is a file, or it is not writable), or None: said
     before anything runs, instead of a traceback once the run directory is made."""
-    p = Path(path).absolute()
-    existing = next((a for a in (p, *p.parents) if a.exists()), None)
-    if existing is None:
-        return None
-    if not existing.is_dir():
-        return f"{existing} is not a directory" if existing == p else f"{existing} (a parent of it) is not a directory"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{existing} is not writable by this user"
+    def present(a: Path) -> bool:  # lstat: a dangling link is there too; any error but "no such file" is said
+        try:
+            a.lstat()
+        except (FileNotFoundError, NotADirectoryError):  # the latter: a parent is a file, said when reached
+            return False
+        return True
+
+    try:
+        p = Path(path).absolute()
+        existing = next((a for a in (p, *p.parents) if present(a)), None)
+        if existing is None:
+            return None
+        if not existing.is_dir():
+            return (f"{existing} is not a directory" if existing == p
+                    else f"{existing} (a parent of it) is not a directory")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            return f"{existing} is not writable by this user"
+    except OSError as exc:  # a name too long, a parent this user may not enter
+        return exc.strerror or str(exc)
     return None
 
 

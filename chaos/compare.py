@@ -478,12 +478,13 @@ def same_runs(run_dirs: list[Path]) -> str | None:
     column compared with itself, and two directories of one name would write one report over the other."""
     seen: dict[str, Path] = {}
     for d in run_dirs:
+        name = d.resolve().name
         if d.resolve() in {p.resolve() for p in seen.values()}:
             return f"{d} is given twice; a comparison needs different runs"
-        if d.name in seen:
-            return (f"{seen[d.name]} and {d} have the same name, and each run's report beside the comparison is "
+        if name in seen:
+            return (f"{seen[name]} and {d} have the same name, and each run's report beside the comparison is "
                     "named by its run directory; rename one of them")
-        seen[d.name] = d
+        seen[name] = d
     return None
 
 
@@ -502,7 +503,7 @@ def render_markdown(columns: list[Column]) -> str:
 def run_report_name(run_dir: str | Path) -> str:
     """Each run's own report beside the comparison, named by its run directory (two runs of one scenario, e.g. two
     cluster shapes of the same file, would overwrite one another under the scenario's name)."""
-    return f"{Path(run_dir).name}.html"
+    return f"{Path(run_dir).resolve().name}.html"
 
 
 def render_html(columns: list[Column]) -> str:
@@ -521,11 +522,12 @@ def render_html(columns: list[Column]) -> str:
             f"<h2>Conclusions</h2><ul>{items}</ul><h2>Runs</h2><ul>{runs}</ul></body></html>\n")
 
 
-def write_comparison(run_dirs: list[Path], output: Path) -> dict[str, Path]:
-    """The comparison (HTML, Markdown, JSON) plus each run's own HTML report beside it, linked from the table."""
+def write_comparison(runs: list[Path] | list[RunAnalysis], output: Path) -> dict[str, Path]:
+    """The comparison (HTML, Markdown, JSON) plus each run's own HTML report beside it, linked from the table.
+    Runs given as directories are analysed here, all before anything is written."""
     from chaos.reports import write_report
 
-    analyses = [analyze_run(d) for d in run_dirs]  # one per run, for its column and its report; all before writing
+    analyses = [r if isinstance(r, RunAnalysis) else analyze_run(r) for r in runs]  # one per run: column, report
     columns = [measure(analysis) for analysis in analyses]
     output.mkdir(parents=True, exist_ok=True)
     for analysis in analyses:

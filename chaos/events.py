@@ -143,7 +143,7 @@ class WorkloadLine(Line):
     local_rank: NotRequired[int]  # LOCAL_RANK
     world_size: NotRequired[int]  # WORLD_SIZE (absent: 1)
     restart: NotRequired[int]  # TORCHELASTIC_RESTART_COUNT of the node's agent
-    incarnation: NotRequired[str]  # id the ranks of one worker round agreed on (probe.set_context); lineage uses it
+    incarnation: NotRequired[str | int]  # id the ranks of one worker round agreed on (probe.set_context): lineage
     id: NotRequired[str]  # present when the probe holds the job after this event until the engine acknowledges it
 
 

@@ -116,10 +116,14 @@ def _numbered_lines(path: Path | str) -> Iterator[list[tuple[int, bytes | None]]
     """The file's non-blank lines with their 1-based numbers, a list per ~megabyte read; ``None`` for a line over
     MAX_LINE_BYTES (its bytes are dropped as they are read). Only a regular file is read: a device or a pipe
     (``events.jsonl`` a link to /dev/zero, a FIFO) would never end."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise OSError(f"{path} is not a regular file (a device, pipe or socket has no end); a history is a file")
+    # Opened without blocking (a FIFO with no writer would wait), then judged by what was opened, not by a
+    # stat of the name that a swap could make stale.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file (a directory, device, pipe or socket); a history is a file")
     number, carry, too_long = 0, b"", False
-    with open(path, "rb") as f:
+    with os.fdopen(fd, "rb") as f:
         while block := f.read(_CHUNK_BYTES):
             *ended, rest = block.split(b"\n")
             out: list[tuple[int, bytes | None]] = []
@@ -241,7 +245,8 @@ STORAGE_PREFIX = f"{Source.STORAGE}:"
 
 def readable(e: Any, checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]]) -> bool:
     """Whether a parsed line is an event analysis can use: a mapping with a finite numeric ``t``, an ``event``
-    name, and, for a known event, its declared fields of their declared types (see :func:`_field_checks`)."""
+    name, and, for a known event, its declared fields of their declared types (see :func:`_field_checks`).
+    An optional field that is null is removed from the event (absent is what analysis handles)."""
     if not isinstance(e, dict):
         return False
     t, name = e.get("t"), e.get("event")
@@ -254,7 +259,9 @@ def readable(e: Any, checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]]
         spec = checks.get(STORAGE_PREFIX + name, spec)
     for key, must, accepted in spec:
         value = e.get(key, _ABSENT)
-        if value is _ABSENT:
+        if value is None and not must and type(None) not in accepted:
+            del e[key]  # an optional field written as null (a writer's "unknown") reads as absent, as analysis expects
+        elif value is _ABSENT:
             if must:
                 return False
         elif not isinstance(value, accepted) or (value.__class__ is bool and bool not in accepted):

@@ -341,4 +341,8 @@ def resolve_scenario_path(name_or_path: str) -> Path:
     by_stem = [c for c in shipped if c.stem == name_or_path]
     if exact or len(by_stem) == 1:
         return (exact or by_stem)[0]
+    if by_stem:
+        names = ", ".join(c.relative_to(root).with_suffix("").as_posix() for c in by_stem)
+        raise ScenarioInvalid([ScenarioError(name_or_path, None, "", f"more than one shipped scenario has this name: "
+                                                                     f"{names}; give one of them")])
     return p

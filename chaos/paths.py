@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-import tempfile
+import uuid
 from pathlib import Path
 
 RUN_DIR_ITSELF = ("is the run directory itself, whose events.jsonl and logs would be taken for checkpoints; "
@@ -80,17 +80,28 @@ def confine(path: Path, run_dir: Path, allow_paths: list[str]) -> str | None:
 # or report.html in it must not make `chaos report` write through it to a file outside. Outputs are written to a new
 # file beside their name and renamed over it, which replaces a link instead of following it (and a reader never
 # sees half a file).
-def write_output(path: str | Path, data: str | bytes) -> Path:
-    """``data`` as the file ``path`` (a link there is replaced, not followed); returns ``path``."""
+def write_output(path: str | Path, data: str | bytes, *, named_by_user: bool = False) -> Path:
+    """``data`` as the file ``path`` (a link there is replaced, not followed); returns ``path``.
+
+    ``named_by_user``: the user gave this path (``-o``), so a link or a device there is written through, as any
+    program writes its named output (``-o /dev/stdout``); only a regular file is replaced by a rename."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    blob = data.encode() if isinstance(data, str) else data
+    if named_by_user and (path.is_symlink() or (path.exists() and not path.is_file())):
+        with open(path, "wb") as f:
+            f.write(blob)
+        return path
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+    # O_EXCL: a new file, never one planted under this name; mode 0666 less the umask, as open() makes a file
+    # (mkstemp's 0600 would hide a report on a shared machine, a fixed 0644 would ignore a umask of 077).
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a report from the rest of a shared machine
+            f.write(blob)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     return path
+

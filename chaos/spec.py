@@ -171,7 +171,7 @@ class FaultSpec(Strict):
         said = []
         for name, value in data.items():
             info = cls.model_fields.get(name)
-            if info is None or name == "kind":
+            if info is None or name == "kind" or value is None:  # None: absent, said as "needs" if required
                 continue
             hint = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
             try:

@@ -4,6 +4,7 @@ computes what the rest allows, labels a history without ``run_ended`` incomplete
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -138,6 +139,37 @@ def test_outputs_replace_links_in_the_run_directory_and_never_write_through_them
     assert not (run_dir / "report.json").is_symlink()
 
 
+def test_an_output_named_by_the_user_is_written_through_a_link_or_fifo_and_keeps_the_umask(tmp_path: Path) -> None:
+    """-o /dev/stdout (a link) and a FIFO were replaced by a renamed regular file (as root: a link in /dev); and a
+    report was 0644 whatever the umask."""
+    import stat
+    import threading
+
+    from chaos.paths import write_output
+
+    target = tmp_path / "target.txt"
+    target.write_text("")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    write_output(link, "through", named_by_user=True)
+    assert link.is_symlink() and target.read_text() == "through"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    write_output(fifo, "piped", named_by_user=True)
+    reader.join(10)
+    assert got == [b"piped"] and stat.S_ISFIFO(fifo.lstat().st_mode)
+    old = os.umask(0o077)
+    try:
+        made = write_output(tmp_path / "private.json", "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(made.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link", "private.json", "target.txt"]  # no temp
+
+
 def test_output_problems_are_named_as_such_and_a_read_only_run_still_reports(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import chaos.analysis.result_json
@@ -147,9 +179,16 @@ def test_output_problems_are_named_as_such_and_a_read_only_run_still_reports(
     assert main(["report", str(run_dir), "--format", "json", "-o", str(tmp_path)]) == 2  # a directory
     err = capsys.readouterr().err
     assert f"cannot write {tmp_path}: Is a directory" in err and "cannot analyse" not in err, err
-    assert main(["compare", "--from-runs", str(run_dir), str(run_dir), "-o", str(run_dir / "events.jsonl")]) == 2
+    twin = shutil.copytree(run_dir, tmp_path / "twin")
+    assert main(["compare", "--from-runs", str(run_dir), str(twin), "-o", str(run_dir / "events.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "cannot write the comparison into" in err and "Traceback" not in err, err
+    (twin / "events.jsonl").unlink()
+    (twin / "events.jsonl").mkdir()  # unreadable as a history: a reading problem, not the output's
+    assert main(["compare", "--from-runs", str(run_dir), str(twin), "-o", str(tmp_path / "cmp")]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{twin}: cannot analyse this run directory" in err and "cannot write" not in err, err
+    assert not (tmp_path / "cmp").exists()
 
     def read_only(analysis: object) -> dict:
         raise OSError(30, "Read-only file system")
@@ -189,6 +228,20 @@ def test_an_optional_field_of_the_wrong_type_makes_its_line_unreadable(field: st
     main(["report", str(run_dir), "--format", "json"])
     assert "cannot analyse" not in capsys.readouterr().err
     assert json.loads((run_dir / "result.json").read_text())["history"]["unreadable_lines"] == [at + 1]
+
+
+def test_a_null_optional_field_reads_as_absent_and_an_int_incarnation_is_an_id() -> None:
+    """A writer's null for an optional field (`sample_ids: null`, `epoch: null`) and an int incarnation id
+    (`set_context(incarnation=3)`) were accepted until optional fields were typed; they must stay readable."""
+    from chaos.history import _field_checks, readable
+
+    base = {"t": 1.0, "event": "step_completed", "step": 1, "node": "n0", "pid": 1, "source": "workload"}
+    for extra in ({"sample_ids": None}, {"epoch": None}, {"world_size": None}, {"comm_s": None}):
+        event = {**base, **extra}
+        assert readable(event, _field_checks()) and event == base, extra
+    assert readable({**base, "incarnation": 3}, _field_checks())
+    assert not readable({**base, "incarnation": True}, _field_checks())
+    assert not readable({**base, "step": None}, _field_checks())  # a required field is still required
 
 
 def test_a_damaged_golden_summary_is_named_not_taken_for_an_unfinished_golden_run(tmp_path: Path) -> None:

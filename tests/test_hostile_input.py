@@ -192,3 +192,16 @@ def test_an_output_directory_that_is_a_file_is_refused_before_anything_runs(
     said = capsys.readouterr().err
     assert code == 2 and "is not a directory" in said and "Traceback" not in said, said
     assert file.read_text() == "not a directory\n" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_an_output_directory_name_too_long_or_a_dangling_link_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from chaos.cli import main
+
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    for out, said in ((str(tmp_path / ("a" * 300)), "File name too long"), (str(dangling), "is not a directory")):
+        assert main(["run", "quickstart", "--dry-run", "--out", out]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, err
+    assert not (tmp_path / "nowhere").exists()

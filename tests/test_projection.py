@@ -223,5 +223,5 @@ def test_report_section(runs: dict[str, Path], capsys: pytest.CaptureFixture[str
 def test_a_recovery_longer_than_the_job_mtbf_is_named_as_the_reason() -> None:
     """Not 'give fewer --trials': no trial count makes a job progress whose recovery outlasts its MTBF."""
     model = failure_model(1000, mtbf_node="10000h")  # job MTBF 10 h
-    with pytest.raises(ProjectionError, match=r"recovery R .* not far below the job's MTBF .*--recovery"):
+    with pytest.raises(ProjectionError, match=r"recovery R .* not far below the job's MTBF .*check the recovery"):
         project(_measured(30, 1000 * DAY), model, job_days=30, trials=100)

@@ -220,3 +220,5 @@ def test_shipped_names_resolve_exactly_and_a_directory_does_not_hide_them(tmp_pa
     assert resolve_scenario_path("delay") == root / "network" / "delay.yaml"  # a unique stem
     for name in ("*", "net*/delay", "../scenarios/quickstart"):
         assert resolve_scenario_path(name) == Path(name)
+    with pytest.raises(ScenarioInvalid, match="network/partial-partition, slurm/partial-partition; give one"):
+        resolve_scenario_path("partial-partition")  # two shipped files of this name: not "no such file"

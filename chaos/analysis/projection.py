@@ -484,9 +484,10 @@ def project(measured: Measured, model: FailureModel, job_days: float = 30.0, tri
     if not sweep and max(c, r) >= m / 2:
         which = "recovery R" if r >= c else "checkpoint cost C"
         raise ProjectionError(f"the {which} ({max(c, r):.3g} s) is not far below the job's MTBF ({m:.3g} s = "
-                              f"per-node MTBF / {model.nodes} nodes): the next failure comes before the last one is "
-                              "paid for, so the job barely progresses at any checkpoint interval and there is nothing "
-                              "to project; check --recovery, --checkpoint-cost, --mtbf-node and --nodes")
+                              f"per-node MTBF / {model.nodes} nodes): the job barely progresses at any checkpoint "
+                              f"interval, and {trials} jobs per interval would draw more than {MAX_DRAWS:,} failures; "
+                              "check the recovery, checkpoint cost, MTBF and node count given (fewer trials or a "
+                              "shorter job would let the projection finish, on a job that hardly trains)")
     if not sweep:
         raise ProjectionError(f"job MTBF {m:.3g} s (R = {r:.3g} s): even at the best interval a "
                               f"{job_days:g}-day job meets {work / m:.3g}+ failures; {trials} jobs per interval would "

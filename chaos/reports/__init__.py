@@ -29,23 +29,23 @@ def write_report(run: str | Path | RunAnalysis, fmt: str = "html", out: str | Pa
         from chaos.reports.html import render_html
 
         path = Path(out) if out else run_dir / "report.html"
-        write_output(path, render_html(report))
+        write_output(path, render_html(report), named_by_user=out is not None)
     elif fmt == "md":
         from chaos.reports.markdown import render_markdown
 
         path = Path(out) if out else run_dir / "report.md"
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_output(path, render_markdown(report, path.parent, path.stem))
+        write_output(path, render_markdown(report, path.parent, path.stem), named_by_user=out is not None)
     elif fmt == "json":
         import json
 
         path = Path(out) if out else run_dir / "report.json"
-        write_output(path, json.dumps(report.to_json(), indent=2, default=str) + "\n")
+        write_output(path, json.dumps(report.to_json(), indent=2, default=str) + "\n", named_by_user=out is not None)
     elif fmt == "junit":
         from chaos.reports.junit import render_junit
 
         path = Path(out) if out else run_dir / "report.junit.xml"
-        write_output(path, render_junit(report))
+        write_output(path, render_junit(report), named_by_user=out is not None)
     else:
         raise ValueError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")
     return path
