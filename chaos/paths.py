@@ -104,4 +104,3 @@ def write_output(path: str | Path, data: str | bytes, *, named_by_user: bool = F
             os.unlink(tmp)
         raise
     return path
-
