@@ -311,21 +311,30 @@ def _projection(args: argparse.Namespace, analysis: Any, nodes: int) -> Any:
                        checkpoint_interval=args.checkpoint_interval, trials=args.trials, seed=args.seed)
 
 
+def _analysed(run_dir: Path) -> Any:
+    """The run's analysis, or None after saying why it could not be made (a damaged history gets a message, never
+    a traceback); a damaged scenario.yaml is raised for its file:line errors (exit 2)."""
+    from chaos.analysis.run import analyze_run
+
+    try:
+        return analyze_run(run_dir)
+    except ScenarioInvalid:
+        raise
+    except Exception as exc:
+        _error(f"{run_dir}: cannot analyse this run directory ({type(exc).__name__}: {exc}); torch-chaos reads its "
+               "events.jsonl, scenario.yaml and golden.json")
+        return None
+
+
 def cmd_project(args: argparse.Namespace) -> int:
     """Project a run's measured recovery and checkpoint cost to N nodes under a failure model."""
     from chaos.analysis.projection import ProjectionError
-    from chaos.analysis.run import analyze_run
 
     run_dir = Path(args.run_dir)
     if not _is_run_dir(run_dir):
         return EXIT_USAGE
-    try:
-        analysis = analyze_run(run_dir)
-    except ScenarioInvalid:
-        raise
-    except Exception as exc:  # a damaged history must give a message, never a traceback
-        _error(f"{run_dir}: cannot analyse this run directory "
-               f"({type(exc).__name__}: {exc})")
+    analysis = _analysed(run_dir)
+    if analysis is None:
         return EXIT_FAIL
     try:
         projection = _projection(args, analysis, args.nodes)
@@ -376,7 +385,6 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from chaos.analysis.run import analyze_run
     from chaos.compare import same_runs, write_comparison
 
     if args.sweep:
@@ -404,14 +412,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             run_dirs.append(engine.run_dir)
     analyses = []
     for run_dir in run_dirs:
-        try:
-            analyses.append(analyze_run(run_dir))
-        except ScenarioInvalid:
-            raise  # its scenario.yaml is damaged: file:line errors, exit 2
-        except Exception as exc:  # a damaged history must give a message, never a traceback
-            _error(f"{run_dir}: cannot analyse this run directory ({type(exc).__name__}: {exc}); `chaos compare` "
-                   "reads each run's events.jsonl, scenario.yaml and golden.json")
+        analysis = _analysed(run_dir)
+        if analysis is None:
             return EXIT_FAIL
+        analyses.append(analysis)
     try:
         paths = write_comparison(analyses, Path(args.output))
     except OSError as exc:  # every run was analysed above: this is the output's fault

@@ -477,10 +477,13 @@ def same_runs(run_dirs: list[Path]) -> str | None:
     """Why these run directories cannot be compared side by side, or None: one directory given twice would be a
     column compared with itself, and two directories of one name would write one report over the other."""
     seen: dict[str, Path] = {}
+    resolved: set[Path] = set()
     for d in run_dirs:
-        name = d.resolve().name
-        if d.resolve() in {p.resolve() for p in seen.values()}:
+        real = d.resolve()
+        if real in resolved:
             return f"{d} is given twice; a comparison needs different runs"
+        resolved.add(real)
+        name = real.name
         if name in seen:
             return (f"{seen[name]} and {d} have the same name, and each run's report beside the comparison is "
                     "named by its run directory; rename one of them")
