@@ -39,7 +39,7 @@ from chaos.analysis.checkpoints import first_resume_step, golden_summary
 from chaos.events import Ev, Source
 from chaos.history import Event, read_history
 from chaos.plan import SHIPPED_WORKLOADS
-from chaos.scenario import Checks, CommandWorkload, Expect, NodeRestart, Scenario, make_fault
+from chaos.scenario import Checks, CommandWorkload, Expect, NodeRestart, Scenario, ShippedWorkload, make_fault
 
 CACHE_ENV = "TORCH_CHAOS_GOLDEN_CACHE"
 SUMMARY_FILE = "golden.json"
@@ -53,6 +53,10 @@ _WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 # Arguments of the shipped workload that change how and when it saves or breaks, never what a fault-free run
 # computes (the planted bugs only act on resume), so they stay out of the key.
 NUMERICALLY_NEUTRAL_ARGS = {"checkpoint_dir", "checkpoint_every", "keep", "bug", "pg_timeout_s", "step_time_ms"}
+# Of those, the ones that only pace the job (a sleep per step): the reference runs leave them out. A scenario paced
+# so that its fault lands in time (elastic-freeze: 25 ms a step) would otherwise pay its pacing twice more, in a
+# golden run whose losses and final state are the same without it (and in its control run).
+PACING_ARGS = {"step_time_ms"}
 
 # Runs a scenario with its run directory under the given directory; returns that run directory (which holds
 # events.jsonl and result.json once it returns).
@@ -111,8 +115,13 @@ def golden_key(scenario: Scenario) -> str:
 
 
 def golden_scenario(scenario: Scenario) -> Scenario:
+    workload = scenario.workload
+    if isinstance(workload, ShippedWorkload):
+        workload = workload.model_copy(update={"args": {k: v for k, v in workload.args.items()
+                                                        if k not in PACING_ARGS}})
     return scenario.model_copy(deep=True, update={
         "name": f"{scenario.name}-golden", "faults": [], "expect": Expect(), "checks": Checks(golden=False),
+        "workload": workload,
         # Local processes: the reference numbers do not depend on where nodes run (a container runs the same torch
         # build), and a fault-free run needs no network of its own.
         "cluster": scenario.cluster.model_copy(update={"node_restart": NodeRestart(policy="never"),

@@ -28,6 +28,9 @@ SHARE_LOCK_ENV = "TORCH_CHAOS_TEST_SHARE_LOCK"
 MACHINE_LOCK_ENV = "TORCH_CHAOS_MACHINE_LOCK"
 NO_RERUN_ENV = "TORCH_CHAOS_NO_RERUN"
 TIMES_ENV = "TORCH_CHAOS_SUITE_TIMES"  # write every real-cluster test's machine time there (JSON)
+# How many real clusters may run at once (default 1: alone). More is an experiment on the suite's length, not a
+# way to run it: clusters side by side disturb each other's measured timings (docs/design.md, "Test tiers").
+LANES_ENV = "TORCH_CHAOS_CLUSTER_LANES"
 BYTECODE_ENV = "PYTHONDONTWRITEBYTECODE"
 _created: dict[str, str] = {}  # env variable -> the path this session made for it
 _removed: dict[str, str] = {}  # env variable -> the value this session took away for its run
@@ -66,6 +69,8 @@ def _write_bytecode() -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     for variable, path in _created.items():
+        for lane in Path(path).parent.glob(f"{Path(path).name}.lane*") if variable == SHARE_LOCK_ENV else ():
+            lane.unlink(missing_ok=True)
         if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
         elif os.path.exists(path):
@@ -184,12 +189,44 @@ def _share_the_machine(request: pytest.FixtureRequest) -> Iterator[None]:
     cluster = request.node.get_closest_marker("integration") is not None
     with contextlib.ExitStack() as locks:
         if not request.node.get_closest_marker("alone"):  # else its module holds the machine already
-            locks.enter_context(_locked(path, fcntl.LOCK_EX if cluster else fcntl.LOCK_SH))
+            lanes = _cluster_lanes()
+            if cluster and lanes > 1:  # the experiment: a lane each, fast tests beside them
+                locks.enter_context(_locked(path, fcntl.LOCK_SH))
+                locks.enter_context(_lane(path, lanes))
+            else:
+                locks.enter_context(_locked(path, fcntl.LOCK_EX if cluster else fcntl.LOCK_SH))
             locks.enter_context(_machine_lock(cluster))
         held, cpu = time.monotonic(), psutil.cpu_times()
         yield
         if cluster:
             request.node.user_properties.append((MACHINE_TIME, (time.monotonic() - held, _busy_since(cpu))))
+
+
+def _cluster_lanes() -> int:
+    value = os.environ.get(LANES_ENV, "1")
+    if not value.isdigit() or int(value) < 1:
+        raise pytest.UsageError(f"{LANES_ENV}={value!r}: expected a whole number of lanes, 1 or more")
+    return int(value)
+
+
+@contextmanager
+def _lane(share_lock: str, lanes: int) -> Iterator[None]:
+    """One of ``lanes`` lock files beside the share lock: the first free one, else wait on this worker's own."""
+    paths = [f"{share_lock}.lane{i}" for i in range(lanes)]
+    for lane in paths:
+        with open(lane, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+            return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    with _locked(paths[int(worker) % lanes if worker.isdigit() else 0], fcntl.LOCK_EX):
+        yield
 
 
 def _busy_since(before: Any) -> float:  # psutil.cpu_times(): a platform-specific named tuple

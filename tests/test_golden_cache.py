@@ -290,3 +290,19 @@ def test_a_worker_group_failing_before_the_planned_kill_is_unprovoked(tmp_path: 
     result = {"restarts": 1, "restarts_after_completion": 0, "faults": [{"injected": True}]}
     problem = control_problem(run_dir, result, sorted(events, key=lambda e: e["t"]))
     assert problem is not None and "before the planned kill (node1, 2.0 s before it)" in problem, problem
+
+
+def test_the_golden_run_leaves_out_pacing_and_shares_the_unpaced_key() -> None:
+    """A scenario paced so that its fault lands in time (elastic-freeze: 25 ms a step) gets the same reference
+    numbers unpaced: its golden run is the unpaced job, under the same key as the unpaced scenario's."""
+    from chaos.golden import control_scenario, golden_scenario
+
+    text = "name: paced\ncluster: {{mode: elastic, nodes: 2}}\nworkload:\n  name: ddp-mlp\n  args: {{{args}}}\n"
+    paced = parse_scenario(text.format(args="steps: 40, checkpoint_every: 10, step_time_ms: 25"))
+    unpaced = parse_scenario(text.format(args="steps: 40, checkpoint_every: 10"))
+    assert golden_key(paced) == golden_key(unpaced)
+    assert golden_scenario(paced).workload.args == {"steps": 40, "checkpoint_every": 10}  # type: ignore[union-attr]
+    assert control_scenario(paced, 10).workload.args == {"steps": 40, "checkpoint_every": 10}  # type: ignore[union-attr]
+    assert paced.workload.args["step_time_ms"] == 25  # type: ignore[union-attr]  # the scenario itself keeps it
+    other = parse_scenario(text.format(args="steps: 41, checkpoint_every: 10, step_time_ms: 25"))
+    assert golden_key(other) != golden_key(paced)
