@@ -45,6 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
     the caller chose (the variable already set) is used as it is and kept."""
     if hasattr(config, "workerinput"):
         return
+    _cluster_lanes()  # a bad value stops the session here, once, not in every real-cluster test
     _write_bytecode()
     if not os.environ.get(GOLDEN_CACHE_ENV):
         _created[GOLDEN_CACHE_ENV] = os.environ[GOLDEN_CACHE_ENV] = tempfile.mkdtemp(prefix="torch-chaos-golden-")
