@@ -115,10 +115,9 @@ def golden_key(scenario: Scenario) -> str:
 
 
 def golden_scenario(scenario: Scenario) -> Scenario:
-    workload = scenario.workload
+    workload = scenario.workload.model_copy(deep=True)  # `update` values below are not copied by model_copy
     if isinstance(workload, ShippedWorkload):
-        workload = workload.model_copy(update={"args": {k: v for k, v in workload.args.items()
-                                                        if k not in PACING_ARGS}})
+        workload.args = {k: v for k, v in workload.args.items() if k not in PACING_ARGS}
     return scenario.model_copy(deep=True, update={
         "name": f"{scenario.name}-golden", "faults": [], "expect": Expect(), "checks": Checks(golden=False),
         "workload": workload,

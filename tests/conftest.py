@@ -29,7 +29,8 @@ MACHINE_LOCK_ENV = "TORCH_CHAOS_MACHINE_LOCK"
 NO_RERUN_ENV = "TORCH_CHAOS_NO_RERUN"
 TIMES_ENV = "TORCH_CHAOS_SUITE_TIMES"  # write every real-cluster test's machine time there (JSON)
 # How many real clusters may run at once (default 1: alone). More is an experiment on the suite's length, not a
-# way to run it: clusters side by side disturb each other's measured timings (docs/design.md, "Test tiers").
+# way to run it: clusters side by side disturb each other's measured timings (docs/design.md, "Test tiers"). With
+# TORCH_CHAOS_MACHINE_LOCK set, every cluster also takes that one lock, which makes it one lane again.
 LANES_ENV = "TORCH_CHAOS_CLUSTER_LANES"
 BYTECODE_ENV = "PYTHONDONTWRITEBYTECODE"
 _created: dict[str, str] = {}  # env variable -> the path this session made for it
@@ -175,7 +176,8 @@ def _locked(path: str, mode: int) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _share_the_machine(request: pytest.FixtureRequest) -> Iterator[None]:
-    """One real cluster at a time, alone on the machine; fast-tier tests in parallel with each other only.
+    """One real cluster at a time, alone on the machine; fast-tier tests in parallel with each other only
+    (``TORCH_CHAOS_CLUSTER_LANES`` > 1, an experiment: that many clusters at once, fast tests beside them).
 
     Real-cluster tests hold the session's lock exclusively, fast-tier tests share it. Two clusters side by side
     on 2 cores looked affordable in a quiet measurement (quickstart's recovery_s 11.2 s beside a network-delay run
@@ -205,9 +207,13 @@ def _share_the_machine(request: pytest.FixtureRequest) -> Iterator[None]:
 
 def _cluster_lanes() -> int:
     value = os.environ.get(LANES_ENV, "1")
-    if not value.isdigit() or int(value) < 1:
+    try:
+        lanes = int(value)
+    except ValueError:
+        lanes = 0
+    if lanes < 1:
         raise pytest.UsageError(f"{LANES_ENV}={value!r}: expected a whole number of lanes, 1 or more")
-    return int(value)
+    return lanes
 
 
 @contextmanager

@@ -28,7 +28,7 @@ def test_two_lanes_hold_two_tests_and_a_third_waits(tmp_path: Path) -> None:
     waiter.join(5)
 
 
-@pytest.mark.parametrize("value", ["0", "two", "-1"])
+@pytest.mark.parametrize("value", ["0", "two", "-1", "²"])
 def test_a_lane_count_that_is_not_a_positive_whole_number_is_a_usage_error(
         value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(LANES_ENV, value)
