@@ -105,11 +105,13 @@ def test_new_kinds_are_generated_within_their_own_bounds(plan: list[Fault]) -> N
 
 
 def test_every_new_kind_and_the_store_are_reached() -> None:
-    """Across draws, each bounded kind and the store target really appear (the strategy is not silently narrow)."""
+    """Across draws, each bounded kind and the store target really appear (the strategy is not silently narrow).
+
+    Derandomized: with random draws, 150 plans missed a crash on the store about once in a few dozen sessions."""
     seen: set[str] = set()
     store: set[str] = set()
 
-    @settings(max_examples=150, deadline=None, database=None)
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True)
     @given(fault_strategy(NEW_SCENARIO.explore, nodes=3))
     def collect(plan: list[Fault]) -> None:
         seen.update(f.kind for f in plan)

@@ -78,7 +78,7 @@ def test_explore_may_generate_it() -> None:
     bounds = Explore(kinds=["hang"], durations=(1.0, 3.0))
     seen: list[dict[str, Any]] = []
 
-    @settings(max_examples=20, database=None)
+    @settings(max_examples=20, deadline=None, database=None)  # no 200 ms deadline on a loaded machine
     @given(st.data())
     def draw(data: Any) -> None:
         seen.append(Hang.generate(data.draw, bounds))
