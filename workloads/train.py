@@ -1,4 +1,4 @@
-"""Reference training job for torch-chaos: elastic DDP under torchrun, or centralized when run plainly.
+"""Reference training job for torch-chaos: elastic data parallel under torchrun, or centralized when run plainly.
 
 Everything that affects the numbers is a function of the arguments: the model comes from ``--seed``, the
 batch of global step ``s`` comes from ``--data-seed`` and ``s`` alone (never from the rank, the world size or
@@ -8,6 +8,11 @@ resumed from a checkpoint must end with the same weights as a fault-free run: th
 Checkpoints are written atomically (temporary file, fsync, rename, fsync of the directory) with a sha256
 sidecar (fsynced too: a checkpoint whose sidecar a power loss took back is rejected), the last ``--keep`` are
 kept, and resume takes the newest checkpoint whose digest verifies.
+
+Data parallel without the DDP wrapper or torch.optim (``allreduce_gradients``, ``MomentumSGD``): both import
+``torch._dynamo`` when built, a second of every worker's start, and this job is started over and over. The
+workload keeps its name, ``ddp-mlp``: what it runs is what DDP runs for a model of one bucket. Users' scripts,
+DDP and torch.optim included, run as they are (``workload.command``).
 
 ``--bug NAME`` plants one realistic checkpointing mistake, so the checkers can be shown to catch it:
   non-atomic-save      torch.save straight to the final path; resume trusts whatever file is newest
@@ -90,7 +95,7 @@ def make_model(args: argparse.Namespace) -> nn.Module:
                          nn.Linear(args.hidden, args.hidden), nn.Tanh(), nn.Linear(args.hidden, 1))
 
 
-def state_digest(model: nn.Module, optimizer: torch.optim.Optimizer) -> str:
+def state_digest(model: nn.Module, optimizer: MomentumSGD) -> str:
     """Digest of the exact bytes of every parameter and optimizer buffer: equal digests mean bitwise-equal state."""
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
@@ -106,52 +111,73 @@ def state_digest(model: nn.Module, optimizer: torch.optim.Optimizer) -> str:
     return h.hexdigest()
 
 
-class CommTimer:
-    """Seconds spent in gradient and loss all-reduces during the current step (the step's communication time),
-    and the model's parameter order, which the gradient all-reduce uses as its fixed layout."""
+class MomentumSGD:
+    """SGD with momentum (torch.optim.SGD's update with dampening 0, no weight decay, no Nesterov), written out.
 
-    def __init__(self, parameters: list[nn.Parameter]) -> None:
-        self.seconds = 0.0
-        # the parameters DDP reduces: those that require a gradient, in the model's order
-        self.order = {id(p): i for i, p in enumerate(q for q in parameters if q.requires_grad)}
+    Why not ``torch.optim.SGD``: every torch.optim optimizer imports ``torch._dynamo`` (~830 modules) when it is
+    built (``add_param_group`` is wrapped in ``torch._disable_dynamo``), and so does DDP's constructor. Measured
+    here (torch 2.13, 2 cores): 1.0-1.1 s of each worker's ~2.1 s start on a quiet machine, 2.5-4 s when the
+    machine is busy, paid by every worker of every incarnation. This job never compiles anything, and the state
+    it checkpoints (one momentum buffer per parameter, under torch.optim's ``state_dict`` layout) is the same.
+    Users' own scripts keep torch.optim and DDP: the bring-your-own examples exercise both.
+    """
+
+    def __init__(self, parameters: list[nn.Parameter], lr: float, momentum: float) -> None:
+        self.parameters = parameters
+        self.lr = lr
+        self.momentum = momentum
+        self.buffers: list[torch.Tensor | None] = [None] * len(parameters)
+
+    def zero_grad(self) -> None:
+        for p in self.parameters:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for i, p in enumerate(self.parameters):
+            if p.grad is None:
+                continue
+            buf = self.buffers[i]
+            if buf is None:
+                buf = self.buffers[i] = p.grad.detach().clone()
+            else:
+                buf.mul_(self.momentum).add_(p.grad)
+            p.add_(buf, alpha=-self.lr)
+
+    def state_dict(self) -> dict:
+        return {"state": {i: {"momentum_buffer": b} for i, b in enumerate(self.buffers) if b is not None},
+                "param_groups": [{"lr": self.lr, "momentum": self.momentum,
+                                  "params": list(range(len(self.parameters)))}]}
+
+    def load_state_dict(self, state: dict) -> None:
+        saved = state["state"]
+        self.buffers = [saved[i]["momentum_buffer"].clone() if i in saved else None
+                        for i in range(len(self.parameters))]
 
 
-# No annotations: DDP checks them against the real classes, and this module's would be postponed strings.
-def fixed_layout_allreduce(state, bucket):  # type: ignore[no-untyped-def]
-    """DDP communication hook: all-reduce a bucket's gradients as one flat buffer in the model's parameter order,
-    and time it.
+def allreduce_gradients(parameters: list[nn.Parameter]) -> float:
+    """Average every gradient over the ranks in one all-reduce of a flat buffer laid out in the model's parameter
+    order, and return the seconds it took (the step's communication time).
 
-    DDP's default hook all-reduces its bucket buffer, whose layout is rebuilt after the first iteration of every
-    incarnation: a resumed job then sums some gradient elements in another order than a fault-free run (gloo's
-    ring reduces each chunk of a flat buffer starting at a different rank), and its weights drift by an ulp
-    (measured: losses differ by ~1e-7 relative a few steps after a resume). Laying the gradients out in the
-    model's parameter order, whatever order the bucket holds them in, makes each element's summation order the
-    same in every incarnation, so a resumed run matches its golden run bitwise. One collective per bucket, not
-    one per parameter: measured here with 3 ranks on 2 cores, 6.0 ms per step against 31.6 ms (6 gradients
-    all-reduced one by one), which had made communication look like most of this small job's step. A model big
-    enough to need several buckets, whose split may differ between incarnations, falls back to one all-reduce
-    per gradient (slower, equally exact).
+    This is what DDP does for a model this small (one bucket), done explicitly: DDP's constructor imports
+    ``torch._dynamo`` (see ``MomentumSGD``), and its default hook all-reduces a bucket whose layout is rebuilt
+    after the first iteration of every incarnation, so a resumed job summed some gradient elements in another
+    order than a fault-free run (gloo's ring reduces each chunk of a flat buffer starting at a different rank)
+    and its weights drifted by an ulp (measured: losses ~1e-7 relative apart a few steps after a resume). A fixed
+    layout makes each element's summation order the same in every incarnation, so a resumed run matches its
+    golden run bitwise. One collective, not one per parameter: measured with 3 ranks on 2 cores, 6.0 ms per step
+    against 31.6 ms for 6 gradients one by one.
     """
     t0 = time.perf_counter()
-    world_size = dist.get_world_size()
-    pairs = sorted(zip(bucket.parameters(), bucket.gradients(), strict=True),
-                   key=lambda pg: state.order[id(pg[0])])
-    if len(pairs) == len(state.order):
-        flat = torch.cat([grad.reshape(-1) for _, grad in pairs])
-        dist.all_reduce(flat)
-        flat.div_(world_size)
-        offset = 0
-        for _, grad in pairs:
-            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
-            offset += grad.numel()
-    else:
-        for _, grad in pairs:
-            dist.all_reduce(grad)
-            grad.div_(world_size)
-    state.seconds += time.perf_counter() - t0
-    fut = torch.futures.Future()
-    fut.set_result(bucket.buffer())
-    return fut
+    grads = [p.grad for p in parameters if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat.div_(dist.get_world_size())
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+    return time.perf_counter() - t0
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -181,7 +207,7 @@ def _write_in_chunks(path: Path, data: bytes, step: int, final: Path, sync: bool
             os.fsync(f.fileno())
 
 
-def save_checkpoint(directory: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+def save_checkpoint(directory: Path, step: int, model: nn.Module, optimizer: MomentumSGD,
                     args: argparse.Namespace) -> None:
     final = directory / checkpoint_name(step, args.bug)
     probe.checkpoint_save_started(step, str(final))
@@ -259,13 +285,16 @@ def main(argv: list[str] | None = None) -> int:
         rank, world_size = dist.get_rank(), dist.get_world_size()
     else:
         rank, world_size = 0, 1
-    torch.use_deterministic_algorithms(True)
+    # The flag torch.use_deterministic_algorithms(True) sets, set directly: the public call also imports
+    # torch._inductor's config (1.2 s of a worker's start here) to tell a compiler this job never runs.
+    torch._C._set_deterministic_algorithms(True)
     ckpt_dir = Path(args.checkpoint_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
 
     x, y = make_dataset(args)
     model = make_model(args)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    parameters = list(model.parameters())
+    optimizer = MomentumSGD(parameters, lr=args.lr, momentum=0.9)
 
     # Rank 0 chooses the checkpoint and names this incarnation; every rank loads the same checkpoint.
     choice = [(newest_valid_checkpoint(ckpt_dir, args.bug), uuid.uuid4().hex[:12]) if rank == 0 else None]
@@ -286,32 +315,29 @@ def main(argv: list[str] | None = None) -> int:
         # the digest of the bytes actually loaded: the checker compares it with the one recorded at save time
         probe.checkpoint_loaded(int(state["step"]), str(path), hashlib.sha256(data).hexdigest())
 
-    comm = CommTimer(list(model.parameters()))
-    train_model: nn.Module = model
-    if distributed:
-        train_model = nn.parallel.DistributedDataParallel(model)
-        train_model.register_comm_hook(comm, fixed_layout_allreduce)
     loss_fn = nn.MSELoss(reduction="sum")
     for step in range(start_step + 1, args.steps + 1):
         t0 = time.perf_counter()
-        comm.seconds = 0.0
+        comm_s = 0.0
         ids = shard(global_batch_indices(args, step, resumed=found is not None), rank, world_size)
-        optimizer.zero_grad(set_to_none=True)
-        out = train_model(x[ids])
-        # Sum over the local shard / global batch; DDP averages over ranks, so scale back by world size:
-        # the update is then the global-batch mean whatever the world size.
+        optimizer.zero_grad()
+        out = model(x[ids])
+        # Sum over the local shard / global batch; the all-reduce averages over ranks, so scale back by world
+        # size: the update is then the global-batch mean whatever the world size.
         local_loss = loss_fn(out, y[ids]) / args.global_batch
         (local_loss * world_size).backward()
+        if distributed:
+            comm_s += allreduce_gradients(parameters)
         optimizer.step()
         loss = local_loss.detach().clone()
         if distributed:
             t_loss = time.perf_counter()
             dist.all_reduce(loss)
-            comm.seconds += time.perf_counter() - t_loss
+            comm_s += time.perf_counter() - t_loss
         if args.step_time_ms > 0:
             time.sleep(args.step_time_ms / 1000.0)
         probe.step_completed(step, loss=float(loss), samples=len(ids), duration_s=time.perf_counter() - t0,
-                             comm_s=comm.seconds,
+                             comm_s=comm_s,
                              sample_ids=ids.tolist(), epoch=(step - 1) * args.global_batch // args.dataset_size,
                              dataset_size=args.dataset_size)
         if step % args.checkpoint_every == 0 or step == args.steps:
@@ -322,7 +348,6 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         probe.run_finished(args.steps, state_sha256=state_digest(model, optimizer))
     if distributed:
-        del train_model
         dist.destroy_process_group()
     return 0
 
