@@ -2,8 +2,9 @@
 co-located allocator; each gives its documented verdict, the history holds the kernel's own record of every OOM
 kill, the limit comes back exactly, and an engine SIGKILLed mid-fault leaves nothing `chaos cleanup` cannot remove.
 
-Three real runs: the two shipped scenarios (600 steps, sharing the golden run of the other shortened scenarios)
-and a short two-node run killed mid-fault. A SIGKILL crash must not read as an OOM kill: that side is the shipped
+Three real runs: the two shipped scenarios (600 steps; oom-kill shares the golden run of the other shortened
+scenarios, memory-pressure's workers hold more data and have one of their own) and a short two-node run killed
+mid-fault. A SIGKILL crash must not read as an OOM kill: that side is the shipped
 elastic-worker-crash run (shared with test_shipped_scenarios in a full session).
 """
 
