@@ -3,7 +3,7 @@
 Where a workload's length proves nothing, tests run a shipped scenario shorter than shipped (``steps=``): the
 fault, its step and the checkpoint interval stay as documented, only the tail of training after recovery is cut.
 All shortened three-node runs use the same step count so that they share one golden run (the golden cache keys on
-the workload's arguments, see chaos/golden.py).
+the workload's arguments, see chaos/golden.py); process/memory-pressure, whose workers hold more data, has its own.
 """
 
 from __future__ import annotations

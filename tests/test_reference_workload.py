@@ -1,18 +1,23 @@
 """The reference workload's hand-written data parallelism (``workloads/train.py``): its optimizer is torch.optim's
-SGD with momentum to the last bit, and a worker's start imports neither ``torch._dynamo`` nor ``torch._inductor``
-(the second each costs every worker of every run, which is why DDP and torch.optim are not used there)."""
+SGD with momentum to the last bit and exchanges checkpoints with it both ways, a resume ends where an uninterrupted
+run ends (and the planted no-optimizer-state bug does not), the determinism flag is on, and a distributed worker's
+start imports neither ``torch._dynamo`` nor ``torch._inductor`` (the second each costs every worker of every run,
+which is why DDP and torch.optim are not used there).
+
+torch is imported inside the tests, not at collection: the fast tier's workers otherwise never import it.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
-
-import torch
+from typing import Any
 
 TRAIN = Path(__file__).resolve().parents[1] / "workloads" / "train.py"
 
@@ -25,48 +30,119 @@ def _train_module() -> ModuleType:
     return module
 
 
-def _step(model: torch.nn.Module, optimizer, x: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
+def _step(model: Any, optimizer: Any, x: Any) -> None:
     optimizer.zero_grad()
     model(x).pow(2).sum().backward()
     optimizer.step()
 
 
-def test_momentum_sgd_is_torch_sgd_bitwise_and_resumes_from_its_state() -> None:
-    train = _train_module()
-    torch.manual_seed(0)
-    ours = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 1))
-    theirs = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 1))
-    theirs.load_state_dict(ours.state_dict())
-    sgd = train.MomentumSGD(list(ours.parameters()), lr=0.05, momentum=0.9)
-    reference = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
-    batches = [torch.randn(4, 5) for _ in range(6)]
-    for x in batches[:3]:
-        _step(ours, sgd, x)
-        _step(theirs, reference, x)
-    # a resume: a fresh optimizer loads the saved state (through torch.save, as a checkpoint does)
-    saved = torch.load(_roundtrip(sgd.state_dict()), weights_only=True)
-    resumed = train.MomentumSGD(list(ours.parameters()), lr=0.05, momentum=0.9)
-    resumed.load_state_dict(saved)
-    for x in batches[3:]:
-        _step(ours, resumed, x)
-        _step(theirs, reference, x)
-    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
-        assert torch.equal(a, b)
-    theirs_state = reference.state_dict()["state"]
-    for index, state in resumed.state_dict()["state"].items():
-        assert torch.equal(state["momentum_buffer"], theirs_state[index]["momentum_buffer"])
-    # the optimizer state the checkpoint and the final digest hold changes when momentum is not restored
-    fresh = train.MomentumSGD(list(ours.parameters()), lr=0.05, momentum=0.9)
-    assert fresh.state_dict()["state"] == {}
-
-
-def _roundtrip(state: dict):  # type: ignore[no-untyped-def]
-    import io
+def _through_torch_save(state: dict) -> dict:
+    import torch
 
     buf = io.BytesIO()
     torch.save(state, buf)
     buf.seek(0)
-    return buf
+    return torch.load(buf, weights_only=True)  # as a checkpoint is loaded
+
+
+def _models(n: int) -> list[Any]:
+    import torch
+
+    torch.manual_seed(0)
+    first = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 1))
+    models = [first]
+    for _ in range(n - 1):
+        other = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 1))
+        other.load_state_dict(first.state_dict())
+        models.append(other)
+    return models
+
+
+def test_momentum_sgd_is_torch_sgd_bitwise_and_checkpoints_cross_both_ways() -> None:
+    import torch
+
+    train = _train_module()
+    ours, theirs = _models(2)
+    batches = [torch.randn(4, 5) for _ in range(9)]
+
+    def sgd(model: Any) -> Any:
+        return train.MomentumSGD(list(model.parameters()), lr=0.05, momentum=0.9)
+
+    def torch_sgd(model: Any) -> Any:
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def same() -> None:
+        for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+            assert torch.equal(a, b)
+
+    mine, reference = sgd(ours), torch_sgd(theirs)
+    for x in batches[:3]:
+        _step(ours, mine, x)
+        _step(theirs, reference, x)
+    same()
+    # our checkpoint resumed by torch.optim.SGD, torch.optim.SGD's by ours: both go on in step
+    mine_resumed, reference_resumed = sgd(ours), torch_sgd(theirs)
+    reference_resumed.load_state_dict(_through_torch_save(mine.state_dict()))
+    mine_resumed.load_state_dict(_through_torch_save(reference.state_dict()))
+    for x in batches[3:6]:
+        _step(ours, mine_resumed, x)
+        _step(theirs, reference_resumed, x)
+    same()
+    assert mine_resumed.state_dict()["param_groups"] == reference_resumed.state_dict()["param_groups"]
+    theirs_state = reference_resumed.state_dict()["state"]
+    for index, state in mine_resumed.state_dict()["state"].items():
+        assert torch.equal(state["momentum_buffer"], theirs_state[index]["momentum_buffer"])
+    # an optimizer state that does not fit the model is refused, not half loaded
+    wrong = mine_resumed.state_dict()
+    wrong["param_groups"][0]["params"] = [0]
+    try:
+        sgd(ours).load_state_dict(wrong)
+    except ValueError as e:
+        assert "parameters" in str(e)
+    else:
+        raise AssertionError("a state for another model was loaded")
+
+
+def _run_centralized(ckpt: Path, steps: int, *extra: str) -> str:
+    """Run train.py in a process of its own (no torchrun: centralized) and return what it printed last: the
+    determinism flag as the job left it."""
+    code = ("import importlib.util, sys, torch\n"
+            f"spec = importlib.util.spec_from_file_location('t', {str(TRAIN)!r})\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            "m.main(sys.argv[1:]); print(torch.are_deterministic_algorithms_enabled())\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAOS_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
+    done = subprocess.run([sys.executable, "-c", code, "--steps", str(steps), "--checkpoint-every", "2",
+                           "--checkpoint-dir", str(ckpt), *extra],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _final_state(ckpt: Path, steps: int) -> dict:
+    import torch
+
+    return torch.load(ckpt / f"step_{steps:08d}.pt", weights_only=True)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    import torch
+
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    return torch.equal(a, b) if torch.is_tensor(a) else a == b
+
+
+def test_a_resume_ends_where_an_uninterrupted_run_ends_and_the_planted_bug_does_not(tmp_path: Path) -> None:
+    assert _run_centralized(tmp_path / "whole", 8) == "True"  # torch.use_deterministic_algorithms' flag is on
+    _run_centralized(tmp_path / "resumed", 4)
+    _run_centralized(tmp_path / "resumed", 8)  # loads step 4, trains 5-8
+    _run_centralized(tmp_path / "bug", 4)
+    _run_centralized(tmp_path / "bug", 8, "--bug", "no-optimizer-state")
+    whole = _final_state(tmp_path / "whole", 8)
+    assert _equal(_final_state(tmp_path / "resumed", 8), whole)
+    assert not _equal(_final_state(tmp_path / "bug", 8)["optimizer"], whole["optimizer"])
 
 
 def _free_port() -> int:

@@ -11,7 +11,8 @@ kept, and resume takes the newest checkpoint whose digest verifies.
 
 Data parallel without the DDP wrapper or torch.optim (``allreduce_gradients``, ``MomentumSGD``): both import
 ``torch._dynamo`` when built, a second of every worker's start, and this job is started over and over. The
-workload keeps its name, ``ddp-mlp``: what it runs is what DDP runs for a model of one bucket. Users' scripts,
+workload keeps its name, ``ddp-mlp``: it runs what its DDP communication hook ran (one flat all-reduce in parameter
+order, then the division by the world size). Users' scripts,
 DDP and torch.optim included, run as they are (``workload.command``).
 
 ``--bug NAME`` plants one realistic checkpointing mistake, so the checkers can be shown to catch it:
@@ -111,14 +112,21 @@ def state_digest(model: nn.Module, optimizer: MomentumSGD) -> str:
     return h.hexdigest()
 
 
+# torch.optim.SGD's parameter-group options other than lr and momentum, as it saves them (torch 2.13): written with
+# every checkpoint so torch.optim.SGD can resume from it (its step reads them all).
+SGD_DEFAULTS = {"dampening": 0, "weight_decay": 0, "nesterov": False, "maximize": False, "foreach": None,
+                "differentiable": False, "fused": None}
+
+
 class MomentumSGD:
     """SGD with momentum (torch.optim.SGD's update with dampening 0, no weight decay, no Nesterov), written out.
 
     Why not ``torch.optim.SGD``: every torch.optim optimizer imports ``torch._dynamo`` (~830 modules) when it is
     built (``add_param_group`` is wrapped in ``torch._disable_dynamo``), and so does DDP's constructor. Measured
-    here (torch 2.13, 2 cores): 1.0-1.1 s of each worker's ~2.1 s start on a quiet machine, 2.5-4 s when the
+    here (torch 2.13, 2 cores): 1.0-1.1 s of a worker's start on a quiet machine, 2.5-4 s when the
     machine is busy, paid by every worker of every incarnation. This job never compiles anything, and the state
-    it checkpoints (one momentum buffer per parameter, under torch.optim's ``state_dict`` layout) is the same.
+    it checkpoints is torch.optim.SGD's: one momentum buffer per parameter and SGD's full parameter group, so
+    torch.optim.SGD can load it and step on, and this class loads what torch.optim.SGD saved.
     Users' own scripts keep torch.optim and DDP: the bring-your-own examples exercise both.
     """
 
@@ -145,21 +153,33 @@ class MomentumSGD:
             p.add_(buf, alpha=-self.lr)
 
     def state_dict(self) -> dict:
+        group = {"lr": self.lr, "momentum": self.momentum, "params": list(range(len(self.parameters))), **SGD_DEFAULTS}
         return {"state": {i: {"momentum_buffer": b} for i, b in enumerate(self.buffers) if b is not None},
-                "param_groups": [{"lr": self.lr, "momentum": self.momentum,
-                                  "params": list(range(len(self.parameters)))}]}
+                "param_groups": [group]}
 
     def load_state_dict(self, state: dict) -> None:
+        [group] = state["param_groups"]
+        if len(group["params"]) != len(self.parameters):
+            raise ValueError(f"the checkpoint's optimizer has {len(group['params'])} parameters, "
+                             f"the model {len(self.parameters)}")
+        if any(group.get(key, value) != value for key, value in SGD_DEFAULTS.items()):
+            raise ValueError(f"the checkpoint's optimizer is not plain SGD with momentum: {group}")
+        self.lr, self.momentum = float(group["lr"]), float(group["momentum"])  # as torch.optim restores them
         saved = state["state"]
-        self.buffers = [saved[i]["momentum_buffer"].clone() if i in saved else None
-                        for i in range(len(self.parameters))]
+        buffers: list[torch.Tensor | None] = []
+        for i, p in enumerate(self.parameters):
+            buf = saved[i]["momentum_buffer"] if i in saved else None
+            if buf is not None and buf.shape != p.shape:
+                raise ValueError(f"momentum buffer {i} has shape {tuple(buf.shape)}, its parameter {tuple(p.shape)}")
+            buffers.append(None if buf is None else buf.clone())
+        self.buffers = buffers
 
 
 def allreduce_gradients(parameters: list[nn.Parameter]) -> float:
     """Average every gradient over the ranks in one all-reduce of a flat buffer laid out in the model's parameter
     order, and return the seconds it took (the step's communication time).
 
-    This is what DDP does for a model this small (one bucket), done explicitly: DDP's constructor imports
+    What this job's DDP communication hook did until 2026-12-05, done without DDP: DDP's constructor imports
     ``torch._dynamo`` (see ``MomentumSGD``), and its default hook all-reduces a bucket whose layout is rebuilt
     after the first iteration of every incarnation, so a resumed job summed some gradient elements in another
     order than a fault-free run (gloo's ring reduces each chunk of a flat buffer starting at a different rank)
@@ -169,7 +189,9 @@ def allreduce_gradients(parameters: list[nn.Parameter]) -> float:
     against 31.6 ms for 6 gradients one by one.
     """
     t0 = time.perf_counter()
-    grads = [p.grad for p in parameters if p.grad is not None]
+    grads = [p.grad for p in parameters]
+    if any(g is None for g in grads):  # every rank must reduce the same layout, or gloo fails obscurely
+        raise RuntimeError("a parameter has no gradient after backward: the all-reduce layout would differ by rank")
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat)
     flat.div_(dist.get_world_size())
