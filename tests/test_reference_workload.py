@@ -12,12 +12,13 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from chaos.plan import free_port
 
 TRAIN = Path(__file__).resolve().parents[1] / "workloads" / "train.py"
 
@@ -145,16 +146,10 @@ def test_a_resume_ends_where_an_uninterrupted_run_ends_and_the_planted_bug_does_
     assert not _equal(_final_state(tmp_path / "bug", 8)["optimizer"], whole["optimizer"])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_distributed_worker_imports_neither_dynamo_nor_inductor(tmp_path: Path) -> None:
     # a one-rank process group: the same code path as under torchrun (init, all-reduces, barrier at a save)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHAOS_")}
-    env.update(WORLD_SIZE="1", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    env.update(WORLD_SIZE="1", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     done = subprocess.run([sys.executable, "-X", "importtime", str(TRAIN), "--steps", "4", "--checkpoint-every", "2",
                            "--checkpoint-dir", str(tmp_path / "ckpt")],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
