@@ -280,6 +280,7 @@ class GoldenCache:
                            resumed_from=first_resume_step(events))
             result_path = run_dir / "result.json"
             result = json.loads(result_path.read_text()) if result_path.exists() else {}
+            summary["end_reason"] = result.get("end_reason")  # named by matches_golden when it did not complete
             problem = problem_of(run_dir, result, events) if summary["completed"] else None
             if problem is None:
                 if tried:

@@ -267,6 +267,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if hasattr(terminalreporter.config, "workerinput"):
         return
     reruns = terminalreporter.stats.get("rerun", [])
+    if (reruns or terminalreporter.stats.get("failed")) and GOLDEN_CACHE_ENV in _created:
+        # a failure or a flake may lie in a golden or control run (a fault-free run that hung): keep them to read
+        kept = _created.pop(GOLDEN_CACHE_ENV)
+        os.environ.pop(GOLDEN_CACHE_ENV, None)  # the workers are done: nothing reads it any more
+        terminalreporter.write_line(f"golden and control runs of this session kept (a test failed): {kept}")
     if reruns:
         terminalreporter.write_sep("=", f"{len(reruns)} real-cluster test(s) failed and were run again "
                                         f"(each is a flake or a bug to look into; {NO_RERUN_ENV}=1 turns reruns off)",

@@ -102,6 +102,22 @@ def test_loaded_corrupt_when_bytes_differ() -> None:
     assert "differ from those saved" in v["why"]
 
 
+def test_every_rank_of_an_incarnation_must_load_the_same_bytes() -> None:
+    """Each rank reports its own load. One rank that read other bytes than the others (a node-local copy) starts
+    from other weights: caught and named, although the first rank's load matched the save."""
+    def resumed(rank1_sha: str) -> list[dict[str, Any]]:
+        j = Job().start("a").step(1).step(2).save(2).step(3)
+        j.start("b", load=2)  # rank 0 loads the saved bytes
+        j.ev(Ev.CHECKPOINT_LOAD_STARTED, step=2, path="s2", rank=1)
+        j.ev(Ev.CHECKPOINT_LOADED, step=2, path="s2", sha256=rank1_sha, rank=1)
+        return j.step(3).finish(3)
+
+    assert digests_ok(resumed("h2"))["ok"] is True
+    v = digests_ok(resumed("other"))
+    assert v["ok"] is False and v["verdict"] == "loaded_corrupt", v
+    assert "rank 1 loaded other bytes (sha256 other) than rank 0 (h2)" in v["why"], v["why"]
+
+
 def test_loaded_corrupt_when_save_never_finished_and_load_crashed() -> None:
     j = Job().start("a").step(1).step(2).save(2).step(3).step(4).save(4, finish=False)
     j.start("b", load=4, finished_load=False)
@@ -245,6 +261,10 @@ def test_not_checked_is_said_with_a_reason() -> None:
     assert v["ok"] is None and v["why"].startswith("not checked")
     unfinished = [e for e in events if e["event"] != Ev.RUN_FINISHED]
     assert matches_golden(unfinished, golden(), rtol=1e-3)["ok"] is None
+    # a golden run that did not complete says how it ended and where it is (a fault-free run that hung is a finding)
+    hung = {**golden(), "completed": False, "end_reason": EndReason.HUNG, "run_dir": "/runs/g1"}  # as the cache has it
+    v = matches_golden(events, hung, rtol=None)
+    assert v["ok"] is None and v["why"].endswith("did not complete (end_reason hung, run_dir /runs/g1)"), v["why"]
 
 
 def test_scenario_expectations_on_checkpoint_verdicts() -> None:

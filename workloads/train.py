@@ -202,6 +202,22 @@ def allreduce_gradients(parameters: list[nn.Parameter]) -> float:
     return time.perf_counter() - t0
 
 
+def broadcast_parameters(parameters: list[nn.Parameter]) -> None:
+    """Give every rank rank 0's parameters, in one broadcast of a flat buffer, as DDP's constructor does.
+
+    Every rank builds the model from the same seed and loads the checkpoint rank 0 chose, so this changes no bit
+    when all is well. It is what keeps the ranks one model when a rank read other bytes (a node-local copy, a
+    stale cache): the run then still trains one model, and the checker names the rank that loaded other bytes
+    (``digests_ok`` compares every rank's load). Optimizer state is not broadcast, as under DDP."""
+    with torch.no_grad():
+        flat = torch.cat([p.reshape(-1) for p in parameters])
+        dist.broadcast(flat, src=0)
+        offset = 0
+        for p in parameters:
+            p.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+
 # --------------------------------------------------------------------------- checkpoints
 
 def _fsync_dir(directory: Path) -> None:
@@ -336,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         start_step = int(state["step"]) + (1 if args.bug == "off-by-one-resume" else 0)
         # the digest of the bytes actually loaded: the checker compares it with the one recorded at save time
         probe.checkpoint_loaded(int(state["step"]), str(path), hashlib.sha256(data).hexdigest())
+    if distributed:
+        broadcast_parameters(parameters)
 
     loss_fn = nn.MSELoss(reduction="sum")
     for step in range(start_step + 1, args.steps + 1):

@@ -79,10 +79,28 @@ def _loads_by_incarnation(events: list[Event]) -> list[dict[str, Any]]:
             e.get("incarnation") or (e.get("node"), e.get("pid")))
         step = intended_step(events, e) if storage else e["step"]
         entry = out.setdefault(key, {"incarnation": key, "t": e["t"], "step": step, "path": e["path"],
-                                     "sha256": None})
+                                     "sha256": None, "by_rank": {}})
         if kind == Ev.CHECKPOINT_LOADED:
             entry["sha256"] = entry["sha256"] or e.get("sha256")
+            if not storage and e.get("rank") is not None:
+                entry["by_rank"].setdefault(e["rank"], e.get("sha256"))
     return sorted(out.values(), key=lambda x: x["t"])
+
+
+def _ranks_disagree(load: dict[str, Any]) -> str | None:
+    """Which rank of one incarnation loaded other bytes than the others (each reported its load: the probe).
+
+    Every rank must load the checkpoint its incarnation chose, byte for byte: a rank that read other bytes (a
+    node-local copy, a stale cache) trains from other weights, which a job that does not broadcast them after the
+    load (DDP does at construction; a hand-written loop may not) never repairs. Paths are not compared: one file
+    may have another path on each host."""
+    by_rank = sorted(load["by_rank"].items())
+    for rank, sha in by_rank:
+        if sha != load["sha256"]:
+            first = next(r for r, s in by_rank if s == load["sha256"])
+            return (f"rank {rank} loaded other bytes (sha256 {str(sha)[:12]}) than rank {first} "
+                    f"({str(load['sha256'])[:12]})")
+    return None
 
 
 def _load_problem(events: list[Event], load: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -101,6 +119,8 @@ def _load_problem(events: list[Event], load: dict[str, Any]) -> tuple[str | None
                           "the bytes read match no completed save (torn, partial or unverified file)")
     if load["sha256"] is None:
         return recorded, "the load never completed (the job died loading it)"
+    if (disagree := _ranks_disagree(load)) is not None:
+        return recorded, disagree
     if load["sha256"] != recorded:
         older = [e for e in finished if e.get("sha256") == load["sha256"]]
         if older:
@@ -546,7 +566,10 @@ def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: flo
     if golden is None:
         return _verdict(None, "not checked: no golden run (checks.golden is off)", mode="not_checked")
     if not golden.get("completed"):
-        return _verdict(None, "not checked: the golden run did not complete", mode="not_checked")
+        # how it ended and where it is: a fault-free run that did not complete is itself a finding to read
+        how = ", ".join(f"{k} {golden[k]}" for k in ("end_reason", "run_dir") if golden.get(k))
+        return _verdict(None, f"not checked: the golden run did not complete{f' ({how})' if how else ''}",
+                        mode="not_checked")
     if golden.get("trusted") is False:  # it restarted itself twice: not a fault-free reference
         return _verdict(None, f"not checked: the golden run cannot be trusted ({golden.get('untrusted_why')})",
                         mode="not_checked")
@@ -622,7 +645,8 @@ def _against_noise(events: list[Event], cmp: LossComparison, control: dict[str, 
                               "measured the noise of a clean resume (it did not run or did not finish)",
                         mode="not_checked", **details)
     if not control.get("completed") or control.get("trusted") is False:
-        why = control.get("untrusted_why") or "it did not complete"
+        why = control.get("untrusted_why") or f"it did not complete (ended {control.get('end_reason')}, " \
+                                               f"{control.get('run_dir')})"
         return _verdict(None, f"not checked: the loss differs from the fault-free run's ({size}), and the control run "
                               f"that measures a clean resume's noise cannot be trusted: {why}",
                         mode="not_checked", control_run=control.get("run_dir"), **details)

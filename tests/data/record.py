@@ -62,7 +62,7 @@ def keep(name: str, run_dir: Path) -> Path:
     target = RECORDED / name
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(run_dir, target, ignore=shutil.ignore_patterns(
-        "checkpoints", "ckpt", "*.acks", "events.jsonl", "report*"))
+        "checkpoints", "ckpt", "*.acks", "events.jsonl", "report*", "spool"))
     with (run_dir / "events.jsonl").open("rb") as src, gzip.open(target / "events.jsonl.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     return target
