@@ -9,11 +9,12 @@ halfway through.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from chaos.cluster.slurm import machine_checks as cluster_checks
 from chaos.machine import Check, merge
 from chaos.plan import PlanError
-from chaos.registry import fault_plugins, load_errors, rendezvous_plugins, runtime_plugins
+from chaos.registry import fault_plugins, load_errors, raised_by, rendezvous_plugins, runtime_plugins
 from chaos.runtimes.base import NODE_NETWORK
 from chaos.scenario import Scenario
 from chaos.storage.layer import machine_checks as storage_checks
@@ -26,15 +27,24 @@ class MachineUnfit(PlanError):
     """The scenario is valid but needs something this machine lacks (exit code 2, with the fix)."""
 
 
+def _declared(plugin: Any, *args: Any) -> list[Check]:
+    """A plug-in's machine checks; a plug-in whose ``machine_checks`` raises is one failing check naming it."""
+    try:
+        return list(plugin.machine_checks(*args))
+    except Exception as exc:  # a third-party bug must not hide every other check
+        return [Check(f"plug-in {getattr(plugin, 'kind', None) or plugin.name}", False, raised_by(
+            plugin, "machine_checks", exc), "fix or uninstall the package that registers it")]
+
+
 def machine_checks() -> list[Check]:
     """Every check any installed plug-in declares, and one failing check per plug-in that did not load."""
     checks: list[Check] = []
     for runtime in runtime_plugins().values():
-        checks += runtime.machine_checks()
+        checks += _declared(runtime)
     for kind in fault_plugins().values():
-        checks += kind.machine_checks()
+        checks += _declared(kind)
     for backend in rendezvous_plugins().values():
-        checks += backend.machine_checks()
+        checks += _declared(backend)
     checks += storage_checks()
     checks += cluster_checks()  # optional: `chaos cluster up slurm`, which no run needs
     checks += [Check(f"plug-in {e.name}", False, f"{e.group}: {e.target} failed to load: {e.error}",
@@ -46,18 +56,22 @@ def unmet(scenario: Scenario) -> list[Check]:
     """The required checks this scenario's runtime, fault kinds and rendezvous backend fail on this machine."""
     c = scenario.cluster
     runtime = runtime_plugins()[c.runtime]
-    checks = runtime.machine_checks(getattr(c, c.runtime, None))
+    checks = _declared(runtime, getattr(c, c.runtime, None))
     for kind in sorted({f.kind for f in scenario.faults}):
         impl = fault_plugins()[kind]
         if NODE_NETWORK in impl.needs and not runtime.net_tools_on_engine:
             continue  # the runtime edits the nodes' networks elsewhere (its capability_check says whether it can)
-        checks += impl.machine_checks()
+        checks += _declared(impl)
     options = getattr(c, c.runtime, None)
     for need in sorted({n for f in scenario.faults for n in fault_plugins()[f.kind].needs}
                        & runtime.conditional_capabilities):
-        checks.append(runtime.capability_check(need, options))
+        try:
+            checks.append(runtime.capability_check(need, options))
+        except Exception as exc:  # as in _declared
+            checks.append(Check(f"plug-in {runtime.name}", False, raised_by(runtime, "capability_check", exc),
+                                "fix or uninstall the package that registers it"))
     if c.mode == "elastic":
-        checks += rendezvous_plugins()[c.rendezvous.backend].machine_checks()
+        checks += _declared(rendezvous_plugins()[c.rendezvous.backend])
     if needs_fuse(scenario) and runtime.fuse_on_engine_host:  # else the runtime checks FUSE on the nodes' hosts
         checks += [replace(ch, required=True) for ch in storage_checks()]
     return [ch for ch in merge(checks) if ch.required and not ch.ok]

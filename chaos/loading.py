@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from chaos.scenario import Scenario
+from chaos.spec import STORED_RUN
 
 
 class _Loader(yaml.SafeLoader):
@@ -215,8 +216,11 @@ def _construct(root: yaml.Node) -> Any:
         loader.dispose()
 
 
-def parse_scenario(text: str, file: str = "<scenario>", runtime: str | None = None) -> Scenario:
-    """The validated scenario of a YAML text; ``runtime`` overrides ``cluster.runtime`` (see _override_runtime)."""
+def parse_scenario(text: str, file: str = "<scenario>", runtime: str | None = None, stored: bool = False) -> Scenario:
+    """The validated scenario of a YAML text; ``runtime`` overrides ``cluster.runtime`` (see _override_runtime).
+
+    ``stored``: the ``scenario.yaml`` a run directory keeps, read back for its analysis. Older engines wrote every
+    kind's fields on every fault (``one_way: false`` on a crash); those are accepted there and only there."""
     if len(text) > MAX_FILE_BYTES:
         raise ScenarioInvalid([ScenarioError(file, None, "", f"larger than {MAX_FILE_BYTES} bytes; a scenario is "
                                                               "a few KB")])
@@ -239,7 +243,7 @@ def parse_scenario(text: str, file: str = "<scenario>", runtime: str | None = No
         _anchor_scripts(data, Path(file).resolve().parent)
     lines = _line_index(root) if root is not None else {}
     try:
-        return Scenario.model_validate(data)
+        return Scenario.model_validate(data, context={STORED_RUN: True} if stored else None)
     except ValidationError as exc:
         errors = []
         seen = set()
@@ -305,9 +309,10 @@ def _anchor_scripts(data: dict[str, Any], base: Path) -> None:
                 continue
 
 
-def load_scenario(path: str | Path, runtime: str | None = None) -> Scenario:
-    """Read and validate a scenario file; ``runtime`` runs it on another runtime than the file names."""
-    return parse_scenario(read_scenario_text(path), str(path), runtime=runtime)
+def load_scenario(path: str | Path, runtime: str | None = None, stored: bool = False) -> Scenario:
+    """Read and validate a scenario file; ``runtime`` runs it on another runtime than the file names; ``stored``
+    for a run directory's own copy (see parse_scenario)."""
+    return parse_scenario(read_scenario_text(path), str(path), runtime=runtime, stored=stored)
 
 
 def locate(file: str, text: str, message: str) -> ScenarioError:

@@ -10,7 +10,7 @@ the interface is described in docs/design.md, "Extension points".
 
 from __future__ import annotations
 
-from chaos.faults.base import FaultContext, FaultKind
+from chaos.faults.base import FaultContext, FaultKind, draw_duration, local_rank_problems
 from chaos.machine import Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, marked_processes, signal_all
 from chaos.plan import Addressing, NodePlan, Plan
@@ -18,10 +18,12 @@ from chaos.rendezvous.base import RendezvousBackend
 from chaos.runtimes.base import (
     CAPABILITIES,
     CHECKPOINT_STORAGE,
+    CPU_QUOTA,
     FREEZE,
     HOST_LOSS,
     KILL,
     KILL_WORKERS,
+    MEMORY_CGROUP,
     NODE_NETWORK,
     RENDEZVOUS_SERVERS,
     STORAGE_LAYER,
@@ -38,11 +40,13 @@ from chaos.spec import EventTrigger, FaultSpec, PositiveSeconds, Seconds, Strict
 __all__ = [
     "CAPABILITIES",
     "CHECKPOINT_STORAGE",
+    "CPU_QUOTA",
     "ENGINE_VAR",
     "FREEZE",
     "HOST_LOSS",
     "KILL",
     "KILL_WORKERS",
+    "MEMORY_CGROUP",
     "NODE_NETWORK",
     "RENDEZVOUS_SERVERS",
     "STORAGE_LAYER",
@@ -61,7 +65,9 @@ __all__ = [
     "Seconds",
     "Strict",
     "Unsupported",
+    "draw_duration",
     "engine_mark",
+    "local_rank_problems",
     "marked_processes",
     "signal_all",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,15 @@ class LoadError:
         return f"{self.group}: {self.name} = {self.target}: {self.error}"
 
 
+def _not_classmethods(cls: type, base: type) -> str | None:
+    """The hooks the base class declares as classmethods that ``cls`` overrides as plain functions: they are called
+    on the class (validation, doctor, explore, cleanup run before any instance exists), where a plain function
+    fails with a confusing ``missing 1 required positional argument``."""
+    wrong = [name for name, attr in vars(base).items() if isinstance(attr, classmethod)
+             and not isinstance(inspect.getattr_static(cls, name), (classmethod, staticmethod))]
+    return f"{', '.join(wrong)} must be @classmethod, as in {base.__name__}" if wrong else None
+
+
 def _check(group: str, name: str, obj: Any) -> str | None:
     """What is wrong with a loaded plug-in object, or None (a wrong entry point must not break every scenario)."""
     if group == FAULTS:
@@ -59,17 +69,29 @@ def _check(group: str, name: str, obj: Any) -> str | None:
             return "its `options` is not a chaos.plugin.FaultSpec subclass"
         if options.model_fields["kind"].annotation is str:
             return f"its options model must declare kind: Literal[{name!r}]"
+        return _not_classmethods(obj, FaultKind)
     elif group == RUNTIMES:
         from chaos.runtimes.base import Runtime
 
         if not (isinstance(obj, type) and issubclass(obj, Runtime)) or getattr(obj, "name", None) != name:
             return f"not a chaos.plugin.Runtime subclass named {name!r}"
+        return _not_classmethods(obj, Runtime)
     elif group == RENDEZVOUS:
         from chaos.rendezvous.base import RendezvousBackend
 
         if not (isinstance(obj, type) and issubclass(obj, RendezvousBackend)) or getattr(obj, "name", None) != name:
             return f"not a chaos.plugin.RendezvousBackend subclass named {name!r}"
+        return _not_classmethods(obj, RendezvousBackend)
     return None
+
+
+def raised_by(plugin: Any, hook: str, exc: BaseException) -> str:
+    """The words for a plug-in hook that raised: which plug-in, which package registered it, what it raised.
+
+    A plug-in's bug is reported as its own, never as a traceback of the command that called it."""
+    module = getattr(plugin, "__module__", "?")
+    name = getattr(plugin, "kind", None) or getattr(plugin, "name", None) or getattr(plugin, "__name__", "?")
+    return f"the plug-in {name!r} ({module}) raised in {hook}(): {type(exc).__name__}: {exc}"
 
 
 @functools.cache

@@ -29,7 +29,7 @@ from pydantic import (
 
 from chaos.events import ExploreTriggerEvent
 from chaos.paths import check_allowed, check_path
-from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
+from chaos.registry import fault_plugins, raised_by, rendezvous_plugins, runtime_plugins
 from chaos.runtimes.base import CAPABILITIES, STORAGE_LAYER
 from chaos.spec import (
     SERVER_PREFIXES,
@@ -263,6 +263,15 @@ def _server_target_problems(fault: Any, cluster: Any, plugins: dict[str, Any]) -
     return problems
 
 
+def _problems_from(plugin: Any, hook: str, *args: Any) -> list[str]:
+    """A plug-in's own problems with a scenario (``check``, ``scenario_problems``, ``check_explore``); a hook that
+    raises is one problem naming the plug-in, its package and the exception, never a traceback of ``validate``."""
+    try:
+        return list(getattr(plugin, hook)(*args))
+    except Exception as exc:  # a third-party bug; pydantic would let a non-ValueError escape as a traceback
+        return [f"kind: {raised_by(plugin, hook, exc)}" if hook == "check" else raised_by(plugin, hook, exc)]
+
+
 @dataclass
 class _Target:
     kind: str
@@ -426,7 +435,7 @@ class Scenario(Strict):
                     if (p := check_allowed(entry))]
         problems += self._workload_problems()
         problems += self._rendezvous_problems(runtime)
-        problems += runtime.scenario_problems(self)
+        problems += _problems_from(runtime, "scenario_problems", self)
         for i, fault in enumerate(self.faults):
             if isinstance(fault.target, int) and fault.target >= c.nodes:
                 problems.append(f"faults[{i}].target: node {fault.target} does not exist "
@@ -447,7 +456,7 @@ class Scenario(Strict):
             if STORAGE_LAYER in plugin.needs and self.storage.layer in ("inotify", "off"):
                 problems.append(f"faults[{i}].kind: {fault.kind} acts through the storage layer's FUSE mount, which "
                                 f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")
-            problems += [f"faults[{i}].{problem}" for problem in plugin.check(fault, self)]
+            problems += [f"faults[{i}].{problem}" for problem in _problems_from(plugin, "check", fault, self)]
         if self.explore is not None:
             problems += self._explore_problems(runtime)
         if problems:
@@ -491,7 +500,7 @@ class Scenario(Strict):
                 problems.append(f"explore.kinds: {kind} can take none of explore.targets "
                                 f"({', '.join(map(str, bounds.targets))})")
             problems += [f"explore.{kind}.{why}" for why in
-                         plugin.check_explore(plugin.explore_bounds(bounds), self)]
+                         _problems_from(plugin, "check_explore", plugin.explore_bounds(bounds), self)]
         return problems
 
     def _rendezvous_problems(self, runtime: Any) -> list[str]:

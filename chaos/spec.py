@@ -11,9 +11,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, model_validator
 
 from chaos.events import TriggerEvent
+
+# Validation context key: the scenario being read is a run directory's stored copy (chaos.loading.parse_scenario).
+STORED_RUN = "stored_run"
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -121,15 +124,17 @@ class FaultSpec(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _fields_of_this_kind(cls, data: Any) -> Any:
+    def _fields_of_this_kind(cls, data: Any, info: ValidationInfo) -> Any:
         """Say *why* a field is refused (it belongs to another kind, or this kind does not take it) and what a
         missing one looks like, every such problem of the fault at once."""
         if not isinstance(data, dict) or cls is FaultSpec:
             return data
         kind = data.get("kind", "this fault")
-        # Another kind's field at that kind's default says nothing (run directories written before fault kinds
-        # had models of their own carry `one_way: false` on every fault): drop it rather than refuse old runs.
-        data = {k: v for k, v in data.items() if k in cls.model_fields or not _is_foreign_default(k, v)}
+        if info.context and info.context.get(STORED_RUN):
+            # Another kind's field at that kind's default says nothing in a run directory written before fault
+            # kinds had models of their own (`one_way: false` on every fault): dropped there, so old runs still
+            # report. In a scenario a user wrote it is refused like any field the kind does not take.
+            data = {k: v for k, v in data.items() if k in cls.model_fields or not _is_foreign_default(k, v)}
         problems, unknown = [], []
         for name in data:
             if name in cls.model_fields and not (

@@ -267,7 +267,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if hasattr(terminalreporter.config, "workerinput"):
         return
     reruns = terminalreporter.stats.get("rerun", [])
-    if (reruns or terminalreporter.stats.get("failed")) and GOLDEN_CACHE_ENV in _created:
+    golden = _created.get(GOLDEN_CACHE_ENV)
+    if (reruns or terminalreporter.stats.get("failed")) and golden and any(Path(golden).iterdir()):
         # a failure or a flake may lie in a golden or control run (a fault-free run that hung): keep them to read
         kept = _created.pop(GOLDEN_CACHE_ENV)
         os.environ.pop(GOLDEN_CACHE_ENV, None)  # the workers are done: nothing reads it any more

@@ -345,3 +345,31 @@ def test_the_report_names_the_outcome_once() -> None:
     result = build_result(Path("r"), scenario("{kind: hang, target: 1, at_step: 20}"), events, None)
     [(label, text)] = hang_rows(type("R", (), {"result": result})())  # type: ignore[arg-type]
     assert label == "hang #0 (main_thread)" and text.startswith("hung: node1 rank 1"), text
+
+
+def test_a_centralized_process_stopped_by_signal_is_not_waited_for(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A centralized node is its own worker: SIGSTOP (a hang in process mode) or any signal that leaves it
+    running must not hold the engine in a 2 s wait for an exit that does not come; SIGKILL waits for the code."""
+    from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark
+    from chaos.runtimes.local import LocalRuntime
+
+    runtime = LocalRuntime("hang-central", tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            env={**os.environ, TREE_VAR: runtime._tree_mark("node0"), ENGINE_VAR: engine_mark()})
+    runtime._procs["node0"] = proc
+    reaped: list[str] = []
+    monkeypatch.setattr(runtime, "_reap", lambda name, timeout=2.0: reaped.append(name))
+    try:
+        assert "to the training process" in runtime.kill_workers("node0", sig=signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.05)  # the signal is delivered asynchronously
+        assert reaped == [] and psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
+        runtime.kill_workers("node0", sig=signal.SIGCONT)
+        assert reaped == [] and proc.poll() is None
+        runtime.kill_workers("node0", sig=signal.SIGKILL)
+        assert reaped == ["node0"] and proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()

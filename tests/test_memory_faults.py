@@ -307,8 +307,10 @@ def test_victims_are_biased_and_survivors_get_their_setting_back() -> None:
 
 
 def test_local_rank_picks_the_victim() -> None:
-    f = scenario("{kind: oom_kill, target: 1, at_step: 5, local_rank: 1}").faults[0]
+    two_workers = BASE.replace("nodes: 2}", "nodes: 2, procs_per_node: 2}")
+    f = parse_scenario(two_workers % "{kind: oom_kill, target: 1, at_step: 5, local_rank: 1}").faults[0]
     assert f.local_rank == 1
+    assert "local_rank: 1 does not exist" in problems("{kind: oom_kill, target: 1, at_step: 5, local_rank: 1}")
     assert "local_rank" in problems("{kind: oom_kill, target: 1, at_step: 5, local_rank: -1}")
 
 

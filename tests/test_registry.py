@@ -76,3 +76,43 @@ def test_broken_plugins_are_reported_not_dropped(tmp_path: Path) -> None:
     assert "s.yaml:5: faults[0].kind: the plug-in for 'broken_import' is installed but failed to load" in said, said
     assert "s.yaml:2: cluster.runtime: the plug-in for 'broken_runtime' is installed but failed to load" in said, said
     assert "Traceback" not in checked.stderr
+
+
+RAISING = {
+    "chaos_raising.py": (
+        "from typing import Literal\n"
+        "from chaos.plugin import FaultKind, FaultSpec\n"
+        "class Opts(FaultSpec):\n    kind: Literal['raising']\n"
+        "class Raising(FaultKind):\n    kind = 'raising'\n    options = Opts\n    summary = 'raises'\n"
+        "    def inject(self, ctx):\n        return 'nothing'\n"
+        "    @classmethod\n    def machine_checks(cls):\n        raise OSError('probe failed')\n"
+        "    @classmethod\n    def check(cls, spec, scenario):\n        raise RuntimeError('a bug in check')\n"
+        "class OptsB(FaultSpec):\n    kind: Literal['instance_check']\n"
+        "class InstanceCheck(FaultKind):\n    kind = 'instance_check'\n    options = OptsB\n"
+        "    def inject(self, ctx):\n        return 'nothing'\n"
+        "    def check(self, spec, scenario):\n        return []\n"),
+}
+
+
+def test_a_plugin_hook_that_raises_is_named_not_a_traceback(tmp_path: Path) -> None:
+    """A third-party hook's bug is that plug-in's failing check or problem, naming it and its module; a hook
+    written as a plain method where the base has a classmethod is a load error that says so."""
+    for name, text in RAISING.items():
+        (tmp_path / name).write_text(text)
+    info = tmp_path / "chaos_raising-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: chaos-raising\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[torch_chaos.faults]\nraising = chaos_raising:Raising\n"
+                                           "instance_check = chaos_raising:InstanceCheck\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    doctor = chaos(["doctor", "--json"], env, tmp_path)
+    assert "Traceback" not in doctor.stderr, doctor.stderr
+    said = doctor.stdout.replace("\n", " ")
+    assert "the plug-in 'raising' (chaos_raising) raised in machine_checks(): OSError: probe failed" in said, said
+    assert "instance_check" in said and "check must be @classmethod, as in FaultKind" in said, said
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nworkload: {name: ddp-mlp}\nfaults:\n  - {kind: raising, target: 1, at_step: 3}\n")
+    checked = chaos(["validate", "--no-machine", str(scenario)], env, tmp_path)
+    assert checked.returncode == 2 and "Traceback" not in checked.stderr, checked.stderr
+    assert ("s.yaml:4: faults[0].kind: the plug-in 'raising' (chaos_raising) raised in check(): RuntimeError: a bug "
+            "in check") in checked.stderr.replace("\n", ""), checked.stderr

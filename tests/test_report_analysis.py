@@ -134,3 +134,14 @@ def test_throughput_figures_come_from_the_fault_free_steps() -> None:
     assert figures["steps_per_s"] == pytest.approx(10.0)
     assert figures["recovery_s"] == result["faults"][0]["recovery_s"] > 3
     assert figures["node_seconds_per_step"] == pytest.approx(2 * result["duration_s"] / 40)
+
+
+def test_the_documented_result_schema_version_is_the_written_one() -> None:
+    """README's contract line and design.md's result.json section name the version the code writes, and the
+    version history has its row (they had drifted to 8 and 10 while the code wrote 11)."""
+    root = Path(__file__).parents[1]
+    readme, design = (root / "README.md").read_text(), (root / "docs" / "design.md").read_text()
+    assert f"The public contract CI users parse (`schema_version` {RESULT_SCHEMA_VERSION})" in readme
+    assert f"`schema_version`: **{RESULT_SCHEMA_VERSION}**." in design.replace("\n", " ")
+    assert f"| `schema_version` | int | {RESULT_SCHEMA_VERSION} |" in design
+    assert f"\n| {RESULT_SCHEMA_VERSION} | " in design

@@ -73,6 +73,13 @@ faults:
     ("{kind: explode, target: 1, at_step: 3}", "kind: expected one of 'abort', 'bandwidth', 'corrupt_checkpoint'"),
     ("{target: 1, at_step: 3}", "got none"),
     ("{kind: crash, target: 1, on: {event: nope}}", "expected 'checkpoint_save_started'"),
+    # a worker the node does not have is said at validation, not found at run time (procs_per_node defaults to 1)
+    ("{kind: segfault, target: 1, at_step: 3, local_rank: 3}", "local_rank: 3 does not exist"),
+    ("{kind: abort, target: 1, at_step: 3, local_rank: 1}", "local_rank: 1 does not exist"),
+    ("{kind: oom_kill, target: 1, at_step: 3, local_rank: 2}", "local_rank: 2 does not exist"),
+    ("{kind: hang, target: 1, at_step: 3, local_rank: 5}", "local_rank: 5 does not exist"),
+    # another kind's field is refused at its default value too (only a run directory's stored copy may carry it)
+    ("{kind: crash, target: 1, at_step: 3, one_way: false}", "one_way applies to kind: partition only"),
 ])
 def test_fault_errors(fault: str, message: str) -> None:
     text = f"name: f\nworkload: {{name: ddp-mlp}}\nfaults:\n  - {fault}\n"
@@ -222,3 +229,11 @@ def test_shipped_names_resolve_exactly_and_a_directory_does_not_hide_them(tmp_pa
         assert resolve_scenario_path(name) == Path(name)
     with pytest.raises(ScenarioInvalid, match="network/partial-partition, slurm/partial-partition; give one"):
         resolve_scenario_path("partial-partition")  # two shipped files of this name: not "no such file"
+
+
+def test_a_run_directory_written_before_kind_models_still_loads() -> None:
+    """Older engines wrote every kind's fields on every fault (``one_way: false`` on a crash) into the run
+    directory's scenario.yaml: its analysis reads them back (``stored``), a scenario a user writes may not."""
+    text = GOOD.replace("at_step: 10}", "at_step: 10, one_way: false}")
+    assert parse_scenario(text, "scenario.yaml", stored=True).faults[0].kind == "crash"
+    assert any("one_way applies to kind: partition only" in e for e in errors_of(text))

@@ -72,7 +72,7 @@ def analyze_run(run_dir: str | Path) -> RunAnalysis:
     from chaos.loading import load_scenario
 
     run_dir = Path(run_dir)
-    scenario = load_scenario(run_dir / "scenario.yaml")
+    scenario = load_scenario(run_dir / "scenario.yaml", stored=True)
     golden_path = run_dir / "golden.json"
     golden = _read_golden(golden_path)
     control = _read_golden(run_dir / "control.json")  # the clean resume that measured the noise floor, if run

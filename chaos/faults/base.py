@@ -166,7 +166,10 @@ def tenths(low: float, high: float) -> tuple[int, int] | None:
     return (first, last) if first <= last else None
 
 
-def local_rank_problems(field_name: str, ranks: list[int], scenario: Scenario) -> list[str]:
-    """Explore bounds naming a worker the cluster does not have (``local_ranks: 3 does not exist ...``)."""
+def local_rank_problems(field_name: str, ranks: list[int | None], scenario: Scenario) -> list[str]:
+    """A fault's ``local_rank`` or explore bounds' ``local_ranks`` naming a worker the cluster does not have
+    (``local_ranks: 3 does not exist ...``); None (every worker of the node) is always there. Said at validation:
+    at run time the fault would fail with the run already spent."""
     procs = scenario.cluster.procs_per_node
-    return [f"{field_name}: {r} does not exist (cluster.procs_per_node is {procs})" for r in ranks if r >= procs]
+    return [f"{field_name}: {r} does not exist (cluster.procs_per_node is {procs})" for r in ranks
+            if r is not None and r >= procs]

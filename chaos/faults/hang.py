@@ -188,10 +188,7 @@ class Hang(FaultKind):
 
     @classmethod
     def check(cls, spec: Any, scenario: Scenario) -> list[str]:
-        problems = []
-        procs = scenario.cluster.procs_per_node
-        if spec.local_rank >= procs:
-            problems.append(f"local_rank: {spec.local_rank} does not exist (cluster.procs_per_node is {procs})")
+        problems = local_rank_problems("local_rank", [spec.local_rank], scenario)
         if spec.hold_gil and resolved_mode(spec, scenario) != "main_thread":
             problems.append("hold_gil: applies to mode: main_thread only (a stopped process holds nothing)")
         return problems

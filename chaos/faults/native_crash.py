@@ -53,6 +53,10 @@ class _NativeCrash(FaultKind):
         return ctx.runtime.kill_workers(ctx.node, sig=self.signal, local_rank=local_rank)
 
     @classmethod
+    def check(cls, spec: Any, scenario: Any) -> list[str]:
+        return local_rank_problems("local_rank", [getattr(spec, "local_rank", None)], scenario)
+
+    @classmethod
     def check_explore(cls, section: Any, scenario: Any) -> list[str]:
         return local_rank_problems("local_ranks", section.local_ranks, scenario)
 

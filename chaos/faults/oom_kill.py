@@ -203,6 +203,10 @@ class OomKill(FaultKind):
         return text + (f" for {spec.duration:g}s" if spec.duration is not None else ", lifted after the kill")
 
     @classmethod
+    def check(cls, spec: Any, scenario: Any) -> list[str]:
+        return local_rank_problems("local_rank", [getattr(spec, "local_rank", None)], scenario)
+
+    @classmethod
     def check_explore(cls, section: Any, scenario: Any) -> list[str]:
         return local_rank_problems("local_ranks", section.local_ranks, scenario)
 
