@@ -257,6 +257,7 @@ class FaultScheduler:
 
     def _heal(self, f: FaultState, at_teardown: bool = False) -> None:
         assert f.ctx is not None
+        f.ctx.closing = True  # the last look: nothing may stay held back
         self._observe(f)
         try:
             healed = fault_kind(f.spec.kind).heal(f.ctx) or {}

@@ -49,6 +49,9 @@ class FaultContext:
     # The engine's history channel (chaos.channel.ChannelServer): orders to a worker's probe go over it (the
     # hang fault's); None when the run has none.
     channel: ChannelServer | None = None
+    # Set by the scheduler for the last ``observe``, right before ``heal``: what a fault still holds back (a kill
+    # whose kernel line has not been read yet) must be written now.
+    closing: bool = False
 
 
 class FaultKind(ABC):

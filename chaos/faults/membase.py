@@ -447,6 +447,12 @@ def cleanup(run_id: str | None, only_orphans: bool) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ watching for kills
 
+# How long a kill the cgroup's counter shows waits for its kernel log line before it is reported without one, and
+# how long the last look before a heal waits for the lines still missing (OomWatch.poll).
+LINE_WAIT_S = 3.0
+FINAL_SETTLE_S = 1.0
+
+
 @dataclass
 class OomWatch:
     """Turns the kernel's record of one node's OOM kills into ``oom_killed`` events, each kill once."""
@@ -462,6 +468,7 @@ class OomWatch:
     problems: list[str] = field(default_factory=list)  # what did not come back exactly, for the heal
     _pending: list[Kill] = field(default_factory=list)
     _next_look: float = 0.0
+    _unmatched_since: float | None = None  # when the counter first showed a kill whose kernel line was not read
 
     def __post_init__(self) -> None:
         self.counted = self.mem.oom_kills()
@@ -476,15 +483,26 @@ class OomWatch:
         with contextlib.suppress(Exception):
             self.who.update(identify(self.runtime.node_pids(self.mem.node)))
 
-    def poll(self, fault_id: int, kind: str, settle_s: float = 0.0) -> list[dict[str, Any]]:
-        """New kills since the last poll; ``settle_s``: wait that long for the kernel's line of a counted kill."""
+    def poll(self, fault_id: int, kind: str, settle_s: float = 0.0, final: bool = False) -> list[dict[str, Any]]:
+        """New kills since the last poll; ``settle_s``: wait that long for the kernel's line of a counted kill.
+
+        The cgroup's counter can move before the kernel's line of that kill is readable (a moment later; longer on a
+        busy machine, measured in CI: a second kill counted with no line yet was recorded as ``role: unknown``). So
+        a counted kill without its line is held back for up to LINE_WAIT_S and reported at a later poll with its
+        victim; ``final`` (the last look before the heal) waits FINAL_SETTLE_S more and reports whatever is left."""
+        now = time.monotonic()
         count = self.mem.oom_kills() if self.mem.path.is_dir() else self.counted
         self._pending += [k for k in self.klog.kills() if self._ours(k)]
         new = count - self.counted
-        deadline = time.monotonic() + settle_s
+        deadline = now + max(settle_s, FINAL_SETTLE_S if final else 0.0)
         while new > len(self._pending) and time.monotonic() < deadline and self.klog.fd is not None:
             time.sleep(0.02)
             self._pending += [k for k in self.klog.kills() if self._ours(k)]
+        if new > len(self._pending) and self.klog.fd is not None and not final:
+            if self._unmatched_since is None:
+                self._unmatched_since = now
+            if now - self._unmatched_since < LINE_WAIT_S:
+                new = len(self._pending)  # the rest at a later poll, with their lines
         events = []
         before = self.counted
         for i in range(new):
@@ -499,11 +517,15 @@ class OomWatch:
                 fields.update(role)
             else:
                 fields["role"] = "unknown"
+            missing = ("no /dev/kmsg" if self.klog.fd is None else
+                       f"none read within {LINE_WAIT_S:g} s of the count")
             fields["evidence"] = (f"{self.mem.path / self.mem.lay.events}: oom_kill {before + i} -> {before + i + 1}"
-                                  + (f"; kernel: {kill.line}" if kill else "; no kernel log line (no /dev/kmsg)"))
+                                  + (f"; kernel: {kill.line}" if kill else f"; no kernel log line ({missing})"))
             events.append(fields)
-        self.counted = count
-        self._pending.clear()
+        self.counted = before + new
+        if self.counted >= count:
+            self._unmatched_since = None
+        # lines left over were read before the counter showed their kills: they are matched at the next poll
         self.refresh()
         return events
 

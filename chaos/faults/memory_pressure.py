@@ -118,7 +118,7 @@ class MemoryPressure(FaultKind):
 
     def observe(self, ctx: FaultContext) -> list[dict[str, Any]]:
         watch = next((h for h in ctx.handles if isinstance(h, OomWatch)), None)
-        return watch.poll(ctx.fault_id, self.kind) if watch is not None else []
+        return watch.poll(ctx.fault_id, self.kind, final=ctx.closing) if watch is not None else []
 
     def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
         watch = next(h for h in ctx.handles if isinstance(h, OomWatch))

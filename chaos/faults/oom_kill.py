@@ -143,7 +143,7 @@ class OomKill(FaultKind):
         ctx.details.update({"cgroup": str(mem.path), "cgroup_version": mem.lay.version, "usage_bytes": usage,
                             "limit_bytes": limit, "previous_limit_bytes": before,
                             "allocator_protected": getattr(allocator, "protected", False)})
-        first = watch.poll(ctx.fault_id, self.kind, settle_s=1.0) if killed else []
+        first = watch.poll(ctx.fault_id, self.kind, settle_s=1.0, final=True) if killed else []  # the victims now
         if not killed or all(k.get("role") == "allocator" for k in first):
             watch.klog.close()
             restored = mem.restore()
@@ -177,7 +177,7 @@ class OomKill(FaultKind):
             return []
         out, watch.queued = watch.queued, []
         if ctx.spec.duration is not None and watch.klog.fd is not None:
-            out += watch.poll(ctx.fault_id, self.kind)
+            out += watch.poll(ctx.fault_id, self.kind, final=ctx.closing)
         return out
 
     def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
