@@ -18,20 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path, shipped_scenarios_dir
+from chaos.terminal import SafeConsole
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 # No markup and no emoji codes: what the consoles print is mostly what users and their jobs wrote (scenario names,
 # paths, a worker's last lines such as "[rank0]: ..."), which rich would otherwise read as styles (dropping the text,
 # or failing on a stray "[/...]") and ":name:" as emoji. Styled words are Text spans (_error, _styled).
-out = Console(width=None if sys.stdout.isatty() else 120, markup=False, emoji=False)
-err = Console(stderr=True, soft_wrap=True, markup=False, emoji=False)  # one error per line: file:line: field: why
+out = SafeConsole(width=None if sys.stdout.isatty() else 120, markup=False, emoji=False)
+err = SafeConsole(stderr=True, soft_wrap=True, markup=False, emoji=False)  # one error per line: file:line: field: why
 
 
 def _styled(style: str, word: str, rest: str = "") -> Text:
@@ -243,12 +243,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.project_nodes is None and (args.mtbf_node or args.preset):
         _error("--mtbf-node / --preset: a projection needs --project-nodes N")
         return EXIT_USAGE
+    if args.output and _is_run_record(Path(args.output), run_dir):
+        _error(f"-o {args.output}: that is the run's own {Path(args.output).name}, which the report is computed "
+               "from; name another file")
+        return EXIT_USAGE
     try:
         analysis = analyze_run(run_dir)  # once: result.json and the report present the same analysis
         try:
             projection = _projection(args, analysis, args.project_nodes) if args.project_nodes is not None else None
         except ProjectionError as exc:
-            _error(str(exc))
+            _error(str(exc).replace("--nodes:", "--project-nodes:", 1))  # `chaos report`'s name for `project`'s option
             return EXIT_USAGE
         try:
             result = write_result(analysis)
@@ -286,6 +290,17 @@ def cmd_report(args: argparse.Namespace) -> int:
                "and golden.json")
         return EXIT_FAIL
     return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
+
+
+# What a run directory keeps of its run: a report written over one of them would destroy what it reports on.
+RUN_RECORDS = frozenset({"events.jsonl", "scenario.yaml", "plan.yaml", "golden.json", "control.json", "result.json"})
+
+
+def _is_run_record(output: Path, run_dir: Path) -> bool:
+    try:
+        return output.name in RUN_RECORDS and output.resolve().parent == run_dir.resolve()
+    except (OSError, RuntimeError):  # a loop of links: the write itself will say what is wrong
+        return False
 
 
 def _is_run_dir(run_dir: Path) -> bool:
@@ -423,6 +438,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _error(f"cannot write the comparison into {args.output}: {exc.strerror or exc}{where}; -o/--output names a "
                "directory to write it in")
         return EXIT_USAGE
+    except Exception as exc:  # a run's figures a report cannot draw (a damaged history): a message, never a traceback
+        _error(f"cannot render the comparison or a run's report ({type(exc).__name__}: {exc}); the runs' "
+               "events.jsonl, scenario.yaml, plan.yaml and golden.json are what it is made from")
+        return EXIT_FAIL
     out.print(paths["md"].read_text(), highlight=False, markup=False)
     out.print(f"written: {paths['html']}, {paths['md']}, {paths['json']}", highlight=False)
     return EXIT_PASS
@@ -547,8 +566,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             problems.append(f"{', '.join(given)}: only `chaos cluster up` takes {'it' if len(given) == 1 else 'them'}")
     elif args.nodes is None:
         problems.append("chaos cluster up: --nodes N is required (the number of compute nodes)")
-    if args.timeout is not None and args.timeout <= 0:
-        problems.append(f"--timeout {args.timeout:g}: expected seconds > 0")
+    if args.timeout is not None and not 0 < args.timeout <= 86400:  # NaN fails this too
+        problems.append(f"--timeout {args.timeout:g}: expected seconds > 0 (at most a day)")
     if problems:
         return usage("; ".join(problems))
     from chaos.cluster.spec import REPO_ROOT_DEFAULT

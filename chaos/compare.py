@@ -14,13 +14,12 @@ from html import escape
 from pathlib import Path, PurePath
 from typing import Any
 
-import yaml
-
 from chaos.analysis.breakdown import phase_costs, phase_settings
 from chaos.analysis.noise import CHANGED_WORLD_RTOL
 from chaos.analysis.run import RunAnalysis, analyze_run
 from chaos.analysis.throughput import training_setup
-from chaos.paths import write_output
+from chaos.loading import ScenarioInvalid, load_bounded_yaml
+from chaos.paths import read_small, write_output
 
 # The final loss of a column may differ from the one-worker column's by this much, relative: the shipped workload
 # trains on the same global batches at any world size, so only the order of every sum changes (the tolerance the
@@ -93,22 +92,30 @@ def measure(run: Path | RunAnalysis) -> Column:
     )
 
 
+# The engine's plan.yaml is a few KB; anything past this is not one.
+PLAN_MAX_BYTES = 1 << 20
+
+
 def _from_plan(path: Path, scenario: Any) -> dict[str, Any]:
     """The column's setup steps and recovery settings, from the plan the run was started with."""
-    try:
-        plan = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
+    try:  # a damaged plan (not UTF-8, a FIFO, an alias bomb, another shape) leaves the column without its setup
+        plan = load_bounded_yaml(read_small(path, PLAN_MAX_BYTES).decode(), str(path))
+    except (OSError, UnicodeDecodeError, ScenarioInvalid):
         return {}
     if not isinstance(plan, dict):
         return {}
     c = scenario.cluster
     restart = c.node_restart.model_dump(mode="json")
-    settings = dict(plan.get("elastic_settings") or {}) if c.mode == "elastic" else {}
+    try:
+        settings = dict(plan.get("elastic_settings") or {}) if c.mode == "elastic" else {}
+        setup = setup_steps(plan, restart)
+    except (AttributeError, TypeError, ValueError, KeyError):  # a plan.yaml of another shape than the engine writes
+        return {}
     if c.mode == "elastic":
         settings["min_nodes"] = c.min_nodes or c.nodes
     if restart.get("policy") == "on-failure":
         settings["node_restart.delay_s"] = restart.get("delay_s")
-    return {"setup": setup_steps(plan, restart), "settings": settings}
+    return {"setup": setup, "settings": settings}
 
 
 def _arg(argv: list[str], name: str) -> str | None:
@@ -534,7 +541,8 @@ def write_comparison(runs: list[Path] | list[RunAnalysis], output: Path) -> dict
     columns = [measure(analysis) for analysis in analyses]
     output.mkdir(parents=True, exist_ok=True)
     for analysis in analyses:
-        write_report(analysis, "html", output / run_report_name(analysis.run_dir))
+        # a name chosen here, in a directory that may hold anything: a link under it is replaced, never followed
+        write_report(analysis, "html", output / run_report_name(analysis.run_dir), out_named_by_user=False)
     paths = {"md": output / "compare.md", "html": output / "compare.html", "json": output / "compare.json"}
     write_output(paths["md"], render_markdown(columns))
     write_output(paths["html"], render_html(columns))

@@ -209,6 +209,16 @@ def control_problem(run_dir: Path, result: dict[str, Any], events: list[Event]) 
     return None
 
 
+def _died_after_training(end_reason: str | None, events: list[Event]) -> str | None:
+    """Why a fault-free run that did not complete is run once more: its workers died after its last step (an
+    exit-time crash of the job, which torchrun's agent turned into a hang), a transient failure a second run
+    tells from a job that never completes; any other failure is reported as it is."""
+    from chaos.analysis.hangs import failed_after_last_step
+
+    late = failed_after_last_step(events)
+    return f"ended {end_reason}: {late}" if late else None
+
+
 def _failed_before_kill(run_dir: Path, events: list[Event]) -> str | None:
     """A worker group that failed before the planned kill: the only unprovoked death a control run can show
     without a second restart. After the kill, the other nodes' workers die of their own accord too (gloo's
@@ -280,8 +290,11 @@ class GoldenCache:
                            resumed_from=first_resume_step(events))
             result_path = run_dir / "result.json"
             result = json.loads(result_path.read_text()) if result_path.exists() else {}
-            summary["end_reason"] = result.get("end_reason")  # named by matches_golden when it did not complete
-            problem = problem_of(run_dir, result, events) if summary["completed"] else None
+            # named by matches_golden when it did not complete (result.json's, else the history's own)
+            summary["end_reason"] = result.get("end_reason") or next(
+                (e.get("reason") for e in events if e.get("event") == Ev.RUN_ENDED), None)
+            problem = problem_of(run_dir, result, events) if summary["completed"] else \
+                _died_after_training(summary["end_reason"], events)
             if problem is None:
                 if tried:
                     summary["retried_after"] = tried

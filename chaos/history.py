@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import stat
 import threading
@@ -252,7 +251,9 @@ def readable(e: Any, checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]]
     t, name = e.get("t"), e.get("event")
     if t.__class__ is not float and (t.__class__ is not int):  # bool is neither
         return False
-    if not math.isfinite(t) or not isinstance(name, str):
+    # A time is seconds since the epoch (or since a hand-built history's start): a huge or negative one is
+    # damage, and would overflow the float conversions of every later sum (an int of 400 digits) or a plot's range.
+    if not (0 <= t < MAX_T) or not isinstance(name, str):  # NaN compares false: refused too
         return False
     spec = checks.get(name, ())
     if e.get("source") == Source.STORAGE:
@@ -266,7 +267,13 @@ def readable(e: Any, checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]]
                 return False
         elif not isinstance(value, accepted) or (value.__class__ is bool and bool not in accepted):
             return False
+        elif value.__class__ is int and not -MAX_INT < value < MAX_INT:  # beyond a float's or a C long's range
+            return False
     return True
+
+
+MAX_T = 1e12  # seconds: year ~33658, far beyond any clock that writes a history
+MAX_INT = 2**63
 
 
 _ABSENT = object()

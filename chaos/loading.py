@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from chaos.paths import TooLarge, read_small
 from chaos.scenario import Scenario
 from chaos.spec import STORED_RUN
 
@@ -99,7 +100,7 @@ def _explain(err: dict[str, Any]) -> str:
         broken = [e for e in load_errors() if e.group == "torch_chaos.faults" and e.name == got]
         if broken:
             return f"the plug-in for {got!r} is installed but failed to load ({broken[0].target}: {broken[0].error})"
-        return msg.removeprefix("kind: ") + (f", got {got!r}" if got is not None else ", got none")
+        return msg.removeprefix("kind: ") + (f", got {_shown(got)}" if got is not None else ", got none")
     if kind == "literal_error":
         group = _PLUGIN_FIELDS.get(str(err.get("loc", ("",))[-1]))
         if group is not None:  # cluster.runtime / rendezvous.backend naming a plug-in that is there but broken
@@ -109,11 +110,17 @@ def _explain(err: dict[str, Any]) -> str:
             if broken:
                 return (f"the plug-in for {err.get('input')!r} is installed but failed to load ({broken[0].target}: "
                         f"{broken[0].error})")
-        return msg.replace("Input should be", "expected") + f", got {err.get('input')!r}"
+        return msg.replace("Input should be", "expected") + f", got {_shown(err.get('input'))}"
     msg = msg.removeprefix("Value error, ")
     if "input" in err and kind not in ("value_error", "model_type"):
-        return f"{msg}, got {err['input']!r}"
+        return f"{msg}, got {_shown(err['input'])}"
     return msg
+
+
+def _shown(value: Any, limit: int = 120) -> str:
+    """The offending value as the message quotes it, cut short: a list of 250 faults is named, not echoed."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 _MESSAGE_FIELD = re.compile(r"^([a-z_]+(?:\[\d+\])?(?:\.[A-Za-z_][\w-]*(?:\[\d+\])?)*): (.*)$", re.S)
@@ -144,7 +151,9 @@ def _override_runtime(data: dict[str, Any], runtime: str) -> None:
 
 
 def _bounded(node: yaml.Node, file: str) -> None:
-    """Refuse a list longer than MAX_LIST_ITEMS (faults, command, groups ...), naming its line."""
+    """Refuse a list longer than MAX_LIST_ITEMS (faults, command, groups ...), and a key given twice in one
+    mapping (YAML would keep the last silently: a second ``name:`` or ``faults:`` overriding the first), naming
+    the line."""
     stack = [node]
     while stack:
         current = stack.pop()
@@ -155,6 +164,14 @@ def _bounded(node: yaml.Node, file: str) -> None:
                     f"a list of {len(current.value)} items; at most {MAX_LIST_ITEMS} are accepted")])
             stack += current.value
         elif isinstance(current, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key, _ in current.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in seen:
+                        raise ScenarioInvalid([ScenarioError(
+                            file, key.start_mark.line + 1, str(key.value)[:80],
+                            f"given twice (first on line {seen[key.value]}); YAML would keep only the last")])
+                    seen[key.value] = key.start_mark.line + 1
             stack += [n for pair in current.value for n in pair]
 
 
@@ -216,6 +233,16 @@ def _construct(root: yaml.Node) -> Any:
         loader.dispose()
 
 
+def load_bounded_yaml(text: str, file: str) -> Any:
+    """A YAML document other than a scenario that torch-chaos reads back (a run's plan.yaml), under the scenario's
+    bounds (no aliases, depth, size); ScenarioInvalid when it is not one."""
+    try:
+        root = _compose(text, file)
+        return _construct(root) if root is not None else None
+    except (yaml.YAMLError, RecursionError, ValueError, OverflowError) as exc:
+        raise ScenarioInvalid([ScenarioError(file, None, "", f"not readable YAML: {exc}")]) from None
+
+
 def parse_scenario(text: str, file: str = "<scenario>", runtime: str | None = None, stored: bool = False) -> Scenario:
     """The validated scenario of a YAML text; ``runtime`` overrides ``cluster.runtime`` (see _override_runtime).
 
@@ -275,13 +302,13 @@ def read_scenario_text(path: str | Path) -> str:
     """A scenario file's text: at most MAX_FILE_BYTES, UTF-8, each problem named with the file (and byte offset)."""
     p = Path(path)
     try:
-        with open(p, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ScenarioInvalid([ScenarioError(str(p), None, "", f"cannot read file: {exc.strerror}")]) from None
-    if len(raw) > MAX_FILE_BYTES:
+        raw = read_small(p, MAX_FILE_BYTES)  # a FIFO or a device is refused, not waited on
+    except TooLarge:
         raise ScenarioInvalid([ScenarioError(str(p), None, "", f"larger than {MAX_FILE_BYTES} bytes; a scenario "
-                                                                "is a few KB")])
+                                                                "is a few KB")]) from None
+    except OSError as exc:
+        why = exc.strerror or str(exc).replace(f"{p} ", "", 1)
+        raise ScenarioInvalid([ScenarioError(str(p), None, "", f"cannot read file: {why}")]) from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -81,9 +81,12 @@ class ChaosVerdict(Exception):
 
 class ChaosScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
-        from chaos.loading import load_scenario
+        from chaos.loading import ScenarioInvalid, load_scenario
 
-        scenario = load_scenario(self.path)  # invalid YAML fails collection with file:line errors
+        try:
+            scenario = load_scenario(self.path)
+        except ScenarioInvalid as exc:  # a collection error of file:line messages, without pytest's traceback
+            raise self.CollectError(str(exc)) from None
         yield ChaosScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
 
 

@@ -302,13 +302,17 @@ def make_fault(**fields: Any) -> Any:
 
 
 class Bound(Strict):
-    max: float | None = None
-    min: float | None = None
+    # Finite: a NaN bound can never hold and an infinite one always does, and result.json would carry them as the
+    # non-JSON tokens NaN/Infinity that strict parsers (a CI's) refuse.
+    max: float | None = Field(None, allow_inf_nan=False)
+    min: float | None = Field(None, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _check(self) -> Bound:
         if self.max is None and self.min is None:
             raise ValueError("give max, min or both")
+        if self.max is not None and self.min is not None and self.min > self.max:
+            raise ValueError(f"min {self.min:g} is above max {self.max:g}: no run can meet it")
         return self
 
 

@@ -63,7 +63,22 @@ NodeIndex = Annotated[int, Field(ge=0)]
 # ``etcd0``, ``etcd1``, ...: a server a rendezvous backend runs (chaos/rendezvous/etcd.py), for the same kinds.
 SERVER_PREFIXES = ("etcd",)
 ServerName = Annotated[str, Field(pattern=r"^etcd[0-9]$")]
-NodeTarget = NodeIndex | Literal["rendezvous_host", "random", "event_node", "store"] | ServerName
+_TARGET_WORDS = ("rendezvous_host", "random", "event_node", "store")
+
+
+def _target_value(value: Any) -> Any:
+    """One message for a target that is none of the union's members, instead of one per member with pydantic's
+    internal member names (``target.constrained-int: ...``, ``target.literal[...]: ...``)."""
+    if isinstance(value, bool) or not (
+            (isinstance(value, int) and value >= 0) or (isinstance(value, str) and (
+                value in _TARGET_WORDS or re.fullmatch(r"etcd[0-9]", value)))):
+        raise ValueError(f"expected a node index (0, 1, ...), {', '.join(_TARGET_WORDS)} or a rendezvous server "
+                         f"(etcd0 ... etcd9), got {value!r}")
+    return value
+
+
+NodeTarget = Annotated[NodeIndex | Literal["rendezvous_host", "random", "event_node", "store"] | ServerName,
+                       BeforeValidator(_target_value)]
 
 
 def _drop_properties(*names: str) -> Any:

@@ -70,8 +70,13 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
         raise ValueError("--sweep: give at least two values to draw a curve, e.g. bandwidth=1gbit,100mbit,10mbit "
                          "or delay=0ms,5ms,20ms")
     for v in items:
-        badness(kind, v)
-    ordered = sorted(dict.fromkeys(items), key=lambda v: badness(kind, v))
+        try:
+            badness(kind, v)
+        except ValueError as exc:
+            raise ValueError(f"--sweep: {kind} value {v!r}: {exc}") from None
+    if len(set(items)) < len(items):
+        raise ValueError(f"--sweep: a value is given twice ({', '.join(items)}): each point of the curve once")
+    ordered = sorted(items, key=lambda v: badness(kind, v))
     if len({badness(kind, v) for v in ordered}) < len(ordered):
         raise ValueError(f"--sweep: two values name the same link: {', '.join(ordered)}")
     return kind, ordered

@@ -9,6 +9,7 @@ is refused by ``chaos validate`` with its file and line instead of failing insid
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +103,11 @@ def problems(declared: dict[str, Arg], args: dict[str, Any]) -> dict[str, str]:
         except (TypeError, ValueError, OverflowError):
             found[name] = f"expected {'an ' if arg.type is int else 'a '}{_JSON_TYPE[arg.type]}, got {value!r}"
             continue
-        if arg.choices and parsed not in arg.choices:
+        if isinstance(parsed, float) and not math.isfinite(parsed):
+            found[name] = f"expected a finite number, got {value!r}"  # inf sleeps forever, NaN poisons the model
+        elif isinstance(parsed, int) and not -(2**63) <= parsed < 2**63:
+            found[name] = f"expected a whole number within 64 bits, got {value!r}"  # torch.manual_seed takes no more
+        elif arg.choices and parsed not in arg.choices:
             found[name] = f"expected one of {', '.join(arg.choices)}, got {value!r}"
         elif arg.min is not None and isinstance(parsed, (int, float)) and not parsed >= arg.min:
             found[name] = f"expected at least {as_text(arg.min)}, got {value!r}"

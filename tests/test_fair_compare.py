@@ -449,8 +449,10 @@ def test_a_bad_sweep_is_a_usage_error_without_a_traceback(capsys: pytest.Capture
 
     central = str(shipped_scenarios_dir() / "compare" / "centralized.yaml")
     tuned = str(shipped_scenarios_dir() / "compare" / "elastic-tuned.yaml")
-    for sweep, message in (("delay=5ms,soon", "expected a delay such as 0ms, 5ms or 20ms, got 'soon'"),
+    for sweep, message in (("delay=5ms,soon", "--sweep: delay value 'soon': expected a delay such as 0ms, 5ms or "
+                                              "20ms, got 'soon'"),
                            ("delay=5ms,0.005s", "two values name the same link"),
+                           ("bandwidth=1gbit,1gbit", "a value is given twice"),
                            ("latency=1ms,2ms", "KIND one of bandwidth, delay")):
         assert main(["compare", central, tuned, "--sweep", sweep]) == 2
         err = capsys.readouterr().err

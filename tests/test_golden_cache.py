@@ -43,8 +43,9 @@ class FakeGoldenRun:
     processes). ``restarts``: the restart count of each successive call (the last one repeats)."""
 
     def __init__(self, calls: Path, restarts: tuple[int, ...] = (0,), completed: bool = True,
-                 until: Path | None = None):
+                 until: Path | None = None, died_at_exit: tuple[bool, ...] = (False,)):
         self.calls, self.restarts, self.completed, self.until = calls, restarts, completed, until
+        self.died_at_exit = died_at_exit  # per call (the last repeats): a worker dies after the last step, hung
 
     def __call__(self, scenario: Scenario, out_dir: Path) -> Path:
         n = len(self.calls.read_text().splitlines()) if self.calls.exists() else 0
@@ -57,8 +58,12 @@ class FakeGoldenRun:
         run_dir.mkdir(parents=True)
         events = [{"t": 1.0 + s, "source": "workload", "event": "step_completed", "step": s, "loss": 1.0 / s}
                   for s in range(1, 6)]
+        died = self.died_at_exit[min(n, len(self.died_at_exit) - 1)]
+        if died:  # as seen in CI: "terminate called without an active exception" at exit, the agent restarts
+            events.append({"t": 6.5, "source": "agent", "event": "agent_workers_failed", "node": "node1",
+                           "pid": 7, "state": "FAILED"})
         events.append({"t": 9.0, "source": "engine", "event": "run_ended",
-                       "reason": "completed" if self.completed else "hung"})
+                       "reason": "completed" if self.completed and not died else "hung"})
         (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
         restarts = self.restarts[min(n, len(self.restarts) - 1)]
         (run_dir / "result.json").write_text(json.dumps({"restarts": 0, "restarts_after_completion": restarts}))
@@ -138,6 +143,21 @@ def test_a_failed_golden_run_is_reported_not_cached_nor_repeated(tmp_path: Path)
     summary = GoldenCache(runner, tmp_path / "cache")(scenario())
     assert runner.count == 1 and summary["completed"] is False
     assert not (tmp_path / "cache" / summary["key"] / "golden.json").exists()
+
+
+def test_a_golden_run_whose_worker_died_after_its_last_step_is_run_once_more(tmp_path: Path) -> None:
+    """An exit-time crash (torchrun then hangs the job) is transient: a second run tells it from a job that never
+    completes, and the first is listed with why; one that dies so every time is reported, not cached."""
+    runner = FakeGoldenRun(tmp_path / "calls", died_at_exit=(True, False))
+    summary = GoldenCache(runner, tmp_path / "cache")(scenario())
+    assert runner.count == 2 and summary["completed"] and summary["trusted"]
+    assert "ended hung: after step 5, the last any worker reached, the workers of node1 failed" in \
+        summary["retried_after"][0], summary
+    always = FakeGoldenRun(tmp_path / "calls2", died_at_exit=(True,))
+    summary = GoldenCache(always, tmp_path / "cache2")(scenario())
+    assert always.count == 2 and summary["completed"] is False and summary["trusted"] is False
+    assert "2 attempt(s)" in summary["untrusted_why"]
+    assert not (tmp_path / "cache2" / summary["key"] / "golden.json").exists()
 
 
 def test_cache_directory_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -373,3 +373,24 @@ def test_a_centralized_process_stopped_by_signal_is_not_waited_for(tmp_path: Pat
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_hang_after_workers_died_past_the_last_step_is_named_as_such() -> None:
+    """The byo golden run seen in CI: node1's worker aborted at exit after step 300, its agent restarted it into a
+    rendezvous the finished nodes never joined. Not said when the failure came before the last step (a crash
+    loop) or when a fault came after it (the fault explains it)."""
+    from chaos.analysis.hangs import failed_after_last_step
+
+    def run(failed_at: float, fault_at: float | None = None) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = [{"t": float(s), "source": "progress", "event": "step_completed", "step": s,
+                                         "node": "node0", "rank": 0, "loss": 1.0} for s in range(1, 6)]
+        events.append({"t": failed_at, "source": "agent", "event": "agent_workers_failed", "node": "node1"})
+        if fault_at is not None:
+            events.append({"t": fault_at, "source": "engine", "event": "fault_injected", "fault_id": 0,
+                           "kind": "crash", "node": "node1"})
+        return sorted(events, key=lambda e: e["t"])
+
+    why = failed_after_last_step(run(5.5))
+    assert why is not None and why.startswith("after step 5, the last any worker reached, the workers of node1")
+    assert failed_after_last_step(run(3.5)) is None
+    assert failed_after_last_step(run(5.5, fault_at=5.2)) is None

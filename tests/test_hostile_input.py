@@ -205,3 +205,96 @@ def test_an_output_directory_name_too_long_or_a_dangling_link_is_refused(
         err = capsys.readouterr().err
         assert said in err and "Traceback" not in err, err
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_escape_sequences_in_data_cannot_drive_the_terminal() -> None:
+    """A history's mechanism or a scenario's field name with ESC, C1 or bidi characters is shown escaped, on a
+    colour terminal too, while rich's own styles still render (they come from styles, not from the text)."""
+    import io
+
+    from rich.table import Table
+    from rich.text import Text
+
+    from chaos.terminal import SafeConsole
+
+    buf = io.StringIO()
+    console = SafeConsole(file=buf, force_terminal=True, color_system="standard", width=200, markup=False)
+    table = Table("fault")
+    table.add_row("\x1b[2J\x1b]0;title\x07PWNED\u202e")
+    console.print(Text("verdict", style="bold red"), table)
+    shown = buf.getvalue()
+    assert "\\x1b[2J\\x1b]0;title" in shown and "PWNED\\u202e" in shown, shown  # (rich itself drops the BEL)
+    assert "\x1b[2J" not in shown and "\x07" not in shown and "\u202e" not in shown
+    assert "\x1b[1;31mverdict" in shown  # rich's own colour, as before
+
+
+def test_files_that_never_end_are_refused_not_waited_on(tmp_path: Path) -> None:
+    """A scenario, golden.json or plan.yaml that is a FIFO (no writer: open() would wait forever) or a device is
+    refused at once with its reason."""
+    from chaos.analysis.run import _read_golden
+    from chaos.compare import _from_plan
+    from chaos.loading import load_scenario
+
+    fifo = tmp_path / "s.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ScenarioInvalid, match="not a regular file"):
+        load_scenario(fifo)
+    assert _read_golden(fifo) is None and _read_golden(Path("/dev/zero")) is None
+    assert _from_plan(fifo, None) == {}
+    bomb = tmp_path / "plan.yaml"  # 12 levels of 9 aliases: a few hundred bytes, ~10^11 values expanded
+    bomb.write_text("a0: &x0 [1]\n" + "".join(f"a{i}: &x{i} [{', '.join([f'*x{i - 1}'] * 9)}]\n"
+                                               for i in range(1, 13)))
+    assert _from_plan(bomb, None) == {}
+
+
+def test_compare_replaces_a_link_where_it_writes_a_run_report(tmp_path: Path) -> None:
+    """The per-run reports' names are compare's choice, in a directory that may hold anything: a link planted
+    under one is replaced, the file it pointed at left alone."""
+    from chaos.compare import run_report_name, write_comparison
+    from tests.data.recorded import expand
+
+    runs = [expand(name, tmp_path) for name in ("quickstart", "centralized-crash")]
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / run_report_name(runs[0])).symlink_to(victim)
+    write_comparison(runs, out)
+    assert victim.read_text() == "untouched"
+    assert not (out / run_report_name(runs[0])).is_symlink()
+
+
+def test_damaged_numbers_are_named_not_tracebacks(tmp_path: Path) -> None:
+    """One history line with a 400-digit time, a golden.json of another shape, a NaN expectation bound and
+    projection options beyond what its arithmetic holds: each is a skipped line, a damaged file or an error
+    naming the option."""
+    from chaos.analysis.projection import ProjectionError, parse_duration_s, project
+    from chaos.analysis.run import _read_golden
+    from chaos.history import _field_checks, readable
+
+    assert not readable({"t": 10**400, "event": "x"}, _field_checks())
+    assert not readable({"t": -1e308, "event": "x"}, _field_checks())
+    assert not readable({"t": 1.0, "event": "step_completed", "source": "workload", "step": 10**30}, _field_checks())
+    golden = tmp_path / "golden.json"
+    golden.write_text('{"completed": true, "losses": {"abc": 1}, "world_sizes": [1], "steps": 1}')
+    assert _read_golden(golden) is None
+    golden.write_text('{"completed": true, "losses": {"1": 1.0}, "steps": 1}')  # no world_sizes
+    assert _read_golden(golden) is None
+    golden.write_text('{"completed": true, "losses": {"1": 1.0}, "world_sizes": [1], "steps": 1}')
+    assert _read_golden(golden) is not None
+    with pytest.raises(ScenarioInvalid, match="finite number"):
+        parse_scenario("name: n\nworkload: {name: ddp-mlp}\nexpect: {recovery_s: {max: .nan}}\n")
+    with pytest.raises(ProjectionError, match="1 ms to 100 years"):
+        parse_duration_s("1e-300s", "--mtbf-node")
+    with pytest.raises(ProjectionError, match="--job-days"):
+        project(None, None, job_days=1e-300)  # type: ignore[arg-type]  (refused before either is read)
+
+
+def test_a_report_is_never_written_over_the_records_it_is_computed_from(tmp_path: Path) -> None:
+    from chaos.cli import main
+    from tests.data.recorded import expand
+
+    run = expand("quickstart", tmp_path)
+    history = (run / "events.jsonl").read_bytes()
+    assert main(["report", str(run), "--format", "json", "-o", str(run / "events.jsonl")]) == 2
+    assert (run / "events.jsonl").read_bytes() == history

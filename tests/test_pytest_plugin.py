@@ -81,6 +81,7 @@ def test_invalid_scenario_file_is_a_collection_error_with_the_line(pytester: pyt
     out = pytester.runpytest_inprocess(*QUIET, "--chaos-scenarios", "-q")
     assert out.ret == pytest.ExitCode.INTERRUPTED
     out.stdout.fnmatch_lines(["*bad.chaos.yaml:3: fautls: unknown field*"])
+    assert "Traceback" not in out.stdout.str() and "pytest_plugin.py" not in out.stdout.str()  # the errors alone
 
 
 def test_xdist_workers_do_not_clash(pytester: pytest.Pytester) -> None:

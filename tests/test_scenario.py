@@ -80,6 +80,10 @@ faults:
     ("{kind: hang, target: 1, at_step: 3, local_rank: 5}", "local_rank: 5 does not exist"),
     # another kind's field is refused at its default value too (only a run directory's stored copy may carry it)
     ("{kind: crash, target: 1, at_step: 3, one_way: false}", "one_way applies to kind: partition only"),
+    # one message naming what a target may be, not one per union member with pydantic's internal names
+    ("{kind: crash, target: -1, at_step: 3}", "target: expected a node index (0, 1, ...), rendezvous_host"),
+    ("{kind: bandwidth, target: 1, at_step: 3, rate: 0mbit, duration: 5s}", "expected a rate above zero"),
+    ("{kind: delay, target: 1, at_step: 3, delay: 1e308ms, duration: 5s}", "delay: at most 60s"),
 ])
 def test_fault_errors(fault: str, message: str) -> None:
     text = f"name: f\nworkload: {{name: ddp-mlp}}\nfaults:\n  - {fault}\n"
@@ -237,3 +241,14 @@ def test_a_run_directory_written_before_kind_models_still_loads() -> None:
     text = GOOD.replace("at_step: 10}", "at_step: 10, one_way: false}")
     assert parse_scenario(text, "scenario.yaml", stored=True).faults[0].kind == "crash"
     assert any("one_way applies to kind: partition only" in e for e in errors_of(text))
+
+
+def test_a_key_given_twice_and_unusable_workload_numbers_are_refused() -> None:
+    """YAML keeps the last of two equal keys silently; an infinite lr or step_time_ms, or a seed beyond 64 bits,
+    would crash the workload after the run started."""
+    assert errors_of(GOOD + "name: other\n") == [
+        "s.yaml:6: name: given twice (first on line 1); YAML would keep only the last"]
+    for arg, says in (("lr: .inf", "finite number"), ("step_time_ms: .nan", "finite number"),
+                      ("seed: 99999999999999999999999999", "within 64 bits")):
+        errs = errors_of(GOOD.replace("steps: 100", f"steps: 100, {arg}"))
+        assert any(says in e for e in errs), errs

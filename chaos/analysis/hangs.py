@@ -138,3 +138,29 @@ def hung_cause(outcomes: dict[int, dict[str, Any]]) -> str | None:
     """For a ``hung`` run's why: the rank(s) a hang left stuck that nothing noticed."""
     hung = [o["why"] for o in outcomes.values() if o["outcome"] == "hung"]
     return "; ".join(hung) if hung else None
+
+
+def failed_after_last_step(events: list[Event]) -> str | None:
+    """For a ``hung`` run's why: the nodes whose torchrun agent saw its workers fail after the last step any worker
+    reached, or None.
+
+    A worker that dies at the job's exit (seen in CI with a stock DDP script: "terminate called without an active
+    exception", exit -6, after its last step and the final save) is restarted by its agent, which then waits in a
+    new rendezvous round for nodes that finished and will never join: the job hangs although training ended. Said
+    so, the hang reads as the job's exit-time crash it is, not as torch-chaos stopping it."""
+    from chaos.analysis.checkpoints import worker_steps
+
+    table = worker_steps(events)
+    if not len(table):
+        return None
+    steps, times = table.values("step"), table.values("t")
+    top = max(steps)
+    reached = min(t for s, t in zip(steps, times, strict=True) if s == top)
+    if any(e["t"] >= reached for e in of_kind(events, Ev.FAULT_INJECTED)):
+        return None  # a fault after the last step explains the failures
+    nodes = sorted({str(e.get("node")) for e in of_kind(events, Ev.AGENT_WORKERS_FAILED) if e["t"] > reached})
+    if not nodes:
+        return None
+    return (f"after step {top}, the last any worker reached, the workers of {', '.join(nodes)} failed and "
+            f"{'its agent' if len(nodes) == 1 else 'their agents'} restarted them into a new rendezvous round that "
+            "nodes done training never join (a crash at the job's exit? logs/<node>.log has the worker's error)")

@@ -206,7 +206,7 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
     the whole history per figure.
     """
     injected = sorted(faults_injected(events), key=lambda e: e["t"])
-    healed = {e["fault_id"]: e["t"] for e in of_kind(events, Ev.FAULT_HEALED)}
+    healed = {e["fault_id"]: e["t"] for e in of_kind(events, Ev.FAULT_HEALED) if "fault_id" in e}  # damage: none
     table = steps(events)
     times, step_no, durations = table.values("t"), table.values("step"), table.values("duration_s")
     nodes, pids = table.values("node"), table.values("pid")

@@ -59,7 +59,17 @@ def parse_duration_s(value: str, option: str) -> float:
         raise ProjectionError(f"{option}: expected a duration such as 10000h, 30m, 2d or 45s, got {value!r}") from None
     if not seconds > 0 or not math.isfinite(seconds):
         raise ProjectionError(f"{option}: must be a positive duration, got {value!r}")
+    if not MIN_DURATION_S <= seconds <= MAX_DURATION_S:
+        raise ProjectionError(f"{option}: {value!r} is outside what a projection computes with (1 ms to 100 "
+                              "years)")
     return seconds
+
+
+# The range of durations and job lengths the projection's arithmetic stays exact in: beyond it the failure counts
+# and intervals overflow or vanish (measured: --mtbf-node 1e-300s overflowed, --job-days 1e-300 divided by zero).
+MIN_DURATION_S = 1e-3
+MAX_DURATION_S = 100 * 365 * 86400.0
+MIN_JOB_DAYS, MAX_JOB_DAYS = 1e-3, 100 * 365.0
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -464,6 +474,9 @@ def project(measured: Measured, model: FailureModel, job_days: float = 30.0, tri
 
     if not job_days > 0 or not math.isfinite(job_days):
         raise ProjectionError(f"--job-days: must be a positive number of days, got {job_days!r}")
+    if not MIN_JOB_DAYS <= job_days <= MAX_JOB_DAYS:
+        raise ProjectionError(f"--job-days: {job_days!r} is outside what a projection computes with "
+                              f"({MIN_JOB_DAYS:g} to {MAX_JOB_DAYS:g} days)")
     if not 2 <= trials <= MAX_TRIALS:
         raise ProjectionError(f"--trials: must be from 2 to {MAX_TRIALS:,}, got {trials!r}")
     if seed < 0:

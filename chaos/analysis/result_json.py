@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from chaos.analysis.breakdown import breakdown_for_result, recovery_breakdowns
 from chaos.analysis.channel import channel_summary
 from chaos.analysis.checkpoints import checkpoint_verdicts, restart_loop_cause
-from chaos.analysis.hangs import add_hangs, hung_cause
+from chaos.analysis.hangs import add_hangs, failed_after_last_step, hung_cause
 from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
 from chaos.analysis.planned import missing_promises, not_injected
@@ -159,7 +159,8 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
 
         why = no_golden_why(scenario)
         if not why and (run_dir / "golden.json").exists():  # there, but not a readable summary (a damaged copy)
-            why = "golden.json in the run directory is damaged (not a JSON object), so there is nothing to compare with"
+            why = ("golden.json in the run directory is damaged (not the summary of a fault-free run), so there is "
+                   "nothing to compare with")
         checkpoint["matches_golden"]["why"] = f"not checked: {why}" if why else (
             "not checked: the golden run did not finish (interrupted or failed before its summary was written)")
     expectations = evaluate_expectations(scenario, summary, faults)
@@ -173,6 +174,9 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         stuck = hung_cause(hangs) if reason == EndReason.HUNG else None
         if stuck:  # the rank a hang fault left stuck, named
             why += f"; {stuck}"
+        late = failed_after_last_step(events) if reason == EndReason.HUNG and not cause else None
+        if late:  # workers that died after the last step, restarted into a round nobody joins
+            why += f"; {late}"
     elif missing:  # a run whose planned fault did not happen proves nothing about that fault: never a pass
         verdict = "error"
         why = "planned fault(s) did not happen: " + "; ".join(

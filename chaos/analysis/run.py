@@ -20,6 +20,7 @@ from chaos.analysis.result_json import build_result
 from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
 from chaos.analysis.throughput import final_loss, throughput, time_to_result
 from chaos.events import Ev
+from chaos.paths import read_small
 from chaos.scenario import Scenario, ShippedWorkload
 
 
@@ -57,15 +58,28 @@ def history_health(events: History) -> dict[str, Any]:
     return {"complete": bool(of_kind(events, Ev.RUN_ENDED)), "unreadable_count": events.unreadable.count,
             "unreadable_lines": list(events.unreadable.lines)}
 
+# golden.json holds one loss per step: ~30 bytes each, so this bounds a run of a million steps.
+GOLDEN_MAX_BYTES = 64 << 20
+
 
 def _read_golden(path: Path) -> dict[str, Any] | None:
     """golden.json (or control.json), or None when it is missing or damaged (the golden comparison then says it
     was not checked)."""
     try:
-        golden = json.loads(path.read_bytes())
+        golden = json.loads(read_small(path, GOLDEN_MAX_BYTES))  # a FIFO or a device there is damage, not a wait
     except (OSError, ValueError, RecursionError):
         return None
-    return golden if isinstance(golden, dict) else None
+    return golden if _is_summary(golden) else None
+
+
+def _is_summary(golden: Any) -> bool:
+    """The shape golden_summary writes (per-step losses keyed by step number, the world sizes, the step count):
+    anything else is a damaged file, said as such, not a KeyError deep in the comparison or a plot."""
+    if not isinstance(golden, dict):
+        return False
+    losses, sizes, steps = golden.get("losses"), golden.get("world_sizes"), golden.get("steps")
+    return (isinstance(losses, dict) and all(isinstance(k, str) and k.isdigit() for k in losses)
+            and isinstance(sizes, list) and isinstance(steps, int) and not isinstance(steps, bool))
 
 
 def analyze_run(run_dir: str | Path) -> RunAnalysis:

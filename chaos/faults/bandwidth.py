@@ -26,6 +26,8 @@ class BandwidthOptions(NetworkFaultSpec):
     def _tc_rate(cls, value: str) -> str:
         if not _RATE.match(value):
             raise ValueError(f"expected a tc rate such as 10mbit, 500kbit or 1gbit, got {value!r}")
+        if float(re.match(r"[\d.]+", value)[0]) <= 0:  # type: ignore[index]  (the pattern above starts with digits)
+            raise ValueError(f"expected a rate above zero (a cut link is kind: isolate or partition), got {value!r}")
         return value
 
 

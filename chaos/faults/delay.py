@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from chaos.faults.base import FaultContext
 from chaos.faults.netbase import NetworkFault, NetworkFaultSpec, impairment, mechanism_or_fail
@@ -25,11 +25,22 @@ from chaos.spec import Seconds
 QUEUE = 7
 
 
+MAX_DELAY_S = 60.0
+
+
 class DelayOptions(NetworkFaultSpec):
     EXAMPLES: ClassVar = {"delay": "delay: 100ms"}
     kind: Literal["delay"]
-    delay: Seconds = Field(description="added to every packet the node sends, e.g. 100ms")
-    jitter: Seconds | None = Field(None, description="uniform +- spread, e.g. 10ms")
+    delay: Seconds = Field(description="added to every packet the node sends, e.g. 100ms (at most 60s)")
+    jitter: Seconds | None = Field(None, description="uniform +- spread, e.g. 10ms (at most 60s)")
+
+    @field_validator("delay", "jitter")
+    @classmethod
+    def _at_most_a_minute(cls, value: float | None) -> float | None:
+        # a packet held longer is a cut link (kind: isolate); the delayer's queue would hold every packet meanwhile
+        if value is not None and value > MAX_DELAY_S:
+            raise ValueError(f"at most {MAX_DELAY_S:g}s (a longer hold is a cut link: kind isolate), got {value:g}s")
+        return value
 
 
 class Delay(NetworkFault):
