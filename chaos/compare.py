@@ -92,14 +92,15 @@ def measure(run: Path | RunAnalysis) -> Column:
     )
 
 
-# The engine's plan.yaml is a few KB; anything past this is not one.
-PLAN_MAX_BYTES = 1 << 20
+# The engine's plan.yaml is a few KB; anything past this is not one. Its lists can be long: resources.host_cpus
+# names every core of the host.
+PLAN_MAX_BYTES, PLAN_MAX_LIST = 1 << 20, 1 << 16
 
 
 def _from_plan(path: Path, scenario: Any) -> dict[str, Any]:
     """The column's setup steps and recovery settings, from the plan the run was started with."""
     try:  # a damaged plan (not UTF-8, a FIFO, an alias bomb, another shape) leaves the column without its setup
-        plan = load_bounded_yaml(read_small(path, PLAN_MAX_BYTES).decode(), str(path))
+        plan = load_bounded_yaml(read_small(path, PLAN_MAX_BYTES).decode(), str(path), max_list=PLAN_MAX_LIST)
     except (OSError, UnicodeDecodeError, ScenarioInvalid):
         return {}
     if not isinstance(plan, dict):

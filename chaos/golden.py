@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.analysis.checkpoints import first_resume_step, golden_summary
-from chaos.events import Ev, Source
+from chaos.events import EndReason, Ev, Source
 from chaos.history import Event, read_history
 from chaos.plan import SHIPPED_WORKLOADS
 from chaos.scenario import Checks, CommandWorkload, Expect, NodeRestart, Scenario, ShippedWorkload, make_fault
@@ -215,6 +215,8 @@ def _died_after_training(end_reason: str | None, events: list[Event]) -> str | N
     tells from a job that never completes; any other failure is reported as it is."""
     from chaos.analysis.hangs import failed_after_last_step
 
+    if end_reason != EndReason.HUNG:  # a job that failed or crash-looped does so again: reported as it is
+        return None
     late = failed_after_last_step(events)
     return f"ended {end_reason}: {late}" if late else None
 

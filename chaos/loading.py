@@ -150,7 +150,7 @@ def _override_runtime(data: dict[str, Any], runtime: str) -> None:
         cluster["runtime"] = runtime
 
 
-def _bounded(node: yaml.Node, file: str) -> None:
+def _bounded(node: yaml.Node, file: str, max_list: int = MAX_LIST_ITEMS) -> None:
     """Refuse a list longer than MAX_LIST_ITEMS (faults, command, groups ...), and a key given twice in one
     mapping (YAML would keep the last silently: a second ``name:`` or ``faults:`` overriding the first), naming
     the line."""
@@ -158,10 +158,10 @@ def _bounded(node: yaml.Node, file: str) -> None:
     while stack:
         current = stack.pop()
         if isinstance(current, yaml.SequenceNode):
-            if len(current.value) > MAX_LIST_ITEMS:
+            if len(current.value) > max_list:
                 raise ScenarioInvalid([ScenarioError(
                     file, current.start_mark.line + 1, "",
-                    f"a list of {len(current.value)} items; at most {MAX_LIST_ITEMS} are accepted")])
+                    f"a list of {len(current.value)} items; at most {max_list} are accepted")])
             stack += current.value
         elif isinstance(current, yaml.MappingNode):
             seen: dict[str, int] = {}
@@ -205,7 +205,7 @@ class _NoAliasLoader(_Loader):
             self._depth -= 1
 
 
-def _compose(text: str, file: str) -> yaml.Node | None:
+def _compose(text: str, file: str, max_list: int = MAX_LIST_ITEMS) -> yaml.Node | None:
     """The YAML node tree, with aliases refused and its size bounded.
 
     Aliases (``*name``) are refused outright rather than bounded: a few hundred bytes of nested aliases expand
@@ -221,7 +221,7 @@ def _compose(text: str, file: str) -> yaml.Node | None:
     finally:
         loader.dispose()
     if root is not None:
-        _bounded(root, file)
+        _bounded(root, file, max_list)
     return root
 
 
@@ -233,11 +233,12 @@ def _construct(root: yaml.Node) -> Any:
         loader.dispose()
 
 
-def load_bounded_yaml(text: str, file: str) -> Any:
+def load_bounded_yaml(text: str, file: str, max_list: int = MAX_LIST_ITEMS) -> Any:
     """A YAML document other than a scenario that torch-chaos reads back (a run's plan.yaml), under the scenario's
-    bounds (no aliases, depth, size); ScenarioInvalid when it is not one."""
+    bounds (no aliases, depth, node count) but lists of up to ``max_list`` items (a plan lists every host CPU);
+    ScenarioInvalid when it is not one."""
     try:
-        root = _compose(text, file)
+        root = _compose(text, file, max_list)
         return _construct(root) if root is not None else None
     except (yaml.YAMLError, RecursionError, ValueError, OverflowError) as exc:
         raise ScenarioInvalid([ScenarioError(file, None, "", f"not readable YAML: {exc}")]) from None

@@ -45,11 +45,15 @@ class LoadError:
         return f"{self.group}: {self.name} = {self.target}: {self.error}"
 
 
+# Classmethod hooks the engine only calls on an instance (FaultScheduler: the kind's instance): a plain method works.
+ON_INSTANCE = frozenset({"heal_after"})
+
+
 def _not_classmethods(cls: type, base: type) -> str | None:
     """The hooks the base class declares as classmethods that ``cls`` overrides as plain functions: they are called
     on the class (validation, doctor, explore, cleanup run before any instance exists), where a plain function
     fails with a confusing ``missing 1 required positional argument``."""
-    wrong = [name for name, attr in vars(base).items() if isinstance(attr, classmethod)
+    wrong = [name for name, attr in vars(base).items() if isinstance(attr, classmethod) and name not in ON_INSTANCE
              and not isinstance(inspect.getattr_static(cls, name), (classmethod, staticmethod))]
     return f"{', '.join(wrong)} must be @classmethod, as in {base.__name__}" if wrong else None
 

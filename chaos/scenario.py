@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     Tag,
     TypeAdapter,
+    ValidationInfo,
     WithJsonSchema,
     create_model,
     model_validator,
@@ -40,6 +41,7 @@ from chaos.spec import (
     ServerName,
     Strict,
     parse_duration,
+    stored,
 )
 from chaos.workload_args import SHIPPED
 
@@ -308,10 +310,10 @@ class Bound(Strict):
     min: float | None = Field(None, allow_inf_nan=False)
 
     @model_validator(mode="after")
-    def _check(self) -> Bound:
+    def _check(self, info: ValidationInfo) -> Bound:
         if self.max is None and self.min is None:
             raise ValueError("give max, min or both")
-        if self.max is not None and self.min is not None and self.min > self.max:
+        if self.max is not None and self.min is not None and self.min > self.max and not stored(info):
             raise ValueError(f"min {self.min:g} is above max {self.max:g}: no run can meet it")
         return self
 
@@ -361,7 +363,16 @@ class Expect(Strict):
 
 MAX_FAULTS = 64  # a plan of more faults than this is a mistake (and would take longer than any deadline to heal)
 
-_EXPLORABLE = {name: p for name, p in fault_plugins().items() if p.can_generate()}
+def _can_generate(plugin: Any) -> bool:
+    """Whether explore may draw a kind; a plug-in whose can_generate raises is left out of explore, not allowed to
+    break the import of the scenario model (every command)."""
+    try:
+        return bool(plugin.can_generate())
+    except Exception:
+        return False
+
+
+_EXPLORABLE = {name: p for name, p in fault_plugins().items() if _can_generate(p)}
 
 
 class ExploreBase(Strict):
@@ -429,9 +440,12 @@ class Scenario(Strict):
         "write and damage files in (e.g. a checkpoint_dir elsewhere); everything else stays in the run directory")
 
     @model_validator(mode="after")
-    def _check(self) -> Scenario:
+    def _check(self, info: ValidationInfo) -> Scenario:
         """What one section cannot know alone: whether a fault's node exists, whether the runtime can do it,
-        whether the workload's arguments are ones it takes, and whether its paths stay in the blast radius."""
+        whether the workload's arguments are ones it takes, and whether its paths stay in the blast radius.
+        Not asked of a run directory's stored copy (chaos.spec.STORED_RUN): it was judged when it ran."""
+        if stored(info):
+            return self
         c = self.cluster
         runtime = runtime_plugins()[c.runtime]
         plugins = fault_plugins()
@@ -503,8 +517,12 @@ class Scenario(Strict):
             if plugin.options.TARGET == "node" and not explore_targets(plugin, bounds, c.nodes):
                 problems.append(f"explore.kinds: {kind} can take none of explore.targets "
                                 f"({', '.join(map(str, bounds.targets))})")
-            problems += [f"explore.{kind}.{why}" for why in
-                         _problems_from(plugin, "check_explore", plugin.explore_bounds(bounds), self)]
+            try:
+                section = plugin.explore_bounds(bounds)
+            except Exception as exc:  # as in _problems_from
+                problems.append(f"explore.kinds: {raised_by(plugin, 'explore_bounds', exc)}")
+                continue
+            problems += [f"explore.{kind}.{why}" for why in _problems_from(plugin, "check_explore", section, self)]
         return problems
 
     def _rendezvous_problems(self, runtime: Any) -> list[str]:

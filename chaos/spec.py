@@ -16,7 +16,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 from chaos.events import TriggerEvent
 
 # Validation context key: the scenario being read is a run directory's stored copy (chaos.loading.parse_scenario).
+# That copy is read for the run's analysis, not judged again: rules added since it was written (a bound, a
+# cross-field check) must not make an old run unreadable, so they skip it (``stored``).
 STORED_RUN = "stored_run"
+
+
+def stored(info: ValidationInfo | None) -> bool:
+    """Whether this validation reads a run directory's stored scenario (see STORED_RUN)."""
+    return bool(info is not None and info.context and info.context.get(STORED_RUN))
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -145,7 +152,7 @@ class FaultSpec(Strict):
         if not isinstance(data, dict) or cls is FaultSpec:
             return data
         kind = data.get("kind", "this fault")
-        if info.context and info.context.get(STORED_RUN):
+        if stored(info):
             # Another kind's field at that kind's default says nothing in a run directory written before fault
             # kinds had models of their own (`one_way: false` on every fault): dropped there, so old runs still
             # report. In a scenario a user wrote it is refused like any field the kind does not take.

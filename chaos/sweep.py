@@ -72,6 +72,7 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
     for v in items:
         try:
             badness(kind, v)
+            _as_fault(kind, v)  # what the kind itself accepts (delay at most 60s, a rate above zero)
         except ValueError as exc:
             raise ValueError(f"--sweep: {kind} value {v!r}: {exc}") from None
     if len(set(items)) < len(items):
@@ -80,6 +81,19 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
     if len({badness(kind, v) for v in ordered}) < len(ordered):
         raise ValueError(f"--sweep: two values name the same link: {', '.join(ordered)}")
     return kind, ordered
+
+
+def _as_fault(kind: str, value: str) -> None:
+    """Refuse a value the kind's own options refuse, before any point of the sweep runs (ValueError: the why)."""
+    from pydantic import ValidationError
+
+    from chaos.registry import fault_plugins
+
+    field = {"delay": "delay", "bandwidth": "rate"}[kind]
+    try:
+        fault_plugins()[kind].options.model_validate({"kind": kind, "target": 0, "at_step": 1, field: value})
+    except ValidationError as exc:
+        raise ValueError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
 
 
 def _rebuilt(scenario: Scenario, name: str, **changes: Any) -> Scenario:

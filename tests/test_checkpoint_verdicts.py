@@ -105,17 +105,19 @@ def test_loaded_corrupt_when_bytes_differ() -> None:
 def test_every_rank_of_an_incarnation_must_load_the_same_bytes() -> None:
     """Each rank reports its own load. One rank that read other bytes than the others (a node-local copy) starts
     from other weights: caught and named, although the first rank's load matched the save."""
-    def resumed(rank1_sha: str) -> list[dict[str, Any]]:
+    def resumed(rank1_sha: str, rank1_path: str = "s2") -> list[dict[str, Any]]:
         j = Job().start("a").step(1).step(2).save(2).step(3)
         j.start("b", load=2)  # rank 0 loads the saved bytes
-        j.ev(Ev.CHECKPOINT_LOAD_STARTED, step=2, path="s2", rank=1)
-        j.ev(Ev.CHECKPOINT_LOADED, step=2, path="s2", sha256=rank1_sha, rank=1)
+        j.ev(Ev.CHECKPOINT_LOAD_STARTED, step=2, path=rank1_path, rank=1)
+        j.ev(Ev.CHECKPOINT_LOADED, step=2, path=rank1_path, sha256=rank1_sha, rank=1)
         return j.step(3).finish(3)
 
     assert digests_ok(resumed("h2"))["ok"] is True
     v = digests_ok(resumed("other"))
     assert v["ok"] is False and v["verdict"] == "loaded_corrupt", v
-    assert "rank 1 loaded other bytes (sha256 other) than rank 0 (h2)" in v["why"], v["why"]
+    assert "rank 1 loaded other bytes of s2 (sha256 other) than rank 0 (h2)" in v["why"], v["why"]
+    # the shards of a sharded checkpoint: each rank its own file (one name in per-rank directories), not compared
+    assert digests_ok(resumed("shard1", rank1_path="rank1/s2"))["ok"] is True
 
 
 def test_loaded_corrupt_when_save_never_finished_and_load_crashed() -> None:

@@ -193,12 +193,23 @@ def test_each_counted_kill_is_one_event_with_the_victim_from_the_kernel_line(tmp
     [blind] = watch.poll(0, "oom_kill", final=True)
     assert blind["pid"] is None and blind["role"] == "unknown" and "oom_kill 4 -> 5" in blind["evidence"]
     assert "none read within" in blind["evidence"], blind["evidence"]
+    # the line of that blind kill comes late: it is its own, never the next kill's victim
+    log.lines = [Kill(4242, "python", 1.0, "Memory cgroup out of memory: Killed process 4242 (python)", None)]
     bump(mem, 6)
     monkeypatch.setattr(membase, "LINE_WAIT_S", 0.0)
     [waited] = watch.poll(0, "oom_kill")
-    assert waited["role"] == "unknown" and "oom_kill 5 -> 6" in waited["evidence"]
+    assert waited["role"] == "unknown" and waited["pid"] is None and "oom_kill 5 -> 6" in waited["evidence"]
+    # a cgroup gone with its node (a docker container): the kills it counted last are still written
+    monkeypatch.setattr(membase, "LINE_WAIT_S", 3.0)
+    bump(mem, 7)
+    assert watch.poll(0, "oom_kill") == []  # counted, its line awaited
+    import shutil
+    shutil.rmtree(mem.path)
+    [gone] = watch.poll(0, "oom_kill", final=True)
+    assert "oom_kill 6 -> 7" in gone["evidence"], gone
     log.close()
-    bump(mem, 7)  # no /dev/kmsg at all: nothing to wait for
+    mem.path.mkdir(parents=True)
+    bump(mem, 8)  # no /dev/kmsg at all: nothing to wait for
     [no_log] = watch.poll(0, "oom_kill")
     assert no_log["role"] == "unknown" and "(no /dev/kmsg)" in no_log["evidence"]
 

@@ -252,3 +252,20 @@ def test_a_key_given_twice_and_unusable_workload_numbers_are_refused() -> None:
                       ("seed: 99999999999999999999999999", "within 64 bits")):
         errs = errors_of(GOOD.replace("steps: 100", f"steps: 100, {arg}"))
         assert any(says in e for e in errs), errs
+
+
+def test_rules_added_later_do_not_make_an_old_run_unreadable() -> None:
+    """A run directory's scenario.yaml is read for its analysis, not judged again: a delay over 60s, a zero rate,
+    min above max, a local_rank the node lacks or an infinite lr (all refused today) still load from it."""
+    text = """name: old
+cluster: {runtime: netns, nodes: 2}
+workload: {name: ddp-mlp, args: {steps: 100, lr: .inf}}
+faults:
+  - {kind: delay, target: 1, at_step: 3, delay: 120s, duration: 5s}
+  - {kind: bandwidth, target: 1, at_step: 4, rate: 0mbit, duration: 5s}
+  - {kind: segfault, target: 1, at_step: 5, local_rank: 3}
+expect: {recovery_s: {min: 10, max: 5}}
+"""
+    assert [f.kind for f in parse_scenario(text, "scenario.yaml", stored=True).faults] == [
+        "delay", "bandwidth", "segfault"]
+    assert errors_of(text)  # a scenario a user writes: refused

@@ -83,23 +83,29 @@ def _loads_by_incarnation(events: list[Event]) -> list[dict[str, Any]]:
         if kind == Ev.CHECKPOINT_LOADED:
             entry["sha256"] = entry["sha256"] or e.get("sha256")
             if not storage and e.get("rank") is not None:
-                entry["by_rank"].setdefault(e["rank"], e.get("sha256"))
+                entry["by_rank"].setdefault(e["rank"], (e.get("path"), e.get("sha256")))
     return sorted(out.values(), key=lambda x: x["t"])
 
 
 def _ranks_disagree(load: dict[str, Any]) -> str | None:
-    """Which rank of one incarnation loaded other bytes than the others (each reported its load: the probe).
+    """Which rank of one incarnation loaded other bytes of the same checkpoint file than the first rank did.
 
-    Every rank must load the checkpoint its incarnation chose, byte for byte: a rank that read other bytes (a
+    Every rank that loads the file its incarnation chose must read the same bytes: a rank that read others (a
     node-local copy, a stale cache) trains from other weights, which a job that does not broadcast them after the
-    load (DDP does at construction; a hand-written loop may not) never repairs. Paths are not compared: one file
-    may have another path on each host."""
-    by_rank = sorted(load["by_rank"].items())
-    for rank, sha in by_rank:
-        if sha != load["sha256"]:
-            first = next(r for r, s in by_rank if s == load["sha256"])
-            return (f"rank {rank} loaded other bytes (sha256 {str(sha)[:12]}) than rank {first} "
-                    f"({str(load['sha256'])[:12]})")
+    load (DDP does at construction; a hand-written loop may not) never repairs. Only ranks that report the very
+    path the first did are compared: the shards of a sharded checkpoint (FSDP, DCP, ZeRO: one file per rank, often
+    of one name in per-rank directories) differ by design, and a path seen otherwise on another host is not
+    known to be the same file."""
+    name = os.path.basename(str(load["path"]))
+    same_file = sorted((rank, sha) for rank, (path, sha) in load["by_rank"].items()
+                       if path == load["path"] and sha is not None)
+    if not same_file:
+        return None
+    first_rank, first = same_file[0]
+    for rank, sha in same_file[1:]:
+        if sha != first:
+            return f"rank {rank} loaded other bytes of {name} (sha256 {str(sha)[:12]}) than rank {first_rank} " \
+                   f"({str(first)[:12]})"
     return None
 
 

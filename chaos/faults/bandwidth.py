@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from chaos.faults.base import FaultContext
 from chaos.faults.netbase import NetworkFault, NetworkFaultSpec, impairment, mechanism_or_fail
 from chaos.net.capabilities import kernel_features
+from chaos.spec import stored
 
 # A burst of at least one full-size frame per timer tick, and a queue that holds 400 ms of traffic.
 _BURST, _LATENCY = "32kbit", "400ms"
@@ -23,10 +24,10 @@ class BandwidthOptions(NetworkFaultSpec):
 
     @field_validator("rate")
     @classmethod
-    def _tc_rate(cls, value: str) -> str:
+    def _tc_rate(cls, value: str, info: ValidationInfo) -> str:
         if not _RATE.match(value):
             raise ValueError(f"expected a tc rate such as 10mbit, 500kbit or 1gbit, got {value!r}")
-        if float(re.match(r"[\d.]+", value)[0]) <= 0:  # type: ignore[index]  (the pattern above starts with digits)
+        if float(re.match(r"[\d.]+", value)[0]) <= 0 and not stored(info):  # type: ignore[index]  (the pattern above starts with digits)
             raise ValueError(f"expected a rate above zero (a cut link is kind: isolate or partition), got {value!r}")
         return value
 

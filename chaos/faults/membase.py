@@ -469,9 +469,13 @@ class OomWatch:
     _pending: list[Kill] = field(default_factory=list)
     _next_look: float = 0.0
     _unmatched_since: float | None = None  # when the counter first showed a kill whose kernel line was not read
+    _unmatched_wall: float | None = None  # the same moment on the wall clock (a blind kill's killed_at)
+    _last_count: int = 0  # the counter as last read (the cgroup can go with its node before the kill is written)
+    _blind: int = 0  # kills written without their line: that many late lines are theirs, not the next kill's
+    _blind_until: float = 0.0  # wall time: a late line of a kill no later than this belongs to a blind one
 
     def __post_init__(self) -> None:
-        self.counted = self.mem.oom_kills()
+        self.counted = self._last_count = self.mem.oom_kills()
         self.refresh()
 
     def refresh(self) -> None:
@@ -491,25 +495,29 @@ class OomWatch:
         a counted kill without its line is held back for up to LINE_WAIT_S and reported at a later poll with its
         victim; ``final`` (the last look before the heal) waits FINAL_SETTLE_S more and reports whatever is left."""
         now = time.monotonic()
-        count = self.mem.oom_kills() if self.mem.path.is_dir() else self.counted
-        self._pending += [k for k in self.klog.kills() if self._ours(k)]
+        if self.mem.path.is_dir():
+            self._last_count = max(self._last_count, self.mem.oom_kills())
+        count = max(self.counted, self._last_count)  # a cgroup gone with its node keeps the kills it counted
+        self._read_lines()
         new = count - self.counted
         deadline = now + max(settle_s, FINAL_SETTLE_S if final else 0.0)
         while new > len(self._pending) and time.monotonic() < deadline and self.klog.fd is not None:
             time.sleep(0.02)
-            self._pending += [k for k in self.klog.kills() if self._ours(k)]
+            self._read_lines()
+        if new > len(self._pending) and self._unmatched_since is None:
+            self._unmatched_since, self._unmatched_wall = now, time.time()
         if new > len(self._pending) and self.klog.fd is not None and not final:
-            if self._unmatched_since is None:
-                self._unmatched_since = now
-            if now - self._unmatched_since < LINE_WAIT_S:
+            if now - self._unmatched_since < LINE_WAIT_S:  # type: ignore[operator]  (set just above)
                 new = len(self._pending)  # the rest at a later poll, with their lines
+        waited = time.monotonic() - (self._unmatched_since or now)
         events = []
         before = self.counted
         for i in range(new):
             kill = self._pending.pop(0) if self._pending else None
             fields: dict[str, Any] = {"event": Ev.OOM_KILLED, "fault_id": fault_id, "kind": kind,
                                       "node": self.mem.node, "pid": kill.pid if kill else None,
-                                      "killed_at": kill.t if kill else time.time(), "limit_bytes": self.limit}
+                                      "killed_at": kill.t if kill else (self._unmatched_wall or time.time()),
+                                      "limit_bytes": self.limit}
             if kill is not None:
                 fields["comm"] = kill.comm
                 role = ({"role": "allocator"} if kill.pid == self.allocator
@@ -517,17 +525,29 @@ class OomWatch:
                 fields.update(role)
             else:
                 fields["role"] = "unknown"
+                self._blind += 1
+                self._blind_until = time.time()
             missing = ("no /dev/kmsg" if self.klog.fd is None else
-                       f"none read within {LINE_WAIT_S:g} s of the count")
+                       f"none read within {waited:.1f} s of the count")
             fields["evidence"] = (f"{self.mem.path / self.mem.lay.events}: oom_kill {before + i} -> {before + i + 1}"
                                   + (f"; kernel: {kill.line}" if kill else f"; no kernel log line ({missing})"))
             events.append(fields)
         self.counted = before + new
         if self.counted >= count:
-            self._unmatched_since = None
+            self._unmatched_since = self._unmatched_wall = None
         # lines left over were read before the counter showed their kills: they are matched at the next poll
         self.refresh()
         return events
+
+    def _read_lines(self) -> None:
+        """This cgroup's new kernel lines, less the late lines of kills already written without one."""
+        for kill in self.klog.kills():
+            if not self._ours(kill):
+                continue
+            if self._blind and kill.t <= self._blind_until:
+                self._blind -= 1  # its kill was written blind: matching it to the next kill would name a wrong victim
+                continue
+            self._pending.append(kill)
 
     def _ours(self, kill: Kill) -> bool:
         """A kill in this node's cgroup (other cgroups' OOMs on the machine are none of this fault's doing)."""

@@ -51,10 +51,11 @@ def pinned_argv(argv: list[str], cpus: list[int] | None) -> list[str]:
     return [sys.executable, "-c", _SET_AFFINITY, cores, *argv]
 
 
-# Signals whose delivery ends the process unless it handles them: after these the reap waits (up to 2 s) so the
-# exit code is there for the fault's next look; SIGSTOP, SIGCONT and the like leave the process running.
-_ENDS_A_PROCESS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGSEGV,
-                             signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL})
+# Signals whose default action leaves the process running (stopped, continued or untouched): after these the reap
+# does not wait; after any other (SIGKILL, SIGTERM, SIGSEGV, SIGUSR1 ...) it waits up to 2 s so the exit code is
+# there for the fault's next look.
+_LEAVES_IT_RUNNING = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCONT,
+                                signal.SIGWINCH, signal.SIGURG, signal.SIGCHLD})
 
 class LocalRuntime(Runtime):
     name = "local"
@@ -150,7 +151,7 @@ class LocalRuntime(Runtime):
         if not workers:
             # A centralized node is its own worker: killing the worker is killing the process.
             signal_all([p for p in self._tree(name)], sig)
-            if sig in _ENDS_A_PROCESS:  # a stop, a continue or a handled signal leaves it running: no wait
+            if sig not in _LEAVES_IT_RUNNING:  # a stop or a continue leaves it running: no wait
                 self._reap(name)
             return f"{what} to the training process (no launcher on this node)"
         chosen = with_local_rank(workers, local_rank)
