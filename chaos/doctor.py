@@ -27,13 +27,15 @@ class MachineUnfit(PlanError):
     """The scenario is valid but needs something this machine lacks (exit code 2, with the fix)."""
 
 
-def _declared(plugin: Any, *args: Any) -> list[Check]:
-    """A plug-in's machine checks; a plug-in whose ``machine_checks`` raises is one failing check naming it."""
+def _declared(plugin: Any, *args: Any, hook: str = "machine_checks") -> list[Check]:
+    """A plug-in's checks (``machine_checks``, or the one ``capability_check``); a hook that raises is one failing
+    check naming the plug-in."""
     try:
-        return list(plugin.machine_checks(*args))
+        found = getattr(plugin, hook)(*args)
     except Exception as exc:  # a third-party bug must not hide every other check
-        return [Check(f"plug-in {getattr(plugin, 'kind', None) or plugin.name}", False, raised_by(
-            plugin, "machine_checks", exc), "fix or uninstall the package that registers it")]
+        return [Check(f"plug-in {getattr(plugin, 'kind', None) or plugin.name}", False, raised_by(plugin, hook, exc),
+                      "fix or uninstall the package that registers it")]
+    return [found] if isinstance(found, Check) else list(found)
 
 
 def machine_checks() -> list[Check]:
@@ -65,11 +67,7 @@ def unmet(scenario: Scenario) -> list[Check]:
     options = getattr(c, c.runtime, None)
     for need in sorted({n for f in scenario.faults for n in fault_plugins()[f.kind].needs}
                        & runtime.conditional_capabilities):
-        try:
-            checks.append(runtime.capability_check(need, options))
-        except Exception as exc:  # as in _declared
-            checks.append(Check(f"plug-in {runtime.name}", False, raised_by(runtime, "capability_check", exc),
-                                "fix or uninstall the package that registers it"))
+        checks += _declared(runtime, need, options, hook="capability_check")
     if c.mode == "elastic":
         checks += _declared(rendezvous_plugins()[c.rendezvous.backend])
     if needs_fuse(scenario) and runtime.fuse_on_engine_host:  # else the runtime checks FUSE on the nodes' hosts

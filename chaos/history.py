@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.events import Source
+from chaos.paths import open_regular
 
 try:  # a history of 300k lines is parsed ~3x faster by orjson (same values; a line it refuses is re-read by json)
     from orjson import loads as _fast_loads
@@ -115,12 +115,7 @@ def _numbered_lines(path: Path | str) -> Iterator[list[tuple[int, bytes | None]]
     """The file's non-blank lines with their 1-based numbers, a list per ~megabyte read; ``None`` for a line over
     MAX_LINE_BYTES (its bytes are dropped as they are read). Only a regular file is read: a device or a pipe
     (``events.jsonl`` a link to /dev/zero, a FIFO) would never end."""
-    # Opened without blocking (a FIFO with no writer would wait), then judged by what was opened, not by a
-    # stat of the name that a swap could make stale.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(f"{path} is not a regular file (a directory, device, pipe or socket); a history is a file")
+    fd = open_regular(path, "; a history is a file")
     number, carry, too_long = 0, b"", False
     with os.fdopen(fd, "rb") as f:
         while block := f.read(_CHUNK_BYTES):

@@ -107,24 +107,27 @@ def write_output(path: str | Path, data: str | bytes, *, named_by_user: bool = F
     return path
 
 
+def open_regular(path: str | Path, what: str = "") -> int:
+    """A read-only descriptor of ``path``, which must be a regular file (OSError naming it otherwise).
+
+    Opened without blocking (a FIFO with no writer would wait forever), then judged by what was opened, not by a
+    stat of the name that a swap could make stale; a device (a link to /dev/zero) would never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file (a directory, device, pipe or socket){what}")
+    return fd
+
+
 class TooLarge(OSError):
     """A file read back by :func:`read_small` is larger than its limit."""
 
 
 def read_small(path: str | Path, limit: int) -> bytes:
     """The bytes of a small file torch-chaos reads back (a scenario, a run's plan.yaml, golden.json), at most
-    ``limit`` of them; OSError, with the reason in words, for anything else.
-
-    Opened without blocking and judged by what was opened: a FIFO with no writer would wait forever, a device
-    (a link to /dev/zero) would never end, and a stat of the name could be made stale by a swap."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file (a directory, device, pipe or socket)")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(limit + 1)
-    finally:
-        os.close(fd)
+    ``limit`` of them (TooLarge beyond); OSError, with the reason in words, for anything but a regular file."""
+    with os.fdopen(open_regular(path), "rb") as f:
+        data = f.read(limit + 1)
     if len(data) > limit:
         raise TooLarge(f"{path} is larger than {limit} bytes")
     return data

@@ -235,15 +235,23 @@ def _resumed_print_only(events: list[Event]) -> dict[str, Any]:
     return _verdict(True, "; ".join(parts), restarts=checked)
 
 
+def last_new_step(events: list[Event]) -> tuple[int, float] | None:
+    """The highest step any worker completed and when it was first completed (after it, no progress), or None."""
+    table = worker_steps(events)
+    if not len(table):
+        return None
+    steps, times = table.values("step"), table.values("t")
+    top = max(steps)
+    return top, min(t for s, t in zip(steps, times, strict=True) if s == top)
+
+
 def restart_loop_cause(events: list[Event]) -> str | None:
     """The checkpoint the job kept loading after its last progress (a crash loop on a damaged file), with what is
     wrong with it; None when no load followed the last new step."""
-    table = worker_steps(events)
-    steps, times = table.values("step"), table.values("t")
-    if not len(table):
+    last = last_new_step(events)
+    if last is None:
         return None
-    top = max(steps)
-    stalled_since = min(t for s, t in zip(steps, times, strict=True) if s == top)
+    top, stalled_since = last
     loads = [x for x in _loads_by_incarnation(events) if x["t"] > stalled_since]
     if not loads:
         return None

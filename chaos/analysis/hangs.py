@@ -148,14 +148,12 @@ def failed_after_last_step(events: list[Event]) -> str | None:
     exception", exit -6, after its last step and the final save) is restarted by its agent, which then waits in a
     new rendezvous round for nodes that finished and will never join: the job hangs although training ended. Said
     so, the hang reads as the job's exit-time crash it is, not as torch-chaos stopping it."""
-    from chaos.analysis.checkpoints import worker_steps
+    from chaos.analysis.checkpoints import last_new_step
 
-    table = worker_steps(events)
-    if not len(table):
+    last = last_new_step(events)
+    if last is None:
         return None
-    steps, times = table.values("step"), table.values("t")
-    top = max(steps)
-    reached = min(t for s, t in zip(steps, times, strict=True) if s == top)
+    top, reached = last
     if any(e["t"] >= reached for e in of_kind(events, Ev.FAULT_INJECTED)):
         return None  # a fault after the last step explains the failures
     nodes = sorted({str(e.get("node")) for e in of_kind(events, Ev.AGENT_WORKERS_FAILED) if e["t"] > reached})
