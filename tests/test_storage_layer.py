@@ -65,6 +65,21 @@ def test_a_runtime_whose_nodes_write_from_other_hosts_never_gets_a_mount_on_the_
     assert not visible and why in said
 
 
+def test_why_loads_are_unseen_names_what_never_ran() -> None:
+    """A run whose job never got to start is not told that its job "reports no checkpoint" (that blames a job that
+    never ran); a job that ran without the probe or a storage layer still is."""
+    from chaos.analysis.ckpt_source import loads_visible
+
+    started = {"t": 0.0, "event": "run_started", "source": "engine", "environment": {}}
+    ended = {"t": 9.0, "event": "run_ended", "source": "engine", "reason": "failed_to_start"}
+    node = {"t": 1.0, "event": "node_started", "source": "engine", "node": 0}
+    step = {"t": 2.0, "event": "step_completed", "source": "progress", "step": 1, "rank": 0, "incarnation": "a"}
+    assert loads_visible([started, ended]) == (False, "no node of the job ever started, so it saved and loaded no "
+                                                      "checkpoint that could be seen")
+    assert "no training process of the job ever started" in loads_visible([started, node, ended])[1]
+    assert "the job reports no checkpoint through chaos.probe" in loads_visible([started, node, step, ended])[1]
+
+
 def test_which_layer_a_run_gets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(layer_module, "fuse_problem", lambda: None)
     assert choose(scenario()) == "fuse"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaos.analysis.load import memo, of_kind, of_kinds
+from chaos.analysis.load import memo, of_kind, of_kinds, step_table
 from chaos.events import Ev, Source
 from chaos.history import Event
 
@@ -73,6 +73,10 @@ def loads_visible(events: list[Event]) -> tuple[bool, str]:
     if any(e.get("source") == Source.WORKLOAD for e in of_kind(events, Ev.PROCESS_STARTED)):
         return False, ("the job reported no checkpoint save or load through chaos.probe and no storage layer "
                        "recorded its checkpoint files")
+    if not of_kind(events, Ev.PROCESS_STARTED) and not len(step_table(events)):
+        # Nothing of the job ran: saying it "reports no checkpoint" would blame a job that never got the chance.
+        what = "training process" if of_kind(events, Ev.NODE_STARTED) else "node"
+        return False, f"no {what} of the job ever started, so it saved and loaded no checkpoint that could be seen"
     return False, ("the job reports no checkpoint through chaos.probe and no storage layer recorded its "
                    "checkpoint files")
 
