@@ -59,6 +59,14 @@ def _error(message: str) -> None:
     err.print(_styled("red", "error", message), highlight=False)
 
 
+def _scenario_errors(exc: ScenarioInvalid) -> None:
+    """Each error of a scenario, then what could not be checked before they are fixed (a note, not an error)."""
+    for e in exc.errors:
+        _error(str(e))
+    if exc.later:
+        err.print(f"note: {exc.later}", style="dim", highlight=False)
+
+
 def _load(path: str, runtime: str | None = None, machine: bool = True) -> Any:
     """The one judgement validate and run share (chaos.admission): schema, plan, program, machine."""
     from chaos.admission import admit
@@ -73,8 +81,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             scenario = _load(name, args.runtime, machine=args.machine)
         except ScenarioInvalid as exc:
             bad += 1
-            for e in exc.errors:
-                _error(str(e))
+            _scenario_errors(exc)
             continue
         out.print(_styled("green", "ok", f"{name}: {scenario.name} ({len(scenario.faults)} fault(s))"),
                   highlight=False)
@@ -848,8 +855,7 @@ def main(argv: list[str] | None = None) -> int:
         with _golden_cache(getattr(args, "golden_cache", None)):
             return int(args.func(args))
     except ScenarioInvalid as exc:
-        for e in exc.errors:
-            _error(str(e))
+        _scenario_errors(exc)
         return EXIT_USAGE
     except BrokenPipeError:  # `chaos ... | head`: the reader left early; nothing went wrong here
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit

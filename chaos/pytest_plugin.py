@@ -86,7 +86,7 @@ class ChaosScenarioFile(pytest.File):
         try:
             scenario = load_scenario(self.path)
         except ScenarioInvalid as exc:  # a collection error of file:line messages, without pytest's traceback
-            raise self.CollectError(str(exc)) from None
+            raise self.CollectError(str(exc) + (f"\n(note: {exc.later})" if exc.later else "")) from None
         yield ChaosScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
 
 

@@ -161,6 +161,24 @@ def test_cli_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["validate", str(good)]) == 0
 
 
+def test_validate_says_what_it_checks_once_the_field_errors_are_fixed(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A field error hides the checks across sections (pydantic runs them only on valid fields): the first round
+    says so, so the second round's errors do not look like ones validate missed."""
+    text = ("name: s\ncluster: {nodes: 2}\nworkload: {name: ddp-mlp}\n"
+            "faults:\n  - {kind: crash, target: 5, at_step: 10}\n  - {kind: crash, target: 0, at_step: BAD}\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(text.replace("BAD", "-1"))
+    assert main(["validate", str(path)]) == 2
+    first = " ".join(capsys.readouterr().err.split())
+    assert "faults[1].at_step" in first and "node 5 does not exist" not in first
+    assert "is checked once these are fixed" in first
+    path.write_text(text.replace("BAD", "1"))
+    assert main(["validate", str(path)]) == 2
+    second = " ".join(capsys.readouterr().err.split())
+    assert f"{path}:5: faults[0].target: node 5 does not exist" in second and "note:" not in second
+
+
 def test_cli_schema_and_dry_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["schema"]) == 0
     schema = json.loads(capsys.readouterr().out)
