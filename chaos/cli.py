@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path, shipped_scenarios_dir
+from chaos.paths import shown
 from chaos.terminal import SafeConsole
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -288,11 +289,11 @@ def cmd_report(args: argparse.Namespace) -> int:
                 where = args.output or f"the {args.format} report in {run_dir}"
                 _error(f"cannot write {where}: {exc.strerror or exc}; -o/--output names another file")
                 return EXIT_USAGE
-            out.print(f"{args.format} report: {path}", highlight=False)
+            out.print(f"{args.format} report: {shown(path)}", highlight=False)
     except ScenarioInvalid:
         raise  # scenario.yaml itself is damaged: file:line errors, exit 2
     except Exception as exc:  # a damaged history must give a message, never a traceback
-        _error(f"{run_dir}: cannot analyse this run directory "
+        _error(f"{shown(run_dir)}: cannot analyse this run directory "
                f"({type(exc).__name__}: {exc}); `chaos report` reads events.jsonl, scenario.yaml "
                "and golden.json")
         return EXIT_FAIL
@@ -343,8 +344,8 @@ def _analysed(run_dir: Path) -> Any:
     except ScenarioInvalid:
         raise
     except Exception as exc:
-        _error(f"{run_dir}: cannot analyse this run directory ({type(exc).__name__}: {exc}); torch-chaos reads its "
-               "events.jsonl, scenario.yaml and golden.json")
+        _error(f"{shown(run_dir)}: cannot analyse this run directory ({type(exc).__name__}: {exc}); torch-chaos "
+               "reads its events.jsonl, scenario.yaml and golden.json")
         return None
 
 

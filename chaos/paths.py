@@ -81,6 +81,14 @@ def confine(path: Path, run_dir: Path, allow_paths: list[str]) -> str | None:
 # or report.html in it must not make `chaos report` write through it to a file outside. Outputs are written to a new
 # file beside their name and renamed over it, which replaces a link instead of following it (and a reader never
 # sees half a file).
+def shown(path: str | Path) -> str:
+    """A path as a report prints it: its bytes as UTF-8, any byte that is not UTF-8 as ``\\xNN``.
+
+    A name that is not UTF-8 (``run-\\xff``) comes back from the OS as lone surrogates, which no UTF-8 file can
+    hold: a report embedding the raw name could not be written at all."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def write_output(path: str | Path, data: str | bytes, *, named_by_user: bool = False) -> Path:
     """``data`` as the file ``path`` (a link there is replaced, not followed); returns ``path``.
 

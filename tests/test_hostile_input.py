@@ -298,3 +298,17 @@ def test_a_report_is_never_written_over_the_records_it_is_computed_from(tmp_path
     history = (run / "events.jsonl").read_bytes()
     assert main(["report", str(run), "--format", "json", "-o", str(run / "events.jsonl")]) == 2
     assert (run / "events.jsonl").read_bytes() == history
+
+
+def test_a_run_directory_named_in_other_bytes_than_utf8_gets_every_report(tmp_path: Path) -> None:
+    """A name that is not UTF-8 comes back from the OS as lone surrogates, which no UTF-8 report can hold: the
+    report prints the name's bytes escaped (\\xff) instead of failing to be written."""
+    from chaos.cli import main
+    from tests.data.recorded import expand
+
+    run = expand("centralized-crash", tmp_path)
+    odd = Path(os.fsdecode(os.fsencode(str(run.parent)) + b"/run-\xff\xfe"))
+    run.rename(odd)
+    for fmt, name in (("html", "report.html"), ("md", "report.md"), ("junit", "report.junit.xml")):
+        assert main(["report", str(odd), "--format", fmt]) == 0, fmt
+        assert "run-\\xff\\xfe" in (odd / name).read_text(), fmt

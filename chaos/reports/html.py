@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from chaos.paths import shown
 from chaos.reports.model import Report
 from chaos.reports.plots import figures, to_svg
 from chaos.reports.text import (
@@ -104,6 +105,6 @@ def render_html(report: Report) -> str:
 
         parts.append(projection_html(report.projection))
     parts += ["<h2>Environment</h2>", _table(("setting", "value"), environment_rows(report)),
-              f"<p class=na>Recomputed from <code>{escape(str(report.run_dir))}</code> "
+              f"<p class=na>Recomputed from <code>{escape(shown(report.run_dir))}</code> "
               f"(events.jsonl) by torch-chaos.</p></body></html>"]
     return "\n".join(parts)

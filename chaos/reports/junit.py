@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from chaos.paths import shown
 from chaos.reports.model import Report
 from chaos.reports.text import fmt, limit_text
 
@@ -38,7 +39,7 @@ def render_junit(report: Report) -> str:
         failures += 1
         ET.SubElement(case, "failure", message=f"{r['verdict']}: {r['why']}")
     props = ET.SubElement(suite, "properties")
-    ET.SubElement(props, "property", name="run_dir", value=str(report.run_dir))
+    ET.SubElement(props, "property", name="run_dir", value=shown(report.run_dir))
     ET.SubElement(props, "property", name="verdict", value=r["verdict"])
     suite.set("tests", str(cases))
     suite.set("failures", str(failures))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chaos.paths import write_output
+from chaos.paths import shown, write_output
 from chaos.reports.model import Report
 from chaos.reports.plots import figures, to_png
 from chaos.reports.text import (
@@ -78,5 +78,5 @@ def render_markdown(report: Report, directory: Path, stem: str) -> str:
 
         out += [projection_markdown(report.projection, level=2)]
     out += ["## Environment", "", _table(("setting", "value"), environment_rows(report)), "",
-            f"_Recomputed from `{report.run_dir}` (events.jsonl) by torch-chaos._", ""]
+            f"_Recomputed from `{shown(report.run_dir)}` (events.jsonl) by torch-chaos._", ""]
     return "\n".join(out)

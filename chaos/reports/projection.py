@@ -7,6 +7,7 @@ concludes something carries the number it rests on.
 from __future__ import annotations
 
 from chaos.analysis.projection import HOUR, NEAR_BEST, IntervalFigures, Projection
+from chaos.paths import shown
 
 RESULT_COLUMNS = ("interval", "which", "ETTR (Monte Carlo, 95% CI)", "ETTR closed form (Daly, exact)",
                   "ETTR Young 1st order", "lost h per job (p95)", "lost h per wall-day", "failures per job")
@@ -107,8 +108,9 @@ def conclusions(p: Projection) -> list[str]:
 
 
 def header(p: Projection) -> str:
-    return (f"Projection of {p.measured.run_dir} (measured on {p.measured.run_nodes} node(s)) to {p.model.nodes:,} "
-            f"nodes: Monte Carlo of {p.trials:,} jobs per interval (seed {p.seed}), {p.runtime_s:.2f} s.")
+    return (f"Projection of {shown(p.measured.run_dir)} (measured on {p.measured.run_nodes} node(s)) to "
+            f"{p.model.nodes:,} nodes: Monte Carlo of {p.trials:,} jobs per interval (seed {p.seed}), "
+            f"{p.runtime_s:.2f} s.")
 
 
 def _text_table(header_row: tuple[str, ...] | list[str], rows: list[list[str]] | list[tuple[str, str, str]]) -> str:
