@@ -79,11 +79,11 @@ def test_time_trigger_fires_after_the_first_step(tmp_path: Path) -> None:
     result = run(tmp_path, "print_steps.py", """\
 faults:
   - {kind: crash, target: 0, at: 1s}
-expect: {completes: true}""", args="60")
+expect: {completes: true}""", args="40")
     [fault] = result["faults"]
     assert fault["kind"] == "crash" and fault["restarted"]
     assert result["node_replacements"] == 1
-    # fired about 1 s after the first step (20 steps of 0.05 s), not at the start
+    # fired about 1 s after the first step (20 steps of 0.05 s, of 40), not at the start
     assert 10 <= fault["highest_step_before"] <= 40
     assert result["verdict"] == "pass", result["why"]
 

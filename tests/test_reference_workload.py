@@ -14,6 +14,7 @@ import io
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -136,11 +137,16 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def test_a_resume_ends_where_an_uninterrupted_run_ends_and_the_planted_bug_does_not(tmp_path: Path) -> None:
-    assert _run_centralized(tmp_path / "whole", 8) == "True"  # torch.use_deterministic_algorithms' flag is on
-    _run_centralized(tmp_path / "resumed", 4)
-    _run_centralized(tmp_path / "resumed", 8)  # loads step 4, trains 5-8
-    _run_centralized(tmp_path / "bug", 4)
-    _run_centralized(tmp_path / "bug", 8, "--bug", "no-optimizer-state")
+    # Three independent jobs at once, then the two resumes at once (each process is mostly torch's import).
+    with ThreadPoolExecutor(3) as pool:
+        whole = pool.submit(_run_centralized, tmp_path / "whole", 8)
+        for _ in pool.map(lambda d: _run_centralized(tmp_path / d, 4), ("resumed", "bug")):
+            pass
+        resumes = [pool.submit(_run_centralized, tmp_path / "resumed", 8),  # loads step 4, trains 5-8
+                   pool.submit(_run_centralized, tmp_path / "bug", 8, "--bug", "no-optimizer-state")]
+        assert whole.result() == "True"  # torch.use_deterministic_algorithms' flag is on
+        for done in resumes:
+            done.result()
     whole = _final_state(tmp_path / "whole", 8)
     assert _equal(_final_state(tmp_path / "resumed", 8), whole)
     assert not _equal(_final_state(tmp_path / "bug", 8)["optimizer"], whole["optimizer"])
