@@ -33,6 +33,7 @@ TIMES_ENV = "TORCH_CHAOS_SUITE_TIMES"  # write every real-cluster test's machine
 # TORCH_CHAOS_MACHINE_LOCK set, every cluster also takes that one lock, which makes it one lane again.
 LANES_ENV = "TORCH_CHAOS_CLUSTER_LANES"
 BYTECODE_ENV = "PYTHONDONTWRITEBYTECODE"
+RUNS_ENV = "TORCH_CHAOS_TEST_RUNS"  # where the session's shared real runs go (tests/runs.py)
 _created: dict[str, str] = {}  # env variable -> the path this session made for it
 _removed: dict[str, str] = {}  # env variable -> the value this session took away for its run
 _session_has_clusters = pytest.StashKey[bool]()
@@ -50,6 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
     _write_bytecode()
     if not os.environ.get(GOLDEN_CACHE_ENV):
         _created[GOLDEN_CACHE_ENV] = os.environ[GOLDEN_CACHE_ENV] = tempfile.mkdtemp(prefix="torch-chaos-golden-")
+    if not os.environ.get(RUNS_ENV):  # removed at the end unless a test failed or was run again (then kept to read)
+        _created[RUNS_ENV] = os.environ[RUNS_ENV] = tempfile.mkdtemp(prefix="torch-chaos-tests-")
     fd, lock = tempfile.mkstemp(prefix="torch-chaos-share-")
     os.close(fd)
     _created[SHARE_LOCK_ENV] = os.environ[SHARE_LOCK_ENV] = lock
@@ -273,6 +276,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         kept = _created.pop(GOLDEN_CACHE_ENV)
         os.environ.pop(GOLDEN_CACHE_ENV, None)  # the workers are done: nothing reads it any more
         terminalreporter.write_line(f"golden and control runs of this session kept (a test failed): {kept}")
+    runs = _created.get(RUNS_ENV)
+    if (reruns or terminalreporter.stats.get("failed")) and runs and any(Path(runs).iterdir()):
+        kept = _created.pop(RUNS_ENV)
+        os.environ.pop(RUNS_ENV, None)
+        terminalreporter.write_line(f"the real runs this session's tests shared kept (a test failed): {kept}")
     if reruns:
         terminalreporter.write_sep("=", f"{len(reruns)} real-cluster test(s) failed and were run again "
                                         f"(each is a flake or a bug to look into; {NO_RERUN_ENV}=1 turns reruns off)",

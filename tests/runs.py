@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,8 +24,13 @@ from chaos.scenario import Scenario
 
 @functools.cache
 def runs_root() -> Path:
-    """Where this session's runs go, kept after the session for a look at a failure (made on first use only, so
-    a session that imports this module without running a cluster leaves nothing behind)."""
+    """Where this session's shared runs go: the directory the session's controller made (``TORCH_CHAOS_TEST_RUNS``,
+    tests/conftest.py), removed after a session that passed and kept, its path printed, after one with a failure
+    or a rerun; a fresh one where no pytest session made it (this module used alone)."""
+    made = os.environ.get("TORCH_CHAOS_TEST_RUNS")
+    if made:
+        Path(made).mkdir(parents=True, exist_ok=True)
+        return Path(made)
     return Path(tempfile.mkdtemp(prefix="torch-chaos-tests-"))
 
 
