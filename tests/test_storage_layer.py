@@ -219,6 +219,11 @@ def test_a_saves_step_is_the_nodes_last_printed_or_reported_step(tmp_path: Path)
     assert recorder.saved_step("ab") == (True, 50) and recorder.saved_step("cd") == (False, None)
     assert step_in_name("ckpt_000150.pt") == 150 and step_in_name("run3/ckpt_e2_s40.pt") == 40
     assert step_in_name("snapshot.pt") is None
+    # a sharded checkpoint is a directory per save: its files number shards, its name the step
+    assert step_in_name("it_000080/__1_0.distcp") == 80 and step_in_name("it_000080/.metadata") == 80
+    assert step_in_name("global_step100/mp_rank_00_model_states.pt") == 100
+    assert step_in_name("checkpoint-500/model-00001-of-00002.safetensors") == 500
+    assert step_in_name("rank1/step_40.pt") == 40 and step_in_name("v2/model.pt") is None
 
 
 def test_a_torn_load_the_layer_saw_does_not_break_the_recovery_figures() -> None:

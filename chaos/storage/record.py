@@ -38,11 +38,26 @@ if TYPE_CHECKING:
 HOLD_TIMEOUT_S = 10.0
 READ_CHUNK = 4 << 20
 _NUMBER = re.compile(r"\d+")
+# A number a word for training progress names: `step_100`, `global_step100`, `it_000080`, `iter-5`, `epoch3`,
+# `checkpoint-500`, `ckpt_150` (not preceded by a letter, so `split_1` or `submit3` are not `it`).
+_STEP_WORD = re.compile(r"(?<![a-z])(?:global_step|steps?|iter(?:ation)?s?|it|epochs?|checkpoint|ckpt|chkpt)"
+                        r"[-_ .]?(\d+)", re.IGNORECASE)
 
 
 def step_in_name(path: str) -> int | None:
-    """The last number in the file name (``ckpt_150.pt`` -> 150), or None."""
-    numbers = _NUMBER.findall(os.path.basename(path))
+    """The step a checkpoint file's path (relative to the checkpoint directory) names, or None.
+
+    A number after a progress word in the innermost part that has one (``ckpt_150.pt`` -> 150,
+    ``it_000080/__0_0.distcp`` -> 80, ``global_step100/mp_rank_00_model_states.pt`` -> 100, ``rank0/step_40.pt``
+    -> 40), else the last number of the file name (``model_150.pt`` -> 150). A sharded checkpoint is a directory
+    per save whose files number their shards (``__0_0.distcp``, ``rank_1.pt``): the shard is not the step, and
+    the save's step is in the directory's name."""
+    parts = [part for part in path.replace("\\", "/").split("/") if part not in ("", ".", "..")]
+    for part in reversed(parts):
+        found = _STEP_WORD.findall(part)
+        if found:
+            return int(found[-1])
+    numbers = _NUMBER.findall(parts[-1]) if parts else []
     return int(numbers[-1]) if numbers else None
 
 
