@@ -523,7 +523,10 @@ class StorageLine(Line):
     node: str | None  # the caller's CHAOS_NODE; null: a process outside the job, or the inotify watcher
     pid: int | None  # the caller's host pid; null from the inotify watcher
     path: str  # absolute, as the job sees it
-    step: int | None  # the number in the file name, else the node's last step; null when neither exists
+    step: int | None  # a number of the path near the job's progress, else that progress (save_step); or null
+    # where the step came from: "name" (a number of the path) or "progress" (the step the job had reached as the
+    # save began); absent on loads and deletions, and in histories written before it existed
+    step_from: NotRequired[Literal["name", "progress"]]
     id: NotRequired[str]  # held until the engine acknowledged it
 
 

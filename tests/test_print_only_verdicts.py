@@ -271,3 +271,73 @@ def test_loaded_from_a_file_the_storage_layers_null_fields_are_kept(tmp_path: Pa
     assert history.unreadable.count == 0
     assert verdicts(history) == verdicts(events)
     assert verdicts(history)["digests_ok"]["ok"] is False
+
+
+SHARDS = ("__0_0.distcp", "__1_0.distcp", ".metadata")  # torch.distributed.checkpoint: a directory per save
+
+
+def sharded(to: int, save_every: int = 50) -> Script:
+    s = Script()
+    for k in range(1, to + 1):
+        s.step(k)
+        if k % save_every == 0:
+            for name in SHARDS:
+                s.save(f"it_{k:06d}/{name}")
+    return s
+
+
+def test_a_sharded_save_a_crash_cut_short_is_not_the_newest_checkpoint() -> None:
+    """One shard of step 200 finished before the crash, the others never did: the job rightly resumes from the
+    whole save of step 150 (found by a new user's DCP script: "loaded step 150 while __1_0.distcp (step 200) was
+    complete and intact")."""
+    s = sharded(160).step(161, 200)
+    s.save("it_000200/__1_0.distcp").save("it_000200/__0_0.distcp", finish=False)
+    s.crash()
+    for name in (".metadata", *SHARDS[:2]):
+        s.load(f"it_000150/{name}")
+    v = verdicts(s.step(151, 220).end())
+    assert v["resumed_from_newest_valid"]["ok"] is True, v["resumed_from_newest_valid"]
+    [restart] = v["resumed_from_newest_valid"]["restarts"]
+    assert restart["loaded_step"] == restart["newest_valid_step"] == 150
+    assert v["digests_ok"]["ok"] is True
+
+
+def test_an_older_whole_sharded_save_loaded_instead_of_the_newest_is_stale() -> None:
+    s = sharded(210).crash()
+    for name in SHARDS:
+        s.load(f"it_000150/{name}")
+    v = verdicts(s.step(151, 220).end())["resumed_from_newest_valid"]
+    assert v["ok"] is False and v["verdict"] == "resumed_from_stale", v
+    assert "(step 150) while" in v["why"] and "(step 200) was complete and intact" in v["why"]
+
+
+def test_restarts_that_load_and_die_before_a_step_are_not_judged() -> None:
+    """A crash loop: each restart read a file and died before training a step. What it resumed from is unknown,
+    so the verdict is "not checked" (it said "each of 2 restart(s) resumed from the newest valid checkpoint")."""
+    s = trained(170)
+    for _ in range(2):  # the engine writes each round's start (from torchrun's agent) after the round's loads
+        s.crash().load("ckpt_150.pt")
+        s.round += 1
+        s._add(Ev.PROCESS_STARTED, Source.PROGRESS, node="node0", pid=f"node0:{s.round}")
+    v = verdicts(s.end(EndReason.RESTART_LOOP))["resumed_from_newest_valid"]
+    assert v["ok"] is None and "not checked: none of" in v["why"], v
+    assert "loaded ckpt_150.pt, then died before training a step" in v["why"]
+
+
+def test_the_layer_says_whether_a_saves_step_came_from_its_name() -> None:
+    """``step_from`` on the layer's saves decides the slack of exactly_once: a step read from the path is exact, one
+    taken from the printed progress may be a step behind (a job that saves before it prints)."""
+    def resumed_at_152(step_from: str) -> dict[str, Any]:
+        s = Script()
+        for k in range(1, 171):
+            s.step(k)
+            if k % 50 == 0:
+                s.save(f"ckpt_e{k // 50}.pt")  # its number is an epoch: the layer took the printed step
+        for e in s.events:
+            if e["event"] in (Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED):
+                e["step_from"] = step_from
+        return verdicts(s.crash().load("ckpt_e3.pt").step(152, 200).end())["exactly_once"]
+
+    assert resumed_at_152("name")["verdict"] == "steps_skipped"  # 151 never trained
+    said = resumed_at_152("progress")
+    assert said["ok"] is None and said["lineage"][1]["step_from"] == "printed progress (±1 step)", said

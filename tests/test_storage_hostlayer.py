@@ -173,13 +173,23 @@ def test_a_layer_that_does_not_confirm_fails_the_fault(engine: Engine, tmp_path:
     enforce: the fault is not recorded as done, and the refused rule does not break the host's file operations."""
     monkeypatch.setattr(control_module, "ACK_TIMEOUT_S", 1.0)
     proc, ckpt, out = start_node(engine, tmp_path)
+    # the layer says which rules it enforces once it is on the channel: before that no layer is connected and an
+    # order stands without confirmation (by design), so stopping it earlier would test nothing (a loaded machine)
+    deadline = time.monotonic() + 15
+    while not engine.channel.states(HOST_WHO, RULES_STATE):
+        assert time.monotonic() < deadline, "the node host's layer never joined the channel"
+        time.sleep(0.02)
     control = ChannelStorageControl(engine.channel, tmp_path)
     server = kill_server_of(ckpt, signal.SIGSTOP)
     try:
         with pytest.raises(StorageNotAcknowledged, match=r"1 of 1 node hosts' .* did not confirm .* \(0 did\)"):
             control.apply({"fault_id": 3, "kind": "io_error", "paths": "*"})
-    finally:
+    except BaseException:
         os.kill(server, signal.SIGCONT)
+        (tmp_path / "out.go").touch()  # a failed check still lets the node finish and its layer unmount
+        finish(proc, ckpt)
+        raise
+    os.kill(server, signal.SIGCONT)
     control.remove(3)  # the withdrawal reaches the thawed layer
     with pytest.raises(StorageNotAcknowledged):
         control.apply({"fault_id": 4, "kind": "no_such_kind", "paths": "*"})

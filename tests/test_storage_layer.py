@@ -226,6 +226,23 @@ def test_a_saves_step_is_the_nodes_last_printed_or_reported_step(tmp_path: Path)
     assert step_in_name("rank1/step_40.pt") == 40 and step_in_name("v2/model.pt") is None
 
 
+def test_a_number_of_the_path_is_the_step_only_near_the_jobs_progress() -> None:
+    """A number in a checkpoint's path is its step when it lies near the step the job reported as the save began;
+    else it is an epoch, a timestamp or a shard, and the job's progress is the step (found by a new user: an
+    epoch-named file of an iteration-counting job resumed "from step 1", a timestamped one "from step 20261205")."""
+    from chaos.storage.record import save_step
+
+    assert save_step("ckpt_epoch1.pt", 80) == (80, "progress")
+    assert save_step("ckpt_20261205-162811-047604.pt", 60) == (60, "progress")
+    assert save_step("000080/__0_0.distcp", 80) == (80, "name")  # the shard index is not the step
+    assert save_step("000002/__1_0.distcp", 2) == (2, "name") and save_step("it_000002/__0_0.distcp", 1) == (2, "name")
+    assert save_step("ckpt_150.pt", 149) == (150, "name")  # saved before the step was printed
+    assert save_step("ckpt_150.pt", 140, gap=10) == (150, "name")  # a job that prints every 10th step
+    assert save_step("epoch_3/rank_1.pt", 3) == (3, "name")  # a job that counts epochs
+    assert save_step("checkpoint.pt", 60) == (60, "progress")
+    assert save_step("ckpt_150.pt", None) == (150, "name") and save_step("last.pt", None) == (None, None)
+
+
 def test_a_torn_load_the_layer_saw_does_not_break_the_recovery_figures() -> None:
     """A probe job on local shares its pids with the layer's events: the layer's load of a torn file (step null)
     must not become the fault's resume step."""

@@ -219,14 +219,27 @@ def _resumed_print_only(events: list[Event]) -> dict[str, Any]:
     if bad:
         b = bad[0]
         return _verdict(False, f"{b['problem']}: {b['why']}", restarts=checked, verdict=b["problem"])
+    # A restart that had no whole save to choose from, or that died after its load before training a step, says
+    # nothing about which checkpoint it resumed from: not checked, unless another restart was judged.
+    unjudged = [e for e in checked if e.get("unjudged")]
+    if all(e.get("unjudged") or e.get("note") for e in checked):
+        reasons = Counter(e.get("unjudged") or e["note"] for e in checked)
+        return _verdict(None, f"not checked: none of {len(checked)} restart(s) could be judged ("
+                              + "; ".join(f"{n}: {why}" for why, n in reasons.items()) + ")", restarts=checked)
+    checked_now = [e for e in checked if not e.get("unjudged")]
     # Only a restart that loaded the newest valid file itself "resumed from" it; one that loaded a torn file (that
     # is digests_ok's finding) or died first did not go back to an older checkpoint, and is said as such.
-    torn = [e for e in checked if e.get("loaded_path") and e.get("newest_valid_path") not in (None, e["loaded_path"])]
-    died = [e for e in checked if e.get("note")]
-    if not torn and not died:
+    # (a file of a whole save set that is not the one named newest is still whole: DCP's marker, its shards)
+    torn = [e for e in checked_now if e.get("loaded_path")
+            and e.get("newest_valid_path") not in (None, e["loaded_path"])
+            and e["loaded_path"] not in available_at(events, e["t"])]
+    died = [e for e in checked_now if e.get("note")]
+    if not torn and not died and not unjudged:
         return _verdict(True, f"each of {len(checked)} restart(s) resumed from the newest valid checkpoint",
                         restarts=checked)
-    parts = [f"none of {len(checked)} restart(s) went back to an older checkpoint than the newest valid one"]
+    parts = [f"none of {len(checked_now)} restart(s) went back to an older checkpoint than the newest valid one"]
+    if unjudged:
+        parts.append(f"{len(unjudged)} not judged: {unjudged[0]['unjudged']}")
     if torn:
         parts.append(f"{len(torn)} loaded {os.path.basename(torn[0]['loaded_path'])}, which was not a complete save "
                      "(see digests_ok)")

@@ -9,6 +9,9 @@ with the file's. The job's own account decides (docs/design.md, "The storage lay
 
 from __future__ import annotations
 
+import posixpath
+import re
+from collections.abc import Callable
 from typing import Any
 
 from chaos.analysis.load import memo, of_kind, of_kinds, step_table
@@ -81,11 +84,17 @@ def loads_visible(events: list[Event]) -> tuple[bool, str]:
                    "checkpoint files")
 
 
-def available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
-    """Checkpoints complete and intact at time ``t``: saves finished (of the chosen source), minus those being
-    overwritten (a later save started), deleted, or named damaged by a fault (``details.path`` / ``paths``)."""
+def _replay(events: list[Event], t: float, changed: Callable[[str, dict[str, Any] | None], None] | None = None,
+            ) -> dict[str, dict[str, Any]]:
+    """The checkpoint files complete and intact at time ``t`` (path -> its save), ``changed(path, save or None)``
+    called at every change on the way."""
     available: dict[str, dict[str, Any]] = {}
     source = checkpoint_source(events)
+
+    def drop(path: str) -> None:
+        if available.pop(path, None) is not None and changed is not None:
+            changed(path, None)
+
     for e in of_kinds(events, Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED, Ev.CHECKPOINT_DELETED,
                       Ev.FAULT_INJECTED):
         if e["t"] >= t:
@@ -97,14 +106,66 @@ def available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
                 damaged = e["details"].get("paths")
                 for path in ([e["details"]["path"]] if e["details"].get("path") else []) + (
                         damaged if isinstance(damaged, list) else []):
-                    available.pop(str(path), None)
+                    drop(str(path))
         elif e.get("source") != source:
             continue
         elif kind == Ev.CHECKPOINT_SAVE_FINISHED:
             available[e["path"]] = {"step": e.get("step"), "sha256": e.get("sha256"), "path": e["path"], "t": e["t"]}
+            if changed is not None:
+                changed(e["path"], available[e["path"]])
         else:  # save started (being overwritten: not complete until it finishes again) or deleted
-            available.pop(e["path"], None)
+            drop(e["path"])
     return available
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _save_set(path: str, step: Any) -> tuple[str, int] | None:
+    """The save a file belongs to: its directory and step (a sharded checkpoint is several files of one step in one
+    directory: DCP's ``it_80/{__0_0.distcp, __1_0.distcp, .metadata}``, ``model_80.pt`` beside ``optim_80.pt``)."""
+    return (posixpath.dirname(str(path)), step) if isinstance(step, int) else None
+
+
+def save_set_sizes(events: list[Event]) -> dict[str, int]:
+    """For each kind of save set (its directory with the numbers blanked: ``ckpt/it_#``), the most files one set
+    of that kind ever held at once in this history: how many files make a whole save of the job."""
+    def compute() -> dict[str, int]:
+        members: dict[tuple[str, int], set[str]] = {}
+        set_of: dict[str, tuple[str, int]] = {}  # file -> the save set it is in now
+        sizes: dict[str, int] = {}
+
+        def changed(path: str, save: dict[str, Any] | None) -> None:
+            if (was := set_of.pop(path, None)) is not None:
+                members[was].discard(path)
+            key = _save_set(path, save["step"]) if save is not None else None
+            if key is not None:
+                set_of[path] = key
+                files = members.setdefault(key, set())
+                files.add(path)
+                kind = _DIGITS.sub("#", key[0])
+                sizes[kind] = max(sizes.get(kind, 0), len(files))
+
+        _replay(events, float("inf"), changed)
+        return sizes
+    return memo(events, "save_set_sizes", compute)
+
+
+def available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
+    """Checkpoints complete and intact at time ``t``: saves finished (of the chosen source), minus those being
+    overwritten (a later save started), deleted, or named damaged by a fault (``details.path`` / ``paths``), and
+    minus the files of a save set that is not whole (fewer files than the job's whole saves of that kind held,
+    :func:`save_set_sizes`: one finished shard of a sharded save a crash cut short is not a checkpoint)."""
+    available = _replay(events, t)
+    sizes = save_set_sizes(events)
+    counts: dict[tuple[str, int], int] = {}
+    for entry in available.values():
+        key = _save_set(entry["path"], entry["step"])
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1
+    return {path: entry for path, entry in available.items()
+            if (key := _save_set(entry["path"], entry["step"])) is None
+            or counts[key] >= sizes.get(_DIGITS.sub("#", key[0]), 1)}
 
 
 def newest(available: dict[str, dict[str, Any]]) -> dict[str, Any] | None:

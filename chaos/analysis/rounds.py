@@ -110,6 +110,19 @@ def intended_step(events: list[Event], load: Event) -> int | None:
     return saves[-1]["step"] if saves else step_from_name(load.get("path", ""))
 
 
+def _step_is_from_name(events: list[Event], load: Event, step: int) -> bool:
+    """Whether the step a loaded file holds was read from its path (exact) rather than from the progress the job
+    had printed when its save began (a step behind for a job that saves before it prints): the storage layer
+    says which on the save (``step_from``); a history from before it said is judged by the file name."""
+    before = [e for e in checkpoint_events(events, Ev.CHECKPOINT_SAVE_FINISHED) if e["t"] < load["t"]]
+    saves = [e for e in before if load.get("sha256") and e.get("sha256") == load["sha256"]] or [
+        e for e in before if e.get("path") == load.get("path")]
+    said = saves[-1].get("step_from") if saves else None
+    if said in ("name", "progress"):
+        return said == "name" and saves[-1].get("step") == step
+    return step_from_name(load["path"]) == step
+
+
 def resume_load(events: list[Event], rnd: Round) -> Event | None:
     """The load that decides a round's resume point: the oldest step any of its ranks loaded, among the loads of
     files that were saved whole if there are any (a rank that read an emptied or torn file and then went on to an
@@ -141,6 +154,12 @@ def restart_checks(events: list[Event]) -> list[dict[str, Any]]:
                                  "newest_valid_path": best["path"] if best else None,
                                  "newest_valid_step": best["step"] if best else None,
                                  "first_step_after": rnd.first_step}
+        if best is None and load is not None:
+            # nothing whole to compare with (a save set missing files: a job that saved its model and not yet
+            # its optimizer); what it loaded is judged by digests_ok and exactly_once, not here
+            entry["unjudged"] = "no whole save was available"
+        elif best is not None and load is not None and rnd.first_step is None and not _older(entry, best):
+            entry["unjudged"] = f"loaded {os.path.basename(str(load['path']))}, then died before training a step"
         if best is not None:
             newest_text = f"{_describe(best['path'], best['step'])} was complete and intact"
             if load is None and rnd.first_step is None:
@@ -148,11 +167,15 @@ def restart_checks(events: list[Event]) -> list[dict[str, Any]]:
             elif load is None:
                 entry["problem"] = "lost_all_progress"
                 entry["why"] = f"started from scratch while {newest_text}"
-            elif entry["loaded_step"] is not None and entry["loaded_step"] < best["step"]:
+            elif _older(entry, best):
                 entry["problem"] = "resumed_from_stale"
                 entry["why"] = f"loaded {_describe(load['path'], entry['loaded_step'])} while {newest_text}"
         out.append(entry)
     return out
+
+
+def _older(entry: dict[str, Any], best: dict[str, Any]) -> bool:
+    return entry["loaded_step"] is not None and entry["loaded_step"] < best["step"]
 
 
 def step_continuity(events: list[Event]) -> dict[str, Any]:
@@ -185,7 +208,7 @@ def step_continuity(events: list[Event]) -> dict[str, Any]:
         if load is None or k is None:
             chain.append({"round": rnd.name, "loaded": load["path"] if load else None, "first_step": rnd.first_step})
             break
-        exact = step_from_name(load["path"]) == k
+        exact = _step_is_from_name(events, load, k)
         slack = 0 if exact else 1
         f = rnd.first_step
         chain.append({"round": rnd.name, "loaded": load["path"], "checkpoint_step": k, "first_step": f,

@@ -61,6 +61,34 @@ def step_in_name(path: str) -> int | None:
     return int(numbers[-1]) if numbers else None
 
 
+def _numbers(path: str) -> list[tuple[bool, int]]:
+    """Every number of a relative path, innermost part first: (after a progress word, the number)."""
+    parts = [part for part in path.replace("\\", "/").split("/") if part not in ("", ".", "..")]
+    found: list[tuple[bool, int]] = []
+    for part in reversed(parts):
+        words = {m.start(1) for m in _STEP_WORD.finditer(part)}
+        found += [(m.start() in words, int(m.group())) for m in reversed(list(_NUMBER.finditer(part)))]
+    return found
+
+
+def save_step(path: str, progress: int | None, gap: int = 1) -> tuple[int | None, str | None]:
+    """A save's step and where it came from (``name`` or ``progress``), given the step the job had reached.
+
+    Without the job's progress, the path's step (:func:`step_in_name`). With it, a number of the path is the step
+    only when it lies near that progress: within ``gap`` steps (how far apart the job reports them) or 2, either
+    side (a save before or after its step is printed, an asynchronous save that finishes steps later). Otherwise
+    the number is something else (an epoch in ``ckpt_epoch1.pt`` of a job that counts iterations, a timestamp,
+    a shard index) and the step is the progress the job reported as the save began."""
+    if progress is None:
+        step = step_in_name(path)
+        return step, (None if step is None else "name")
+    slack = max(2, gap)
+    near = [(not word, abs(n - progress), -n, n) for word, n in _numbers(path) if abs(n - progress) <= slack]
+    if near:
+        return min(near)[3], "name"
+    return progress, "progress"
+
+
 class Recorder:
     def __init__(self, events_path: str, pause_on: frozenset[str] = frozenset(),
                  hold_timeout_s: float = HOLD_TIMEOUT_S, progress_regex: str | None = None,
@@ -76,6 +104,7 @@ class Recorder:
         self._offset = 0
         self._partial = b""
         self.node_step: dict[str, int] = {}  # the last step each node completed
+        self.node_gap: dict[str, int] = {}  # how far apart its last two reported steps were (1: every step)
         self.job_step: int | None = None  # the last step any node completed
         self.step_of_digest: dict[str, int | None] = {}
 
@@ -132,9 +161,13 @@ class Recorder:
         e = self._parse(line)
         if e is None or e.get("event") != Ev.STEP_COMPLETED or not isinstance(e.get("step"), int):
             return
-        node = str(e.get("node"))
-        self.node_step[node] = e["step"]
-        self.job_step = e["step"]
+        self._reached(str(e.get("node")), e["step"])
+
+    def _reached(self, node: str, step: int) -> None:
+        before = self.node_step.get(node)
+        if before is not None and step > before:
+            self.node_gap[node] = step - before
+        self.node_step[node] = self.job_step = step
 
     def _saved(self, line: bytes) -> None:
         e = self._parse(line)
@@ -152,7 +185,7 @@ class Recorder:
                 m = self.regex.search(line)
                 if m is None or (rank_group and m.group("rank") not in (None, "0")):
                     continue
-                self.node_step[node] = self.job_step = int(m.group("step"))
+                self._reached(node, int(m.group("step")))
 
     def last_step(self, node: str | None) -> int | None:
         """The step the caller's node last completed, else the job's last step (steps are global), else None."""
@@ -161,6 +194,13 @@ class Recorder:
             self._scrape_logs()
             found = self.node_step.get(str(node)) if node is not None else None
             return found if found is not None else self.job_step
+
+    def progress(self, node: str | None) -> tuple[int | None, int]:
+        """The step the caller's node last reached (as ``last_step``) and how far apart it reports its steps."""
+        step = self.last_step(node)
+        with self._read_lock:
+            gap = self.node_gap.get(str(node)) or max(self.node_gap.values(), default=1)
+        return step, gap
 
     def saved_step(self, sha256: str) -> tuple[bool, int | None]:
         """Whether a save finished with this digest, and its step."""

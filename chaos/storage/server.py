@@ -32,7 +32,7 @@ from chaos.events import Ev
 from chaos.storage.control import APPLIED_FILE, RULES_FILE
 from chaos.storage.digests import Digests
 from chaos.storage.identity import Caller, Callers, exiting
-from chaos.storage.record import Recorder, step_in_name
+from chaos.storage.record import Recorder, save_step, step_in_name
 from chaos.storage.rules import Outcome, RuleError, Rules
 
 if TYPE_CHECKING:
@@ -48,6 +48,11 @@ HOLD_GRACE_S = 0.05
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
 
 
+def _step_from(how: str | None) -> dict[str, str]:
+    """``step_from`` for a save event, when the step is known."""
+    return {"step_from": how} if how else {}
+
+
 @dataclass
 class Handle:
     """One open file: who opened it, and what the layer knows of the bytes written through it."""
@@ -59,6 +64,7 @@ class Handle:
     saving: bool  # it starts a checkpoint save (created, or opened with truncation)
     announced: bool = False  # its checkpoint_save_started was written
     step: int | None = None
+    step_from: str | None = None  # "name" (a number of its path) or "progress" (the job's step as it began)
     written: int = 0
     next_progress: int = PROGRESS_FIRST
     clean: bool = False  # closed by a live process after its last write
@@ -208,16 +214,16 @@ class StorageServer(fuse.Operations):
     def digest(self, relpath: str) -> tuple[str, int]:
         return self.digests.of_path(self.root, relpath)
 
-    def step_for(self, relpath: str, caller: Caller) -> int | None:
-        step = step_in_name(relpath)
-        return step if step is not None else self.recorder.last_step(caller.node)
+    def step_for(self, relpath: str, caller: Caller) -> tuple[int | None, str | None]:
+        """A save's step and where it came from (chaos.storage.record.save_step)."""
+        return save_step(relpath, *self.recorder.progress(caller.node))
 
     def _new_handle(self, fd: int, relpath: str, caller: Caller, flags: int, created: bool) -> int:
         writable = bool(flags & _WRITE_FLAGS)
         saving = writable and (created or bool(flags & os.O_TRUNC)) and not self.ours(caller)
         h = Handle(fd, relpath, caller, writable, saving)
         if saving:
-            h.step = self.step_for(relpath, caller)
+            h.step, h.step_from = self.step_for(relpath, caller)
         with self._handles_lock:
             self.handles[fd] = h
         return fd
@@ -231,7 +237,8 @@ class StorageServer(fuse.Operations):
         with h.lock:
             first = h.saving and not h.announced
             h.announced = True
-        if first and self.emit(Ev.CHECKPOINT_SAVE_STARTED, h.relpath, h.caller, hold=hold, step=h.step):
+        if first and self.emit(Ev.CHECKPOINT_SAVE_STARTED, h.relpath, h.caller, hold=hold, step=h.step,
+                               **_step_from(h.step_from)):
             self.survived(HOLD_GRACE_S)
 
     # ------------------------------------------------------------------ metadata
@@ -411,7 +418,7 @@ class StorageServer(fuse.Operations):
         """The save closed cleanly: its digest (read back through the handle, off the writer's path) and event."""
         sha, size = self.digests.of_handle(h.fd)
         self.emit(Ev.CHECKPOINT_SAVE_FINISHED, h.closed_path or h.relpath, h.caller, hold=False, sha256=sha,
-                  bytes=size, step=h.step)
+                  bytes=size, step=h.step, **_step_from(h.step_from))
 
     def unlink(self, path: str) -> int:
         rel, caller = self.rel(path), self.caller()
@@ -443,13 +450,13 @@ class StorageServer(fuse.Operations):
                       replaced_by=self.full(src))
         self.emit(Ev.CHECKPOINT_DELETED, src, caller, hold=False, step=step_in_name(src),
                   renamed_to=self.full(dst))
-        step = step_in_name(dst)
-        if step is None:
-            known, step = self.recorder.saved_step(sha)
-            step = step if known else self.recorder.last_step(caller.node)
+        progress, gap = self.recorder.progress(caller.node)
+        known, saved = self.recorder.saved_step(sha)
+        # the step the bytes were saved with (under the temporary name) stands for the job's progress now
+        step, step_from = save_step(dst, saved if known and saved is not None else progress, gap)
         # never held: the kernel holds both directories' locks through a rename
         self.emit(Ev.CHECKPOINT_SAVE_FINISHED, dst, caller, hold=False, sha256=sha, bytes=size, step=step,
-                  renamed_from=self.full(src))
+                  renamed_from=self.full(src), **_step_from(step_from))
         return 0
 
     def init_with_config(self, conn: Any, config: Any) -> None:

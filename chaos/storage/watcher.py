@@ -41,8 +41,9 @@ class InotifyWatcher:
         self.moved_from: dict[int, str] = {}
 
     def _emit(self, event: str, name: str, **fields: object) -> None:
+        step = step_in_name(name)  # the watcher cannot ask the job's progress: a number of the name, or none
         self.history.write(event, source=Source.STORAGE, node=None, pid=None, path=str(self.directory / name),
-                           step=step_in_name(name), **fields)
+                           step=step, **({"step_from": "name"} if step is not None else {}), **fields)
 
     def _finished(self, name: str, **fields: object) -> None:
         h, size = hashlib.sha256(), 0
