@@ -341,3 +341,17 @@ def test_the_layer_says_whether_a_saves_step_came_from_its_name() -> None:
     assert resumed_at_152("name")["verdict"] == "steps_skipped"  # 151 never trained
     said = resumed_at_152("progress")
     assert said["ok"] is None and said["lineage"][1]["step_from"] == "printed progress (±1 step)", said
+
+
+def test_a_temporary_beside_the_old_file_of_its_step_does_not_make_saves_look_partial() -> None:
+    """An atomic save (``ckpt_100.pt.tmp`` renamed over the old ``ckpt_100.pt``) after a stale resume: for a moment
+    two files of step 100 exist. The temporary is no part of a save set, so the stale resume is still caught (it
+    went unjudged: every single-file save looked one file short)."""
+    s = trained(170, atomic=True).crash().load("ckpt_50.pt")
+    for k in range(51, 201):
+        s.step(k)
+        if k % 50 == 0:
+            s.save(f"ckpt_{k}.pt", atomic=True)
+    v = verdicts(s.end())["resumed_from_newest_valid"]
+    assert v["ok"] is False and v["verdict"] == "resumed_from_stale", v
+    assert "loaded ckpt_50.pt (step 50) while ckpt_150.pt (step 150) was complete and intact" in v["why"]

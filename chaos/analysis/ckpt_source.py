@@ -127,6 +127,23 @@ def _save_set(path: str, step: Any) -> tuple[str, int] | None:
     return (posixpath.dirname(str(path)), step) if isinstance(step, int) else None
 
 
+def _temporaries(events: list[Event]) -> frozenset[str]:
+    """The kinds of path (numbers blanked) the job renamed away (``ckpt_#.pt.tmp`` -> ``ckpt_#.pt``, DCP's
+    ``.metadata.tmp``): a save's temporary name, not a checkpoint, also where a crash left one unrenamed. In no
+    save set: beside the old file of the same step that a restarted job saves again, it would double the set's
+    size and no single-file save would ever count as whole."""
+    def compute() -> frozenset[str]:
+        renamed = [e["path"] for e in checkpoint_events(events, Ev.CHECKPOINT_DELETED) if e.get("renamed_to")]
+        renamed += [e["renamed_from"] for e in checkpoint_events(events, Ev.CHECKPOINT_SAVE_FINISHED)
+                    if isinstance(e.get("renamed_from"), str)]
+        return frozenset(_DIGITS.sub("#", str(path)) for path in renamed)
+    return memo(events, "temporaries", compute)
+
+
+def _temporary(path: str, kinds: frozenset[str]) -> bool:
+    return bool(kinds) and _DIGITS.sub("#", path) in kinds
+
+
 def save_set_sizes(events: list[Event]) -> dict[str, int]:
     """For each kind of save set (its directory with the numbers blanked: ``ckpt/it_#``), the most files one set
     of that kind ever held at once in this history: how many files make a whole save of the job."""
@@ -134,11 +151,12 @@ def save_set_sizes(events: list[Event]) -> dict[str, int]:
         members: dict[tuple[str, int], set[str]] = {}
         set_of: dict[str, tuple[str, int]] = {}  # file -> the save set it is in now
         sizes: dict[str, int] = {}
+        temporary = _temporaries(events)
 
         def changed(path: str, save: dict[str, Any] | None) -> None:
             if (was := set_of.pop(path, None)) is not None:
                 members[was].discard(path)
-            key = _save_set(path, save["step"]) if save is not None else None
+            key = _save_set(path, save["step"]) if save is not None and not _temporary(path, temporary) else None
             if key is not None:
                 set_of[path] = key
                 files = members.setdefault(key, set())
@@ -157,15 +175,15 @@ def available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
     minus the files of a save set that is not whole (fewer files than the job's whole saves of that kind held,
     :func:`save_set_sizes`: one finished shard of a sharded save a crash cut short is not a checkpoint)."""
     available = _replay(events, t)
-    sizes = save_set_sizes(events)
+    sizes, temporary = save_set_sizes(events), _temporaries(events)
     counts: dict[tuple[str, int], int] = {}
-    for entry in available.values():
-        key = _save_set(entry["path"], entry["step"])
-        if key is not None:
+    for path, entry in available.items():
+        key = _save_set(path, entry["step"])
+        if key is not None and not _temporary(path, temporary):
             counts[key] = counts.get(key, 0) + 1
     return {path: entry for path, entry in available.items()
-            if (key := _save_set(entry["path"], entry["step"])) is None
-            or counts[key] >= sizes.get(_DIGITS.sub("#", key[0]), 1)}
+            if (key := _save_set(path, entry["step"])) is None
+            or counts.get(key, 0) >= sizes.get(_DIGITS.sub("#", key[0]), 1)}
 
 
 def newest(available: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
