@@ -79,3 +79,40 @@ def test_slow_print_only_steps_keep_their_own_times() -> None:
 def test_a_print_only_job_printing_every_kth_step_is_timed_per_step() -> None:
     events = [e for e in scraped(0.01, 400) if e["event"] != Ev.STEP_COMPLETED or e["step"] % 10 == 0]
     assert median_step_time(events)[0] == pytest.approx(0.01, rel=0.1)
+
+
+def _write(tmp_path, events: list) -> object:
+    import json
+
+    from chaos.analysis.load import load_events
+
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in sorted(events, key=lambda e: e["t"])))
+    return load_events(path)
+
+
+def _round(node: str, n: int, first: int, last: int, t0: float, lag: float = 0.0) -> list:
+    pid = f"{node}:{n}"
+    out = [{"t": t0 + lag, "source": Source.PROGRESS, "event": Ev.PROCESS_STARTED, "node": node, "pid": pid}]
+    out += [{"t": t0 + lag + 0.01 * (s - first), "source": Source.PROGRESS, "event": Ev.STEP_COMPLETED,
+             "node": node, "pid": pid, "step": s, "loss": 1.0 / s} for s in range(first, last + 1)]
+    return out
+
+
+def test_another_nodes_copy_of_the_printed_progress_is_not_a_round(tmp_path) -> None:
+    from chaos.analysis.metrics import worker_restarts
+
+    # recorded before the engine told copies apart: every rank printed, each node's log became rounds of its own
+    events = (_round("node0", 1, 1, 70, 1000.0) + _round("node1", 1, 1, 70, 1000.0, lag=0.002)
+              + [{"t": 1001.0, "source": "engine", "event": Ev.FAULT_INJECTED, "fault_id": 0, "kind": "crash"}]
+              + _round("node0", 2, 61, 100, 1008.0) + _round("node1", 2, 61, 100, 1008.0, lag=0.003))
+    history = _write(tmp_path, events)
+    assert worker_restarts(history) == 1
+    assert {p for p in history.steps.values("pid")} == {"node0:1", "node0:2"}
+
+
+def test_rank0_moving_to_another_node_is_still_a_round(tmp_path) -> None:
+    from chaos.analysis.metrics import worker_restarts
+
+    history = _write(tmp_path, _round("node0", 1, 1, 30, 1000.0) + _round("node1", 1, 21, 40, 1006.0))
+    assert worker_restarts(history) == 1
