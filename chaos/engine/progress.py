@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from chaos.events import Ev, Source
+from chaos.events import NODE_BANNER, Ev, Source
 from chaos.history import Event, FileTail, HistoryWriter
 
 CHECKPOINT_SCAN_S = 0.25
@@ -21,7 +21,6 @@ CHECKPOINT_SCAN_S = 0.25
 # printing, no ``rank`` group in the regex), not a restart: a restarted round takes longer than this to print (a new
 # process imports torch and joins a rendezvous), and torchrun's failure lines mark it anyway.
 DUPLICATE_WINDOW_S = 3.0
-NODE_BANNER = "===== torch-chaos: starting "  # what the runtimes write into a node's log as they start it
 
 
 class LogProgress:
