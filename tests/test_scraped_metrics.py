@@ -116,3 +116,14 @@ def test_rank0_moving_to_another_node_is_still_a_round(tmp_path) -> None:
 
     history = _write(tmp_path, _round("node0", 1, 1, 30, 1000.0) + _round("node1", 1, 21, 40, 1006.0))
     assert worker_restarts(history) == 1
+
+
+def test_step_timing_of_a_print_only_job_is_its_pace_around_a_fault() -> None:
+    from chaos.analysis.step_timing import step_timings
+
+    events = scraped(0.006, 300)
+    steps_t = [e["t"] for e in events if e["event"] == Ev.STEP_COMPLETED]
+    fault = {"id": 0, "injected": True, "t_injected": steps_t[100], "t_healed": steps_t[200], "target": "node0"}
+    [rank] = step_timings(events, [fault])[0]["ranks"]
+    for window in ("before", "during", "after"):
+        assert rank[window]["step_s"] == pytest.approx(0.006, rel=0.15), window

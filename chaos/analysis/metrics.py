@@ -120,7 +120,9 @@ def _compute_step_spans(events: list[Event]) -> tuple[array[float], array[float]
     starts, ends = array("d"), array("d")
     for rows in rows_of.values():
         if sources[rows[0]] == Source.PROGRESS:
-            _scraped_spans([step_no[r] for r in rows], [times[r] for r in rows], starts, ends)
+            for _, start, end in _scraped_spans([step_no[r] for r in rows], [times[r] for r in rows]):
+                starts.append(start)
+                ends.append(end)
             continue
         done = list(map(step_no.__getitem__, rows))
         if all(map(lt, done, islice(done, 1, None))):
@@ -155,7 +157,23 @@ def _first_read_steps(table: StepTable, first: int) -> int:
     return max(1, step_no[last] - step_no[first] + 1)
 
 
-def _scraped_spans(done: list[int], at: list[float], starts: array[float], ends: array[float]) -> None:
+def scraped_row_spans(table: StepTable) -> dict[int, tuple[float, float]]:
+    """Row → (start, end) of every print-only step that has a span (see ``_scraped_spans``)."""
+    rows_of: dict[tuple[Any, Any], list[int]] = {}
+    for row, (source, node, pid) in enumerate(zip(table.values("source"), table.values("node"),
+                                                  table.values("pid"), strict=True)):
+        if source == Source.PROGRESS:
+            rows_of.setdefault((node, pid), []).append(row)
+    step_no, times = table.values("step"), table.values("t")
+    out = {}
+    for rows in rows_of.values():
+        rows.sort(key=times.__getitem__)
+        for i, start, end in _scraped_spans([step_no[r] for r in rows], [times[r] for r in rows]):
+            out[rows[i]] = (start, end)
+    return out
+
+
+def _scraped_spans(done: list[int], at: list[float]) -> list[tuple[int, float, float]]:
     """Spans of one print-only process's steps, from the times the engine read them (see READ_GAP_S).
 
     A step's own duration is unknown when several were read at once (they are microseconds apart), so steps are
@@ -173,14 +191,13 @@ def _scraped_spans(done: list[int], at: list[float], starts: array[float], ends:
     t0: float | None = None  # where the open window starts (the previous read's last step)
     s0 = 0
     window: list[int] = []
+    out: list[tuple[int, float, float]] = []  # (index, start, end)
 
     def close(last: int) -> None:
         nonlocal t0, s0, window
         if window and t0 is not None and done[last] > s0 and at[last] > t0:
             pace = (at[last] - t0) / (done[last] - s0)
-            for _ in window:
-                starts.append(at[last] - pace)
-                ends.append(at[last])
+            out.extend((i, at[last] - pace, at[last]) for i in window)
         t0, s0, window = at[last], done[last], []
 
     for first, last in reads:
@@ -197,6 +214,7 @@ def _scraped_spans(done: list[int], at: list[float], starts: array[float], ends:
             close(last)
     if window:
         close(window[-1])
+    return out
 
 
 def completion_time(events: list[Event]) -> float:
