@@ -612,3 +612,8 @@ STORAGE_FIELDS: dict[Ev, type] = {
 def required_fields(event: Ev) -> frozenset[str]:
     """Fields a line of this event always has (inherited common fields included)."""
     return FIELDS[event].__required_keys__  # type: ignore[attr-defined, no-any-return]
+
+
+# The line a runtime writes into a node's log as it starts (or restarts) the node: the engine's progress scraping
+# (chaos.engine.progress) takes it as the end of that node's previous round.
+NODE_BANNER = "===== torch-chaos: starting "

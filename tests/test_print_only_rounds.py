@@ -107,3 +107,88 @@ def test_failures_before_the_first_step_are_left_to_the_failed_start_check(tmp_p
         job.print("node0", FAILED.format(pid=pid))
     assert job.starts() == [] and job.progress.node_logs is not None
     assert len(job.progress.node_logs.worker_failures["node0"]) == 3
+
+
+ALL_RANKS = r"epoch \d+ \| iter (?P<step>\d+)/\d+"  # no rank group: every rank's line matches
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class AllRanksJob(Job):
+    """Every rank prints the same progress line, without its rank; ``clock`` is the engine's monotonic time."""
+
+    def __init__(self, tmp_path: Path, nodes: tuple[str, ...] = ("node0", "node1")):
+        self.events = tmp_path / "events.jsonl"
+        self.events.touch()
+        self.logs = {n: tmp_path / f"{n}.log" for n in nodes}
+        for log in self.logs.values():
+            log.touch()
+        self.clock = Clock()
+        self.log_progress = LogProgress(ALL_RANKS, self.logs, HistoryWriter(self.events), clock=self.clock)
+        self.progress = ProgressObserver(self.events, self.log_progress, None, lambda _: None, now=0.0,
+                                         node_logs=NodeLogs(self.logs))
+
+    def ranks(self, first: int, last: int, *logs: tuple[str, int]) -> AllRanksJob:
+        """Steps first..last printed by each (node, local ranks) of ``logs``, one read per step."""
+        for s in range(first, last + 1):
+            self.clock.t += 0.05
+            for node, local_ranks in logs:
+                with open(self.logs[node], "a") as f:
+                    f.writelines(f"epoch 0 | iter {s}/240\n" for _ in range(local_ranks))
+            self.progress.drain()
+        return self
+
+    def steps_written(self) -> list[tuple[str, int]]:
+        return [(e["pid"], e["step"]) for e in read_history(self.events) if e["event"] == "step_completed"]
+
+
+def test_every_node_printing_the_same_lines_is_one_round_and_a_crash_one_restart(tmp_path: Path) -> None:
+    both = (("node0", 1), ("node1", 1))
+    job = AllRanksJob(tmp_path).ranks(1, 70, *both)
+    assert job.starts() == ["node0:1"] and job.progress.restarts == 0
+    assert [s for _, s in job.steps_written()] == list(range(1, 71))  # each step once
+    assert job.log_progress.duplicate_nodes == {"node1"}
+    job.clock.t += 7.0  # node1 crashed; the round ends on both nodes and resumes from step 60
+    job.print("node0", FAILED.format(pid=1)).print("node1", FAILED.format(pid=2))
+    job.ranks(61, 100, *both)
+    assert job.starts() == ["node0:1", "node0:2"] and job.progress.restarts == 1
+    assert [s for pid, s in job.steps_written() if pid == "node0:2"] == list(range(61, 101))
+
+
+def test_every_node_printing_restart_without_failure_lines_is_one_restart(tmp_path: Path) -> None:
+    both = (("node0", 1), ("node1", 1))
+    job = AllRanksJob(tmp_path).ranks(1, 70, *both)
+    job.clock.t += 7.0
+    job.ranks(61, 80, ("node1", 1), ("node0", 1))  # node1's log shows the resumed round first
+    assert job.progress.restarts == 1, job.starts()
+
+
+def test_local_ranks_printing_the_same_lines_in_one_log_are_not_restarts(tmp_path: Path) -> None:
+    job = AllRanksJob(tmp_path, nodes=("node0",)).ranks(1, 50, ("node0", 4))
+    assert job.starts() == ["node0:1"] and job.progress.restarts == 0
+    assert [s for _, s in job.steps_written()] == list(range(1, 51))
+    job.clock.t += 6.0  # workers restarted without a failure line: a lower step, seconds later, is a new round
+    job.ranks(41, 60, ("node0", 4))
+    assert job.progress.restarts == 1
+
+
+def test_rank0_moving_to_another_node_after_a_restart_is_still_one_restart(tmp_path: Path) -> None:
+    job = AllRanksJob(tmp_path).ranks(1, 30, ("node0", 1))  # only rank 0 prints, on node0
+    job.clock.t += 6.0
+    job.print("node1", FAILED.format(pid=2))
+    job.ranks(21, 40, ("node1", 1))  # node0 is gone: rank 0 is now node1's
+    assert job.starts() == ["node0:1", "node1:1"]
+    assert [s for pid, s in job.steps_written() if pid == "node1:1"] == list(range(21, 41))
+
+
+def test_a_node_restarted_by_the_runtime_reprinting_its_step_at_once_is_a_restart(tmp_path: Path) -> None:
+    job = AllRanksJob(tmp_path, nodes=("node0",)).ranks(1, 1, ("node0", 1))
+    for _ in range(3):  # a job dying right after its first step, restarted by the runtime within milliseconds
+        job.print("node0", "\n===== torch-chaos: starting node0 at 1000.0\n", "epoch 0 | iter 1/240\n")
+    assert job.progress.restarts == 3

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from chaos.analysis.steps import StepTable, time_order
-from chaos.events import Ev
+from chaos.events import Ev, Source
 from chaos.history import Event, Unreadable, iter_checked_chunks
 
 T = TypeVar("T")
@@ -115,10 +115,51 @@ def load_events(path: Path | str) -> History:
             table.extend(list(compress(chunk, is_step)))
             others.extend(compress(chunk, map(not_, is_step)))
         others.sort(key=lambda e: e.get("t", 0.0))
-        return History(others, _sorted_by_time(table), unreadable)
+        table = _sorted_by_time(table)
+        copies = copied_rounds(table)
+        if copies:  # (histories written before the engine told copies apart)
+            keys = zip(table.values("node"), table.values("pid"), strict=True)
+            table = table.select([r for r, key in enumerate(keys) if key not in copies])
+            others = [e for e in others if not (e.get("event") == Ev.PROCESS_STARTED and e.get("source") ==
+                                                Source.PROGRESS and (e.get("node"), e.get("pid")) in copies)]
+        return History(others, table, unreadable)
     finally:
         if collecting:
             gc.enable()
+
+
+COPY_WINDOW_S = 3.0  # chaos.engine.progress.DUPLICATE_WINDOW_S
+
+
+def copied_rounds(table: StepTable) -> set[tuple[Any, Any]]:
+    """The inferred rounds (source ``progress``) that only repeat another round's printed steps as it printed them.
+
+    A print-only job whose every rank prints the same progress line, read with a ``progress_regex`` without a
+    ``rank`` group, made the engine (before it told such copies apart) start a round for each log that printed:
+    the other node's copy of round ``node0:1`` became round ``node1:1``, counted as a restart, and judged as a
+    round that "started from scratch". A round is such a copy when every step it printed was printed by an earlier
+    round within COPY_WINDOW_S of it.
+    """
+    rows: dict[tuple[Any, Any], dict[int, float]] = {}
+    for source, node, pid, step, t in zip(table.values("source"), table.values("node"), table.values("pid"),
+                                          table.values("step"), table.values("t"), strict=True):
+        if source == Source.PROGRESS and isinstance(step, int):
+            rows.setdefault((node, pid), {}).setdefault(step, t)
+    if len(rows) < 2:
+        return set()
+    first = {key: min(steps.values()) for key, steps in rows.items()}
+    order = sorted(rows, key=first.__getitem__)
+    copies: set[tuple[Any, Any]] = set()
+    for i, key in enumerate(order):
+        mine = rows[key]
+        for other in order[:i]:
+            if other in copies or other[0] == key[0]:
+                continue  # the same node's log: an earlier round of its own
+            theirs = rows[other]
+            if all((t0 := theirs.get(s)) is not None and abs(t - t0) <= COPY_WINDOW_S for s, t in mine.items()):
+                copies.add(key)
+                break
+    return copies
 
 
 def _sorted_by_time(table: StepTable) -> StepTable:

@@ -102,9 +102,15 @@ def _step_spans(events: list[Event]) -> tuple[array[float], array[float]]:
     return memo(events, "step_spans", lambda: _compute_step_spans(events))
 
 
+# A print-only job's steps are stamped when the engine reads its log (chaos.engine.progress, every POLL_S = 20 ms),
+# not when the job printed them: the lines of one read are written microseconds apart, reads at least a tick apart.
+READ_GAP_S = 0.01  # a gap this long between two scraped steps of one process: they came in different reads
+PACE_WINDOW_S = 0.2  # scraped steps are timed over reads spanning at least this long (10 ticks): elapsed / steps
+
+
 def _compute_step_spans(events: list[Event]) -> tuple[array[float], array[float]]:
     table = steps(events)
-    step_no, times = table.values("step"), table.values("t")
+    step_no, times, sources = table.values("step"), table.values("t"), table.values("source")
     rows_of: dict[tuple[Any, Any], array[int]] = {}  # process → its rows, in order (8 bytes a step, not a dict entry)
     for row, key in enumerate(zip(table.values("node"), table.values("pid"), strict=True)):
         rows = rows_of.get(key)
@@ -113,6 +119,11 @@ def _compute_step_spans(events: list[Event]) -> tuple[array[float], array[float]
         rows.append(row)
     starts, ends = array("d"), array("d")
     for rows in rows_of.values():
+        if sources[rows[0]] == Source.PROGRESS:
+            for _, start, end in _scraped_spans([step_no[r] for r in rows], [times[r] for r in rows]):
+                starts.append(start)
+                ends.append(end)
+            continue
         done = list(map(step_no.__getitem__, rows))
         if all(map(lt, done, islice(done, 1, None))):
             # Steps strictly increasing (the usual process): s-1, if this process did it, is the row just before.
@@ -131,6 +142,79 @@ def _compute_step_spans(events: list[Event]) -> tuple[array[float], array[float]
                 starts.append(before)
                 ends.append(t)
     return starts, ends
+
+
+def _first_read_steps(table: StepTable, first: int) -> int:
+    """How many steps (by number) the engine read together with row ``first`` of a print-only process."""
+    step_no, t, nodes, pids = table.values("step"), table.values("t"), table.values("node"), table.values("pid")
+    key, last = (nodes[first], pids[first]), first
+    for r in sorted(range(len(t)), key=t.__getitem__):
+        if t[r] <= t[first] or (nodes[r], pids[r]) != key:
+            continue
+        if t[r] - t[last] >= READ_GAP_S or step_no[r] <= step_no[last]:
+            break
+        last = r
+    return max(1, step_no[last] - step_no[first] + 1)
+
+
+def scraped_row_spans(table: StepTable) -> dict[int, tuple[float, float]]:
+    """Row → (start, end) of every print-only step that has a span (see ``_scraped_spans``)."""
+    rows_of: dict[tuple[Any, Any], list[int]] = {}
+    for row, (source, node, pid) in enumerate(zip(table.values("source"), table.values("node"),
+                                                  table.values("pid"), strict=True)):
+        if source == Source.PROGRESS:
+            rows_of.setdefault((node, pid), []).append(row)
+    step_no, times = table.values("step"), table.values("t")
+    out = {}
+    for rows in rows_of.values():
+        rows.sort(key=times.__getitem__)
+        for i, start, end in _scraped_spans([step_no[r] for r in rows], [times[r] for r in rows]):
+            out[rows[i]] = (start, end)
+    return out
+
+
+def _scraped_spans(done: list[int], at: list[float]) -> list[tuple[int, float, float]]:
+    """Spans of one print-only process's steps, from the times the engine read them (see READ_GAP_S).
+
+    A step's own duration is unknown when several were read at once (they are microseconds apart), so steps are
+    timed in windows of whole reads spanning at least PACE_WINDOW_S: from the previous read's last step to the
+    window's last read, divided by the steps done in between (by their numbers, so a job printing every k-th step
+    counts k). Every step of the window gets that pace, ending at the window's end. A read that alone spans the
+    window (a stall) is a window of its own. The process's first read has no start, so its steps have no span.
+    """
+    reads: list[tuple[int, int]] = []  # [first index, last index] of each read
+    for i in range(len(done)):
+        if reads and at[i] - at[i - 1] < READ_GAP_S and done[i] > done[i - 1]:
+            reads[-1] = (reads[-1][0], i)
+        else:
+            reads.append((i, i))
+    t0: float | None = None  # where the open window starts (the previous read's last step)
+    s0 = 0
+    window: list[int] = []
+    out: list[tuple[int, float, float]] = []  # (index, start, end)
+
+    def close(last: int) -> None:
+        nonlocal t0, s0, window
+        if window and t0 is not None and done[last] > s0 and at[last] > t0:
+            pace = (at[last] - t0) / (done[last] - s0)
+            out.extend((i, at[last] - pace, at[last]) for i in window)
+        t0, s0, window = at[last], done[last], []
+
+    for first, last in reads:
+        if t0 is not None and done[first] <= s0:  # a step numbered again: no continuous span across it
+            window = []
+            t0 = None
+        if t0 is None:
+            t0, s0 = at[last], done[last]
+            continue
+        if window and at[last] - at[window[-1]] >= PACE_WINDOW_S:  # a long read alone: close what came before
+            close(window[-1])
+        window.extend(range(first, last + 1))
+        if at[last] - t0 >= PACE_WINDOW_S:
+            close(last)
+    if window:
+        close(window[-1])
+    return out
 
 
 def completion_time(events: list[Event]) -> float:
@@ -305,10 +389,18 @@ def goodput(events: list[Event]) -> dict[str, Any]:
     table = steps(events)
     t = table.values("t")
     first = 0 if isinstance(events, History) else min(range(len(t)), key=t.__getitem__)  # a History is sorted
-    actual = max(times.values()) - _start_of(t[first], table.values("duration_s")[first], median)
+    scraped = table.values("source")[first] == Source.PROGRESS
+    # a print-only job's first read can hold several steps: training began that many steps before it
+    ahead = _first_read_steps(table, first) if scraped else 1
+    actual = max(times.values()) - _start_of(t[first], table.values("duration_s")[first], median * ahead)
     useful = max(times)
+    ratio = (useful * median / actual) if actual > 0 else None
+    if scraped and ratio is not None:
+        # a print-only job's median is a pace averaged over reads (see _scraped_spans), as its overall pace is:
+        # above 1 is the two averages' noise, not a job that beat its own pace
+        ratio = min(ratio, 1.0)
     return {
-        "goodput": (useful * median / actual) if actual > 0 else None,
+        "goodput": ratio,
         "median_step_s": median,
         "median_basis": basis,
         "steps_completed": useful,

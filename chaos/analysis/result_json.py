@@ -20,11 +20,12 @@ from chaos.analysis.hangs import add_hangs, failed_after_last_step, hung_cause
 from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
 from chaos.analysis.planned import missing_promises, not_injected
+from chaos.analysis.progress_lines import unmatched_progress
 from chaos.analysis.step_timing import step_timings
 from chaos.events import EndReason, Ev
 from chaos.history import Event
 from chaos.paths import write_output
-from chaos.scenario import Bound, Scenario
+from chaos.scenario import Bound, CommandWorkload, Scenario
 
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
@@ -166,6 +167,12 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     expectations = evaluate_expectations(scenario, summary, faults)
     expectations += evaluate_checkpoint_expectations(scenario, checkpoint)
     reason = end.get("reason", EndReason.ERROR)
+    # a print-only job whose progress_regex matched nothing it printed: said as such, whatever else happened
+    # (not a job that never started: its failure is the finding)
+    unmatched = unmatched_progress(run_dir, scenario.workload.progress_regex, events) if isinstance(
+        scenario.workload, CommandWorkload) and reason != EndReason.FAILED_TO_START else None
+    if unmatched and completed and checkpoint["matches_golden"].get("mode") == "not_checked":
+        checkpoint["matches_golden"]["why"] = "not checked: the run recorded no step to compare (see why)"
     if reason in _END_VERDICTS:
         verdict, why = _END_VERDICTS[reason], end.get("why", reason)
         cause = restart_loop_cause(events) if reason in (EndReason.RESTART_LOOP, EndReason.HUNG) else None
@@ -177,12 +184,14 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         late = failed_after_last_step(events) if reason == EndReason.HUNG and not cause else None
         if late:  # workers that died after the last step, restarted into a round nobody joins
             why += f"; {late}"
-    elif missing:  # a run whose planned fault did not happen proves nothing about that fault: never a pass
+        if unmatched:
+            why += f"; no training step was recorded: {unmatched}"
+    elif missing and not unmatched:  # a run whose planned fault did not happen proves nothing about that fault
         verdict = "error"
-        why = "planned fault(s) did not happen: " + "; ".join(
-            f"#{f['id']} {f['kind']}" + (f" on {f['target']}" if f.get("target") not in (None, "None") else "")
-            + f" ({f['outcome']}: {f['why_not_injected']})" for f in missing)
-        why += " (mark a fault optional: true when it may legitimately not happen)"
+        why = _plain_why(missing) + " (mark a fault optional: true when it may legitimately not happen)"
+    elif unmatched:  # nothing was measured: no expectation, pass or fail, means anything
+        verdict, why = "error", f"no training step was recorded: {unmatched}" + (
+            f" (and so: {_plain_why(missing)})" if missing else "")
     elif all(x["ok"] for x in expectations):
         verdict, why = "pass", "every expectation held"
     else:
@@ -225,6 +234,13 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         # what the history channel measured (clock skew) and carried; absent for a history written without it
         **({"channel": ch} if (ch := channel_summary(events)) is not None else {}),
     }
+
+
+def _plain_why(missing: list[dict[str, Any]]) -> str:
+    """The planned faults that did not happen, each with why."""
+    return "planned fault(s) did not happen: " + "; ".join(
+        f"#{f['id']} {f['kind']}" + (f" on {f['target']}" if f.get("target") not in (None, "None") else "")
+        + f" ({f['outcome']}: {f['why_not_injected']})" for f in missing)
 
 
 def resources_of(started: dict[str, Any]) -> dict[str, Any] | None:

@@ -29,8 +29,9 @@ import math
 from statistics import median
 from typing import Any
 
-from chaos.analysis.metrics import steps
+from chaos.analysis.metrics import scraped_row_spans, steps
 from chaos.analysis.steps import MISSING
+from chaos.events import Source
 
 WINDOWS = ("before", "during", "after")
 MARGIN = 2.0  # how many times another rank's figure the slow rank's must be
@@ -49,6 +50,8 @@ def _rows(events: list[Any]) -> list[dict[str, Any]]:
     cols = {name: table.values(name, MISSING) for name in ("t", "duration_s", "comm_s", "cpu_s", "cpu_wait_s",
                                                            "rank", "node", "pid")}
     last_end: dict[tuple[Any, Any], float] = {}
+    scraped = scraped_row_spans(table)  # a print-only job's steps: timed over the engine's reads
+    sources = table.values("source")
     out = []
     for i in sorted(range(len(table)), key=lambda i: cols["t"][i]):
         end = _num(cols["t"][i])
@@ -58,6 +61,10 @@ def _rows(events: list[Any]) -> list[dict[str, Any]]:
         duration = _num(cols["duration_s"][i])
         start = end - duration if duration is not None else last_end.get(proc)
         last_end[proc] = end
+        if i in scraped:
+            start, end = scraped[i]
+        elif sources[i] == Source.PROGRESS:
+            continue  # a print-only step without a span (its process's first read)
         if start is None:
             continue
         step_s = end - start

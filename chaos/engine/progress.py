@@ -13,10 +13,14 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from chaos.events import Ev, Source
+from chaos.events import NODE_BANNER, Ev, Source
 from chaos.history import Event, FileTail, HistoryWriter
 
 CHECKPOINT_SCAN_S = 0.25
+# A progress line repeating a step the current round printed this recently is another rank's copy of it (every rank
+# printing, no ``rank`` group in the regex), not a restart: a restarted round takes longer than this to print (a new
+# process imports torch and joins a rendezvous), and torchrun's failure lines mark it anyway.
+DUPLICATE_WINDOW_S = 3.0
 
 
 class LogProgress:
@@ -31,8 +35,19 @@ class LogProgress:
     again), so such a loop counts its restarts instead of looking like a hang.
     """
 
-    def __init__(self, progress_regex: str, log_paths: Mapping[str, Path], history: HistoryWriter):
+    def __init__(self, progress_regex: str, log_paths: Mapping[str, Path], history: HistoryWriter,
+                 clock: Callable[[], float] = time.monotonic):
         self._regex = re.compile(progress_regex)
+        self._clock = clock
+        # steps the current round printed (when): the same step printed again soon after, by another rank (in
+        # another node's log, or another local rank in this one), is that rank's copy of the line, not a new round
+        self._round_printed: dict[int, tuple[float, int]] = {}  # step -> (when, line number)
+        self._last_print_t = -float("inf")
+        self._last_line = 0  # the line number of the last step written
+        self._line = 0  # progress lines and start banners read, numbered
+        self._node_started: dict[str, int] = {}  # node -> the line number of its log's last start banner
+        self.duplicate_lines = 0  # progress lines dropped as other ranks' copies (no ``rank`` group to tell)
+        self.duplicate_nodes: set[str] = set()  # the logs whose lines were other ranks' copies of the printer's
         self._rank_group = "rank" in self._regex.groupindex
         self._tails = {name: FileTail(path) for name, path in log_paths.items()}
         self._incarnation = dict.fromkeys(log_paths, 0)
@@ -52,6 +67,10 @@ class LogProgress:
                 if node_logs is not None and node_logs.feed(name, line):
                     self.worker_failed(name)
                     continue
+                if line.startswith(NODE_BANNER):  # the runtime (re)started this node: what follows is new
+                    self._line += 1
+                    self._node_started[name] = self._line
+                    continue
                 m = self._regex.search(line)
                 if m:
                     self._printed(name, m)
@@ -61,14 +80,43 @@ class LogProgress:
         rank = int(m.group("rank")) if self._rank_group and m.group("rank") is not None else None
         if rank not in (None, 0):
             return  # one line per step: rank 0's (every rank prints the same global step)
+        now = self._clock()
+        self._line += 1
+        if not self._pending and self._copy_of_printed(name, step, now):
+            self.duplicate_lines += 1
+            if name != self._printer:
+                self.duplicate_nodes.add(name)
+            self._last_step[name] = step
+            return
         if self._pending or step <= self._last_step[name] or self._incarnation[name] == 0:
             self._start(name)
             self._pending = False
+            self._round_printed = {}
         self._printer, self._progressed = name, True
         self._last_step[name] = step
+        self._round_printed[step] = (now, self._line)
+        self._last_print_t, self._last_line = now, self._line
+        if len(self._round_printed) > 4096:  # only the last few seconds' steps can be copied
+            self._round_printed = {k: v for k, v in self._round_printed.items() if now - v[0] <= DUPLICATE_WINDOW_S}
         loss = m.groupdict().get("loss")
         self._history.write(Ev.STEP_COMPLETED, source=Source.PROGRESS, node=name,
                             pid=f"{name}:{self._incarnation[name]}", step=step, loss=float(loss) if loss else None)
+
+    def _copy_of_printed(self, name: str, step: int, now: float) -> bool:
+        """Whether a line is another rank's copy of the current round's progress (a regex without a ``rank``
+        group matches every rank's line): a step this round printed less than DUPLICATE_WINDOW_S ago, or, once
+        another node's log was seen copying the printer's, a step ahead of it from that node while the printer is
+        printing (the printer prints it in a moment; synchronous ranks never run apart without a restart)."""
+        printed = self._round_printed.get(step)
+        if printed is not None and now - printed[0] <= DUPLICATE_WINDOW_S and printed[1] > self._node_started.get(
+                name, 0):  # (a node the runtime restarted since prints a new round's lines)
+            # Another node's log: its rank's copy. The printer's own log (other local ranks): only a repeat of
+            # the latest step, as synchronous ranks print (a lower step is a restart, as without copies).
+            return name != self._printer or step == self._last_step[name]
+        return (name != self._printer and name in self.duplicate_nodes and self._printer is not None
+                and step > self._last_step[self._printer]
+                and now - self._last_print_t <= DUPLICATE_WINDOW_S
+                and self._node_started.get(name, 0) < self._last_line)
 
     def _start(self, name: str) -> None:
         self._incarnation[name] += 1
@@ -219,6 +267,7 @@ class ProgressObserver:
         self.node_logs = node_logs
         self._note = note
         self._fault_since_last_start = False
+        self._copies_noted = False
         self.max_step = 0
         self.first_step_t: float | None = None
         self.last_progress_t = now
@@ -254,6 +303,12 @@ class ProgressObserver:
             for e in events:  # the storage layer's loads tell it of new worker rounds before their first print
                 self._log_progress.observe(e)
             self._log_progress.scrape(self.node_logs)  # written to the history; read back just below
+            copies = self._log_progress.duplicate_nodes
+            if copies and not self._copies_noted:
+                self._copies_noted = True
+                self._note(f"progress lines come from several ranks ({', '.join(sorted(copies))} print the steps "
+                           "the first log prints): each step is counted once, from the first log that prints it; "
+                           "add a (?P<rank>...) group to workload.progress_regex to follow rank 0's lines only")
             more = list(self._tail.read_new())
             for e in more:
                 self._log_progress.observe(e)

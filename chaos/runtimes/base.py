@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
+from chaos.events import NODE_BANNER
 from chaos.plan import Addressing, NodePlan, Plan
 
 if TYPE_CHECKING:
@@ -260,7 +261,7 @@ class NodeLogs:
         if name in self._open:
             self._open.pop(name).close()
         fh = open(log, "ab")
-        fh.write(f"\n===== torch-chaos: starting {name}{f' on {where}' if where else ''} at {time.time():.3f}\n"
+        fh.write(f"\n{NODE_BANNER}{name}{f' on {where}' if where else ''} at {time.time():.3f}\n"
                  .encode())
         fh.flush()
         self._open[name] = fh

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from pydantic import Field
 
+from chaos.events import NODE_BANNER
 from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, with_local_rank
 from chaos.plan import (
     OWN_STACK_ENV,
@@ -238,7 +239,7 @@ class DockerRuntime(Runtime):
         log = self.log_path(node.name)
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as fh:
-            fh.write(f"\n===== torch-chaos: starting {node.name} at {time.time():.3f}\n".encode())
+            fh.write(f"\n{NODE_BANNER}{node.name} at {time.time():.3f}\n".encode())
         env = {**node.env, "PYTHONPATH": str(REPO_ROOT), TREE_VAR: f"{self.run_id}/{node.name}",
                ENGINE_VAR: engine_mark()}
         binds = {str(REPO_ROOT): {"bind": str(REPO_ROOT), "mode": "ro"},
