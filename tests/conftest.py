@@ -87,6 +87,28 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+FAST_TIER_WORKERS = 3
+
+
+def _fast_tier(config: pytest.Config) -> bool:
+    return "".join(config.getoption("markexpr", "").split()) == "notintegration"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The fast tier (exactly ``-m "not integration"``) runs three xdist workers, not the default two, unless the
+    command line names ``-n`` itself.
+
+    Its tests wait more than they compute (toy jobs that sleep, timeouts run out, pytest and CLI subprocesses): on
+    2 cores two workers kept the machine ~56 % busy and took ~60 s, three take ~47 s (both measured on 809 tests,
+    docs/design.md, "Test tiers"). The whole suite keeps two: its real clusters run alone, and its fast tests run
+    between them. Runs before xdist's own hook of the same name, which turns the worker count into processes."""
+    if not _fast_tier(config) or getattr(config.option, "numprocesses", None) != 2:
+        return
+    given = config.invocation_params.args
+    if any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) for arg in given):
+        return
+    config.option.numprocesses = FAST_TIER_WORKERS
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -95,7 +117,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     Every module there is marked ``integration`` as a whole (``tests/test_suite_coverage.py`` checks it), so
     ``-m "not integration"`` would deselect every test in it after importing it: ~20 modules imported and
     assertion-rewritten for nothing in each xdist worker. Any other ``-m`` collects them as before."""
-    if "".join(config.getoption("markexpr", "").split()) != "notintegration":
+    if not _fast_tier(config):
         return None
     path = collection_path.resolve()
     return True if path == INTEGRATION_DIR or INTEGRATION_DIR in path.parents else None

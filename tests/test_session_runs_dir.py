@@ -47,3 +47,21 @@ def test_the_shared_runs_go_with_a_passing_session_and_stay_after_a_failure(pyte
         assert f"shared kept (a test failed): {root}" in text, text
         (root / "run").rmdir()
         root.rmdir()
+
+
+def test_the_fast_tier_alone_gets_three_workers_unless_n_is_given() -> None:
+    from types import SimpleNamespace
+
+    from tests.conftest import FAST_TIER_WORKERS, pytest_cmdline_main
+
+    def workers(markexpr: str, *args: str) -> int:
+        config = SimpleNamespace(option=SimpleNamespace(numprocesses=2), invocation_params=SimpleNamespace(args=args),
+                                 getoption=lambda name, default=None: markexpr)
+        pytest_cmdline_main(config)  # type: ignore[arg-type]
+        return config.option.numprocesses  # type: ignore[no-any-return]
+
+    assert workers("not integration", "-m", "not integration") == FAST_TIER_WORKERS == 3
+    assert workers("not  integration") == 3
+    assert workers("", "tests") == 2 and workers("integration") == 2  # the whole suite, the real clusters: two
+    assert workers("not integration", "-n", "2") == workers("not integration", "-n2") == 2
+    assert workers("not integration", "--numprocesses=2") == 2
