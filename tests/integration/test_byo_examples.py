@@ -97,3 +97,25 @@ def test_missing_optimizer_state_diverges_far_above_the_noise_floor() -> None:
     assert golden["mode"] == "diverged" and golden["first_divergent_step"] == 152, golden
     # far beyond any noise band: the widest band torch-chaos ever allows is band_ceiling_rel (measured: ~1000x it)
     assert golden["max_rel_loss_diff"] > 100 * golden["band_ceiling_rel"], golden
+
+
+def test_a_correct_sharded_save_cut_short_by_a_crash_passes() -> None:
+    """torch.distributed.checkpoint (examples/byo/dcp_sharded_ddp.py): the node writing a shard of it_000120 dies
+    as the shard is created; the job resumes from it_000080 through its ``latest`` marker. One shard of it_000120
+    may have finished: that is not a whole save, so no false resumed_from_stale (found by a new user), and the
+    step is 80 from the directory's name, not 0 from the shard's."""
+    result, run_dir = run_scenario(byo("dcp-crash-during-save"))
+    assert result["verdict"] == "pass", verdicts(result, run_dir)
+    [fault] = result["faults"]
+    assert fault["restarted"] and fault["resumed_from"] == 80, fault
+    ck = result["checkpoint"]
+    assert ck["resumed_from_newest_valid"]["ok"] is True and ck["digests_ok"]["ok"] is True, ck
+    assert ck["matches_golden"]["ok"] is True, ck["matches_golden"]
+
+
+def test_a_marker_written_before_its_sharded_save_is_a_restart_loop_naming_the_missing_file() -> None:
+    result, run_dir = run_scenario(looping(byo("dcp-marker-first", golden=False)))
+    assert result["verdict"] == "restart_loop", verdicts(result, run_dir)
+    assert "it_000120/.metadata" in result["why"], result["why"]
+    # each restart loaded the marker and died before a step: what it resumed from is not judged, never "ok"
+    assert result["checkpoint"]["resumed_from_newest_valid"]["ok"] is None, result["checkpoint"]
