@@ -44,6 +44,11 @@ _STEP_WORD = re.compile(r"(?<![a-z])(?:global_step|steps?|iter(?:ation)?s?|it|ep
                         r"[-_ .]?(\d+)", re.IGNORECASE)
 
 
+def _parts(path: str) -> list[str]:
+    """The named parts of a relative path (no empty, ``.`` or ``..`` parts)."""
+    return [part for part in path.replace("\\", "/").split("/") if part not in ("", ".", "..")]
+
+
 def step_in_name(path: str) -> int | None:
     """The step a checkpoint file's path (relative to the checkpoint directory) names, or None.
 
@@ -52,7 +57,7 @@ def step_in_name(path: str) -> int | None:
     -> 40), else the last number of the file name (``model_150.pt`` -> 150). A sharded checkpoint is a directory
     per save whose files number their shards (``__0_0.distcp``, ``rank_1.pt``): the shard is not the step, and
     the save's step is in the directory's name."""
-    parts = [part for part in path.replace("\\", "/").split("/") if part not in ("", ".", "..")]
+    parts = _parts(path)
     for part in reversed(parts):
         found = _STEP_WORD.findall(part)
         if found:
@@ -63,7 +68,7 @@ def step_in_name(path: str) -> int | None:
 
 def _numbers(path: str) -> list[tuple[bool, int]]:
     """Every number of a relative path, innermost part first: (after a progress word, the number)."""
-    parts = [part for part in path.replace("\\", "/").split("/") if part not in ("", ".", "..")]
+    parts = _parts(path)
     found: list[tuple[bool, int]] = []
     for part in reversed(parts):
         words = {m.start(1) for m in _STEP_WORD.finditer(part)}
