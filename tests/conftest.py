@@ -47,6 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
     the caller chose (the variable already set) is used as it is and kept."""
     if hasattr(config, "workerinput"):
         return
+    _session_started[:] = [time.monotonic()]
     _cluster_lanes()  # a bad value stops the session here, once, not in every real-cluster test
     _write_bytecode()
     if not os.environ.get(GOLDEN_CACHE_ENV):
@@ -125,7 +126,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 # Files whose tests share real runs with another file's (tests/runs.py caches them per process): same worker.
 SHARES_RUNS_WITH = {"test_reports.py": "test_shipped_scenarios.py", "test_compare.py": "test_shipped_scenarios.py",
-                    "test_planted_bugs.py": "test_shipped_scenarios.py"}
+                    "test_planted_bugs.py": "test_shipped_scenarios.py",
+                    "test_recordings_reproduce.py": "test_shipped_scenarios.py"}
 
 
 def _group(item: pytest.Item) -> str:
@@ -138,9 +140,35 @@ def _group(item: pytest.Item) -> str:
     return f"{group}-{runtime}" if runtime else group
 
 
+FULL_OPTION = "--full"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(FULL_OPTION, action="store_true", default=False,
+                     help="run the whole matrix: also the tests marked `full`, which the gate (a plain `python -m "
+                          "pytest`) leaves out (docs/testing.md)")
+
+
+def full_matrix(config: pytest.Config) -> bool:
+    return bool(config.getoption(FULL_OPTION, default=False))
+
+
+def _leave_out_the_full_matrix(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without ``--full``, tests marked ``full`` are deselected (not skipped): the gate's summary counts only what it
+    ran, and ``--collect-only --full`` counts the whole matrix. Which tests are ``full`` is said in the test files."""
+    if full_matrix(config):
+        return
+    left_out = [item for item in items if item.get_closest_marker("full")]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not item.get_closest_marker("full")]
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own hook of this name)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Real-cluster tests: one xdist group per file (per runtime in the matrix), so runs they share stay cached."""
+    """The gate leaves out the tests marked ``full``; real-cluster tests: one xdist group per file (per runtime in
+    the matrix), so runs they share stay cached."""
+    _leave_out_the_full_matrix(config, items)
     for item in items:
         if item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.xdist_group(_group(item)))
@@ -272,6 +300,8 @@ def _busy_since(before: Any) -> float:  # psutil.cpu_times(): a platform-specifi
     return 1.0 - idle / total if total > 0 else 0.0
 
 
+TOP = 10  # the summary lists this many of the longest real-cluster tests
+_session_started: list[float] = []  # the controller's clock when the session began (the summary's wall time)
 MACHINE_TIME = "machine_s"  # a real-cluster test's (time holding the machine, busy share), lock waits excluded
 _machine_times: list[tuple[float, str, float]] = []  # (seconds, node id, busy share)
 
@@ -314,10 +344,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     total = sum(t for t, _, _ in _machine_times)
     idle = sum(t * (1.0 - busy) for t, _, busy in _machine_times)
-    terminalreporter.write_sep("=", f"real-cluster tests: {len(_machine_times)} held the machine {total / 60:.1f} min, "
-                                    f"its CPU {1 - idle / total:.0%} busy (idle: {idle / 60:.1f} min of the whole "
-                                    f"machine)")
-    for seconds, nodeid, busy in sorted(_machine_times, reverse=True)[:30]:
+    tier = "the whole matrix (--full)" if full_matrix(terminalreporter.config) else "the gate"
+    wall = time.monotonic() - _session_started[0] if _session_started else 0.0
+    terminalreporter.write_sep("=", f"{tier}: {wall / 60:.1f} min wall; {len(_machine_times)} real-cluster tests held "
+                                    f"the machine {total / 60:.1f} min, its CPU {1 - idle / total:.0%} busy (idle: "
+                                    f"{idle / 60:.1f} min of the whole machine)")
+    terminalreporter.write_line(f"the {min(TOP, len(_machine_times))} longest real-cluster tests (machine time, "
+                                "lock waits excluded):")
+    for seconds, nodeid, busy in sorted(_machine_times, reverse=True)[:TOP]:
         terminalreporter.write_line(f"{seconds:7.1f}s {busy:4.0%} busy  {nodeid}")
     if os.environ.get(TIMES_ENV):  # every test's figures, for the suite's budget (docs/design.md, "Test tiers")
         Path(os.environ[TIMES_ENV]).write_text(json.dumps(sorted(_machine_times, reverse=True), indent=0))

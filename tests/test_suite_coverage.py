@@ -5,6 +5,8 @@ A new scenario file that no test runs fails here, in the fast tier, instead of s
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from chaos.loading import shipped_scenarios_dir
@@ -59,3 +61,60 @@ def test_every_integration_module_is_marked_integration_as_a_whole() -> None:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
                 marked = "pytest.mark.integration" in ast.unparse(node.value)
         assert marked, f"{module.name}: pytestmark must include pytest.mark.integration"
+
+
+# What the gate (plain `python -m pytest`, CI) must keep of the real runs, whatever else moves to --full: a real
+# run for every runtime, every fault family and every use (docs/testing.md, "The gate"). Node ids under tests/.
+GATE_MUST_HOLD = {
+    "local runtime, elastic job, node crash (process faults)":
+        "integration/test_shipped_scenarios.py::test_quickstart_replaces_the_node_and_resumes_from_its_checkpoint",
+    "centralized job restarted by the engine":
+        "integration/test_shipped_scenarios.py::test_centralized_restart_by_the_engine",
+    "netns runtime, network fault":
+        "integration/test_runtime_matrix.py::test_impairment_slows_without_restart_and_heals_exactly[netns-delay]",
+    "docker runtime, every built-in node and network fault once (the tour)":
+        "integration/test_runtime_matrix.py::test_tour_kills_workers_by_signal_and_resumes_past_the_damaged_checkpoint"
+        "[docker]",
+    "a hung rank noticed by the process-group timeout":
+        "integration/test_hang.py::test_a_short_process_group_timeout_notices_the_stuck_rank",
+    "docker runtime, rendezvous store fault":
+        "integration/test_process_faults_docker.py::"
+        "test_documented_verdict_and_measured_outcome_in_containers[store/store-crash]",
+    "the Slurm container cluster":
+        "integration/test_slurm_runtime.py::test_slurm_runtime_node_crash_ctrl_c_and_cleanup",
+    "storage fault through the FUSE layer":
+        "integration/test_storage_faults.py::test_documented_verdict[storage/disk-full-during-save]",
+    "memory fault (the kernel's OOM killer)":
+        "integration/test_memory_faults.py::test_the_kernel_kills_a_worker_and_the_report_says_oom_killed",
+    "a bring-your-own script": "integration/test_bring_your_own.py::test_print_only_script_is_measured",
+    "a planted bug that must fail": "integration/test_planted_bugs.py::test_planted_bug_is_caught[stale-checkpoint]",
+    "the same job without the bug passes":
+        "integration/test_planted_bugs.py::test_same_scenario_with_the_correct_workload_passes[stale-checkpoint]",
+    "reports from a real run directory": "integration/test_reports.py::test_all_formats_from_the_run_directory_alone",
+    "Ctrl-C mid fault": "integration/test_teardown.py::test_signal_mid_fault_tears_everything_down[2]",
+    "engine SIGKILL + chaos cleanup":
+        "integration/test_teardown.py::test_cleanup_after_the_engine_is_sigkilled_mid_fault",
+    "the pytest plug-in on real (small) runs":
+        "test_pytest_plugin.py::test_scenario_files_are_collected_and_fail_with_the_verdict_table",
+    "an HTML report opened in headless Chromium": "test_recorded_runs.py::test_html_report_in_headless_chromium",
+}
+
+
+def collected(*args: str) -> set[str]:
+    """The node ids a pytest session with ``args`` would run (after the gate's deselection), from a collect-only
+    subprocess: the same hooks as a real session, nothing run."""
+    tests = Path(__file__).resolve().parent
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider",
+                          *args, str(tests / "integration"), str(tests / "test_pytest_plugin.py"),
+                          str(tests / "test_recorded_runs.py")],
+                         capture_output=True, text=True, cwd=tests.parent, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return {line.removeprefix("tests/") for line in out.stdout.splitlines() if "::" in line}
+
+
+def test_the_gate_keeps_a_real_run_of_every_runtime_fault_family_and_use_and_full_runs_everything() -> None:
+    gate, full = collected(), collected("--full")
+    missing = {what: node for what, node in GATE_MUST_HOLD.items() if node not in gate}
+    assert not missing, f"the gate lost what it must hold (tests/tiers.py): {missing}"
+    assert gate < full, "--full must run every test of the gate and more"
+    assert not [n for n in gate if n not in full]

@@ -9,6 +9,7 @@ import pytest
 
 from chaos.loading import parse_scenario
 from tests.runs import run_scenario
+from tests.tiers import FULL
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
@@ -62,6 +63,7 @@ limits: {{deadline_s: 240, stall_timeout_s: 60}}
     assert once["ok"] is None and "no step trained twice or skipped" in once["why"], once
 
 
+@FULL
 def test_a_crash_loop_on_a_damaged_snapshot_is_a_restart_loop_naming_file_and_error() -> None:
     """The node crashes, and its snapshot is truncated while it is down: every restarted worker dies loading it
     before printing a step. torchrun's failure lines and the storage layer's loads count the rounds, so this is a

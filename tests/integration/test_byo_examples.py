@@ -17,8 +17,10 @@ from chaos.loading import parse_scenario
 from chaos.scenario import Scenario
 from tests.byo_scenarios import byo_text
 from tests.runs import run_scenario
+from tests.tiers import FULL
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+# The whole file waits for --full: the gate's bring-your-own run is test_bring_your_own.py's.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers"), FULL]
 
 
 # A verdict of restart_loop comes after this many failed restarts (limits.restart_loop_restarts, 4 by default):

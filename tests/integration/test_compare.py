@@ -9,8 +9,10 @@ import pytest
 from chaos.compare import write_comparison
 from tests.comparison import assert_centralized_vs_elastic
 from tests.runs import run_shipped
+from tests.tiers import FULL
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+# The whole file waits for --full: compare is tested on recorded runs in the fast tier.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers"), FULL]
 
 
 def test_centralized_against_elastic(tmp_path: Path) -> None:

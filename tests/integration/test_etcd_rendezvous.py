@@ -21,8 +21,10 @@ import pytest
 
 from chaos.history import read_history
 from tests.runs import run_shipped, shipped
+from tests.tiers import FULL
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+# The whole file waits for --full: the gate's rendezvous fault is the docker store crash.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers"), FULL]
 
 CRASH = "rendezvous/etcd-member-and-node-crash"
 PARTITION = "rendezvous/etcd-member-partition"

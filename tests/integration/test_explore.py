@@ -16,8 +16,10 @@ from chaos.engine import run
 from chaos.explore import explore
 from chaos.loading import load_scenario, shipped_scenarios_dir
 from tests.runs import runs_root
+from tests.tiers import FULL
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+# The whole file waits for --full: explore's search is tested on a model in the fast tier.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers"), FULL]
 
 SCENARIO = shipped_scenarios_dir() / "bugs" / "explore-non-atomic-save.yaml"
 

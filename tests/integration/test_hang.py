@@ -21,7 +21,9 @@ import pytest
 from chaos.history import read_history
 from chaos.marks import marked_processes
 from tests.runs import run_scenario, shipped, wait_for
+from tests.tiers import FULL
 
+# The gate's hang: the main thread stuck, noticed by the process-group timeout (~20 s); the rest waits for --full.
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
 EXPECTED_VERDICT = {
@@ -61,6 +63,7 @@ def test_a_short_process_group_timeout_notices_the_stuck_rank() -> None:
     assert healed["restored"] is True and not list((run_dir / "events.jsonl.acks").glob("hang-*"))
 
 
+@FULL
 def test_without_a_timeout_the_job_hangs_and_the_verdict_names_the_stopped_worker() -> None:
     result, run_dir = run("process/hang-unnoticed")
     assert result["verdict"] == EXPECTED_VERDICT["process/hang-unnoticed"], (result["why"], run_dir)
@@ -86,6 +89,7 @@ limits: {deadline_s: 200, stall_timeout_s: 150}
 """
 
 
+@FULL
 def test_cleanup_finds_the_stopped_worker_after_the_engine_is_sigkilled(tmp_path: Path) -> None:
     scenario = tmp_path / "sigkill-me-hang.yaml"
     scenario.write_text(SIGKILL_ME)

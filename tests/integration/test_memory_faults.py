@@ -24,6 +24,7 @@ from chaos.marks import marked_processes
 from chaos.reports.model import build_report
 from chaos.reports.text import summary_rows
 from tests.runs import run_shipped, wait_for
+from tests.tiers import FULL, tiered
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
@@ -31,6 +32,8 @@ EXPECTED_VERDICT = {
     "process/oom-kill": "pass",
     "process/memory-pressure": "pass",
 }
+# The gate's memory run: the kernel's OOM killer under a node's memory limit (one run, two tests).
+GATE = {"process/oom-kill"}
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +52,7 @@ def oom_events(run_dir: Path) -> list[dict[str, Any]]:
     return [e for e in read_history(run_dir / "events.jsonl") if e.get("event") == "oom_killed"]
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_VERDICT))
+@pytest.mark.parametrize("name", tiered(sorted(EXPECTED_VERDICT), GATE))
 def test_documented_verdict_and_nothing_left(name: str) -> None:
     result, run_dir = run_shipped(name)
     assert result["verdict"] == EXPECTED_VERDICT[name], (result["why"], run_dir)
@@ -83,12 +86,14 @@ def test_the_kernel_kills_a_worker_and_the_report_says_oom_killed() -> None:
     assert len(oom_rows) == len(kills) and f"node1 pid {kill['pid']} (worker" in oom_rows[0], oom_rows
 
 
+@FULL
 def test_a_sigkill_crash_is_not_reported_as_an_oom_kill() -> None:
     result, run_dir = run_shipped("elastic-worker-crash")
     assert oom_events(run_dir) == [] and "oom_kills" not in result["faults"][0]
     assert "OOM-killed by the kernel" not in dict(summary_rows(build_report(run_dir)))
 
 
+@FULL
 def test_memory_pressure_records_what_the_kernel_did() -> None:
     result, run_dir = run_shipped("process/memory-pressure")
     history = read_history(run_dir / "events.jsonl")
@@ -112,6 +117,7 @@ limits: {deadline_s: 300, stall_timeout_s: 200}
 """
 
 
+@FULL
 def test_cleanup_after_the_engine_is_sigkilled_with_a_limit_in_place(tmp_path: Path) -> None:
     scenario = tmp_path / "sigkill-me.yaml"
     scenario.write_text(SIGKILL_ME)

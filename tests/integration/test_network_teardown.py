@@ -24,9 +24,11 @@ from chaos.loading import parse_scenario
 from chaos.marks import marked_processes
 from tests.conftest import network_objects
 from tests.runs import wait_for
+from tests.tiers import FULL
 
 # alone: the checks compare every torch-chaos process and the host's rules and qdiscs, whoever made them
-pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.usefixtures("no_leftovers")]
+# The whole file waits for --full: the gate's teardown runs are test_teardown.py's.
+pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.usefixtures("no_leftovers"), FULL]
 
 NETWORK_FAULTS_FOR_MINUTES = """\
 name: kill-me-mid-network-fault

@@ -11,8 +11,10 @@ import pytest
 
 from chaos.engine import Engine
 from chaos.loading import parse_scenario
+from tests.tiers import FULL
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+# The whole file waits for --full.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers"), FULL]
 
 # Each worker prints its own cores and its parent's (the torchrun agent that started it).
 SCRIPT = """\

@@ -7,6 +7,7 @@ import pytest
 
 from chaos.loading import load_scenario, shipped_scenarios_dir
 from tests.runs import SHORT_STEPS, run_once, run_scenario, run_shipped, shipped
+from tests.tiers import FULL, tiered
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
@@ -23,13 +24,15 @@ EXPECTED = {
 }
 PROBLEM = {"non-atomic-save": "loaded_corrupt", "no-digest-check": "loaded_corrupt",
            "stale-checkpoint": "resumed_from_stale"}
+# The gate's planted bug: a stale resume (its checker must fail it), and the same job without the bug (must pass).
+GATE = {"stale-checkpoint"}
 
 
 def failing(result: dict) -> set[str]:
     return {name for name, v in result["checkpoint"].items() if v["ok"] is False}
 
 
-@pytest.mark.parametrize("bug", sorted(EXPECTED))
+@pytest.mark.parametrize("bug", tiered(sorted(EXPECTED), GATE))
 def test_planted_bug_is_caught(bug: str) -> None:
     result, run_dir = run_shipped(f"bugs/{bug}")
     verdict, expected_failures = EXPECTED[bug]
@@ -45,7 +48,7 @@ def test_planted_bug_is_caught(bug: str) -> None:
         assert sum(v["skipped"].values()) > 0
 
 
-@pytest.mark.parametrize("bug", sorted(EXPECTED))
+@pytest.mark.parametrize("bug", tiered(sorted(EXPECTED), GATE))
 def test_same_scenario_with_the_correct_workload_passes(bug: str) -> None:
     """Without its bug, four of the six scenarios are the same job (one crash at step 170): it runs once."""
     scenario = load_scenario(shipped_scenarios_dir() / "bugs" / f"{bug}.yaml")
@@ -60,6 +63,7 @@ def test_same_scenario_with_the_correct_workload_passes(bug: str) -> None:
     assert result["faults"] and all(f["mechanism"] for f in result["faults"])
 
 
+@FULL
 @pytest.mark.slow
 @pytest.mark.flaky(reruns=0)  # a false alarm one run in three must fail here, not pass on a rerun
 def test_repeated_quickstart_raises_no_false_alarm() -> None:

@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.tiers import FULL
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "torch-chaos-wipe-checkpoints"
 RUNTIME_EXAMPLE = EXAMPLE.parent / "torch-chaos-subprocess-runtime"
 
-pytestmark = pytest.mark.integration
+# The whole file waits for --full: the registry's plug-in tests run in the fast tier.
+pytestmark = [pytest.mark.integration, FULL]
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,10 @@ import pytest
 from chaos.analysis.noise import BAND_CEILING
 from tests.noise_scenarios import CRASH_AT, SAVE_EVERY, plain_ddp
 from tests.runs import run_scenario
+from tests.tiers import FULL
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+# The whole file waits for --full: the gate's bring-your-own run is test_bring_your_own.py's.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers"), FULL]
 
 
 def test_a_correct_stock_ddp_resume_is_within_the_measured_noise() -> None:

@@ -17,6 +17,7 @@ import pytest
 from chaos.analysis.result_json import analyze
 from chaos.history import read_history
 from tests.runs import run_shipped, steps_run
+from tests.tiers import FULL, tiered
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
@@ -36,11 +37,15 @@ EXPECTED_VERDICT = {
 }
 
 
+# The gate's local runs: the elastic quickstart (a node crash) and the centralized crash; the rest wait for --full.
+GATE = {"quickstart", "centralized-crash"}
+
+
 def events_of(run_dir: Path, name: str) -> list[dict]:
     return [e for e in read_history(run_dir / "events.jsonl") if e.get("event") == name]
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_VERDICT))
+@pytest.mark.parametrize("name", tiered(sorted(EXPECTED_VERDICT), GATE))
 def test_documented_verdict(name: str) -> None:
     result, run_dir = run_shipped(name)
     assert result["verdict"] == EXPECTED_VERDICT[name], (result["why"], run_dir)
@@ -50,7 +55,7 @@ def test_documented_verdict(name: str) -> None:
     assert {"scenario.yaml", "plan.yaml", "events.jsonl", "result.json", "logs"} <= {p.name for p in run_dir.iterdir()}
 
 
-@pytest.mark.parametrize("name", [n for n, v in EXPECTED_VERDICT.items() if v == "pass"])
+@pytest.mark.parametrize("name", tiered([n for n, v in EXPECTED_VERDICT.items() if v == "pass"], GATE))
 def test_recovery_measured_and_lost_steps_bounded(name: str) -> None:
     result, _ = run_shipped(name)
     assert result["steps_completed"] == steps_run(name)
@@ -84,6 +89,7 @@ def test_quickstart_replaces_the_node_and_resumes_from_its_checkpoint() -> None:
     assert exits[0]["code"] == -9 and exits[0]["will_replace"]
 
 
+@FULL
 def test_worker_crash_keeps_the_agent() -> None:
     result, run_dir = run_shipped("elastic-worker-crash")
     assert result["node_replacements"] == 0
@@ -91,6 +97,7 @@ def test_worker_crash_keeps_the_agent() -> None:
     assert result["faults"][0]["restarted"]
 
 
+@FULL
 def test_node_lost_for_good_finishes_on_two_nodes() -> None:
     result, run_dir = run_shipped("elastic-node-crash-no-replace")
     fault_t = result["faults"][0]["t_injected"]
@@ -99,6 +106,7 @@ def test_node_lost_for_good_finishes_on_two_nodes() -> None:
     assert result["node_replacements"] == 0
 
 
+@FULL
 def test_rendezvous_host_crash_kills_the_whole_job() -> None:
     result, run_dir = run_shipped("elastic-rendezvous-host-crash")
     assert result["end_reason"] == "failed"
@@ -109,12 +117,14 @@ def test_rendezvous_host_crash_kills_the_whole_job() -> None:
     assert result["steps_completed"] < steps_run("elastic-rendezvous-host-crash")
 
 
+@FULL
 def test_dedicated_store_survives_the_same_crash() -> None:
     result, run_dir = run_shipped("elastic-dedicated-store-node-crash")
     assert result["faults"][0]["target"] == "node0"
     assert not [e for e in events_of(run_dir, "node_exited") if e["node"] == "store"]
 
 
+@FULL
 def test_freeze_is_healed_and_the_node_rejoins() -> None:
     result, run_dir = run_shipped("elastic-freeze")
     [fault] = result["faults"]
@@ -131,6 +141,7 @@ def test_centralized_restart_by_the_engine() -> None:
     assert loads and loads[0]["step"] == result["faults"][0]["resumed_from"]
 
 
+@FULL
 def test_crash_lands_inside_the_checkpoint_save() -> None:
     result, run_dir = run_shipped("crash-during-checkpoint-save")
     [fault] = result["faults"]
@@ -144,6 +155,7 @@ def test_crash_lands_inside_the_checkpoint_save() -> None:
     assert result["checkpoint"]["resumed_from_newest_valid"]["ok"]
 
 
+@FULL
 def test_corrupted_newest_checkpoint_is_rejected_and_previous_one_used() -> None:
     result, run_dir = run_shipped("corrupt-latest-checkpoint")
     corrupt, crash = result["faults"]
@@ -155,6 +167,7 @@ def test_corrupted_newest_checkpoint_is_rejected_and_previous_one_used() -> None
     assert crash["resumed_from"] == damaged - CHECKPOINT_EVERY
 
 
+@FULL
 def test_default_timeouts_are_measured_with_torchrun_defaults() -> None:
     result, run_dir = run_shipped("elastic-default-timeouts")
     settings = result["environment"]["elastic_settings"]
@@ -164,7 +177,7 @@ def test_default_timeouts_are_measured_with_torchrun_defaults() -> None:
     assert "last_call_timeout=30" in plan_argv
 
 
-@pytest.mark.parametrize("name", [n for n, v in EXPECTED_VERDICT.items() if v == "pass"])
+@pytest.mark.parametrize("name", tiered([n for n, v in EXPECTED_VERDICT.items() if v == "pass"], GATE))
 def test_correct_workload_passes_every_checkpoint_verdict(name: str) -> None:
     result, _ = run_shipped(name)
     for verdict, entry in result["checkpoint"].items():

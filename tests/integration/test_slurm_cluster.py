@@ -22,8 +22,10 @@ import pytest
 from chaos.cli import main
 from chaos.cluster import slurm
 from chaos.cluster.spec import AGENT_FILE, STATE_DIR_ENV, state_path
+from tests.tiers import FULL
 
-pytestmark = [pytest.mark.integration]
+# The whole file waits for --full: the gate's Slurm run is test_slurm_runtime.py's node crash.
+pytestmark = [pytest.mark.integration, FULL]
 
 NODES = 3
 

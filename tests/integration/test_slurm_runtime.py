@@ -37,6 +37,7 @@ import pytest
 from chaos.cluster import slurm as cluster_slurm
 from chaos.cluster.spec import STATE_DIR_ENV
 from chaos.plan import REPO_ROOT
+from tests.tiers import FULL
 
 pytestmark = [pytest.mark.integration]
 
@@ -222,6 +223,7 @@ def test_slurm_runtime_node_crash_ctrl_c_and_cleanup(docker_client: Any, tmp_pat
                   f"{fault['recovery_s']:.1f} s ({fault['mechanism']})")
 
 
+@FULL
 @pytest.mark.slow
 def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,10 +9,12 @@ import pytest
 
 from chaos.engine import Engine
 from chaos.loading import parse_scenario
+from tests.tiers import FULL
 
 BROKEN = Path(__file__).resolve().parents[1] / "broken"
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+# The whole file waits for --full.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers"), FULL]
 
 
 def test_elastic_job_that_cannot_start(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from chaos.history import read_history
 from tests.runs import run_shipped
+from tests.tiers import FULL, tiered
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
@@ -29,6 +30,8 @@ EXPECTED_VERDICT = {
     "storage/lost-writes": "pass",
     "storage/lost-writes-no-fsync": "fail",
 }
+# The gate's storage run: a full disk during a save, in the FUSE storage layer (one run, two tests).
+GATE = {"storage/disk-full-during-save"}
 FAILING = {"storage/disk-full-non-atomic-save": {"digests_ok": "loaded_corrupt"},
            "storage/lost-writes-no-fsync": {"resumed_from_newest_valid": "lost_all_progress"}}
 
@@ -52,7 +55,7 @@ def failing(result: dict[str, Any]) -> dict[str, str | None]:
     return {k: v.get("verdict") for k, v in result["checkpoint"].items() if v["ok"] is False}
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_VERDICT))
+@pytest.mark.parametrize("name", tiered(sorted(EXPECTED_VERDICT), GATE))
 def test_documented_verdict(name: str) -> None:
     result, run_dir = run(name)
     assert result["verdict"] == EXPECTED_VERDICT[name], (result["why"], run_dir)
@@ -71,17 +74,20 @@ def test_a_full_disk_fails_the_save_in_the_layer_and_the_job_resumes_from_the_pr
     assert any(e.get("event") == "fault_healed" and e.get("restored") is True for e in history)
 
 
+@FULL
 def test_a_slow_store_costs_goodput_not_correctness() -> None:
     result, _ = run("storage/slow-checkpoint-store")
     assert result["restarts"] == 0 and result["goodput"] is not None and result["goodput"] <= 0.6
     assert result["checkpoint"]["matches_golden"]["mode"] == "bitwise"
 
 
+@FULL
 def test_a_stalled_fsync_hangs_the_job_and_names_the_node() -> None:
     result, _ = run("storage/fsync-stall-hangs")
     assert result["end_reason"] == "hung" and "node0" in result["why"] and "fsync" in result["why"], result["why"]
 
 
+@FULL
 def test_power_loss_cuts_only_what_was_never_fsynced() -> None:
     correct, _ = run("storage/lost-writes")
     broken, _ = run("storage/lost-writes-no-fsync")

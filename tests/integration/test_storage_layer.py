@@ -15,8 +15,10 @@ from chaos.history import read_history
 from chaos.loading import parse_scenario
 from chaos.storage.mounts import chaos_mounts
 from tests.runs import run_scenario
+from tests.tiers import FULL
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+# The whole file waits for --full: the gate's storage run is test_storage_faults.py's full disk.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers"), FULL]
 
 SCRIPT = Path(__file__).resolve().parent.parent / "byo" / "ddp_snapshot.py"
 

@@ -18,8 +18,10 @@ import pytest
 from chaos.history import read_history
 from chaos.loading import load_scenario, resolve_scenario_path
 from tests.runs import run_shipped
+from tests.tiers import FULL
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+# The whole file waits for --full: the gate's store fault is the docker store crash (test_process_faults_docker.py).
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers"), FULL]
 
 EXPECTED_VERDICT = {
     "store/store-crash": "fail",

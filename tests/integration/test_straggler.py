@@ -22,8 +22,10 @@ from chaos.marks import marked_processes
 from chaos.reports.model import build_report
 from chaos.reports.text import summary_rows
 from tests.runs import run_shipped, wait_for
+from tests.tiers import FULL
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+# The whole file waits for --full (the gate keeps one run per fault family, not per kind).
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers"), FULL]
 
 EXPECTED_VERDICT = {"process/straggler": "pass"}
 

@@ -16,6 +16,7 @@ import pytest
 from chaos.history import read_history
 from chaos.marks import marked_processes
 from tests.runs import wait_for
+from tests.tiers import FULL
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
 
@@ -52,7 +53,7 @@ def start_frozen_run(tmp_path: Path, output: int | None) -> tuple[subprocess.Pop
     return proc, out, run_id
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=FULL)])  # Ctrl-C gates
 def test_signal_mid_fault_tears_everything_down(tmp_path: Path, sig: signal.Signals) -> None:
     proc, out, run_id = start_frozen_run(tmp_path, subprocess.PIPE)
     try:

@@ -1,0 +1,27 @@
+"""Which real-cluster tests gate every change, and which wait for ``python -m pytest --full`` (the whole matrix).
+
+The gate (plain ``python -m pytest``, what CI runs) keeps one real run for every runtime, fault family and use
+(docs/testing.md, "The gate"); every other real run carries the ``full`` mark, in its own test file, so what a
+file leaves to ``--full`` is read where its tests are. ``tests/test_suite_coverage.py`` checks the gate still holds
+what it must. A parametrized test puts the gate's cases in the gate and marks the rest, with :func:`tiered`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+FULL = pytest.mark.full
+
+
+def tiered(values: Iterable[Any], gate: Iterable[Any]) -> list[Any]:
+    """``values`` as parameters for ``pytest.mark.parametrize``: those in ``gate`` as they are, the rest marked
+    ``full``. A name in ``gate`` that is not among ``values`` is a mistake (a renamed scenario would silently leave
+    the gate), so it raises at collection."""
+    values, gate = list(values), set(gate)
+    unknown = gate - set(values)
+    if unknown:
+        raise ValueError(f"gate names {sorted(unknown)} that are not parameters of this test: {values}")
+    return [v if v in gate else pytest.param(v, marks=FULL) for v in values]
