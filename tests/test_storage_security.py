@@ -155,3 +155,276 @@ def _sha(path: Path) -> str:
 
 def _json(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+# ------------------------------------------------------------------------------------ corrupt_checkpoint
+
+def _corrupt(directory: Path, mode: str) -> str:
+    from chaos.faults.base import FaultContext
+    from chaos.registry import fault_kind, fault_plugins
+
+    spec = fault_plugins()["corrupt_checkpoint"].options(kind="corrupt_checkpoint", at_step=5, mode=mode)
+    ctx = FaultContext(None, spec, None, directory, None, fault_id=0)  # type: ignore[arg-type]
+    return fault_kind("corrupt_checkpoint").inject(ctx)
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    """A file outside the run that a planted link names."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    path = elsewhere / "victim.bin"
+    path.write_bytes(os.urandom(4096))
+    return path
+
+
+def _checkpoints(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ckpt_000100.pt").write_bytes(os.urandom(2048))
+
+
+@pytest.mark.parametrize("mode", ["flip", "truncate"])
+@pytest.mark.parametrize("through", ["plain", "fuse"])
+def test_a_planted_link_to_a_file_outside_is_refused_and_the_file_is_untouched(
+        mode: str, through: str, victim: Path, open_base: Path) -> None:
+    from chaos.faults.corrupt_checkpoint import Refused
+
+    ckpt = open_base / "ckpt"
+    _checkpoints(ckpt)
+    (ckpt / "ckpt_999999.pt").symlink_to(victim)
+    before = _sha(victim)
+    if through == "fuse":
+        if fuse_problem() is not None:
+            pytest.skip(f"no FUSE here: {fuse_problem()}")
+        with mounted(open_base) as mount, pytest.raises(Refused, match=r"ckpt_999999.pt is a symbolic link to .*"
+                                                                       r"victim.bin, outside the checkpoint"):
+            _corrupt(mount, mode)
+    else:
+        with pytest.raises(Refused, match="outside the checkpoint directory"):
+            _corrupt(ckpt, mode)
+    assert _sha(victim) == before and victim.stat().st_size == 4096
+
+
+def test_a_link_planted_in_an_allowed_directory_or_on_the_way_is_refused(victim: Path, tmp_path: Path) -> None:
+    """A checkpoint directory in allow_paths (absolute, outside the run) gets the same; and a checkpoint directory
+    swapped for a link after the plan resolved it is not followed."""
+    from chaos.faults.corrupt_checkpoint import Refused
+
+    allowed = tmp_path / "data" / "ckpts"
+    _checkpoints(allowed)
+    (allowed / "ckpt_999999.pt").symlink_to(victim)
+    before = _sha(victim)
+    with pytest.raises(Refused):
+        _corrupt(allowed, "flip")
+    (allowed / "ckpt_999999.pt").unlink()
+    swapped = tmp_path / "data" / "moved"
+    allowed.rename(swapped)
+    allowed.symlink_to(victim.parent)  # the planned directory is now a link to elsewhere
+    (victim.parent / "ckpt_5.pt").symlink_to(victim)
+    (victim.parent / "ckpt_999999.pt").write_bytes(b"not the run's")
+    with pytest.raises(Refused, match="cannot be opened without following a link"):
+        _corrupt(allowed, "truncate")
+    assert _sha(victim) == before and (victim.parent / "ckpt_999999.pt").read_bytes() == b"not the run's"
+
+
+def test_a_hard_link_to_a_file_outside_is_refused_one_inside_is_damaged(victim: Path, tmp_path: Path) -> None:
+    from chaos.faults.corrupt_checkpoint import Refused
+
+    ckpt = tmp_path / "ckpt"
+    _checkpoints(ckpt)
+    os.link(victim, ckpt / "ckpt_999999.pt")
+    before = _sha(victim)
+    with pytest.raises(Refused, match="has 2 hard links and only 1 of them are in the checkpoint directory"):
+        _corrupt(ckpt, "flip")
+    assert _sha(victim) == before
+    (ckpt / "ckpt_999999.pt").unlink()
+    os.link(ckpt / "ckpt_000100.pt", ckpt / "latest_000100.pt")  # both names inside: a checkpoint of the run's own
+    size = (ckpt / "ckpt_000100.pt").stat().st_size
+    assert "truncated" in _corrupt(ckpt, "truncate")
+    assert (ckpt / "ckpt_000100.pt").stat().st_size == size // 2
+
+
+def test_a_link_inside_the_checkpoint_directory_damages_its_target(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    _checkpoints(ckpt)
+    (ckpt / "latest_000200.pt").symlink_to("ckpt_000100.pt")
+    data = (ckpt / "ckpt_000100.pt").read_bytes()
+    assert "ckpt_000100.pt" in _corrupt(ckpt, "flip")
+    assert (ckpt / "ckpt_000100.pt").read_bytes() != data
+
+
+def test_in_the_engine_a_refused_corruption_is_a_failed_fault_with_the_reason(victim: Path, tmp_path: Path) -> None:
+    from chaos.scenario import make_fault
+    from tests.test_engine_parts import Run
+
+    run = Run(tmp_path, [make_fault(kind="corrupt_checkpoint", at_step=5)], nodes=1)
+    ckpt = tmp_path / "ckpt"
+    _checkpoints(ckpt)
+    (ckpt / "ckpt_999999.pt").symlink_to(victim)
+    run.plan.checkpoint_dir = ckpt
+    before = _sha(victim)
+    run.nodes.start_cluster()
+    run.job("step_completed", step=5, pid=7)
+    run.tick(now=1.0)
+    engine = run.engine_events()
+    assert not [e for e in engine if e["event"] == "fault_injected"]
+    [failed] = [e for e in engine if e["event"] == "fault_failed"]
+    assert "Refused" in failed["why"] and "outside the checkpoint directory" in failed["why"]
+    assert _sha(victim) == before
+
+
+# ------------------------------------------------------------------------------------ lost_writes
+
+@needs_fuse
+def test_lost_writes_follows_a_renamed_directory_and_never_truncates_through_the_link_left_in_its_place(
+        open_base: Path, tmp_path: Path) -> None:
+    """The workload writes step_5/model.pt (never fsynced), renames step_5 to kept, and puts a link to a directory
+    outside where step_5 was: the power loss cuts kept/model.pt, and the file outside keeps every byte."""
+    import sys
+
+    from chaos.storage.control import StorageControl
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "model.pt").write_bytes(os.urandom(8192))
+    before = _sha(outside / "model.pt")
+    with mounted(open_base) as mount:
+        code = (f"import os; d = {str(mount)!r}; os.mkdir(d + '/step_5'); "
+                "open(d + '/step_5/model.pt', 'wb').write(b'x' * 1000); "
+                f"os.rename(d + '/step_5', d + '/kept'); os.symlink({str(outside)!r}, d + '/step_5')")
+        subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "CHAOS_NODE": "node1"})
+        report = open_base / ".storage" / "lost_writes-1.json"
+        StorageControl(open_base / ".storage").apply({"fault_id": 1, "kind": "lost_writes", "node": "node1",
+                                                      "paths": "*", "report": str(report)})
+        said = _json(report)
+    assert _sha(outside / "model.pt") == before
+    assert said["truncated"] == [{"path": "kept/model.pt", "bytes": 1000, "kept": 0}]
+    assert (open_base / "ckpt" / "kept" / "model.pt").stat().st_size == 0
+
+
+def test_lost_writes_refuses_a_file_swapped_for_a_link_and_the_fault_does_not_happen(tmp_path: Path) -> None:
+    from chaos.storage.rules import Rules
+
+    backing, outside = tmp_path / "backing", tmp_path / "outside.bin"
+    backing.mkdir()
+    outside.write_bytes(b"y" * 5000)
+    rules = Rules(backing)
+    rules.check("open_write", "model.pt", "node1")
+    (backing / "model.pt").write_bytes(b"x" * 100)
+    rules.wrote("model.pt", "node1", 0, 100)
+    (backing / "model.pt").unlink()
+    (backing / "model.pt").symlink_to(outside)
+    report = tmp_path / "report.json"
+    rules.install({"version": 1, "rules": [{"fault_id": 1, "kind": "lost_writes", "node": "node1",
+                                            "report": str(report)}]})
+    [entry] = _json(report)["truncated"]
+    assert entry["refused"] and "symbolic link" in entry["error"]
+    assert outside.read_bytes() == b"y" * 5000
+
+
+def test_state_follows_a_directory_rename(tmp_path: Path) -> None:
+    from chaos.storage.rules import Rules
+
+    rules = Rules(tmp_path)
+    rules.wrote("a/b/model.pt", "node1", 0, 10)
+    rules.wrote("a/other.pt", "node1", 0, 10)
+    rules.wrote("c/old.pt", "node1", 0, 10)
+    rules.renamed("a", "c")
+    assert sorted(rules.files) == ["c/b/model.pt", "c/other.pt"]
+
+
+# ------------------------------------------------------------------------------------ validation
+
+SCENARIO = "name: t\ncluster: {{mode: elastic, nodes: 2}}\n{allow}workload: {{name: ddp-mlp}}\nfaults: [{fault}]\n"
+
+
+@pytest.mark.parametrize("entry", ["/dev", "/etc", "/proc", "/usr", "/root", "/var/lib/docker", "/", "/sys/fs",
+                                   "/var", "/run/user", "/lib64"])
+def test_allow_paths_refuses_system_trees(entry: str) -> None:
+    from chaos.loading import ScenarioInvalid, parse_scenario
+
+    with pytest.raises(ScenarioInvalid, match=r"allow_paths\[0\]: .*(system directory|filesystem root)"):
+        parse_scenario(SCENARIO.format(allow=f"allow_paths: [{entry}]\n", fault=""))
+
+
+def test_allow_paths_refuses_a_link_to_a_system_tree_and_accepts_a_directory_of_ones_own(tmp_path: Path) -> None:
+    from chaos.loading import ScenarioInvalid, parse_scenario
+
+    (tmp_path / "innocent").symlink_to("/etc")
+    with pytest.raises(ScenarioInvalid, match=r"allow_paths\[0\]: .* resolves to /etc\) is or holds the system"):
+        parse_scenario(SCENARIO.format(allow=f"allow_paths: [{tmp_path / 'innocent'}]\n", fault=""))
+    parse_scenario(SCENARIO.format(allow=f"allow_paths: [{tmp_path / 'data'}]\n", fault=""))
+
+
+@pytest.mark.parametrize("fault", [
+    "{kind: disk_full, at_step: 5, paths: '/etc/*'}",
+    "{kind: io_error, at_step: 5, paths: '../x/*'}",
+    "{kind: slow_io, at_step: 5, latency: 1ms, paths: 'a/../../b'}",
+    "{kind: lost_writes, at_step: 5, target: 0, paths: /x}",
+])
+def test_storage_fault_paths_must_stay_in_the_checkpoint_directory(fault: str) -> None:
+    from chaos.loading import ScenarioInvalid, parse_scenario
+
+    with pytest.raises(ScenarioInvalid, match=r"faults\[0\]\.paths: expected a glob relative to the checkpoint"):
+        parse_scenario(SCENARIO.format(allow="", fault=fault))
+    parse_scenario(SCENARIO.format(allow="", fault="{kind: disk_full, at_step: 5, paths: 'step_*/*.pt'}"))
+
+
+def test_the_layer_refuses_a_rule_whose_paths_leave_the_directory(tmp_path: Path) -> None:
+    from chaos.storage.rules import RuleError, Rules
+
+    with pytest.raises(RuleError, match="paths: expected a glob relative"):
+        Rules(tmp_path).install({"version": 1, "rules": [{"fault_id": 1, "kind": "disk_full", "paths": "/etc/*"}]})
+
+
+# ------------------------------------------------------------------------------------ a rule that matched nothing
+
+def test_a_storage_rule_that_matched_nothing_is_a_fault_that_did_not_happen(tmp_path: Path) -> None:
+    """disk_full on paths the job never writes: the layer counts no match, the heal says so, and result.json has
+    the fault as not injected (no_effect) with the reason, and the run does not pass."""
+    from chaos.analysis.result_json import build_result
+    from chaos.events import Ev, Source
+    from chaos.loading import parse_scenario
+    from chaos.storage.rules import Rules
+    from tests.histories import H
+
+    rules = Rules(tmp_path)
+    rules.install({"version": 1, "rules": [{"fault_id": 0, "kind": "disk_full", "paths": "never/*"},
+                                           {"fault_id": 1, "kind": "disk_full", "paths": "*.pt",
+                                            "after_bytes": 10**9}]})
+    rules.check("write", "step_5.pt", "node0", 100)
+    assert rules.matched == {0: 0, 1: 1}
+
+    scenario = parse_scenario(SCENARIO.format(allow="", fault="{kind: disk_full, at_step: 5, paths: 'never/*'}"))
+    h = H().start(2).steps(1, 5).fault(0, kind="disk_full")
+    h.events[-1]["details"] = {"paths": "never/*"}
+    h.events[0]["plan"] = {"faults": [{"id": 0, "kind": "disk_full", "target": "storage"}]}
+    h.steps(6, 10)
+    h.events.append({"t": h.t, "source": Source.ENGINE, "event": Ev.FAULT_HEALED, "fault_id": 0,
+                     "kind": "disk_full", "at_teardown": True, "restored": True, "matched": 0})
+    events = h.finish(10).end()
+    result = build_result(Path("r"), scenario, events, None)
+    [fault] = result["faults"]
+    assert fault["injected"] is False and fault["outcome"] == "no_effect"
+    assert "matched no operation" in fault["why_not_injected"] and "never/*" in fault["why_not_injected"]
+    assert result["verdict"] == "error" and "did not happen" in result["why"], result["why"]
+
+
+def test_the_heal_reports_what_the_rule_matched(tmp_path: Path) -> None:
+    from chaos.faults.base import FaultContext
+    from chaos.registry import fault_kind, fault_plugins
+    from tests.test_storage_faults import StandInServer
+
+    control = tmp_path / "control"
+    server = StandInServer(control, tmp_path)
+    try:
+        from chaos.storage.control import MATCHED_FILE, StorageControl
+
+        storage = StorageControl(control)
+        spec = fault_plugins()["disk_full"].options(kind="disk_full", at_step=5, paths="never/*")
+        ctx = FaultContext(None, spec, None, None, None, fault_id=0, storage=storage)  # type: ignore[arg-type]
+        fault_kind("disk_full").inject(ctx)
+        (control / MATCHED_FILE).write_text(json.dumps({"0": 0}))  # as the server writes it
+        assert fault_kind("disk_full").heal(ctx)["matched"] == 0  # type: ignore[index]
+    finally:
+        server.stop()

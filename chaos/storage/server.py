@@ -37,7 +37,7 @@ import mfusepy as fuse
 
 from chaos.events import Ev
 from chaos.storage.beneath import open_beneath, parent_of
-from chaos.storage.control import APPLIED_FILE, RULES_FILE
+from chaos.storage.control import APPLIED_FILE, MATCHED_FILE, RULES_FILE
 from chaos.storage.creds import CallerRights
 from chaos.storage.digests import Digests
 from chaos.storage.identity import Caller, Callers, exiting
@@ -203,6 +203,10 @@ class StorageServer(fuse.Operations):
                 return
             self.rules.install(document)
             self._rules_stamp = stamp
+            tmp = os.path.join(self.control, f".{MATCHED_FILE}.tmp")  # before applied: the heal reads it then
+            with open(tmp, "w") as f:
+                json.dump({str(k): v for k, v in self.rules.matched.items()}, f)
+            os.replace(tmp, os.path.join(self.control, MATCHED_FILE))
             tmp = os.path.join(self.control, f".{APPLIED_FILE}.tmp")
             with open(tmp, "w") as f:
                 f.write(str(self.rules.version))
