@@ -76,10 +76,10 @@ def check_path(value: str, allow_paths: list[str]) -> str | None:
         return "a path cannot contain a NUL character"
     if os.path.isabs(value):
         real = os.path.realpath(value)
-        if (tree := system_tree(real)) is not None:
-            return f"{value!r} resolves to {real}, in or over the system directory {tree}; torch-chaos never " \
-                   "writes or damages files there"
         if any(_within(real, os.path.realpath(a)) for a in allow_paths):
+            if (tree := system_tree(real)) is not None:
+                return f"{value!r} resolves to {real}, in or over the system directory {tree}; torch-chaos never " \
+                       "writes or damages files there"
             return None
         return (f"{value!r} is outside the run directory (it resolves to {real}); torch-chaos writes and damages "
                 "files there, so list the directory in allow_paths to permit it")
