@@ -431,3 +431,25 @@ def test_the_heal_reports_what_the_rule_matched(tmp_path: Path) -> None:
         assert fault_kind("disk_full").heal(ctx)["matched"] == 0  # type: ignore[index]
     finally:
         server.stop()
+
+
+def test_lost_writes_whose_paths_matched_no_file_did_not_happen(tmp_path: Path) -> None:
+    from tests.test_storage_faults import StandInServer, context, spec_of
+
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    server = StandInServer(tmp_path / "control", backing)
+    try:
+        from chaos.registry import fault_kind
+        from chaos.storage.control import StorageControl
+
+        storage = StorageControl(tmp_path / "control")
+        server.rules.check("open_write", "step_1.pt", "node0")
+        (backing / "step_1.pt").write_bytes(b"a" * 10)
+        server.rules.wrote("step_1.pt", "node0", 0, 10)
+        ctx = context(spec_of("lost_writes", target=0, paths="shards/*.distcp"), storage, node="node0")
+        with pytest.raises(RuntimeError, match=r"paths 'shards/\*.distcp' matched no file the job wrote"):
+            fault_kind("lost_writes").inject(ctx)
+        assert storage.rules == {} and (backing / "step_1.pt").stat().st_size == 10
+    finally:
+        server.stop()
