@@ -88,11 +88,18 @@ ATTEMPTS = {
 }
 
 
+GROUP = 100  # a supplementary group of nobody's in one attempt: the layer takes the caller's groups too
+
+
 def as_nobody(directory: Path) -> dict[str, bool]:
-    """Which of :data:`ATTEMPTS` user nobody managed in ``directory``."""
+    """Which of :data:`ATTEMPTS` user nobody managed in ``directory`` (and, as a member of :data:`GROUP`, a
+    write in a directory only that group may write)."""
     done = {}
-    for name, command in ATTEMPTS.items():
-        proc = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sh", "-c",
+    attempts = [(name, command, "--clear-groups") for name, command in ATTEMPTS.items()]
+    attempts += [("group_write", 'echo ours > "$D/group/ours.pt"', f"--groups={GROUP}"),
+                 ("group_write_without_the_group", 'echo ours > "$D/group/not.pt"', "--clear-groups")]
+    for name, command, groups in attempts:
+        proc = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", groups, "sh", "-c",
                                command], env={"D": str(directory), "PATH": "/usr/bin:/bin"},
                               capture_output=True, text=True, timeout=30)
         done[name] = proc.returncode == 0
@@ -107,6 +114,9 @@ def plant(directory: Path) -> None:
     (directory / "sub" / "ckpt_2.pt").write_bytes(b"another")
     (directory / "open").mkdir()
     (directory / "open").chmod(0o777)
+    (directory / "group").mkdir()
+    os.chown(directory / "group", 0, GROUP)
+    (directory / "group").chmod(0o770)
     directory.chmod(0o755)
 
 
@@ -119,7 +129,8 @@ def test_an_unprivileged_user_gets_through_the_layer_exactly_the_rights_it_has_o
     plant(plain)
     expected = as_nobody(plain)
     assert expected == {"append": False, "chown": False, "chmod": False, "delete": False,
-                        "create_in_root_dir": False, "setuid_copy": True, "setgid_copy": True, "write_own": True}
+                        "create_in_root_dir": False, "setuid_copy": True, "setgid_copy": True, "write_own": True,
+                        "group_write": True, "group_write_without_the_group": False}
 
     (open_base / "ckpt").mkdir()
     plant(open_base / "ckpt")
