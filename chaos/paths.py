@@ -33,12 +33,38 @@ def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
+# The system's own trees: never a place torch-chaos (root, as a rule) may write, damage or mount over, whatever a
+# scenario says. An ``allow_paths`` entry inside one (``/etc``, ``/dev`` as a FUSE mount for the run's length) or
+# holding one (``/``, ``/var``), and a checkpoint directory that resolves into one, are refused.
+SYSTEM_TREES = ("/", "/dev", "/proc", "/sys", "/etc", "/usr", "/boot", "/root", "/var/lib/docker", "/bin", "/sbin",
+                "/lib", "/lib32", "/lib64", "/libx32", "/run", "/var/run")
+
+
+def system_tree(real: str) -> str | None:
+    """The system tree a resolved path is inside (or, for ``/``, is), or one it holds; None for neither."""
+    first = real.strip("/").split("/")[0]
+    trees = [*SYSTEM_TREES, *(f"/{first}",) * first.startswith("lib")]  # every /lib* of a multilib system
+    for tree in trees:
+        if tree == "/":
+            if real == "/":
+                return tree
+            continue
+        if _within(real, tree) or _within(tree, real):
+            return tree
+    return None
+
+
 def check_allowed(entry: str) -> str | None:
     """What is wrong with one ``allow_paths`` entry, or None."""
     if not entry or not os.path.isabs(entry):
         return f"expected an absolute path, got {entry!r}"
-    if os.path.realpath(entry) == "/":
+    real = os.path.realpath(entry)
+    if real == "/":
         return "the filesystem root cannot be allowed; name the directory torch-chaos may write in"
+    if (tree := system_tree(real)) is not None:
+        shown_real = "" if real == os.path.normpath(entry) else f" (it resolves to {real})"
+        return (f"{entry!r}{shown_real} is or holds the system directory {tree}, where torch-chaos never writes, "
+                "damages or mounts; expected a directory of your own, e.g. /data/checkpoints")
     return None
 
 
@@ -51,6 +77,9 @@ def check_path(value: str, allow_paths: list[str]) -> str | None:
     if os.path.isabs(value):
         real = os.path.realpath(value)
         if any(_within(real, os.path.realpath(a)) for a in allow_paths):
+            if (tree := system_tree(real)) is not None:
+                return f"{value!r} resolves to {real}, in or over the system directory {tree}; torch-chaos never " \
+                       "writes or damages files there"
             return None
         return (f"{value!r} is outside the run directory (it resolves to {real}); torch-chaos writes and damages "
                 "files there, so list the directory in allow_paths to permit it")
@@ -71,6 +100,9 @@ def confine(path: Path, run_dir: Path, allow_paths: list[str]) -> str | None:
     real, run = os.path.realpath(path), os.path.realpath(run_dir)
     if real == run or _within(run, real):
         return f"{path} {RUN_DIR_ITSELF}" if real == run else f"{path} contains the run directory"
+    if (tree := system_tree(real)) is not None and not _within(real, run):
+        return f"{path} resolves to {real}, in or over the system directory {tree}; torch-chaos refuses to write " \
+               "or damage files there"
     if _within(real, run) or any(_within(real, os.path.realpath(a)) for a in allow_paths):
         return None
     return (f"{path} resolves to {real}, outside the run directory {run} and every allow_paths entry; "

@@ -2,7 +2,9 @@
 
 The plan (``run_started.plan.faults``) lists what the scenario asked for; the engine records each fault that
 did not happen (``fault_skipped``: its node was not running; ``fault_failed``: the mechanism raised or acted on
-nothing; ``fault_not_reached``: its trigger was never met). A non-optional fault that did not happen makes the
+nothing; ``fault_not_reached``: its trigger was never met). A storage fault whose rule matched no operation while it
+lasted (its ``fault_healed`` says ``matched: 0``) was installed but never acted: it did not happen either
+(outcome ``no_effect``). A non-optional fault that did not happen makes the
 verdict ``error``: a run must never pass because its fault silently never fired. See docs/design.md,
 "Verdicts".
 """
@@ -50,6 +52,21 @@ def not_injected(events: list[Event], injected_ids: set[int]) -> list[dict[str, 
             "why_not_injected": reason, "optional": bool(f.get("optional")), "trigger": f.get("trigger"),
         })
     return out
+
+
+def never_acted(faults: list[dict[str, Any]], events: list[Event]) -> None:
+    """Mark the injected faults whose storage rule matched no operation while it lasted as not injected, with why
+    (a ``disk_full`` on paths the job never writes would otherwise pass as survived)."""
+    idle = {e["fault_id"] for e in of_kind(events, Ev.FAULT_HEALED)
+            if isinstance(e.get("fault_id"), int) and e.get("matched") == 0}
+    plan = {f["id"]: f for f in planned_faults(events)}
+    details = {e.get("fault_id"): e.get("details") or {} for e in of_kind(events, Ev.FAULT_INJECTED)}
+    for f in faults:
+        if f.get("injected") and f["id"] in idle:
+            paths = details.get(f["id"], {}).get("paths", "*")
+            f.update(injected=False, outcome="no_effect", optional=bool(plan.get(f["id"], {}).get("optional")),
+                     why_not_injected=f"its storage rule (paths: {paths}) matched no operation of the job on the "
+                     "checkpoint storage while it lasted: the fault never acted")
 
 
 def missing_promises(faults: list[dict[str, Any]]) -> list[dict[str, Any]]:

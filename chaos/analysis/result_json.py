@@ -19,7 +19,7 @@ from chaos.analysis.checkpoints import checkpoint_verdicts, restart_loop_cause
 from chaos.analysis.hangs import add_hangs, failed_after_last_step, hung_cause
 from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
-from chaos.analysis.planned import missing_promises, not_injected
+from chaos.analysis.planned import missing_promises, never_acted, not_injected
 from chaos.analysis.progress_lines import unmatched_progress
 from chaos.analysis.step_timing import step_timings
 from chaos.events import EndReason, Ev
@@ -138,6 +138,7 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     end = _end(events)
     injected = [{**m.to_dict(), "injected": True} for m in fault_metrics(events)]
     faults = sorted(injected + not_injected(events, {f["id"] for f in injected}), key=lambda f: f["id"])
+    never_acted(faults, events)
     add_oom_kills(faults, events)
     add_node_replacements(faults, events)
     hangs = add_hangs(faults, events)
@@ -152,7 +153,7 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         "completed": completed,
         "goodput": gp["goodput"],
         "restarts": worker_restarts(events),
-        "faults_injected": len(injected),
+        "faults_injected": sum(1 for f in faults if f.get("injected")),
     }
     checkpoint = checkpoint_verdicts(events, golden, scenario.checks.loss_rtol, control)
     if golden is None and scenario.checks.golden:  # asked for, but no summary: never "checks.golden is off"

@@ -19,14 +19,14 @@ from typing import Any, Literal
 from pydantic import Field
 
 from chaos.faults.base import FaultContext, FaultKind
-from chaos.faults.storagebase import install, storage_of, withdraw
+from chaos.faults.storagebase import RelativeGlob, install, storage_of, withdraw
 from chaos.runtimes.base import KILL, STORAGE_LAYER
 from chaos.spec import FaultSpec, Seconds
 
 
 class LostWritesOptions(FaultSpec):
     kind: Literal["lost_writes"]
-    paths: str = Field("*", description="only files matching this glob (relative to the checkpoint directory) "
+    paths: RelativeGlob = Field("*", description="only files matching this glob (relative to the checkpoint directory) "
                        "lose their unsynced data")
     writeback_s: Seconds | None = Field(None, description="data written at least this long before the power loss "
                                         "had been written back by the kernel and survives (Linux default: 30s); "
@@ -49,11 +49,21 @@ class LostWrites(FaultKind):
         try:
             install(ctx, {"paths": ctx.spec.paths, "node": ctx.node, "writeback_s": ctx.spec.writeback_s,
                           "report": str(report)})
-            cut = json.loads(report.read_text())["truncated"]
+            said = json.loads(report.read_text())
+            cut = said["truncated"]
         except Exception as exc:
             withdraw(storage, ctx.fault_id)
             raise RuntimeError(f"{ctx.node} was killed ({killed}), but the storage layer reported no power "
                                f"loss ({type(exc).__name__}: {exc})") from None
+        refused = [c for c in cut if c.get("refused")]
+        if refused:  # a file reached only through a link (or with hard links): never cut, the fault did not happen
+            storage.remove(ctx.fault_id)
+            raise RuntimeError(f"{ctx.node} was killed ({killed}), but the storage layer refused to cut "
+                               + "; ".join(f"{c['path']}: {c['error']}" for c in refused))
+        if ctx.spec.paths != "*" and said.get("matched") == 0:
+            storage.remove(ctx.fault_id)
+            raise RuntimeError(f"{ctx.node} was killed ({killed}), but paths {ctx.spec.paths!r} matched no file the "
+                               "job wrote in the checkpoint directory: the power loss had nothing to act on")
         # One-shot: the power loss happened at install; the rule has nothing left to enforce.
         storage.remove(ctx.fault_id)
         lost = sum(c.get("bytes", 0) - c.get("kept", 0) for c in cut)

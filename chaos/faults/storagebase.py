@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, WithJsonSchema
+from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema
 
 from chaos.faults.base import FaultContext, FaultKind
 from chaos.runtimes.base import STORAGE_LAYER
@@ -48,6 +48,25 @@ Bytes = Annotated[int, Field(ge=0), BeforeValidator(parse_size),
                   WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0}, _SIZE_SCHEMA]})]
 PositiveBytes = Annotated[int, Field(gt=0), BeforeValidator(parse_size),
                           WithJsonSchema({"anyOf": [{"type": "integer", "exclusiveMinimum": 0}, _SIZE_SCHEMA]})]
+
+
+def relative_glob(value: str) -> str:
+    """A storage fault's ``paths``: a glob relative to the checkpoint directory, which it cannot leave. An absolute
+    path (``/etc/*``) or a ``..`` would only ever match nothing in the layer (the run passed with a fault that never
+    acted), or, in a layer that took it at its word, files outside the run."""
+    if not value.strip():
+        return "*"
+    if value.startswith("/"):
+        raise ValueError(f"expected a glob relative to the checkpoint directory (e.g. *.pt or step_*/model.pt), "
+                         f"got the absolute path {value!r}")
+    if ".." in value.split("/"):
+        raise ValueError(f"expected a glob relative to the checkpoint directory, inside it; {value!r} climbs out "
+                         "of it with '..'")
+    return value
+
+
+RelativeGlob = Annotated[str, AfterValidator(relative_glob),
+                         WithJsonSchema({"type": "string", "pattern": r"^(?!/)(?!(.*/)?\.\.(/|$)).*$"})]
 
 
 def no_storage_layer() -> RuntimeError:
@@ -95,7 +114,7 @@ class StorageFaultSpec(FaultSpec):
     TARGET: ClassVar = "none"
     DURATION: ClassVar = "optional"
     duration: Seconds | None = Field(None, description="how long the fault lasts (default: until the run ends)")
-    paths: str = Field("*", description="glob on the file name relative to the checkpoint directory (`*` also "
+    paths: RelativeGlob = Field("*", description="glob on the file name relative to the checkpoint directory (`*` also "
                        "matches `/`), e.g. *.pt")
     node: int | None = Field(None, ge=0, description="only operations of this node's processes (default: every "
                              "node's; the checkpoint storage is shared)")
@@ -137,7 +156,11 @@ class StorageFault(FaultKind):
     def heal(self, ctx: FaultContext) -> dict[str, Any]:
         storage = storage_of(ctx)
         storage.remove(ctx.fault_id)
-        return {"restored": ctx.fault_id not in storage.rules, "rules_version": storage.version}
+        healed: dict[str, Any] = {"restored": ctx.fault_id not in storage.rules, "rules_version": storage.version}
+        matched = storage.matched(ctx.fault_id)
+        if matched is not None:  # 0: the rule never met an operation, the fault never acted (not injected)
+            healed["matched"] = matched
+        return healed
 
     @classmethod
     def generated_duration(cls, draw: Any, bounds: Any) -> float:

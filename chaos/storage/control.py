@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 RULES_FILE = "rules.json"
 APPLIED_FILE = "applied"
+MATCHED_FILE = "matched.json"  # {fault_id: operations its rule matched}, written by the server before ``applied``
 ACK_TIMEOUT_S = 5.0
 
 
@@ -47,6 +48,15 @@ class StorageControl:
         """Remove a fault's rule (its heal) and return once the server no longer enforces it."""
         if self.rules.pop(fault_id, None) is not None:
             self._publish()
+
+    def matched(self, fault_id: int) -> int | None:
+        """How many operations the fault's rule matched while it was installed (None: the layer did not say)."""
+        try:
+            counts = json.loads((self.directory / MATCHED_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        value = counts.get(str(fault_id)) if isinstance(counts, dict) else None
+        return value if isinstance(value, int) else None
 
     def _publish(self) -> None:
         self.version += 1
@@ -81,6 +91,9 @@ class ChannelStorageControl(StorageControl):
 
     def described(self) -> str:
         return f"rules v{self.version} over the history channel, confirmed by {self.enforced_by}"
+
+    def matched(self, fault_id: int) -> int | None:
+        return None  # the layers on the nodes' hosts report only the version they enforce
 
     def _publish(self) -> None:
         from chaos.storage.hostlayer import HOST_WHO, RULES_ORDER, RULES_STATE

@@ -55,22 +55,18 @@ class Digests:
             self._keep(st, sha)
         return sha, st.st_size
 
-    def of_path(self, dir_fd: int, relpath: str) -> tuple[str, int]:
-        """The digest of ``relpath`` under ``dir_fd`` as it is now: remembered, or read (and remembered)."""
-        fd = os.open(relpath, os.O_RDONLY, dir_fd=dir_fd)
-        try:
-            st = os.fstat(fd)
-            with self._lock:
-                coming = self._coming.get(st.st_ino)
-            if coming is not None:
-                coming.wait(WAIT_S)
-            sha = self._cached(st)
-            if sha is None:
-                sha, _ = self._read(fd)
-                self._keep(st, sha)
-            return sha, st.st_size
-        finally:
-            os.close(fd)
+    def of_open(self, fd: int) -> tuple[str, int]:
+        """The digest of the file open for reading as ``fd`` (read from its current offset: a fresh open)."""
+        st = os.fstat(fd)
+        with self._lock:
+            coming = self._coming.get(st.st_ino)
+        if coming is not None:
+            coming.wait(WAIT_S)
+        sha = self._cached(st)
+        if sha is None:
+            sha, _ = self._read(fd)
+            self._keep(st, sha)
+        return sha, st.st_size
 
     def expect(self, fd: int) -> None:
         """The file open as ``fd`` was closed; its digest is coming with its release."""

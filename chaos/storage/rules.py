@@ -11,7 +11,10 @@ operation's thread (one lock, held for microseconds; never while the server slee
 Pure but for two things: :meth:`Rules.install` of a new ``lost_writes`` rule truncates the node's unsynced files
 in the backing directory (the power loss) and writes what it did to the rule's ``report`` path, which the fault
 reads back for the history; and :meth:`Rules.check` of ``open_write`` reads a file's size (its durable length,
-when the layer meets the file for the first time).
+when the layer meets the file for the first time). Both reach a file beneath the backing directory with no link
+followed (:mod:`chaos.storage.beneath`): a workload that renamed a directory and left a link to elsewhere in its
+place gets that file refused (recorded in the report), never truncated through the link; nor is a file with hard
+links (another name, maybe outside the directory, for the same bytes).
 
 Rule fields shared by every kind: ``fault_id``, ``kind``, ``paths`` (a glob on the path relative to the
 checkpoint directory; ``*`` also matches ``/``), ``node`` (only operations of processes of that node; ``null``
@@ -26,6 +29,7 @@ import errno as errno_names
 import json
 import os
 import random
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +37,8 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
+
+from chaos.storage.beneath import open_beneath, parent_of
 
 # Operations the server asks about. ``open_write``: create, or open for writing (with or without truncation);
 # ``open_read``: open read-only.
@@ -100,6 +106,9 @@ class Rules:
         self.rules: list[dict[str, Any]] = []
         self.files: dict[str, FileState] = {}
         self._state: dict[int, RuleState] = {}
+        # operations each rule (fault_id) matched since it was installed, kept after its removal: a rule that matched
+        # nothing while it lasted is a fault that never acted (the engine records it as not injected)
+        self.matched: dict[int, int] = {}
         self._clock = clock
         self._lock = threading.RLock()
 
@@ -122,6 +131,7 @@ class Rules:
             self._state = {fid: s for fid, s in self._state.items() if fid in live}
             for rule in fresh:
                 self._state[int(rule["fault_id"])] = RuleState(rng=random.Random(int(rule["fault_id"])))
+                self.matched[int(rule["fault_id"])] = 0
                 if rule["kind"] == "lost_writes":
                     self._power_loss(rule)
 
@@ -143,6 +153,7 @@ class Rules:
                     continue
                 fid, kind = int(rule["fault_id"]), rule["kind"]
                 state = self._state[fid]
+                self.matched[fid] = self.matched.get(fid, 0) + 1
                 if kind == "disk_full" and op == "write" and nbytes > 0 and \
                         state.written + nbytes > int(rule.get("after_bytes", 0)):
                     return Outcome(errno="ENOSPC", fault_id=fid)
@@ -197,12 +208,14 @@ class Rules:
             state.last_write = self._clock()
 
     def renamed(self, old: str, new: str) -> None:
-        """Per-file state follows a rename (the file it replaced is gone)."""
+        """Per-file state follows a rename, of a file or of a directory (every path under it moves); what it
+        replaced is gone."""
         with self._lock:
-            state = self.files.pop(old, None)
-            self.files.pop(new, None)
-            if state is not None:
-                self.files[new] = state
+            moved = {path: state for path, state in self.files.items() if _under(path, old)}
+            for path in [p for p in self.files if _under(p, new) or p in moved]:
+                del self.files[path]
+            for path, state in moved.items():
+                self.files[new + path[len(old):]] = state
 
     def removed(self, relpath: str) -> None:
         """``relpath`` was unlinked (also done by ``check("unlink")`` when no rule failed it)."""
@@ -217,34 +230,84 @@ class Rules:
         now = self._clock()
         cut: list[dict[str, Any]] = []
         paths = str(rule.get("paths") or "*")
+        matched = sum(1 for relpath in self.files if fnmatchcase(relpath, paths))  # a glob that matched nothing
         for relpath, state in sorted(self.files.items()):
             if node not in state.dirty_nodes or not fnmatchcase(relpath, paths):
                 continue
-            path = self.backing / relpath
             if writeback is not None and now - state.last_write >= float(writeback):
                 state.durable = self._size(relpath)  # the kernel had written it back by then
                 state.dirty_nodes.clear()
                 continue
-            try:
-                size = path.stat().st_size
-                if size > state.durable:
-                    os.truncate(path, state.durable)
-                    cut.append({"path": relpath, "bytes": size, "kept": state.durable})
-            except OSError as exc:  # removed meanwhile: nothing to lose
-                if path.exists():
-                    cut.append({"path": relpath, "error": str(exc)})
+            done = self._cut(relpath, state.durable)
+            if done is not None:
+                cut.append(done)
             state.dirty_nodes.clear()
         report = rule.get("report")
         if report:
             tmp = Path(f"{report}.tmp")
-            tmp.write_text(json.dumps({"fault_id": rule["fault_id"], "node": node, "truncated": cut}))
+            tmp.write_text(json.dumps({"fault_id": rule["fault_id"], "node": node, "truncated": cut,
+                                       "matched": matched}))
             os.replace(tmp, report)
 
-    def _size(self, relpath: str) -> int:
+    def _cut(self, relpath: str, durable: int) -> dict[str, Any] | None:
+        """Truncate one file to ``durable`` bytes, reached beneath the backing directory with no link followed;
+        what was done (or refused, with why), None when there was nothing to cut."""
         try:
-            return (self.backing / relpath).stat().st_size
+            root = os.open(self.backing, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            return {"path": relpath, "error": f"the checkpoint directory cannot be opened: {exc.strerror}"}
+        try:
+            try:
+                fd = open_beneath(root, relpath, os.O_WRONLY | os.O_NONBLOCK)
+            except FileNotFoundError:  # removed meanwhile: nothing to lose
+                return None
+            except OSError as exc:
+                return {"path": relpath, "error": _refused(relpath, exc), "refused": True}
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    return {"path": relpath, "error": "refused: not a regular file", "refused": True}
+                if st.st_nlink > 1:
+                    return {"path": relpath, "refused": True,
+                            "error": f"refused: it has {st.st_nlink} hard links (names of the same bytes elsewhere, "
+                                     "maybe outside the checkpoint directory)"}
+                if st.st_size > durable:
+                    os.ftruncate(fd, durable)
+                    return {"path": relpath, "bytes": st.st_size, "kept": durable}
+                return None
+            except OSError as exc:
+                return {"path": relpath, "error": str(exc)}
+            finally:
+                os.close(fd)
+        finally:
+            os.close(root)
+
+    def _size(self, relpath: str) -> int:
+        """A file's size as it is now (0 for one missing, or reached only through a link)."""
+        try:
+            root = os.open(self.backing, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             return 0
+        try:
+            with parent_of(root, relpath) as (parent, name):
+                st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            return st.st_size if stat.S_ISREG(st.st_mode) else 0
+        except OSError:
+            return 0
+        finally:
+            os.close(root)
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory + "/")
+
+
+def _refused(relpath: str, exc: OSError) -> str:
+    """Why a file of the checkpoint directory was not touched (a link on its way, most likely)."""
+    if exc.errno in (errno_names.ELOOP, errno_names.ENOTDIR, errno_names.EXDEV):
+        return (f"refused: {relpath} is reached through a symbolic link (a directory renamed and a link left in its "
+                "place?), which could lead out of the checkpoint directory")
+    return f"refused: {exc.strerror or exc}"
 
 
 def _validate(rule: dict[str, Any]) -> None:
@@ -255,6 +318,9 @@ def _validate(rule: dict[str, Any]) -> None:
             raise RuleError(f"unknown operation {op!r} (expected one of {', '.join(RULE_OPS)})")
     if rule["kind"] == "io_error":
         errno_value(str(rule.get("errno", "EIO")))
+    paths = str(rule.get("paths") or "*")
+    if paths.startswith("/") or ".." in paths.split("/"):
+        raise RuleError(f"paths: expected a glob relative to the checkpoint directory, got {paths!r}")
 
 
 def _matches(rule: dict[str, Any], op: str, relpath: str, node: str | None) -> bool:

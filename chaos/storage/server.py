@@ -11,6 +11,12 @@ Why the close decides a save: the kernel closes a killed process's files for it,
 also ends in ``flush``/``release``. ``flush`` runs in the closing thread's context: a thread that is exiting
 (PF_EXITING) did not close its file, it died with it open, and no ``checkpoint_save_finished`` is written.
 
+Whose rights: the mount has ``default_permissions`` (the kernel checks modes and owners against the caller) and
+every operation on the backing directory runs with the caller's filesystem uid, gid and groups
+(:mod:`chaos.storage.creds`); a non-root caller never gets a setuid or setgid file. Every path is resolved beneath
+the backing directory without following a link (:mod:`chaos.storage.beneath`): the kernel resolves the links a
+caller's path has before it asks the server, so a link the server meets was swapped in meanwhile.
+
 Operations from the engine's own process (``--engine-pid``: a ``corrupt_checkpoint`` fault damaging a file) pass
 through unrecorded and unruled: they are faults, recorded by the engine, not saves.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,7 +36,9 @@ from typing import TYPE_CHECKING, Any
 import mfusepy as fuse
 
 from chaos.events import Ev
-from chaos.storage.control import APPLIED_FILE, RULES_FILE
+from chaos.storage.beneath import open_beneath, parent_of
+from chaos.storage.control import APPLIED_FILE, MATCHED_FILE, RULES_FILE
+from chaos.storage.creds import CallerRights
 from chaos.storage.digests import Digests
 from chaos.storage.identity import Caller, Callers, exiting
 from chaos.storage.record import Recorder, save_step, step_in_name
@@ -46,6 +55,8 @@ MAX_WRITE = 1 << 20
 MAX_THREADS = 64
 HOLD_GRACE_S = 0.05
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
+_SET_ID = stat.S_ISUID | stat.S_ISGID
+_NO_ID = 0xFFFFFFFF  # chown's "leave it" (-1) as libfuse passes it
 
 
 def _step_from(how: str | None) -> dict[str, str]:
@@ -88,6 +99,7 @@ class StorageServer(fuse.Operations):
         self.link = link  # a layer on a node's host: rules arrive over the channel (an order), not rules.json
         self.engine_pid = engine_pid
         self.callers = Callers()
+        self.rights = CallerRights()
         self.handles: dict[int, Handle] = {}
         self.digests = Digests()
         self._handles_lock = threading.Lock()
@@ -106,6 +118,14 @@ class StorageServer(fuse.Operations):
 
     def caller(self) -> Caller:
         return self.callers.of(fuse.fuse_get_context()[2])
+
+    def as_caller(self) -> Any:
+        """The calling process's filesystem rights for the body (a context manager)."""
+        return self.rights.of(*fuse.fuse_get_context())
+
+    def unprivileged(self) -> bool:
+        """A caller that is not root: it gets no setuid/setgid bit (only a root server serves other users)."""
+        return os.geteuid() == 0 and fuse.fuse_get_context()[0] != 0
 
     def ours(self, caller: Caller) -> bool:
         """An operation of the engine itself (a fault acting on the bytes): not recorded, not ruled."""
@@ -183,6 +203,10 @@ class StorageServer(fuse.Operations):
                 return
             self.rules.install(document)
             self._rules_stamp = stamp
+            tmp = os.path.join(self.control, f".{MATCHED_FILE}.tmp")  # before applied: the heal reads it then
+            with open(tmp, "w") as f:
+                json.dump({str(k): v for k, v in self.rules.matched.items()}, f)
+            os.replace(tmp, os.path.join(self.control, MATCHED_FILE))
             tmp = os.path.join(self.control, f".{APPLIED_FILE}.tmp")
             with open(tmp, "w") as f:
                 f.write(str(self.rules.version))
@@ -212,7 +236,14 @@ class StorageServer(fuse.Operations):
                 continue
 
     def digest(self, relpath: str) -> tuple[str, int]:
-        return self.digests.of_path(self.root, relpath)
+        """A file's digest read beneath the backing directory (never through a link)."""
+        fd = open_beneath(self.root, relpath, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise IsADirectoryError(errno.EISDIR, "not a regular file", relpath)
+            return self.digests.of_open(fd)
+        finally:
+            os.close(fd)
 
     def step_for(self, relpath: str, caller: Caller) -> tuple[int | None, str | None]:
         """A save's step and where it came from (chaos.storage.record.save_step)."""
@@ -244,8 +275,11 @@ class StorageServer(fuse.Operations):
     # ------------------------------------------------------------------ metadata
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
         try:
-            st = os.fstat(fh) if fh is not None else os.stat(self.rel(path), dir_fd=self.root,
-                                                              follow_symlinks=False)
+            if fh is not None:
+                st = os.fstat(fh)
+            else:
+                with parent_of(self.root, self.rel(path)) as (parent, name):
+                    st = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except OSError as exc:
             raise fuse.FuseOSError(exc.errno or errno.EIO) from None
         return {"st_mode": st.st_mode, "st_ino": st.st_ino, "st_nlink": st.st_nlink, "st_uid": st.st_uid,
@@ -254,8 +288,8 @@ class StorageServer(fuse.Operations):
                 "st_blksize": st.st_blksize}
 
     def readdir(self, path: str, fh: int) -> list[str]:
-        rel = self.rel(path)
-        fd = os.open(rel, os.O_RDONLY | os.O_DIRECTORY, dir_fd=self.root) if rel != "." else os.dup(self.root)
+        with self.as_caller():
+            fd = open_beneath(self.root, self.rel(path), os.O_RDONLY | os.O_DIRECTORY)
         try:
             return [".", "..", *os.listdir(fd)]
         finally:
@@ -267,47 +301,73 @@ class StorageServer(fuse.Operations):
                                                    "f_ffree", "f_files", "f_flag", "f_frsize", "f_namemax")}
 
     def access(self, path: str, amode: int) -> int:
-        if not os.access(self.rel(path), amode, dir_fd=self.root):
-            raise fuse.FuseOSError(errno.EACCES)
+        with self.as_caller(), parent_of(self.root, self.rel(path)) as (parent, name):
+            # effective ids: the thread's fsuid is what the backing filesystem checks
+            if not os.access(name, amode, dir_fd=parent, effective_ids=True, follow_symlinks=False):
+                raise fuse.FuseOSError(errno.EACCES)
         return 0
 
     def chmod(self, path: str, mode: int) -> int:
-        os.chmod(self.rel(path), mode, dir_fd=self.root)
+        with self.as_caller(), parent_of(self.root, self.rel(path)) as (parent, name):
+            if self.unprivileged() and not stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+                mode &= ~_SET_ID  # no setuid/setgid file from a user through the layer
+            os.chmod(name, mode, dir_fd=parent)
         return 0
 
     def chown(self, path: str, uid: int, gid: int) -> int:
-        os.chown(self.rel(path), uid, gid, dir_fd=self.root, follow_symlinks=False)
+        uid, gid = (-1 if uid == _NO_ID else uid), (-1 if gid == _NO_ID else gid)
+        caller_uid = fuse.fuse_get_context()[0]
+        if self.unprivileged() and uid not in (-1, caller_uid):  # only root gives a file away (as the kernel says)
+            raise fuse.FuseOSError(errno.EPERM)
+        with self.as_caller(), parent_of(self.root, self.rel(path)) as (parent, name):
+            os.chown(name, uid, gid, dir_fd=parent, follow_symlinks=False)
         return 0
 
     def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
-        os.utime(self.rel(path), ns=times, dir_fd=self.root, follow_symlinks=False) if times else \
-            os.utime(self.rel(path), dir_fd=self.root, follow_symlinks=False)
+        with self.as_caller(), parent_of(self.root, self.rel(path)) as (parent, name):
+            if times:
+                os.utime(name, ns=times, dir_fd=parent, follow_symlinks=False)
+            else:
+                os.utime(name, dir_fd=parent, follow_symlinks=False)
         return 0
 
     def mkdir(self, path: str, mode: int) -> int:
-        os.mkdir(self.rel(path), mode, dir_fd=self.root)
+        if self.unprivileged():
+            mode &= ~stat.S_ISUID
+        with self.as_caller(), parent_of(self.root, self.rel(path)) as (parent, name):
+            os.mkdir(name, mode, dir_fd=parent)
         return 0
 
     def rmdir(self, path: str) -> int:
-        os.rmdir(self.rel(path), dir_fd=self.root)
+        with self.as_caller(), parent_of(self.root, self.rel(path)) as (parent, name):
+            os.rmdir(name, dir_fd=parent)
         return 0
 
     def readlink(self, path: str) -> str:
-        return os.readlink(self.rel(path), dir_fd=self.root)
+        with self.as_caller(), parent_of(self.root, self.rel(path)) as (parent, name):
+            return os.readlink(name, dir_fd=parent)
 
     def symlink(self, target: str, source: str) -> int:
-        os.symlink(source, self.rel(target), dir_fd=self.root)
+        with self.as_caller(), parent_of(self.root, self.rel(target)) as (parent, name):
+            os.symlink(source, name, dir_fd=parent)
         return 0
 
     def link(self, target: str, source: str) -> int:
-        os.link(self.rel(source), self.rel(target), src_dir_fd=self.root, dst_dir_fd=self.root)
+        with self.as_caller(), parent_of(self.root, self.rel(source)) as (sparent, sname), \
+                parent_of(self.root, self.rel(target)) as (tparent, tname):
+            os.link(sname, tname, src_dir_fd=sparent, dst_dir_fd=tparent, follow_symlinks=False)
         return 0
 
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
         if fh is not None:
             os.ftruncate(fh, length)
         else:
-            os.truncate(os.path.join(f"/proc/self/fd/{self.root}", self.rel(path)), length)
+            with self.as_caller():
+                fd = open_beneath(self.root, self.rel(path), os.O_WRONLY | os.O_NONBLOCK)
+            try:
+                os.ftruncate(fd, length)
+            finally:
+                os.close(fd)
         with self._rules_lock:  # power loss cannot bring back the bytes cut here (lost_writes)
             self.rules.truncated(self.rel(path), length, self.caller().node)
         return 0
@@ -316,13 +376,17 @@ class StorageServer(fuse.Operations):
     def create(self, path: str, mode: int, flags: int = os.O_WRONLY) -> int:
         rel, caller = self.rel(path), self.caller()
         self.obey("open_write", rel, caller)
-        fd = os.open(rel, flags | os.O_CREAT, mode, dir_fd=self.root)
+        if self.unprivileged():
+            mode &= ~_SET_ID
+        with self.as_caller():
+            fd = open_beneath(self.root, rel, flags | os.O_CREAT, mode)
         return self._new_handle(fd, rel, caller, flags, created=True)
 
     def open(self, path: str, flags: int) -> int:
         rel, caller = self.rel(path), self.caller()
         self.obey("open_write" if flags & _WRITE_FLAGS else "open_read", rel, caller)
-        fd = os.open(rel, flags, dir_fd=self.root)
+        with self.as_caller():
+            fd = open_beneath(self.root, rel, flags)
         if flags & os.O_TRUNC and flags & _WRITE_FLAGS:
             with self._rules_lock:  # rewritten in place: until an fsync, a power loss leaves it empty (lost_writes)
                 self.rules.truncated(rel, 0, caller.node)
@@ -423,7 +487,8 @@ class StorageServer(fuse.Operations):
     def unlink(self, path: str) -> int:
         rel, caller = self.rel(path), self.caller()
         self.obey("unlink", rel, caller)
-        os.unlink(rel, dir_fd=self.root)
+        with self.as_caller(), parent_of(self.root, rel) as (parent, name):
+            os.unlink(name, dir_fd=parent)
         if not self.ours(caller):
             self.emit(Ev.CHECKPOINT_DELETED, rel, caller, hold=False, step=step_in_name(rel))
         return 0
@@ -431,19 +496,21 @@ class StorageServer(fuse.Operations):
     def rename(self, old: str, new: str) -> int:
         src, dst, caller = self.rel(old), self.rel(new), self.caller()
         self.obey("rename", src, caller)
-        replaced = os.path.lexists(os.path.join(f"/proc/self/fd/{self.root}", dst))
-        os.rename(src, dst, src_dir_fd=self.root, dst_dir_fd=self.root)
-        with self._handles_lock:
+        with self.as_caller(), parent_of(self.root, src) as (sparent, sname), \
+                parent_of(self.root, dst) as (dparent, dname):
+            replaced = _exists(dparent, dname)
+            os.rename(sname, dname, src_dir_fd=sparent, dst_dir_fd=dparent)
+        with self._handles_lock:  # open files follow, also those inside a renamed directory
             for h in self.handles.values():
-                if h.relpath == src:
-                    h.relpath = dst
+                if h.relpath == src or h.relpath.startswith(src + "/"):
+                    h.relpath = dst + h.relpath[len(src):]
         if self.ours(caller):
             return 0
         with self._rules_lock:
             self.rules.renamed(src, dst)
         try:
             sha, size = self.digest(dst)
-        except IsADirectoryError:
+        except OSError:  # a directory, or not a regular file: no checkpoint was saved by this rename
             return 0
         if replaced:
             self.emit(Ev.CHECKPOINT_DELETED, dst, caller, hold=False, step=step_in_name(dst),
@@ -481,10 +548,20 @@ class StorageServer(fuse.Operations):
         self._stop.set()
 
 
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def mount_options(run_id: str) -> dict[str, Any]:
     """How the mount shows in /proc/mounts (``torch-chaos-<run>`` on ``fuse.torch-chaos``: chaos cleanup finds it)
     and who may use it (every user when root: containers' processes are other users on some machines)."""
-    options: dict[str, Any] = {"fsname": f"torch-chaos-{run_id}", "subtype": "torch-chaos", "max_threads": MAX_THREADS}
+    options: dict[str, Any] = {"fsname": f"torch-chaos-{run_id}", "subtype": "torch-chaos", "max_threads": MAX_THREADS,
+                               # the kernel checks each caller's rights on the files' modes and owners
+                               "default_permissions": True}
     if os.geteuid() == 0:
         options["allow_other"] = True
     return options
