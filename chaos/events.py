@@ -216,6 +216,8 @@ class SlurmAllocated(Line):
     nodes: dict[str, str]  # node name -> host its first step runs on
     spares: list[str]  # hosts held for replacements
     channel: str  # host:port the nodes send their events to
+    channel_bind: NotRequired[str]  # host:port the engine listens on, when not the same (allow_any_address)
+    warning: NotRequired[str]  # e.g. the channel listens on every interface (cluster.slurm.allow_any_address)
     salloc_s: float  # from starting salloc to the job id and node list known
     command: list[str]  # the salloc line
 

@@ -158,7 +158,7 @@ def test_only_the_cluster_network_may_connect(started: Any) -> None:
     answer, and nothing is done."""
     docker = FakeDocker()
     fenced = started(docker=docker, subnet="10.99.0.0/24")
-    with pytest.raises(agent.AgentError, match="answered no JSON|does not answer"):
+    with pytest.raises(agent.AgentError, match=r"answered no JSON|does not answer"):
         agent.ask(_config(fenced), "lose", "c1", timeout=3)
     assert docker.actions() == []
 
@@ -224,7 +224,7 @@ def test_token_bearing_requests_are_handled_in_at_most_max_connections_threads(s
         while len(server.gate.served()) < agent.MAX_CONNECTIONS:
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        with pytest.raises(agent.AgentError, match="answered no JSON|does not answer"):
+        with pytest.raises(agent.AgentError, match=r"answered no JSON|does not answer"):
             agent.ask(config, "ping", timeout=3)
     finally:
         release.set()
