@@ -3,8 +3,8 @@ its stderr shows any traceback, its thread count is its own, and its descriptor 
 
 ``python tests/channel_server.py TOKEN OUT [NOFILE]``: listens on 127.0.0.1, prints ``host:port`` and its pid,
 writes every event (and every limit reached, as ``{"limit": what}``) to OUT as a JSON line, lowers its
-descriptor limit to NOFILE once listening (if given); ``chaos`` comes from PYTHONPATH (the code under test); on a line on stdin prints the count of its threads, at end
-of stdin prints its stats and exits.
+descriptor limit to NOFILE once listening (if given). On a line on stdin it prints the count of its threads; at
+the end of stdin, its stats, and exits. ``chaos`` comes from PYTHONPATH (the code under test).
 """
 
 from __future__ import annotations
