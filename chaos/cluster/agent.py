@@ -244,7 +244,7 @@ class AgentServer:
             raise
         self.server_address = self.socket.getsockname()
         self.gate = Gate(self.socket, admit=self._admit, serve=self._serve, name="torch-chaos-agent",
-                         limits=Limits(first_line_max=MAX_REQUEST + 1, first_line_s=READ_TIMEOUT_S,
+                         limits=Limits(first_line_max=MAX_REQUEST, first_line_s=READ_TIMEOUT_S,
                                        max_pending=MAX_PENDING, per_peer=PER_PEER, max_served=MAX_CONNECTIONS),
                          on_limit=lambda what, detail: self.log(f"{time.time():.3f} limit reached ({what}): {detail}"),
                          allowed=self._allowed,
