@@ -204,7 +204,7 @@ class ChannelLimit(Line):
     """The history channel reached one of its limits (chaos/channel.py, chaos/gate.py): written once per kind, at
     the first time. Connections beyond it were refused or closed; the run's own senders reconnect and replay."""
 
-    what: str  # "pending" (waiting for a hello), "served" (admitted), "descriptors", "threads"
+    what: str  # "pending" (waiting for a hello), "served" (admitted), "descriptors", "threads", "error"
     detail: str  # what was done about it
 
 

@@ -77,7 +77,8 @@ class Gate:
     """Accepts on ``sock`` and reads each connection's first line in one thread; ``serve`` runs for the admitted.
 
     ``on_limit(what, detail)`` is told once per kind of limit reached (``pending``, ``per_peer``, ``served``,
-    ``descriptors``, ``threads``): a flood is one line of the run's record, not one per connection.
+    ``descriptors``, ``threads``; ``error``: the loop caught a bug of its own and went on): a flood is one line
+    of the run's record, not one per connection.
     ``allowed(peer)`` (optional) is asked at accept: False closes the connection unread. ``too_long`` is
     answered to a first line over the limit (None: closed without an answer)."""
 
@@ -131,23 +132,27 @@ class Gate:
                     wait = min(wait, max(0.0, next(iter(self._pending.values())).deadline - now))
                 if not listening:
                     wait = min(wait, max(0.0, resume_at - now))
-                for key, _ in sel.select(wait):
-                    if key.data == "wake":
-                        with contextlib.suppress(OSError):
-                            self._wake_r.recv(64)
-                    elif key.data == "listen":
-                        outcome = self._accept_some(sel)
-                        if outcome == "closed":
-                            return
-                        if outcome == "scarce":
-                            sel.unregister(self.sock)
-                            listening, resume_at = False, time.monotonic() + backoff
-                            backoff = min(BACKOFF_MAX_S, backoff * 2)
-                        else:
-                            backoff = BACKOFF_FIRST_S
-                    elif isinstance(key.fileobj, socket.socket) and key.fileobj in self._pending:
-                        self._read(sel, key.fileobj)
-                self._expire(sel)
+                try:
+                    for key, _ in sel.select(wait):
+                        if key.data == "wake":
+                            with contextlib.suppress(OSError):
+                                self._wake_r.recv(64)
+                        elif key.data == "listen":
+                            outcome = self._accept_some(sel)
+                            if outcome == "closed":
+                                return
+                            if outcome == "scarce":
+                                sel.unregister(self.sock)
+                                listening, resume_at = False, time.monotonic() + backoff
+                                backoff = min(BACKOFF_MAX_S, backoff * 2)
+                            else:
+                                backoff = BACKOFF_FIRST_S
+                        elif isinstance(key.fileobj, socket.socket) and key.fileobj in self._pending:
+                            self._read(sel, key.fileobj)
+                    self._expire(sel)
+                except Exception as exc:  # a bug here must not end the loop: that would end the server
+                    self._limit("error", f"{type(exc).__name__}: {exc} (the loop goes on)")
+                    time.sleep(0.05)
         finally:
             for conn in list(self._pending):
                 self._drop(sel, conn)
