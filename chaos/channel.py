@@ -17,6 +17,10 @@ engine holds the server. One line of JSON per message, both ways:
   ``pong`` (``t0``, ``t1``, ``t2``), ``ack`` (``id``), ``order`` (``name``, ``spec``: the hang fault's order to
   this worker, null when withdrawn; the ones standing are sent again before a reconnect's ``welcome``).
 
+The first line of a connection must be a ``hello`` with the run's token (``CHAOS_CHANNEL_TOKEN``, in the nodes'
+environment only): anything else, ``ping`` included, closes the connection unanswered (:class:`ChannelServer`,
+:mod:`chaos.gate` for the limits on what a connection may cost before and after).
+
 **Nothing lost, nothing twice.** Every event gets the next ``seq`` of its sender (one sender = one process; a
 restarted worker is a new sender) and is appended to the sender's local spool file *before* it is sent. When the
 connection drops the client keeps spooling; at its next connect the engine's ``welcome`` says which ``seq`` it has,
