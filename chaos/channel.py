@@ -17,6 +17,10 @@ engine holds the server. One line of JSON per message, both ways:
   ``pong`` (``t0``, ``t1``, ``t2``), ``ack`` (``id``), ``order`` (``name``, ``spec``: the hang fault's order to
   this worker, null when withdrawn; the ones standing are sent again before a reconnect's ``welcome``).
 
+The first line of a connection must be a ``hello`` with the run's token (``CHAOS_CHANNEL_TOKEN``, in the nodes'
+environment only): anything else, ``ping`` included, closes the connection unanswered (:class:`ChannelServer`,
+:mod:`chaos.gate` for the limits on what a connection may cost before and after).
+
 **Nothing lost, nothing twice.** Every event gets the next ``seq`` of its sender (one sender = one process; a
 restarted worker is a new sender) and is appended to the sender's local spool file *before* it is sent. When the
 connection drops the client keeps spooling; at its next connect the engine's ``welcome`` says which ``seq`` it has,
@@ -33,6 +37,7 @@ as ``t_sender``). On one host the offsets are within the round trip and nothing 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import os
 import socket
@@ -49,7 +54,15 @@ CORRECT_ABOVE_S = 0.001  # an offset below this is left alone (one host's clocks
 CONNECT_TIMEOUT_S = 1.0  # an engine slow to accept: the event is spooled meanwhile, never dropped
 RETRY_S = 0.5  # after a failed connect, the next attempt waits this long (an event never waits for it) ...
 RETRY_MAX_S = 8.0  # ... doubling up to this: an engine that stays unreachable costs a step one timeout per 8 s
-_MAX_LINE = 64 << 20
+# What one connection may cost the engine (a root process; docs/design.md, "The history channel"). Until its hello
+# shows the run's token a connection holds no thread (chaos.gate): only its hello is read, within HELLO_TIMEOUT_S
+# and HELLO_MAX bytes; every other op before it closes the connection.
+MAX_LINE = 8 << 20  # an admitted sender's line; a longer one is skipped whole (its newline found, nothing kept)
+HELLO_MAX = 64 << 10  # the hello line (a held id or a host's few: well under a kilobyte)
+HELLO_TIMEOUT_S = 3.0  # from accept to the hello: a client sends it at once (its own wait for the welcome is 1 s)
+MAX_DEPTH = 64  # nesting of one message; deeper is dropped (no parser's recursion limit reached, no traceback)
+MAX_CONNECTIONS = 1024  # admitted connections (a thread each); beyond, refused and recorded once
+MAX_PENDING = 256  # connections waiting for their hello; beyond, the oldest waiting is closed
 
 
 def clock_offset(t0: float, t1: float, t2: float, t3: float) -> tuple[float, float]:
@@ -68,17 +81,56 @@ def _line(msg: dict[str, Any]) -> bytes:
     return (json.dumps(msg, default=str, separators=(",", ":")) + "\n").encode()
 
 
-class _Lines:
-    """Newline-delimited messages from a socket (a partial line waits for the rest)."""
+def _too_deep(msg: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``msg`` nests deeper than ``limit`` (a walk with a stack of its own: no recursion to exhaust)."""
+    stack: list[tuple[Any, int]] = [(msg, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        elif not isinstance(value, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+    return False
 
-    def __init__(self, sock: socket.socket):
+
+def decode(line: bytes) -> dict[str, Any]:
+    """One line's message; ``{}`` (ignored by every reader) for anything but a JSON object of at most
+    :data:`MAX_DEPTH` levels. ``"[" * 200000`` is json's RecursionError, caught here: a hostile line is no
+    traceback in the run's output."""
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(msg, dict) or _too_deep(msg):
+        return {}
+    return msg
+
+
+class _Lines:
+    """Newline-delimited messages from a socket (a partial line waits for the rest).
+
+    Linear in what arrives: the newline is looked for only in bytes not looked at before, and a line longer than
+    ``max_line`` is not kept (the buffer is emptied, the rest up to its newline dropped, the line read as ``{}``).
+    ``rest``: bytes already read past a first line (the gate's)."""
+
+    def __init__(self, sock: socket.socket, rest: bytes = b"", max_line: int = MAX_LINE):
         self.sock = sock
-        self.buf = b""
+        self.buf = bytearray(rest)
+        self.max_line = max_line
+        self._scanned = 0  # bytes of buf known to hold no newline
+        self._skipping = False  # inside a line too long to keep
 
     def read(self, timeout_s: float | None) -> dict[str, Any] | None:
         """The next message; None on timeout (``0``: only what has arrived). Raises ``ConnectionError`` at end of
         stream."""
-        while b"\n" not in self.buf:
+        while (cut := self.buf.find(b"\n", self._scanned)) < 0:
+            self._scanned = len(self.buf)
+            if len(self.buf) > self.max_line:
+                self.buf.clear()
+                self._scanned, self._skipping = 0, True
             before = self.sock.gettimeout()
             self.sock.settimeout(timeout_s)
             try:
@@ -90,14 +142,13 @@ class _Lines:
             if not chunk:
                 raise ConnectionError("closed by peer")
             self.buf += chunk
-            if len(self.buf) > _MAX_LINE:
-                raise ConnectionError("line too long")
-        line, self.buf = self.buf.split(b"\n", 1)
-        try:
-            msg = json.loads(line)
-        except ValueError:
+        line = bytes(self.buf[:cut])
+        del self.buf[:cut + 1]
+        self._scanned = 0
+        if self._skipping:
+            self._skipping = False
             return {}
-        return msg if isinstance(msg, dict) else {}
+        return decode(line)
 
 
 class ChannelClient:
@@ -383,14 +434,21 @@ class ChannelServer:
     """Accepts senders, writes their events through ``write`` (the history's one writer) in the order received,
     and acknowledges held events when the engine says so (:meth:`ack`).
 
-    One thread accepts, one thread per connection reads (a node has a handful of senders: its agent and its
-    ranks). ``write`` must be thread-safe; ``record`` writes the channel's own facts (``clock_sync``)."""
+    One thread (:class:`chaos.gate.Gate`) accepts every connection and reads its hello; a connection whose hello
+    shows the run's token gets a thread of its own that reads the rest (a node has a handful of senders: its agent
+    and its ranks). Before that hello nothing is answered, not even a ``ping``: a process without the token writes
+    nothing and hears nothing. ``write`` must be thread-safe; ``record`` writes the channel's own facts
+    (``clock_sync``); ``on_limit(what, detail)`` is told once per limit reached (a flood of connections, no
+    descriptor left), for the run's history."""
 
     def __init__(self, sock: socket.socket, write: Callable[[dict[str, Any]], None],
-                 record: Callable[..., Any], token: str | None = None):
+                 record: Callable[..., Any], token: str | None = None,
+                 on_limit: Callable[[str, str], None] | None = None):
+        from chaos.gate import Gate, Limits
+
         self.sock = sock
         self.token = token  # when set, a connection whose hello does not show it is closed unheard
-        self.sock.listen(128)
+        self.sock.listen(512)
         self.address = "{}:{}".format(*sock.getsockname()[:2])
         self._write, self._record = write, record
         self._lock = threading.Lock()
@@ -403,50 +461,59 @@ class ChannelServer:
         self._states: dict[socket.socket, dict[str, Any]] = {}  # what each connection said of itself (``state``)
         self._orders: dict[str, tuple[str, dict[str, Any]]] = {}  # standing order name → (who, spec)
         self._stopping = False
-        self.stats = {"connections": 0, "events": 0, "duplicates": 0, "acks": 0, "refused": 0}
-        self._accepter = threading.Thread(target=self._accept, name="torch-chaos-channel", daemon=True)
+        self._counts = {"connections": 0, "events": 0, "duplicates": 0, "acks": 0}
+        self._gate = Gate(sock, admit=self._admit, serve=self._serve, name="torch-chaos-channel",
+                          limits=Limits(first_line_max=HELLO_MAX, first_line_s=HELLO_TIMEOUT_S,
+                                        max_pending=MAX_PENDING, max_served=MAX_CONNECTIONS),
+                          on_limit=on_limit)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counts for the history's ``channel_closed``: ``connections`` admitted, ``refused`` (a wrong or missing
+        token, anything but a hello first, no hello in time, a hello too long, closed to make room or beyond
+        the limits)."""
+        g = self._gate.stats
+        with self._lock:
+            return {**self._counts, "refused": g.refused + g.timed_out + g.too_long + g.evicted + g.over_capacity}
 
     def start(self) -> None:
-        self._accepter.start()
+        self._gate.start()
 
-    def _accept(self) -> None:
-        while not self._stopping:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return  # closed by stop()
+    def _admit(self, line: bytes, peer: str) -> tuple[bool, Any]:
+        """The gate's question: is this first line a hello with the run's token? Nothing is answered to one that
+        is not (a stranger learns nothing, not even that this is a channel)."""
+        t1 = time.time()
+        msg = decode(line)
+        if msg.get("op") != "hello":
+            return False, None
+        if self.token is not None:
+            given = msg.get("token")
+            if not isinstance(given, str) or not hmac.compare_digest(
+                    given.encode("utf-8", "surrogatepass"), self.token.encode()):
+                return False, None
+        return True, (msg, t1)
+
+    def _serve(self, conn: socket.socket, peer: str, admitted: tuple[dict[str, Any], float], rest: bytes) -> None:
+        with self._lock:
+            self._conns[conn] = threading.current_thread()
+            self._counts["connections"] += 1
+        try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             keepalive(conn)
-            thread = threading.Thread(target=self._serve, args=(conn,), name="torch-chaos-channel-conn",
-                                      daemon=True)
-            with self._lock:
-                self._conns[conn] = thread
-                self.stats["connections"] += 1
-            thread.start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        lines = _Lines(conn)
-        sender: _Sender | None = None
-        try:
+            lines = _Lines(conn, rest)
+            sender = self._hello(conn, *admitted)
             while True:
                 msg = lines.read(None)
                 assert msg is not None
                 op = msg.get("op")
-                if op == "ev" and sender is not None:
-                    self._event(sender, msg)
-                elif op == "hello":
-                    t1 = time.time()
-                    if self.token is not None and msg.get("token") != self.token:
-                        with self._lock:
-                            self.stats["refused"] += 1
-                        return  # not this run's process: nothing it says is written, nothing is said to it
-                    sender = self._hello(conn, msg, t1)
+                if op == "ev":
+                    self._event(sender, msg, conn)
                 elif op == "ping":
                     t1 = time.time()
                     self._send(conn, {"op": "pong", "t0": msg.get("t0"), "t1": t1, "t2": time.time()})
-                elif op == "clock" and sender is not None:
+                elif op == "clock":
                     self._clock(sender, msg)
-                elif op == "state" and sender is not None and isinstance(msg.get("name"), str):
+                elif op == "state" and isinstance(msg.get("name"), str):
                     with self._lock:
                         self._states.setdefault(conn, {})[msg["name"]] = msg.get("value")
         except (OSError, ValueError, AssertionError):
@@ -484,16 +551,16 @@ class ChannelServer:
                 self._send(conn, {"op": "ack", "id": w})
         return sender
 
-    def _event(self, sender: _Sender, msg: dict[str, Any]) -> None:
+    def _event(self, sender: _Sender, msg: dict[str, Any], conn: socket.socket) -> None:
         seq, event = msg.get("seq"), msg.get("e")
         if not isinstance(seq, int) or not isinstance(event, dict):
             return
         with self._lock:  # one lock for dedupe and write: receive order is write order
             if seq <= sender.have:
-                self.stats["duplicates"] += 1
+                self._counts["duplicates"] += 1
                 held = event.get("id")
                 if isinstance(held, str) and held not in self._released:
-                    self._waiting.setdefault(held, self._conn_of_thread())
+                    self._waiting.setdefault(held, conn)
                 return
             sender.have = seq
             if sender.correction and isinstance(event.get("t"), (int, float)):
@@ -501,14 +568,10 @@ class ChannelServer:
                 event["t"] = event["t"] + sender.correction
             held = event.get("id")
             if isinstance(held, str):
-                self._waiting[held] = self._conn_of_thread()
+                self._waiting[held] = conn
                 self._held.add(held)
-            self.stats["events"] += 1
+            self._counts["events"] += 1
             self._write(event)
-
-    def _conn_of_thread(self) -> socket.socket:
-        me = threading.current_thread()
-        return next(c for c, t in self._conns.items() if t is me)
 
     def _clock(self, sender: _Sender, msg: dict[str, Any]) -> None:
         offset, rtt = msg.get("offset"), msg.get("rtt")
@@ -539,7 +602,7 @@ class ChannelServer:
             self._released.add(event_id)
             if conn is not None:
                 self._send(conn, {"op": "ack", "id": event_id})
-                self.stats["acks"] += 1
+                self._counts["acks"] += 1
         return known
 
     def order(self, name: str, who: str, spec: dict[str, Any] | None) -> int:
@@ -566,21 +629,21 @@ class ChannelServer:
         """Stop accepting, give open connections ``drain_s`` to deliver what they sent, close; returns the
         counts (for the history's ``channel_closed``)."""
         self._stopping = True
+        self._gate.stop()  # no connection is admitted after this: the threads below are all there will be
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self.sock.close()
         deadline = time.monotonic() + drain_s
-        with self._lock:
-            threads = list(self._conns.items())
-        for conn, thread in threads:
+        for conn, thread in self._gate.served():
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
                 thread.join(0.5)
+        stats = self.stats
         with self._lock:
-            return {**self.stats, "senders": len(self._senders),
+            return {**stats, "senders": len(self._senders),
                     "reconnections": sum(max(0, s.connects - 1) for s in self._senders.values())}
 
 

@@ -61,6 +61,7 @@ class Ev(StrEnum):
     TEARDOWN = "teardown"
     CLOCK_SYNC = "clock_sync"
     CHANNEL_CLOSED = "channel_closed"
+    CHANNEL_LIMIT = "channel_limit"
     NODE_STARTED = "node_started"
     NODE_EXITED = "node_exited"
     FAULT_INJECTED = "fault_injected"
@@ -195,6 +196,16 @@ class ChannelClosed(Line):
     events: int  # events written
     duplicates: int  # replayed events it already had (dropped)
     acks: int  # held events acknowledged over the channel
+    # connections closed unheard: no hello with the run's token first, none in time, or beyond the limits
+    refused: NotRequired[int]
+
+
+class ChannelLimit(Line):
+    """The history channel reached one of its limits (chaos/channel.py, chaos/gate.py): written once per kind, at
+    the first time. Connections beyond it were refused or closed; the run's own senders reconnect and replay."""
+
+    what: str  # "pending" (waiting for a hello), "served" (admitted), "descriptors", "threads", "error"
+    detail: str  # what was done about it
 
 
 class SlurmAllocated(Line):
@@ -205,6 +216,8 @@ class SlurmAllocated(Line):
     nodes: dict[str, str]  # node name -> host its first step runs on
     spares: list[str]  # hosts held for replacements
     channel: str  # host:port the nodes send their events to
+    channel_bind: NotRequired[str]  # host:port the engine listens on, when not the same (allow_any_address)
+    warning: NotRequired[str]  # e.g. the channel listens on every interface (cluster.slurm.allow_any_address)
     salloc_s: float  # from starting salloc to the job id and node list known
     command: list[str]  # the salloc line
 
@@ -561,6 +574,7 @@ FIELDS: dict[Ev, type] = {
     Ev.TEARDOWN: Teardown,
     Ev.CLOCK_SYNC: ClockSync,
     Ev.CHANNEL_CLOSED: ChannelClosed,
+    Ev.CHANNEL_LIMIT: ChannelLimit,
     Ev.NODE_STARTED: NodeStarted,
     Ev.NODE_EXITED: NodeExited,
     Ev.FAULT_INJECTED: FaultInjected,

@@ -37,6 +37,10 @@ RDZV_CONF = {"join_timeout_s": "join_timeout", "last_call_timeout_s": "last_call
               "close_timeout_s": "close_timeout", "keep_alive_interval_s": "keep_alive_interval",
               "keep_alive_max_attempt": "keep_alive_max_attempt", "read_timeout_s": "read_timeout"}
 STORE_NODE = "store"
+# Environment variables whose value is a secret of the run: in the nodes' environment only (a process's environ is
+# readable by its user alone), never in a record (plan.yaml, run_started, the dry run's output) that others read.
+SECRET_ENV = ("CHAOS_CHANNEL_TOKEN",)
+NOT_RECORDED = "(secret: in the nodes' environment only)"
 
 
 @dataclass
@@ -49,7 +53,8 @@ class NodePlan:
     cpus: list[int] | None = None  # the cores the node's whole process tree is pinned to (None: not pinned)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "role": self.role, "argv": self.argv, "env": self.env}
+        env = {k: NOT_RECORDED if k in SECRET_ENV else v for k, v in self.env.items()}
+        out: dict[str, Any] = {"name": self.name, "role": self.role, "argv": self.argv, "env": env}
         if self.cpus is not None:
             out["cpus"] = list(self.cpus)
         return out

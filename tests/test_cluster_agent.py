@@ -125,42 +125,113 @@ def test_anything_else_is_refused_and_does_nothing(served: tuple[dict[str, Any],
     assert docker.actions() == []
 
 
-def test_only_the_cluster_network_may_connect_and_connections_are_bounded() -> None:
-    """A peer off the cluster's subnet (Linux delivers to the gateway's address from any interface) gets no
-    answer; idle connections beyond MAX_CONNECTIONS are closed instead of each holding a thread of a root process."""
-    docker = FakeDocker()
-    fenced = agent.AgentServer(("127.0.0.1", 0), token=TOKEN, cluster="lab", cluster_id="abcd", docker=docker,
-                               subnet="10.99.0.0/24")
-    open_ = agent.AgentServer(("127.0.0.1", 0), token=TOKEN, cluster="lab", cluster_id="abcd", docker=docker)
-    for server in (fenced, open_):
+@pytest.fixture
+def started() -> Iterator[Any]:
+    """Start AgentServers in threads (``started(**kwargs)``); all are shut down after the test."""
+    servers: list[agent.AgentServer] = []
+
+    def start(**kwargs: Any) -> agent.AgentServer:
+        kwargs.setdefault("docker", FakeDocker())
+        server = agent.AgentServer(("127.0.0.1", 0), token=TOKEN, cluster="lab", cluster_id="abcd", **kwargs)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    idle: list[socket.socket] = []
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _config(server: agent.AgentServer) -> dict[str, Any]:
+    return {"address": "127.0.0.1", "port": server.server_address[1], "token": TOKEN}
+
+
+def _idle(server: agent.AgentServer, n: int, source: str = "127.0.0.1") -> list[socket.socket]:
+    """``n`` connections that never say anything, from ``source`` (any 127.x address is this host)."""
+    return [socket.create_connection(("127.0.0.1", server.server_address[1]), source_address=(source, 0))
+            for _ in range(n)]
+
+
+def test_only_the_cluster_network_may_connect(started: Any) -> None:
+    """A peer off the cluster's subnet (Linux delivers to the gateway's address from any interface) gets no
+    answer, and nothing is done."""
+    docker = FakeDocker()
+    fenced = started(docker=docker, subnet="10.99.0.0/24")
+    with pytest.raises(agent.AgentError, match=r"answered no JSON|does not answer"):
+        agent.ask(_config(fenced), "lose", "c1", timeout=3)
+    assert docker.actions() == []
+
+
+def test_idle_connections_hold_no_slot(started: Any) -> None:
+    """Connections that never send their request used to take the 16 slots (5 s each, reopened: for good); now
+    they wait without a slot for READ_TIMEOUT_S at most, and an authenticated request is answered at once
+    beside 3x MAX_CONNECTIONS of them."""
+    server = started()
+    idle = _idle(server, 3 * agent.MAX_CONNECTIONS)
     try:
-        with pytest.raises(agent.AgentError, match="answered no JSON"):
-            agent.ask({"address": "127.0.0.1", "port": fenced.server_address[1], "token": TOKEN}, "ping", timeout=3)
-        config = {"address": "127.0.0.1", "port": open_.server_address[1], "token": TOKEN}
-        for _ in range(agent.MAX_CONNECTIONS):
-            idle.append(socket.create_connection(("127.0.0.1", open_.server_address[1])))
-        time.sleep(0.3)  # every idle connection has its handler thread
-        with pytest.raises(agent.AgentError, match="answered no JSON"):  # closed unanswered
-            agent.ask(config, "ping", timeout=3)
-        for sock in idle:
-            sock.close()
-        deadline = time.monotonic() + agent.READ_TIMEOUT_S + 5
-        while True:  # the slots come back as the handlers end
-            try:
-                assert agent.ask(config, "ping", timeout=3)["ok"]
-                break
-            except agent.AgentError:
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        assert agent.ask(_config(server), "ping", timeout=3)["ok"]
+        assert time.monotonic() - t0 < 1.0
+        deadline = time.monotonic() + agent.READ_TIMEOUT_S + 3
+        for sock in idle:  # and each is closed by the agent after READ_TIMEOUT_S (or to make room)
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            assert sock.recv(1) == b""
     finally:
         for sock in idle:
             sock.close()
-        for server in (fenced, open_):
-            server.shutdown()
-            server.server_close()
-    assert docker.actions() == []
+
+
+def test_one_address_flooding_cannot_push_out_another(started: Any) -> None:
+    """Beyond PER_PEER waiting connections from one address, that address's oldest is closed: a container
+    flooding the agent cannot close the login node's connection while its request is still on the way."""
+    server = started()
+    slow = socket.create_connection(("127.0.0.1", server.server_address[1]), source_address=("127.0.0.3", 0))
+    flood = _idle(server, 200, source="127.0.0.2")  # more than MAX_PENDING (128): all from one address
+    try:
+        time.sleep(0.2)
+        assert agent.ask(_config(server), "ping", timeout=3)["ok"]  # a fresh request from elsewhere
+        slow.settimeout(3)
+        slow.sendall(json.dumps({"token": TOKEN, "action": "ping"}).encode() + b"\n")
+        assert json.loads(slow.recv(4096))["ok"]
+        assert server.gate.pending() <= agent.PER_PEER  # the flood's own: the rest were closed
+    finally:
+        slow.close()
+        for sock in flood:
+            sock.close()
+
+
+def test_token_bearing_requests_are_handled_in_at_most_max_connections_threads(started: Any) -> None:
+    """The slots bound the threads of a root process: requests beyond MAX_CONNECTIONS at once are closed
+    unanswered, and the slots come back as the handlers end."""
+    release = threading.Event()
+
+    class Slow(FakeDocker):
+        def compute_container(self, cluster: str, cluster_id: str, host: str) -> str | None:
+            release.wait(10)
+            return super().compute_container(cluster, cluster_id, host)
+
+    server = started(docker=Slow())
+    config = _config(server)
+    answers: list[Any] = []
+    busy = [threading.Thread(target=lambda: answers.append(agent.ask(config, "lose", "c1", timeout=15)))
+            for _ in range(agent.MAX_CONNECTIONS)]
+    for thread in busy:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(server.gate.served()) < agent.MAX_CONNECTIONS:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with pytest.raises(agent.AgentError, match=r"answered no JSON|does not answer"):
+            agent.ask(config, "ping", timeout=3)
+    finally:
+        release.set()
+        for thread in busy:
+            thread.join(15)
+    assert len(answers) == agent.MAX_CONNECTIONS and all(a["ok"] for a in answers)
+    assert agent.ask(config, "ping", timeout=3)["ok"]
 
 
 def test_the_engine_refusing_is_the_answer_not_a_crash() -> None:

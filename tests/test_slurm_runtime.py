@@ -306,3 +306,37 @@ def test_a_host_without_fuse_stops_a_run_that_needs_the_layer_before_any_node(
     with pytest.raises(RuntimeError, match="is not visible on every allocated host"):
         rt._check_shared_run_dir()
     assert calls[1][-3:-1] == ["test", "-e"]
+
+
+def test_channel_host_is_an_address_of_this_host_and_never_every_interface_unasked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``cluster.slurm.channel_host`` became the channel's bind address unchecked: 0.0.0.0 listened on every
+    interface of a login node shared with other users. Now 0.0.0.0 and :: (in any spelling) need
+    ``allow_any_address: true``, anything else must be an address or a host name, and the machine check (and the
+    runtime, again, at the allocation) wants an address of this host."""
+    def with_host(value: str, extra: str = "") -> str:
+        return SCENARIO.replace("spares: 1,", f"spares: 1, channel_host: '{value}',{extra}")
+
+    for every in ("0.0.0.0", "::", "::ffff:0.0.0.0", "0:0:0:0:0:0:0:0"):
+        (why,) = errors_of(with_host(every))
+        assert "cluster.slurm.channel_host" in why and "every interface" in why and "allow_any_address" in why, why
+        assert parse_scenario(with_host(every, " allow_any_address: true,")).cluster.slurm.channel_host == every
+    for odd in ("0", "0x0", "127.1", "", "host name", "224.0.0.1", "255.255.255.255"):
+        (why,) = errors_of(with_host(odd))
+        assert "cluster.slurm.channel_host" in why, why
+    for fine in ("10.0.0.2", "fd00::2", "login1", "login1.cluster.example"):
+        assert parse_scenario(with_host(fine)).cluster.slurm.channel_host == fine
+
+    path = tmp_path / "s.yaml"
+    path.write_text(with_host("0.0.0.0"))
+    assert main(["validate", "--no-machine", str(path)]) == 2
+    said = capsys.readouterr()
+    assert "cluster.slurm.channel_host: 0.0.0.0 is every interface of this host" in said.out + said.err
+
+    assert slurm.channel_bind("127.0.0.1", False) == ("127.0.0.1", None)
+    with pytest.raises(ValueError, match=r"203\.0\.113\.7' is not an address of this host"):
+        slurm.channel_bind("203.0.113.7", False)  # TEST-NET-3: never a local address
+    bind, warning = slurm.channel_bind("0.0.0.0", True)
+    assert bind == "0.0.0.0" and warning is not None and "every interface" in warning
+    checks = slurm.SlurmRuntime.machine_checks(slurm.SlurmOptions(channel_host="203.0.113.7"))
+    assert [c.ok for c in checks if c.name == "slurm channel_host"] == [False]

@@ -25,7 +25,9 @@ only (the host's side of the internal bridge), and answers only peers whose addr
 Linux delivers a packet for any local address from any interface, so binding alone would not keep out a peer that
 routes to the gateway's address. The token (a random one per bring-up) is what keeps out anything else that can
 reach it; it is written into the controller readable by the cluster's user only
-(:data:`chaos.cluster.spec.AGENT_FILE`). At most MAX_CONNECTIONS requests are handled at once.
+(:data:`chaos.cluster.spec.AGENT_FILE`). A connection holds nothing but a descriptor until its request line shows
+the token (read by one thread, :mod:`chaos.gate`, within READ_TIMEOUT_S; at most PER_PEER waiting from one
+address); at most MAX_CONNECTIONS token-bearing requests are handled at once.
 
 The agent leaves when its cluster's controller container is gone (``down``, or anything that removed it), so an
 agent outlives its cluster by a few seconds at most; ``down`` and ``chaos cleanup`` stop it anyway.
@@ -44,7 +46,6 @@ import os
 import re
 import signal
 import socket
-import socketserver
 import sys
 import threading
 import time
@@ -54,9 +55,13 @@ from typing import Any, Protocol
 
 ACTIONS = ("lose", "return", "net", "ping")
 HOST_RE = re.compile(r"^c[1-9][0-9]{0,2}$")
-MAX_CONNECTIONS = 16  # handler threads at once; more connections are closed unanswered
+MAX_CONNECTIONS = 16  # handler threads at once (token-bearing requests); more are closed unanswered
+MAX_PENDING = 128  # connections waiting for their request line (no thread, no slot); beyond, the oldest is closed
+# of those, from one address (beyond, that address's oldest is closed): one container's flood cannot push out the
+# login node's request; as many as the slots, so a burst of the login node's own requests is not cut short by it
+PER_PEER = MAX_CONNECTIONS
 MAX_REQUEST = 4096  # bytes: a request is three short fields, or a net one's argv (40 short arguments at most)
-READ_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 2.0  # from accept to the request's newline (the client sends it at once)
 WATCH_S = 2.0  # how often the agent looks whether its cluster is still there
 MODULE = "chaos.cluster.agent"
 
@@ -193,65 +198,101 @@ def _net(docker: Docker, runner: NetRunner, container: str, host: str, argv: lis
             "stderr": err, "done": f"nsenter --net {argv[0]}", "t": time.time()}
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    timeout = READ_TIMEOUT_S
-
-    def handle(self) -> None:
-        server: AgentServer = self.server  # type: ignore[assignment]
-        peer = self.client_address[0]
-        if server.subnet is not None and ipaddress.ip_address(peer) not in server.subnet:
-            # Linux takes a packet for any local address on any interface: a peer off the cluster network that
-            # routes to the gateway's address reaches the socket; only the cluster's containers may ask
-            server.log(f"{time.time():.3f} refused a connection from {peer}: not on {server.subnet}")
-            return
-        try:
-            line = self.rfile.readline(MAX_REQUEST + 1)
-        except OSError:
-            return
-        if len(line) > MAX_REQUEST:
-            answer: dict[str, Any] = {"ok": False, "error": f"request longer than {MAX_REQUEST} bytes"}
-        else:
-            with server.lock:  # one docker action at a time: a lose and a return never race
-                answer = handle(line, token=server.token, cluster=server.cluster, cluster_id=server.cluster_id,
-                                docker=server.docker, runner=server.runner)
-        what = f" {answer['done']} rc={answer['rc']}" if answer.get("action") == "net" else ""
-        server.log(f"{time.time():.3f} {answer.get('action', '-')} {answer.get('host', '-')}{what}: "
-                   f"{'ok' if answer['ok'] else answer['error']}")
-        with contextlib.suppress(OSError):
-            self.wfile.write(json.dumps(answer).encode() + b"\n")
+def check_token(request: bytes, token: str) -> dict[str, Any] | None:
+    """The refusal of a request that does not carry the token (or is no JSON object), else None: asked before the
+    request may take one of the MAX_CONNECTIONS slots, so that whoever lacks the token holds none."""
+    try:
+        msg = json.loads(request.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return {"ok": False, "error": "not a JSON object"}
+    if not isinstance(msg, dict):
+        return {"ok": False, "error": "not a JSON object"}
+    given = msg.get("token")
+    if not isinstance(given, str) or not hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                                                             token.encode()):
+        return {"ok": False, "error": "wrong token"}
+    return None
 
 
-class AgentServer(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class AgentServer:
+    """The agent's TCP server. One thread (:class:`chaos.gate.Gate`) accepts and reads each request line, without
+    blocking, within READ_TIMEOUT_S: a connection costs no thread and no slot until its line shows the token.
+    At most MAX_PENDING connections wait for their line, PER_PEER of them from one address (beyond, that
+    address's oldest is closed), so neither idle connections nor one container's flood keep out the login node's
+    requests. Token-bearing requests are handled in at most MAX_CONNECTIONS threads at once.
+
+    ``serve_forever``/``shutdown``/``server_close``/``server_address`` as :mod:`socketserver`'s servers have."""
 
     def __init__(self, address: tuple[str, int], *, token: str, cluster: str, cluster_id: str, docker: Docker,
                  log: Any = None, runner: NetRunner = _nsenter_run, subnet: str | None = None):
+        from chaos.gate import Gate, Limits
+
         self.token, self.cluster, self.cluster_id, self.docker = token, cluster, cluster_id, docker
         self.runner = runner
         self.subnet = ipaddress.ip_network(subnet) if subnet else None  # who may connect (None: anyone)
         self.lock = threading.Lock()
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.log = log or (lambda line: None)
-        super().__init__(address, _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """At most MAX_CONNECTIONS handler threads: a container opening connections it never writes to holds one
-        each for READ_TIMEOUT_S, and must not exhaust the threads of a root process. The rest are closed."""
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
+        self._refused_peers: set[str] = set()  # peers off the subnet already logged (a flood is one line each)
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.socket = socket.socket(family, socket.SOCK_STREAM)
         try:
-            super().process_request(request, client_address)
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind(address)
+            self.socket.listen(128)
         except BaseException:
-            self.slots.release()
+            self.socket.close()
             raise
+        self.server_address = self.socket.getsockname()
+        self.gate = Gate(self.socket, admit=self._admit, serve=self._serve, name="torch-chaos-agent",
+                         limits=Limits(first_line_max=MAX_REQUEST, first_line_s=READ_TIMEOUT_S,
+                                       max_pending=MAX_PENDING, per_peer=PER_PEER, max_served=MAX_CONNECTIONS),
+                         on_limit=lambda what, detail: self.log(f"{time.time():.3f} limit reached ({what}): {detail}"),
+                         allowed=self._allowed,
+                         too_long=json.dumps({"ok": False, "error": f"request longer than {MAX_REQUEST} bytes"})
+                         .encode() + b"\n")
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
+    def _allowed(self, peer: str) -> bool:
+        if self.subnet is None:
+            return True
+        with contextlib.suppress(ValueError):
+            if ipaddress.ip_address(peer.split("%", 1)[0]) in self.subnet:
+                return True
+        # Linux takes a packet for any local address on any interface: a peer off the cluster network that
+        # routes to the gateway's address reaches the socket; only the cluster's containers may ask
+        if peer not in self._refused_peers and len(self._refused_peers) < 1024:
+            self._refused_peers.add(peer)
+            self.log(f"{time.time():.3f} refused a connection from {peer}: not on {self.subnet} (logged once)")
+        return False
+
+    def _admit(self, line: bytes, peer: str) -> tuple[bool, Any]:
+        refusal = check_token(line, self.token)
+        if refusal is not None:
+            self.log(f"{time.time():.3f} - -: {refusal['error']} (from {peer})")
+            return False, json.dumps(refusal).encode() + b"\n"
+        return True, line
+
+    def _serve(self, conn: socket.socket, peer: str, line: bytes, rest: bytes) -> None:
+        conn.settimeout(READ_TIMEOUT_S)  # the answer's write: a peer that never reads is not waited for long
+        with self.lock:  # one docker action at a time: a lose and a return never race
+            answer = handle(line, token=self.token, cluster=self.cluster, cluster_id=self.cluster_id,
+                            docker=self.docker, runner=self.runner)
+        what = f" {answer['done']} rc={answer['rc']}" if answer.get("action") == "net" else ""
+        self.log(f"{time.time():.3f} {answer.get('action', '-')} {answer.get('host', '-')}{what}: "
+                 f"{'ok' if answer['ok'] else answer['error']}")
+        with contextlib.suppress(OSError):
+            conn.sendall(json.dumps(answer).encode() + b"\n")
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Serve until :meth:`shutdown` (``poll_interval`` is socketserver's; the gate wakes at once)."""
+        self.gate.run()
+
+    def shutdown(self) -> None:
+        """Stop serving_forever and wait for it to return (requests being handled finish on their own)."""
+        self.gate.stop()
+
+    def server_close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.socket.close()
 
 
 # --- the client (the Slurm runtime, on the login node) -------------------------------------------------------------

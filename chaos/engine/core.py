@@ -148,7 +148,9 @@ class RunParts:
         sock = self.runtime.channel_socket(host, port)
         self.channel = ChannelServer(sock, self.history.write_record,
                                      lambda **fields: self.history.write(Ev.CLOCK_SYNC, **fields),
-                                     token=self.plan.channel_token)
+                                     token=self.plan.channel_token,
+                                     on_limit=lambda what, detail: self.history.write(Ev.CHANNEL_LIMIT, what=what,
+                                                                                      detail=detail))
         self.channel.start()
         self.faults.channel = self.channel
 

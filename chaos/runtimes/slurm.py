@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import ipaddress
 import json
 import math
 import os
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from chaos.events import Ev
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked
@@ -103,8 +104,12 @@ class SlurmOptions(Strict):
                                "(Ctrl-C cancels the request)")
     python: str | None = Field(None, description="the interpreter on the compute nodes (default: the engine's own, "
                                "which a shared filesystem makes the same path everywhere)")
-    channel_host: str | None = Field(None, description="the engine's address the compute nodes reach (default: the "
-                                     "address this host routes to the first allocated host from)")
+    allow_any_address: bool = Field(False, description="let channel_host be 0.0.0.0 or :: (every interface of this "
+                                    "host: anyone who reaches any of them may try the run's token); a warning is "
+                                    "recorded, and the nodes are given the routed address")
+    channel_host: str | None = Field(None, description="the engine's address the compute nodes reach, an address "
+                                     "of this host (default: the address this host routes to the first allocated "
+                                     "host from); never 0.0.0.0 or :: unless allow_any_address is true")
 
     @field_validator("time")
     @classmethod
@@ -112,6 +117,16 @@ class SlurmOptions(Strict):
         if not TIME_RE.match(value):
             raise ValueError(f"{value!r} is not a Slurm time limit; write MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
                              "D-HH:MM:SS (e.g. 00:30:00)")
+        return value
+
+    @field_validator("channel_host")
+    @classmethod
+    def _channel_host(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        why = channel_host_problem(value, bool(info.data.get("allow_any_address")))
+        if why is not None:
+            raise ValueError(why)
         return value
 
     @field_validator("extra_args")
@@ -131,6 +146,73 @@ class SlurmOptions(Strict):
                                  "cluster.slurm.spares; the job's name and comment identify it for cleanup; "
                                  "--no-shell and --no-kill are always given)")
         return value
+
+
+# A host name (RFC 1123 labels) whose last label starts with a letter: "0", "0x0" or "127.1" are addresses to
+# inet_aton (0.0.0.0, 127.0.0.1), never names, and would slip past the check of a literal address.
+HOSTNAME_RE = re.compile(r"^(?=.{1,253}\.?$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+                         r"[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$")
+
+
+def _ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        ip = ipaddress.ip_address(value)
+    except ValueError:
+        return None
+    mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:0.0.0.0 is 0.0.0.0
+    return mapped if mapped is not None else ip
+
+
+def channel_host_problem(value: str, allow_any: bool) -> str | None:
+    """Why ``cluster.slurm.channel_host`` cannot be the history channel's address, judged from the text alone (an
+    address of *this* host is a machine check, :func:`channel_bind`): the design listens where the nodes reach
+    the engine, never on every interface (a login node is shared with other users)."""
+    ip = _ip(value)
+    if ip is None:
+        if HOSTNAME_RE.match(value):
+            return None
+        return f"{value!r} is neither an IP address nor a host name"
+    if ip.is_unspecified:
+        if allow_any:
+            return None
+        return (f"{value} is every interface of this host: anyone who reaches any of them may try the run's token "
+                "(on a login node, every user); give the address the compute nodes reach the engine at (leave it "
+                "out: the one this host routes to them from), or set cluster.slurm.allow_any_address: true to mean it")
+    if ip.is_multicast or (ip.version == 4 and ip == ipaddress.IPv4Address("255.255.255.255")):
+        return f"{value} is a multicast or broadcast address, not one the engine can listen on for the nodes"
+    return None
+
+
+def local_addresses() -> set[str]:
+    """Every address of this host's interfaces (zone ids stripped)."""
+    import psutil
+
+    return {a.address.split("%", 1)[0] for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family in (socket.AF_INET, socket.AF_INET6)}
+
+
+def channel_bind(value: str, allow_any: bool) -> tuple[str, str | None]:
+    """The address to listen on for ``cluster.slurm.channel_host`` (a name resolved) and a warning, if any;
+    ValueError when it is not an address of this host (or is every one of them unasked)."""
+    try:
+        resolved = socket.getaddrinfo(value, None, type=socket.SOCK_STREAM)[0][4][0]
+    except (OSError, UnicodeError) as exc:
+        raise ValueError(f"cluster.slurm.channel_host: {value!r} does not resolve ({exc})") from None
+    ip = _ip(str(resolved))
+    assert ip is not None
+    if ip.is_unspecified:
+        if not allow_any:
+            raise ValueError(f"cluster.slurm.channel_host: {value!r} resolves to {resolved}, every interface of this "
+                             "host; set cluster.slurm.allow_any_address: true to mean it")
+        return str(resolved), (f"cluster.slurm.channel_host {value}: the history channel listens on every interface "
+                               "of this host (allow_any_address); anything that reaches one may try the run's token")
+    here = local_addresses()
+    if str(ip) not in here and str(resolved).split("%", 1)[0] not in here:
+        shown = sorted(a for a in here if not (_ip(a) or ip).is_link_local)
+        raise ValueError(f"cluster.slurm.channel_host: {value!r}" + (f" ({resolved})" if resolved != value else "")
+                         + " is not an address of this host (its interfaces have " + ", ".join(shown[:8])
+                         + (", ..." if len(shown) > 8 else "") + "): the engine listens there for the nodes' events")
+    return str(resolved), None
 
 
 def time_limit_s(value: str) -> int | None:
@@ -328,11 +410,21 @@ class SlurmRuntime(Runtime):
         missing = [t for t in TOOLS if shutil.which(t) is None]
         # Required for a Slurm scenario (``options`` given: its cluster.slurm); in the plain `chaos doctor` an
         # optional line, since a machine off any Slurm cluster is not a broken machine.
-        return [Check("slurm client tools", not missing,
-                      "salloc, srun, scancel, squeue, scontrol, sinfo on PATH" if not missing
-                      else f"not on PATH: {', '.join(missing)}",
-                      "run the engine on a login node of the cluster (where `srun hostname` works)",
-                      required=options is not None)]
+        checks = [Check("slurm client tools", not missing,
+                        "salloc, srun, scancel, squeue, scontrol, sinfo on PATH" if not missing
+                        else f"not on PATH: {', '.join(missing)}",
+                        "run the engine on a login node of the cluster (where `srun hostname` works)",
+                        required=options is not None)]
+        if options is not None and options.channel_host is not None:
+            try:
+                _, warning = channel_bind(options.channel_host, options.allow_any_address)
+                checks.append(Check("slurm channel_host", True, warning or f"{options.channel_host} is this host's",
+                                    "", required=True))
+            except ValueError as exc:
+                checks.append(Check("slurm channel_host", False, str(exc),
+                                    "give an address of this host the compute nodes reach, or leave "
+                                    "cluster.slurm.channel_host out", required=True))
+        return checks
 
     @classmethod
     def scenario_problems(cls, scenario: Scenario) -> list[str]:
@@ -481,7 +573,9 @@ class SlurmRuntime(Runtime):
         self.hosts: list[str] = []
         self.host_of: dict[str, str] = {}  # node -> host its current step runs on
         self.spares: list[str] = []
-        self.channel_host: str | None = None
+        self.channel_host: str | None = None  # the address the nodes are given (CHAOS_CHANNEL)
+        self.channel_bind: str | None = None  # the address the engine listens on (the same, but for 0.0.0.0/::)
+        self._channel_warning: str | None = None
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs = NodeLogs(self.log_path)
         self._step_names: dict[str, str] = {}  # node -> its current step's name
@@ -573,11 +667,26 @@ class SlurmRuntime(Runtime):
             raise RuntimeError(f"salloc gave {len(self.hosts)} host(s) ({nodelist!r}) for {len(wanted)} node(s)")
         self.host_of = dict(zip(wanted, self.hosts[:len(wanted)], strict=True))
         self.spares = self.hosts[len(wanted):]
-        self.channel_host = self.options.channel_host or route_source(self.hosts[0])
+        given = self.options.channel_host
+        if given is None:
+            self.channel_host = self.channel_bind = route_source(self.hosts[0])
+        else:  # checked again here: the scenario may have been judged on another machine (a dry run, --no-machine)
+            try:
+                self.channel_bind, self._channel_warning = channel_bind(given, self.options.allow_any_address)
+            except ValueError as exc:
+                raise RuntimeError(str(exc)) from None
+            if self._channel_warning:
+                print(f"warning: {self._channel_warning}", file=sys.stderr)
+            unspecified = (ip := _ip(self.channel_bind)) is not None and ip.is_unspecified
+            self.channel_host = route_source(self.hosts[0]) if unspecified else given  # 0.0.0.0 reaches no one
         self._check_shared_run_dir()
+        port = (plan.channel or '').rpartition(':')[2]
         self._events.append({"event": Ev.SLURM_ALLOCATED, "job_id": self.job_id, "hosts": self.hosts,
                              "nodes": dict(self.host_of), "spares": list(self.spares),
-                             "channel": f"{self.channel_host}:{(plan.channel or '').rpartition(':')[2]}",
+                             "channel": f"{self.channel_host}:{port}",
+                             **({"channel_bind": f"{self.channel_bind}:{port}"}
+                                if self.channel_bind != self.channel_host else {}),
+                             **({"warning": self._channel_warning} if self._channel_warning else {}),
                              "salloc_s": round(salloc_s, 3), "command": argv})
         self._observer = threading.Thread(target=self._observe_loop, name="torch-chaos-slurm-observer", daemon=True)
         self._observer.start()
@@ -620,8 +729,8 @@ class SlurmRuntime(Runtime):
         which the nodes reach; the run's token keeps out whatever else can reach that address."""
         from chaos.channel import listen
 
-        assert self.channel_host is not None, "prepare() makes the allocation before the channel opens"
-        return listen(self.channel_host, port)
+        assert self.channel_bind is not None, "prepare() makes the allocation before the channel opens"
+        return listen(self.channel_bind, port)
 
     # --- nodes -------------------------------------------------------------------------------------------------
 
