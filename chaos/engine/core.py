@@ -46,6 +46,7 @@ from chaos.golden import (
 )
 from chaos.history import HistoryWriter
 from chaos.plan import Plan, build_plan
+from chaos.progress_regex import ProgressRegexTooSlow
 from chaos.run_result import RunResult
 from chaos.runtimes import create_runtime
 from chaos.runtimes.base import Runtime
@@ -234,6 +235,9 @@ class Engine:
                 why = str(exc) if isinstance(exc, RunInterrupted) else f"interrupted by {exc or 'SIGINT'}"
                 end = End(EndReason.INTERRUPTED, why + (" (during the golden run)" if self.phase is Phase.GOLDEN
                                                          else ""))
+                self.note(end.why)
+            except ProgressRegexTooSlow as exc:  # the user's pattern, not an engine bug: said as it is
+                end = End(EndReason.ERROR, str(exc))
                 self.note(end.why)
             except Exception as exc:  # an engine bug must still end in teardown and a result
                 end = End(EndReason.ERROR, f"engine error: {type(exc).__name__}: {exc}")
