@@ -41,7 +41,7 @@ class ProgressRegexTooSlow(Exception):
                 seconds: float) -> ProgressRegexTooSlow:
         return cls(
             f"workload.progress_regex took too long on line {line_number} of {log} (more than {seconds:g}s on one "
-            f"line of {length} characters): the pattern {pattern!r} backtracks catastrophically on this output "
+            f"line of {length} characters): the pattern '{pattern}' backtracks catastrophically on this output "
             "(nested or overlapping repetition such as (a+)+ or (a|aa)+); rewrite it without nested repetition, "
             r"e.g. 'step (?P<step>\d+)'")
 

@@ -314,7 +314,7 @@ class Engine:
         # Further interrupts are ignored while cleaning: a second Ctrl-C must not leave faults or processes behind.
         with signals_ignored():
             with contextlib.suppress(Exception):
-                parts.progress.drain()
+                parts.progress.drain(final=True)  # bounded: stop signals are ignored from here on
             with contextlib.suppress(Exception):
                 parts.faults.abandon_pending()
             parts.history.write(Ev.RUN_ENDED, reason=end.reason.value, why=end.why, max_step=parts.progress.max_step)
