@@ -559,6 +559,13 @@ class Scenario(Strict):
             plugin = plugins[kind]
             if layout not in plugin.layouts:
                 problems.append(f"explore.kinds: {layout_problem(plugin, layout)}")
+            for name in time_fields(plugin.options):  # a kind's own default time, which every generated fault has
+                default = plugin.options.model_fields[name].get_default(call_default_factory=True)
+                if name not in ("at", "duration") and isinstance(default, (int, float)) and (
+                        default > self.limits.deadline_s):
+                    problems.append(f"explore.kinds: {kind}'s {name} ({default:g}s, its default) is longer than the "
+                                    f"run's deadline (limits.deadline_s: {self.limits.deadline_s:g}s); raise "
+                                    "limits.deadline_s")
             for need in sorted(plugin.needs - runtime.capabilities - _conditional(runtime)):
                 able = _able(need)
                 problems.append(f"explore.kinds: {kind} needs {CAPABILITIES.get(need, need)}, which the "

@@ -215,3 +215,25 @@ allow_paths: [{target.parent}]
     target.write_text("now a file")
     with pytest.raises(PlanError, match=r"^workload\.checkpoint_dir: .* exists and is a regular file"):
         build_plan(scenario, "r", tmp_path / "run")
+
+
+def test_explore_bounds_are_judged_like_the_faults_they_generate() -> None:
+    """explore.kinds on a layout the kind cannot act on, a kind whose default time outlasts the deadline, and
+    durations past it: every plan drawn from such bounds would be refused, so the bounds are."""
+    from chaos.loading import ScenarioInvalid, parse_scenario
+
+    with pytest.raises(ScenarioInvalid) as info:
+        parse_scenario("name: ex\ncluster: {mode: centralized, nodes: 1}\nworkload: {name: ddp-mlp}\n"
+                       "explore: {kinds: [oom_kill], durations: [1, 50]}\nlimits: {deadline_s: 20}\n")
+    text = str(info.value)
+    assert "explore.kinds: oom_kill cannot act on a centralized job with procs_per_node: 1" in text, text
+    assert "explore.kinds: oom_kill's wait (30s, its default) is longer than the run's deadline" in text, text
+    assert "explore.durations: 50s is longer than the run's deadline (limits.deadline_s: 20s)" in text, text
+
+
+def test_a_stored_run_with_times_refused_today_is_still_read() -> None:
+    """A run directory written before these bounds keeps its analysis: its stored scenario is not judged again."""
+    from chaos.loading import parse_scenario
+
+    text = (ROOT / "tests/data/hostile/scenarios/latency-1e300.yaml").read_text()
+    assert parse_scenario(text, "scenario.yaml", stored=True).faults[0].latency == 1e300
