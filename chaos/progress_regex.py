@@ -1,12 +1,13 @@
 """``workload.progress_regex``, compiled once and matched with a time bound.
 
 The pattern is the user's, and the lines it is matched against are the job's: a pattern with nested quantifiers
-(``(a|aa)+$``) takes time exponential in a line's length, and Python's ``re`` can neither be interrupted nor
-stopped while it matches (measured: a run with ``deadline_s: 60`` stayed busy in one match past its deadline,
-ignored SIGINT, and was SIGKILLed at 126 s without a result). The ``regex`` module takes a ``timeout`` and checks
-for signals while it matches, so every match here is bounded: a line that takes longer than ``LINE_TIMEOUT_S``
-raises :class:`ProgressRegexTooSlow`, which names the line and the log and ends the run as an error (the engine,
-chaos.engine.progress) or ends the look at the logs (the analysis, the storage layer's recorder).
+(``(a|aa)+$``) takes time exponential in a line's length, and Python's ``re`` has no timeout (measured: a run with
+``deadline_s: 60`` stayed busy matching past its deadline; a SIGINT that broke one match left the teardown, where
+stop signals are ignored, matching the next such lines; SIGKILLed at 126 s without a result). The ``regex``
+module takes a ``timeout`` (and checks for signals while it matches), so every match here is bounded: a line that
+takes longer than ``LINE_TIMEOUT_S`` raises :class:`ProgressRegexTooSlow`, which names the line and the log and
+ends the run as an error (the engine, chaos.engine.progress) or ends the look at the logs (the analysis, the
+storage layer's recorder).
 
 ``VERSION0`` keeps ``re``'s syntax and semantics, so a pattern means what it meant before.
 """

@@ -59,7 +59,6 @@ Arg = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, (int, flo
                                      else v), WithJsonSchema({"type": ["string", "number"]})]
 
 
-
 def _no_nul(value: str) -> str:
     """A NUL cannot be carried by a command line or an environment (the OS ends the string there, and Python's
     ``subprocess`` refuses it with a ValueError deep in the engine): refused at the field instead."""
