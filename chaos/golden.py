@@ -73,10 +73,11 @@ def wants_golden(scenario: Scenario) -> bool:
 
 def no_golden_why(scenario: Scenario) -> str | None:
     """Why a scenario that asks for a golden run (``checks.golden``) gets none; None when it gets one."""
+    from chaos.progress_regex import compile_progress
     from chaos.registry import runtime_class
 
     w = scenario.workload
-    if isinstance(w, CommandWorkload) and "loss" not in re.compile(w.progress_regex).groupindex:
+    if isinstance(w, CommandWorkload) and "loss" not in compile_progress(w.progress_regex).groupindex:
         return "the script prints no loss (progress_regex has no 'loss' group), so a golden run would have nothing " \
                "to compare"
     runtime = scenario.cluster.runtime

@@ -67,8 +67,13 @@ class FileTail:
     path: Path
     _offset: int = 0
     _partial: bytes = field(default=b"")
+    _lines: int = 0  # complete lines read so far, blank ones included (a line's number in the file)
 
     def read_lines(self) -> list[str]:
+        return [line for _, line in self.read_numbered_lines()]
+
+    def read_numbered_lines(self) -> list[tuple[int, str]]:
+        """The new non-blank lines with their 1-based numbers in the file (for messages that name a line)."""
         try:
             with open(self.path, "rb") as f:
                 f.seek(self._offset)
@@ -78,7 +83,8 @@ class FileTail:
         self._offset += len(chunk)
         lines = (self._partial + chunk).split(b"\n")
         self._partial = lines.pop()
-        return [line.decode(errors="replace") for line in lines if line.strip()]
+        first, self._lines = self._lines + 1, self._lines + len(lines)
+        return [(first + i, line.decode(errors="replace")) for i, line in enumerate(lines) if line.strip()]
 
     def read_new(self) -> Iterator[Event]:
         """The new lines parsed as events (for the history file)."""

@@ -80,8 +80,9 @@ def _line_index(node: yaml.Node, path: tuple[Any, ...] = (), index: dict | None 
 
 
 def _field_path(loc: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
-    """Pydantic locations include union-member tags (e.g. 'ShippedWorkload'); drop them for the user."""
-    clean = tuple(p for p in loc if not (isinstance(p, str) and p[:1].isupper()))
+    """Pydantic locations include union-member tags (e.g. 'ShippedWorkload', 'Fault[crash]'); drop them for the
+    user. A key of the user's own in capitals (an environment variable: ``workload.env.MY_FLAG``) stays."""
+    clean = tuple(p for p in loc if not (isinstance(p, str) and p[:1].isupper() and not p.isupper()))
     text = ""
     for part in clean:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))

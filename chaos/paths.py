@@ -54,10 +54,31 @@ def system_tree(real: str) -> str | None:
     return None
 
 
+def not_a_directory(path: str | Path) -> str | None:
+    """Why ``path`` cannot be (or be made) a directory, or None: it, or the nearest of its parents that exists, is
+    something else (a regular file, a link to nothing, a device). The engine creates a missing checkpoint directory
+    with its parents; over a file that was a traceback (FileExistsError) with the run directory half made."""
+    here = os.fspath(path)
+    while not os.path.lexists(here):
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+    if os.path.isdir(here):
+        return None
+    what = ("a regular file" if os.path.isfile(here) else "a link to nothing" if os.path.islink(here)
+            else "not a directory (a device, a pipe or a socket)")
+    where = "" if here == os.fspath(path) else f" (a parent of {os.fspath(path)})"
+    return (f"{here}{where} exists and is {what}, not a directory: checkpoints are kept in a directory (created "
+            "when missing); name a directory, or remove the file")
+
+
 def check_allowed(entry: str) -> str | None:
     """What is wrong with one ``allow_paths`` entry, or None."""
     if not entry or not os.path.isabs(entry):
         return f"expected an absolute path, got {entry!r}"
+    if "\0" in entry:
+        return "a path cannot contain a NUL character"
     real = os.path.realpath(entry)
     if real == "/":
         return "the filesystem root cannot be allowed; name the directory torch-chaos may write in"
@@ -76,11 +97,11 @@ def check_path(value: str, allow_paths: list[str]) -> str | None:
         return "a path cannot contain a NUL character"
     if os.path.isabs(value):
         real = os.path.realpath(value)
-        if any(_within(real, os.path.realpath(a)) for a in allow_paths):
+        if any(_within(real, os.path.realpath(a)) for a in allow_paths if "\0" not in a):
             if (tree := system_tree(real)) is not None:
                 return f"{value!r} resolves to {real}, in or over the system directory {tree}; torch-chaos never " \
                        "writes or damages files there"
-            return None
+            return not_a_directory(value)
         return (f"{value!r} is outside the run directory (it resolves to {real}); torch-chaos writes and damages "
                 "files there, so list the directory in allow_paths to permit it")
     norm = posixpath.normpath(value)

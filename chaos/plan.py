@@ -282,7 +282,7 @@ class Addressing:
 
 def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing | None = None) -> Plan:
     from chaos.agent_log import launcher as agent_launcher
-    from chaos.paths import confine
+    from chaos.paths import confine, not_a_directory
     from chaos.registry import rendezvous_backend
     from chaos.scenario import CommandWorkload, ShippedWorkload
 
@@ -303,6 +303,9 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
         checkpoint_dir = (run_dir / w.args["checkpoint_dir"]).resolve()
     if checkpoint_dir is not None and (why := confine(checkpoint_dir, run_dir, scenario.allow_paths)):
         raise PlanError(f"checkpoint_dir: {why}")
+    if checkpoint_dir is not None and (why := not_a_directory(checkpoint_dir)):
+        field = "workload.checkpoint_dir" if isinstance(w, CommandWorkload) else "workload.args.checkpoint_dir"
+        raise PlanError(f"{field}: {why}")
     pause_on = sorted({f.on.event for f in scenario.faults if f.on is not None})
     # The workload's own variables first: what torch-chaos sets wins (validation refuses those names anyway).
     base_env = {

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     Discriminator,
     Field,
@@ -29,7 +30,10 @@ from pydantic import (
 )
 
 from chaos.events import ExploreTriggerEvent
+from chaos.faults.base import launch_layout, layout_problem
 from chaos.paths import check_allowed, check_path
+from chaos.progress_regex import compile_progress
+from chaos.progress_regex import error as progress_error
 from chaos.registry import fault_plugins, raised_by, rendezvous_plugins, runtime_plugins
 from chaos.runtimes.base import CAPABILITIES, STORAGE_LAYER
 from chaos.spec import (
@@ -42,6 +46,7 @@ from chaos.spec import (
     Strict,
     parse_duration,
     stored,
+    time_fields,
 )
 from chaos.workload_args import SHIPPED
 
@@ -52,6 +57,18 @@ __all__ = ["EventTrigger", "Fault", "FaultSpec", "Scenario", "Seconds", "make_fa
 # schema says so too (an editor must not flag what the loader accepts).
 Arg = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
                                      else v), WithJsonSchema({"type": ["string", "number"]})]
+
+
+def _no_nul(value: str) -> str:
+    """A NUL cannot be carried by a command line or an environment (the OS ends the string there, and Python's
+    ``subprocess`` refuses it with a ValueError deep in the engine): refused at the field instead."""
+    if "\0" in value:
+        raise ValueError("contains a NUL character, which no environment variable can carry")
+    return value
+
+
+# A workload.env value: as Arg (a number is taken as its text), and never a NUL (its error names workload.env.NAME).
+EnvValue = Annotated[Arg, AfterValidator(_no_nul)]
 
 
 def _names(plugins: dict[str, Any]) -> Any:
@@ -164,7 +181,7 @@ class CommandWorkload(Strict):
     command: list[Arg] = Field(min_length=1, description="the training command; torchrun wraps it in elastic mode")
     progress_regex: str = Field(description="regex with a named group 'step' (and optionally 'loss')")
     checkpoint_dir: str | None = None
-    env: dict[str, Arg] = Field(
+    env: dict[str, EnvValue] = Field(
         default_factory=dict, description="environment variables for every worker, on top of the engine's own "
         "environment (local, netns) and of what torch-chaos sets (CHAOS_*, OMP_NUM_THREADS, ...), which they may "
         "not replace; part of the golden cache key")
@@ -172,14 +189,15 @@ class CommandWorkload(Strict):
     @model_validator(mode="after")
     def _check(self) -> CommandWorkload:
         try:
-            pattern = re.compile(self.progress_regex)
-        except re.error as exc:
+            pattern = compile_progress(self.progress_regex)
+        except progress_error as exc:
             raise ValueError(f"progress_regex is not a valid regular expression: {exc}") from None
         if "step" not in pattern.groupindex:
             raise ValueError("progress_regex needs a named group 'step', e.g. 'step (?P<step>\\d+)'")
         for name in self.env:
             if not _ENV_NAME.fullmatch(name):
-                raise ValueError(f"env: {name!r} is not an environment variable name (letters, digits, _)")
+                raise ValueError(f"env: {name!r} is not an environment variable name (letters, digits, _"
+                                 + ("; it contains a NUL character)" if "\0" in name else ")"))
             if name.startswith("CHAOS_") or name in RESERVED_ENV:
                 raise ValueError(f"env: {name} is set by torch-chaos ({RESERVED_ENV.get(name, 'its own marks')}) "
                                  "and cannot be given here")
@@ -475,11 +493,38 @@ class Scenario(Strict):
                 problems.append(f"faults[{i}].kind: {fault.kind} acts through the storage layer's FUSE mount, which "
                                 f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")
             problems += [f"faults[{i}].{problem}" for problem in _problems_from(plugin, "check", fault, self)]
+            problems += [f"faults[{i}].{why}" for why in self._time_problems(fault)]
+            if (layout := launch_layout(c)) not in plugin.layouts:
+                problems.append(f"faults[{i}].kind: {layout_problem(plugin, layout)}")
+        deadline = self.limits.deadline_s
+        if c.node_restart.delay_s > deadline:
+            problems.append(f"cluster.node_restart.delay_s: {c.node_restart.delay_s:g}s is longer than the run's "
+                            f"deadline (limits.deadline_s: {deadline:g}s): no node would ever be replaced; shorten it "
+                            "or raise limits.deadline_s")
         if self.explore is not None:
             problems += self._explore_problems(runtime)
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _time_problems(self, fault: Any) -> list[str]:
+        """A fault's lengths of time (its duration, a latency, a wait: every ``Seconds`` field but the trigger
+        ``at``) longer than the run's deadline: the engine or a stalled operation would still be waiting on them
+        when the run must end (slow_io latency: 1e300s held every checkpoint operation past the heal). Said with
+        the field; a time of the kind's default is said so."""
+        deadline = self.limits.deadline_s
+        problems = []
+        for name in time_fields(type(fault)):
+            value = getattr(fault, name)
+            if name == "at" or not isinstance(value, (int, float)) or value <= deadline:
+                continue  # at: a trigger after the deadline is one the run reports as never reached
+            default = "" if name in fault.model_fields_set else " (the kind's default)"
+            hint = (" (leave duration out for a fault that lasts until the run ends)"
+                    if name == "duration" and getattr(fault, "DURATION", "none") == "optional" else "")
+            problems.append(f"{name}: {value:g}s{default} is longer than the run's deadline (limits.deadline_s: "
+                            f"{deadline:g}s), which every time of a fault must fit in; shorten it{hint} or raise "
+                            "limits.deadline_s")
+        return problems
 
     def _explore_problems(self, runtime: Any) -> list[str]:
         """The explore bounds judged like a plan's faults: every plan drawn from them must be one this scenario
@@ -504,8 +549,22 @@ class Scenario(Strict):
                 why = (_store_target_problems(able[0], c, plugins) if target == "store"
                        else _server_target_problems(probe, c, plugins))
                 problems += [f"explore.targets: {target}: {w}" for w in why]
+        if bounds.durations[1] > self.limits.deadline_s:
+            problems.append(f"explore.durations: {bounds.durations[1]:g}s is longer than the run's deadline "
+                            f"(limits.deadline_s: {self.limits.deadline_s:g}s), which every generated fault must "
+                            "fit in; lower it or raise limits.deadline_s")
+        layout = launch_layout(c)
         for kind in bounds.kinds:
             plugin = plugins[kind]
+            if layout not in plugin.layouts:
+                problems.append(f"explore.kinds: {layout_problem(plugin, layout)}")
+            for name in time_fields(plugin.options):  # a kind's own default time, which every generated fault has
+                default = plugin.options.model_fields[name].get_default(call_default_factory=True)
+                if name not in ("at", "duration") and isinstance(default, (int, float)) and (
+                        default > self.limits.deadline_s):
+                    problems.append(f"explore.kinds: {kind}'s {name} ({default:g}s, its default) is longer than the "
+                                    f"run's deadline (limits.deadline_s: {self.limits.deadline_s:g}s); raise "
+                                    "limits.deadline_s")
             for need in sorted(plugin.needs - runtime.capabilities - _conditional(runtime)):
                 able = _able(need)
                 problems.append(f"explore.kinds: {kind} needs {CAPABILITIES.get(need, need)}, which the "

@@ -9,9 +9,18 @@ See docs/design.md, "Extension points".
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    model_validator,
+)
 
 from chaos.events import TriggerEvent
 
@@ -44,13 +53,49 @@ def parse_duration(value: Any) -> Any:
     return value
 
 
+# The longest time any field may hold: ten years. Beyond it a number is a typo or a probe, not a plan (1e300 s
+# validated, and a storage rule then held every operation past the run's heal); inf and nan are refused by
+# allow_inf_nan. A fault's own times are bounded by the run's deadline besides (Scenario._check, time_fields).
+MAX_SECONDS = 10 * 366 * 86400.0
+
+
+class _Time:
+    """The mark of a length of time in a field's type (``Seconds``, ``PositiveSeconds``): :func:`time_fields`
+    finds a fault kind's times by it, whatever the plug-in calls them."""
+
+
+TIME = _Time()
+
+
+def _at_most_max(value: float, info: ValidationInfo) -> float:
+    # skipped for a run directory's stored copy, as every bound added later (STORED_RUN)
+    if value > MAX_SECONDS and not stored(info):
+        raise ValueError(f"at most {MAX_SECONDS:.0f}s (ten years), got {value:g}s")
+    return value
+
+
 # The bound goes before the validator so the JSON Schema states it as `minimum` (after it, pydantic copies `ge` into
 # the schema verbatim, which no editor reads), and the schema admits what the validator does: 10, "10s", "500ms".
 _DURATION_SCHEMA = {"type": "string", "pattern": _DURATION.pattern}
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False), BeforeValidator(parse_duration),
-                    WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0}, _DURATION_SCHEMA]})]
+                    AfterValidator(_at_most_max), TIME,
+                    WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_SECONDS},
+                                              _DURATION_SCHEMA]})]
 PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False), BeforeValidator(parse_duration),
-                            WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0}, _DURATION_SCHEMA]})]
+                            AfterValidator(_at_most_max), TIME,
+                            WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0,
+                                                       "maximum": MAX_SECONDS}, _DURATION_SCHEMA]})]
+
+
+def _marked(tp: Any) -> bool:
+    return any(m is TIME for m in getattr(tp, "__metadata__", ())) or any(_marked(a) for a in get_args(tp))
+
+
+def time_fields(model: type[BaseModel]) -> list[str]:
+    """The fields of ``model`` that hold a length of time (typed ``Seconds`` or ``PositiveSeconds``, alone, optional
+    or in a tuple): the ones a scenario bounds by its deadline."""
+    return [name for name, f in model.model_fields.items()
+            if any(m is TIME for m in f.metadata) or _marked(f.annotation)]
 
 
 class Strict(BaseModel):

@@ -15,8 +15,11 @@ from pathlib import Path
 from chaos.analysis.load import of_kind
 from chaos.events import NODE_BANNER, Ev
 from chaos.history import Event
+from chaos.progress_regex import LINE_TIMEOUT_S, Budget, compile_progress, search
+from chaos.progress_regex import error as progress_error
 
 READ_BYTES = 4 << 20  # of each node log: a run without a single matched line rarely printed more
+ANALYSIS_BUDGET_S = 5.0  # for matching the user's pattern against every line read (twice: as written, case ignored)
 _DIGITS = re.compile(r"\d+")
 # lines that are not the job's progress: torchrun's own log records, tracebacks, the runtime's banner
 _NOT_PROGRESS = re.compile(r"^\s*(?:[EWID]\d{4} |\[rank\d+\]:|Traceback|File \"|\s)|^=====")
@@ -49,18 +52,27 @@ def unmatched_progress(run_dir: Path, regex: str, events: list[Event]) -> str | 
     logs = node_log_lines(run_dir, events)
     lines = [line for node_lines in logs.values() for line in node_lines]
     try:
-        pattern = re.compile(regex)
-    except re.error:
+        pattern = compile_progress(regex)
+        insensitive = compile_progress(regex, ignore_case=True)
+    except progress_error:
         return None
-    if any(pattern.search(line) for line in lines):
-        return None  # it matched: the job printed progress the engine did not record (not this module's case)
+    # The user's pattern on the job's lines, bounded (chaos.progress_regex): a pattern that backtracks, or one too
+    # slow for this many lines, gets no sample here; the engine's own why already says it took too long.
+    budget = Budget(ANALYSIS_BUDGET_S)
+    try:
+        if any(budget.spent() or search(pattern, line, min(LINE_TIMEOUT_S, budget.remaining())) for line in lines):
+            return None  # it matched: the job printed progress the engine did not record (not this module's case)
+        sample = next((line for line in lines if budget.spent() or search(
+            insensitive, line, min(LINE_TIMEOUT_S, budget.remaining()))), None)
+    except TimeoutError:
+        return None
+    if budget.spent():
+        return None
     where = ", ".join(f"logs/{name}.log ({len(node_lines)} line(s))" for name, node_lines in logs.items())
     text = f"workload.progress_regex '{regex}' matched no line of the job's output"
     if not lines:
         return text + (f" ({where} printed nothing)" if where else " (no node log was found)")
     text += f" ({where})"
-    insensitive = re.compile(regex, re.IGNORECASE)
-    sample = next((line for line in lines if insensitive.search(line)), None)
     if sample is not None:
         return text + f"; it matches when case is ignored, e.g. {sample.strip()[:200]!r}"
     shapes = Counter(_DIGITS.sub("#", line.strip()) for line in lines

@@ -46,6 +46,7 @@ from chaos.golden import (
 )
 from chaos.history import HistoryWriter
 from chaos.plan import Plan, build_plan
+from chaos.progress_regex import ProgressRegexTooSlow
 from chaos.run_result import RunResult
 from chaos.runtimes import create_runtime
 from chaos.runtimes.base import Runtime
@@ -237,6 +238,9 @@ class Engine:
                 end = End(EndReason.INTERRUPTED, why + (" (during the golden run)" if self.phase is Phase.GOLDEN
                                                          else ""))
                 self.note(end.why)
+            except ProgressRegexTooSlow as exc:  # the user's pattern, not an engine bug: said as it is
+                end = End(EndReason.ERROR, str(exc))
+                self.note(end.why)
             except Exception as exc:  # an engine bug must still end in teardown and a result
                 end = End(EndReason.ERROR, f"engine error: {type(exc).__name__}: {exc}")
                 self.note(end.why)
@@ -312,7 +316,7 @@ class Engine:
         # Further interrupts are ignored while cleaning: a second Ctrl-C must not leave faults or processes behind.
         with signals_ignored():
             with contextlib.suppress(Exception):
-                parts.progress.drain()
+                parts.progress.drain(final=True)  # bounded: stop signals are ignored from here on
             with contextlib.suppress(Exception):
                 parts.faults.abandon_pending()
             parts.history.write(Ev.RUN_ENDED, reason=end.reason.value, why=end.why, max_step=parts.progress.max_step)

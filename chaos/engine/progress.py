@@ -12,11 +12,18 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from chaos.events import NODE_BANNER, Ev, Source
 from chaos.history import Event, FileTail, HistoryWriter
+from chaos.progress_regex import LINE_TIMEOUT_S, Budget, ProgressRegexTooSlow, compile_progress, search
 
 CHECKPOINT_SCAN_S = 0.25
+# How long one tick may spend matching progress lines, and how many lines may wait for a later tick (a job printing
+# faster than its pattern matches) before the run is ended as an error: the tick must stay short, and memory bounded.
+SCRAPE_BUDGET_S = 0.5
+MAX_BACKLOG = 200_000
+FINAL_SCRAPE_S = 1.0  # the last lines' matching at teardown, where stop signals are ignored
 # A progress line repeating a step the current round printed this recently is another rank's copy of it (every rank
 # printing, no ``rank`` group in the regex), not a restart: a restarted round takes longer than this to print (a new
 # process imports torch and joins a rendezvous), and torchrun's failure lines mark it anyway.
@@ -37,7 +44,12 @@ class LogProgress:
 
     def __init__(self, progress_regex: str, log_paths: Mapping[str, Path], history: HistoryWriter,
                  clock: Callable[[], float] = time.monotonic):
-        self._regex = re.compile(progress_regex)
+        self._pattern = progress_regex
+        self._regex = compile_progress(progress_regex)
+        # Lines read but not matched yet, oldest first: each scrape matches for at most SCRAPE_BUDGET_S, so that
+        # the engine's tick (its deadline, its faults, a stop) never waits on a slow pattern or a flood of lines.
+        self._backlog: deque[tuple[str, int, str]] = deque()
+        self.too_slow: ProgressRegexTooSlow | None = None  # set once matching failed: the logs are not read again
         self._clock = clock
         # steps the current round printed (when): the same step printed again soon after, by another rank (in
         # another node's log, or another local rank in this one), is that rank's copy of the line, not a new round
@@ -60,22 +72,50 @@ class LogProgress:
         self._loaded_in_pending = False  # a new worker pid read a checkpoint since the pending round began
         self._storage_pids: set[tuple[object, object]] = set()  # processes the storage layer saw save or load
 
-    def scrape(self, node_logs: NodeLogs | None = None) -> None:
-        """Read the new log lines; ``node_logs`` gets every line too (the failures and last lines it keeps)."""
-        for name, tail in self._tails.items():
-            for line in tail.read_lines():
-                if node_logs is not None and node_logs.feed(name, line):
-                    self.worker_failed(name)
-                    continue
-                if line.startswith(NODE_BANNER):  # the runtime (re)started this node: what follows is new
-                    self._line += 1
-                    self._node_started[name] = self._line
-                    continue
-                m = self._regex.search(line)
-                if m:
-                    self._printed(name, m)
+    def scrape(self, node_logs: NodeLogs | None = None, budget_s: float = SCRAPE_BUDGET_S,
+               final: bool = False) -> None:
+        """Read the new log lines; ``node_logs`` gets every line too (the failures and last lines it keeps).
 
-    def _printed(self, name: str, m: re.Match[str]) -> None:
+        Matches for about ``budget_s`` (plus at most one line's LINE_TIMEOUT_S); lines left over wait in order for
+        the next call. Raises :class:`ProgressRegexTooSlow` when one line takes longer than LINE_TIMEOUT_S, or when
+        more than MAX_BACKLOG lines wait (the pattern cannot keep up with the job); the logs are not read again.
+        ``final``: the run is over and being torn down, with stop signals ignored, so nothing may take longer than
+        ``budget_s`` in all: a line that would is left unread, and nothing is raised."""
+        if self.too_slow is not None:
+            return
+        for name, tail in self._tails.items():
+            self._backlog.extend((name, number, line) for number, line in tail.read_numbered_lines())
+        budget = Budget(budget_s)
+        while self._backlog and not budget.spent():
+            name, number, line = self._backlog.popleft()
+            if node_logs is not None and node_logs.feed(name, line):
+                self.worker_failed(name)
+                continue
+            if line.startswith(NODE_BANNER):  # the runtime (re)started this node: what follows is new
+                self._line += 1
+                self._node_started[name] = self._line
+                continue
+            try:
+                m = search(self._regex, line, min(LINE_TIMEOUT_S, budget.remaining()) if final else LINE_TIMEOUT_S)
+            except TimeoutError:
+                if final:
+                    return
+                self.too_slow = ProgressRegexTooSlow.on_line(self._pattern, number, self._tails[name].path,
+                                                             len(line), LINE_TIMEOUT_S)
+                self._backlog.clear()
+                raise self.too_slow from None
+            if m:
+                self._printed(name, m)
+        if not final and len(self._backlog) > MAX_BACKLOG:
+            name, number, _ = self._backlog[0]
+            self.too_slow = ProgressRegexTooSlow(
+                f"workload.progress_regex cannot keep up with the job's output: {len(self._backlog)} lines wait to "
+                f"be matched, from line {number} of {self._tails[name].path} on (the pattern '{self._pattern}' "
+                "takes too long per line); simplify it, e.g. 'step (?P<step>\\d+)'")
+            self._backlog.clear()
+            raise self.too_slow
+
+    def _printed(self, name: str, m: Any) -> None:
         step = int(m.group("step"))
         rank = int(m.group("rank")) if self._rank_group and m.group("rank") is not None else None
         if rank not in (None, 0):
@@ -296,13 +336,19 @@ class ProgressObserver:
         """A disruptive fault took effect: the next worker start answers it and is not a restart-loop sign."""
         self._fault_since_last_start = True
 
-    def drain(self) -> list[Event]:
-        """The job's new history events (after turning new log lines and checkpoint files into events)."""
+    def drain(self, final: bool = False) -> list[Event]:
+        """The job's new history events (after turning new log lines and checkpoint files into events).
+
+        ``final``: the last drain, at teardown: the logs' last lines are matched for at most FINAL_SCRAPE_S."""
         events = list(self._tail.read_new())
         if self._log_progress is not None:
             for e in events:  # the storage layer's loads tell it of new worker rounds before their first print
                 self._log_progress.observe(e)
-            self._log_progress.scrape(self.node_logs)  # written to the history; read back just below
+            # written to the history; read back just below
+            if final:
+                self._log_progress.scrape(self.node_logs, FINAL_SCRAPE_S, final=True)
+            else:
+                self._log_progress.scrape(self.node_logs)
             copies = self._log_progress.duplicate_nodes
             if copies and not self._copies_noted:
                 self._copies_noted = True

@@ -31,6 +31,35 @@ if TYPE_CHECKING:
     from chaos.storage.control import StorageControl
 
 
+# How a node's processes are laid out, by ``cluster.mode`` and ``procs_per_node`` (chaos.plan.build_plan): what a
+# fault kind acts on may be absent from one of them (a worker process to OOM-kill, when the script runs alone).
+# A kind says which it can act on (FaultKind.layouts); validation refuses the others with the kind's advice.
+LAYOUTS: dict[str, str] = {
+    "elastic": "an elastic job (torchrun's agent on every node, its workers under it)",
+    "standalone": "a centralized job with procs_per_node > 1 (torchrun --standalone and its workers)",
+    "single": "a centralized job with procs_per_node: 1 (the training script runs alone: no launcher, and no "
+              "worker process with a LOCAL_RANK)",
+}
+
+
+def launch_layout(cluster: Any) -> str:
+    """The layout (a key of LAYOUTS) of a scenario's ``cluster``."""
+    if cluster.mode != "centralized":
+        return "elastic"
+    return "standalone" if cluster.procs_per_node > 1 else "single"
+
+
+def layout_problem(plugin: Any, layout: str) -> str:
+    """Why ``plugin``'s kind is refused on ``layout``: which kind, which layout, and what to use instead."""
+    able = sorted(name for name in LAYOUTS if name in getattr(plugin, "layouts", LAYOUTS))
+    try:
+        advice = plugin.layout_advice(layout)
+    except Exception:  # a plug-in's bug must not hide the refusal itself
+        advice = ""
+    return f"{plugin.kind} cannot act on {LAYOUTS.get(layout, layout)}; " + (
+        advice or "it acts on " + " and ".join(LAYOUTS[name].split(" (")[0] for name in able))
+
+
 @dataclass
 class FaultContext:
     runtime: Runtime
@@ -73,6 +102,10 @@ class FaultKind(ABC):
     # dedicated rendezvous store has too (crash, freeze, isolate); kinds that need workers, a memory cgroup or
     # checkpoints do not. Validation refuses the target for the others (docs/design.md, "Store faults").
     acts_on_store: ClassVar[bool] = False
+    # The node layouts (LAYOUTS: elastic, standalone, single) the kind can act on: validation refuses a fault, or
+    # explore bounds, of this kind on any other, with :meth:`layout_advice` (a kind that validated and then could
+    # only fail at run time, the run spent).
+    layouts: ClassVar[frozenset[str]] = frozenset(LAYOUTS)
     # How reports draw it (a matplotlib colour).
     colour: ClassVar[str] = "#7f7f7f"
     # The kind's own bounds for ``chaos explore`` (a Strict model whose every field has a default): the scenario
@@ -109,6 +142,11 @@ class FaultKind(ABC):
 
         Each message starts with the field it is about, relative to the fault (``groups: node 7 ...``)."""
         return []
+
+    @classmethod
+    def layout_advice(cls, layout: str) -> str:
+        """What to use instead on a layout (a key of LAYOUTS) this kind cannot act on, for the refusal's text."""
+        return ""
 
     @classmethod
     def machine_checks(cls) -> list[Check]:

@@ -95,6 +95,16 @@ class OomKill(FaultKind):
     needs = frozenset({MEMORY_CGROUP})
     explore_options = OomKillExplore
     colour = "#9467bd"
+    # The kernel is made to kill a worker (a process with a LOCAL_RANK, membase.identify); a script that runs alone
+    # has none, and the fault could only fail at its injection ("node0 has no worker running").
+    layouts = frozenset({"elastic", "standalone"})
+
+    @classmethod
+    def layout_advice(cls, layout: str) -> str:
+        return ("it makes the kernel kill a worker process, and this job has none: use kill_worker (SIGKILL to the "
+                "training process, exit -9 as after an OOM kill) or memory_pressure (memory taken beside it, the "
+                "kernel's OOM killer choosing) instead, or set cluster.procs_per_node: 2 (torchrun --standalone "
+                "then starts workers)")
 
     def inject(self, ctx: FaultContext) -> str:
         assert ctx.node is not None

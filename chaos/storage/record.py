@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from chaos.events import Ev, Source
 from chaos.history import FileTail
 from chaos.probe import wait_for_ack
+from chaos.progress_regex import compile_progress, search
 
 if TYPE_CHECKING:
     from chaos.storage.hostlayer import Link
@@ -100,7 +101,7 @@ class Recorder:
                  logs: dict[str, str] | None = None, link: Link | None = None):
         self.path = events_path  # written here, unless ``link`` sends the lines; read back either way (catch_up)
         self.link = link
-        self.regex = re.compile(progress_regex) if progress_regex else None
+        self.regex = compile_progress(progress_regex) if progress_regex else None
         self.logs = {node: FileTail(Path(path)) for node, path in (logs or {}).items()}
         self.pause_on = pause_on
         self.hold_timeout_s = hold_timeout_s
@@ -187,7 +188,11 @@ class Recorder:
         rank_group = "rank" in self.regex.groupindex
         for node, tail in self.logs.items():
             for line in tail.read_lines():
-                m = self.regex.search(line)
+                try:
+                    m = search(self.regex, line)
+                except TimeoutError:  # a pattern that backtracks (the engine ends the run on it): a save waits on
+                    self.regex = None  # this, so the logs are no longer read, and saves take the files' own steps
+                    return
                 if m is None or (rank_group and m.group("rank") not in (None, "0")):
                     continue
                 self._reached(node, int(m.group("step")))
