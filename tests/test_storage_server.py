@@ -45,6 +45,8 @@ class ScriptedRules(Rules):
             return Outcome(delay_s=0.3, fault_id=8)
         if op == "fsync" and relpath.startswith("stall") and self.stalled(9):
             return Outcome(stall=True, fault_id=9)
+        if op == "fsync" and relpath.startswith("latency") and self.stalled(10):
+            return Outcome(delay_s=3600.0, delay_ids=(10,))  # a slow_io of an hour, healed after a second
         return PASS
 
 
@@ -212,6 +214,23 @@ except OSError as exc:
     [failed] = [e for e in events(tmp_path) if e["event"] == "storage_op_failed"]
     assert failed["op"] == "write" and failed["errno"] == "ENOSPC" and failed["fault_id"] == 7
     assert failed["node"] == "node1"
+
+
+def test_a_healed_latency_releases_the_operations_it_was_slowing(tmp_path: Path) -> None:
+    """A slow_io whose latency is longer than the fault (validation bounds it by the deadline, no more) must not
+    leave I/O sleeping after its heal: before, an fsync slowed by an hour's latency slept the hour whatever the
+    heal, and the run hung after the fault was over."""
+    with mounted(tmp_path, rules=True) as mount:
+        control = StorageControl(tmp_path / ".storage")
+        control.apply({"fault_id": 10, "kind": "slow_io"})
+        proc = start_as(f"import os; f = open({str(mount / 'latency.pt')!r}, 'wb'); f.write(b'x'); "
+                        "os.fsync(f.fileno())")
+        time.sleep(1.0)
+        assert proc.poll() is None, "fsync was not slowed while the rule was installed"
+        healed = time.monotonic()
+        control.remove(10)
+        assert proc.wait(10) == 0
+        assert time.monotonic() - healed < 5
 
 
 def test_a_rule_change_without_a_server_is_an_error_not_a_silent_fault(tmp_path: Path, monkeypatch) -> None:

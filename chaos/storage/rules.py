@@ -62,6 +62,9 @@ class Outcome:
     delay_s: float = 0.0
     stall: bool = False
     fault_id: int | None = None  # the rule that decided it (for storage_op_failed)
+    # The rules whose latency or bandwidth made up ``delay_s``: the delay ends early when all of them are healed,
+    # so no operation still sleeps a latency of a fault that is over (a run would hang after the heal).
+    delay_ids: tuple[int, ...] = ()
 
 
 PASS = Outcome()
@@ -140,6 +143,12 @@ class Rules:
         with self._lock:
             return any(rule.get("fault_id") == fault_id for rule in self.rules)
 
+    def any_installed(self, fault_ids: tuple[int, ...]) -> bool:
+        """Whether any of the rules that delay an operation is still installed (the server re-asks while it
+        sleeps: a healed slow_io releases the operations it was slowing)."""
+        with self._lock:
+            return any(rule.get("fault_id") in fault_ids for rule in self.rules)
+
     # ------------------------------------------------------------------ before an operation
     def check(self, op: str, relpath: str, node: str | None, nbytes: int = 0) -> Outcome:
         """Before serving ``op`` on ``relpath`` (relative to the checkpoint directory) for a process of ``node``;
@@ -147,7 +156,7 @@ class Rules:
         with self._lock:
             if op == "open_write" and relpath not in self.files:
                 self.files[relpath] = FileState(durable=self._size(relpath))
-            delay, stall_id = 0.0, None
+            delay, stall_id, delay_ids = 0.0, None, []
             for rule in self.rules:
                 if not _matches(rule, op, relpath, node):
                     continue
@@ -164,6 +173,7 @@ class Rules:
                         state.failures += 1
                         return Outcome(errno=str(rule.get("errno", "EIO")), fault_id=fid)
                 if kind == "slow_io":
+                    delay_ids.append(fid)
                     delay += float(rule.get("latency_ms", 0.0)) / 1000.0
                     bps = rule.get("bandwidth_bps")
                     if bps and op in ("write", "read") and nbytes > 0:
@@ -177,7 +187,8 @@ class Rules:
                 self.files.pop(relpath, None)
             if delay == 0.0 and stall_id is None:
                 return PASS
-            return Outcome(delay_s=delay, stall=stall_id is not None, fault_id=stall_id)
+            return Outcome(delay_s=delay, stall=stall_id is not None, fault_id=stall_id,
+                           delay_ids=tuple(delay_ids) if delay > 0.0 else ())
 
     # ------------------------------------------------------------------ after an operation
     def wrote(self, relpath: str, node: str | None, offset: int, nbytes: int) -> None:

@@ -159,8 +159,13 @@ class StorageServer(fuse.Operations):
         tid = fuse.fuse_get_context()[2]
         if out.delay_s > 0:
             end = time.monotonic() + out.delay_s
-            while (left := end - time.monotonic()) > 0 and not exiting(tid):
+            while (left := end - time.monotonic()) > 0 and not exiting(tid) and not self._stop.is_set():
                 time.sleep(min(left, RULES_POLL_S))
+                if out.delay_ids and left > RULES_POLL_S:  # healed meanwhile: the latency is over with its fault
+                    self.reload_rules()
+                    with self._rules_lock:
+                        if not self.rules.any_installed(out.delay_ids):
+                            break
         if out.stall:  # named in the history: a run that hangs here says which node and file the fault holds
             self.emit(Ev.STORAGE_OP_STALLED, relpath, caller, hold=False, op=op, fault_id=out.fault_id)
         while out.stall and not self._stop.is_set() and not exiting(tid):
