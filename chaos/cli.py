@@ -11,6 +11,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -96,7 +97,36 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+_EXPECTED_VERDICT = re.compile(r"Expected\s+verdict:\s*`?([A-Za-z_]+)")
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    """One line per shipped scenario, grouped by folder, with its runtime and documented verdict (the words
+    "Expected verdict: X" of its description); ``--long``: the whole descriptions."""
+    if args.long:
+        return _list_long()
+    root = shipped_scenarios_dir()
+    groups: dict[str, list[tuple[str, str, str]]] = {}
+    for path in sorted(root.rglob("*.yaml")):
+        rel = path.relative_to(root).with_suffix("").as_posix()
+        try:
+            scenario = load_scenario(path)
+            found = _EXPECTED_VERDICT.search(scenario.description)
+            runtime, verdict = str(scenario.cluster.runtime), found.group(1).lower() if found else "-"
+        except ScenarioInvalid as exc:
+            runtime, verdict = "?", f"invalid: {exc.errors[0]}"
+        groups.setdefault(rel.rpartition("/")[0] or ".", []).append((rel, runtime, verdict))
+    width = max(len(rel) for rows in groups.values() for rel, _, _ in rows)
+    for folder, rows in groups.items():
+        out.print(Text("shipped" if folder == "." else f"{folder}/", style="bold"))
+        for rel, runtime, verdict in rows:
+            out.print(f"  {rel:<{width}}  {runtime:<7} {verdict}")
+    out.print(f"{sum(len(r) for r in groups.values())} scenarios (name, runtime, expected verdict); `chaos list "
+              "--long` describes each; `chaos run NAME --runtime docker` runs one on another runtime")
+    return EXIT_PASS
+
+
+def _list_long() -> int:
     # One file per scenario, not per runtime: the runtime column is the file's default; `--runtime` runs it on
     # another (a fault the runtime cannot inject is refused then, file:line named, as if the file said so).
     t = Table(title="shipped scenarios",
@@ -715,8 +745,21 @@ def _projection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
 
 
+def _version() -> str:
+    """The installed distribution's version (what pip installed), else the package's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch-chaos")
+    except PackageNotFoundError:
+        from chaos import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="torch-chaos", description="Chaos testing for PyTorch training jobs.")
+    p.add_argument("--version", action="version", version=f"torch-chaos {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a scenario and measure recovery")
     r.add_argument("scenario", help="a scenario file, or the name of a shipped scenario (see `chaos list`)")
@@ -735,6 +778,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     s.set_defaults(func=cmd_schema)
     ls = sub.add_parser("list", help="list the shipped scenarios")
+    ls.add_argument("--long", action="store_true", help="each scenario's whole description")
     ls.set_defaults(func=cmd_list)
     pl = sub.add_parser("plugins", help="list the installed fault kinds, runtimes and rendezvous backends")
     pl.add_argument("--json", action="store_true")

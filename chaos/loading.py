@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from chaos.paths import TooLarge, read_small
 from chaos.scenario import Scenario
 from chaos.spec import STORED_RUN
+from chaos.suggest import closest, did_you_mean, fields_at
 
 
 class _Loader(yaml.SafeLoader):
@@ -96,7 +97,9 @@ _PLUGIN_FIELDS = {"runtime": "torch_chaos.runtimes", "backend": "torch_chaos.ren
 def _explain(err: dict[str, Any]) -> str:
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
-        return "unknown field (check the spelling; `chaos schema` lists every field)"
+        loc = tuple(err.get("loc", ()))
+        hint = did_you_mean(loc[-1], fields_at(loc[:-1])) if loc else ""
+        return f"unknown field{hint} (check the spelling; `chaos schema` lists every field)"
     if kind == "missing":
         return "required field is missing"
     if kind == "fault_kind":  # an unknown or missing fault kind (the union in chaos/scenario.py)
@@ -106,7 +109,10 @@ def _explain(err: dict[str, Any]) -> str:
         broken = [e for e in load_errors() if e.group == "torch_chaos.faults" and e.name == got]
         if broken:
             return f"the plug-in for {got!r} is installed but failed to load ({broken[0].target}: {broken[0].error})"
-        return msg.removeprefix("kind: ") + (f", got {_shown(got)}" if got is not None else ", got none")
+        from chaos.registry import fault_plugins
+
+        return msg.removeprefix("kind: ") + (f", got {_shown(got)}{did_you_mean(got, fault_plugins())}"
+                                             if got is not None else ", got none")
     if kind == "literal_error":
         group = _PLUGIN_FIELDS.get(str(err.get("loc", ("",))[-1]))
         if group is not None:  # cluster.runtime / rendezvous.backend naming a plug-in that is there but broken
@@ -116,7 +122,9 @@ def _explain(err: dict[str, Any]) -> str:
             if broken:
                 return (f"the plug-in for {err.get('input')!r} is installed but failed to load ({broken[0].target}: "
                         f"{broken[0].error})")
-        return msg.replace("Input should be", "expected") + f", got {_shown(err.get('input'))}"
+        choices = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
+        return (msg.replace("Input should be", "expected") + f", got {_shown(err.get('input'))}"
+                + did_you_mean(err.get("input"), choices))
     msg = msg.removeprefix("Value error, ")
     if "input" in err and kind not in ("value_error", "model_type"):
         return f"{msg}, got {_shown(err['input'])}"
@@ -388,4 +396,12 @@ def resolve_scenario_path(name_or_path: str) -> Path:
         names = ", ".join(c.relative_to(root).with_suffix("").as_posix() for c in by_stem)
         raise ScenarioInvalid([ScenarioError(name_or_path, None, "", f"more than one shipped scenario has this name: "
                                                                      f"{names}; give one of them")])
+    if not p.exists():  # neither a file nor a shipped name: a misspelt name is far likelier than a missing file
+        names = [c.relative_to(root).with_suffix("").as_posix() for c in shipped]
+        named = {**{c.stem: name for name, c in zip(names, shipped, strict=True)}, **{n: n for n in names}}
+        near = dict.fromkeys(named[n] for n in closest(name_or_path, list(named), n=3))
+        if near:
+            shown_near = ", ".join(repr(n) for n in near)
+            raise ScenarioInvalid([ScenarioError(name_or_path, None, "", f"no such file, and no shipped scenario of "
+                                                 f"this name: did you mean {shown_near}? (`chaos list` lists them)")])
     return p
