@@ -674,6 +674,9 @@ def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: flo
     run = _lineage_losses(events)
     run_losses, not_finite, world_sizes = run.losses, run.not_finite, run.world_sizes
     if not run.done:  # fewer steps than the golden run is what a run that did not finish has: no divergence
+        if run.end == EndReason.COMPLETED:  # the probe's job exited without saying its final state
+            return _verdict(None, "not checked: the job ended without reporting its final state (no run_finished "
+                                  "from chaos.probe)", mode="not_checked")
         have = f"; {len(run_losses)} of the golden run's {golden['steps']} steps are in the surviving lineage" \
             if run_losses else ""
         return _verdict(None, f"not checked: the run did not finish (it ended {run.end}{have})",
@@ -713,13 +716,13 @@ def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: flo
                         mode="diverged", first_divergent_step=first_bad, **details)
     if not measured:
         if cmp.max_abs == 0 and not ws_changed and state is None:
-            return _equal_losses(as_printed, precision, details)
+            return _equal_losses(as_printed, precision, details, run.printed)
         why = (f"the world size changed ({sorted(world_sizes)})" if ws_changed else
                f"checks.loss_rtol pins the tolerance at {tol:g}")
         return _verdict(True, f"within_tolerance: {why}; losses within relative {tol:g} of the fault-free run's "
                               f"(at most {cmp.max_rel:.3g})", mode="within_tolerance", **details)
     if state is None:
-        return _equal_losses(as_printed, precision, details)
+        return _equal_losses(as_printed, precision, details, run.printed)
     return _verdict(False, "diverged: every loss matches but the final state differs from the fault-free run's",
                     mode="diverged", first_divergent_step=None, **details)
 
@@ -747,12 +750,13 @@ def printed_precision(*series: Iterable[float]) -> int | None:
     return None if digits >= FULL_PRECISION_DIGITS else decimals
 
 
-def _equal_losses(as_printed: str | None, precision: int | None, details: dict[str, Any]) -> dict[str, Any]:
+def _equal_losses(as_printed: str | None, precision: int | None, details: dict[str, Any],
+                  printed: bool) -> dict[str, Any]:
     """Every loss equal to the fault-free run's and no state digest to compare: ``bitwise`` when the losses are
     whole floats (the probe's, or printed whole), else equal only as far as the job printed them."""
     if as_printed is None:
-        return _verdict(True, "bitwise: every loss matches the fault-free run's (no state digest reported)",
-                        mode="bitwise", **details)
+        return _verdict(True, f"bitwise: every {'printed ' if printed else ''}loss matches the fault-free run's (no "
+                              "state digest reported)", mode="bitwise", **details)
     return _verdict(True, f"equal_as_printed: every printed loss matches the fault-free run's, {as_printed}; not "
                           "bitwise (no state digest reported, and the printed digits hide smaller differences)",
                     mode="equal_as_printed", printed_decimals=precision,

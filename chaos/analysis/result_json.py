@@ -3,7 +3,8 @@
 ``result.json`` is the public contract CI users parse; ``RESULT_SCHEMA_VERSION`` changes whenever a field's
 meaning does (4: each fault says whether it is ``disruptive``, as its kind declared it; 7: each disruptive
 fault's ``recovery_breakdown``; 8: ``resources``, the cores each node was pinned to, a hang's ``hang`` outcome;
-9: a lasting fault's ``node_replaced``, whether it was put on its node's replacement). Reads the run directory
+9: a lasting fault's ``node_replaced``, whether it was put on its node's replacement; 12: not checked where
+the evidence is empty, ``equal_as_printed``, ``goodput_why``). Reads the run directory
 and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()`` returns.)
 """
 
@@ -30,7 +31,7 @@ from chaos.scenario import Bound, CommandWorkload, Scenario
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
 
-RESULT_SCHEMA_VERSION = 11
+RESULT_SCHEMA_VERSION = 12
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
