@@ -133,6 +133,21 @@ def test_a_test_that_did_not_happen_exits_3_and_a_broken_job_1(tmp_path: Path) -
     assert main(["report", str(run_dir_of(tmp_path, not_fired(), scenario)), "--format", "text"]) == 3
 
 
+def test_the_junit_report_of_an_error_is_an_error(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    from chaos.reports import write_report
+
+    scenario = ("name: s\nworkload: {name: ddp-mlp, args: {steps: 8}}\n"
+                "faults: [{kind: crash, target: 1, at_step: 1000}]\nchecks: {golden: false}\n")
+    suite = ET.parse(write_report(run_dir_of(tmp_path, not_fired(), scenario), "junit")).getroot()
+    assert suite.get("errors") == "1", ET.tostring(suite)
+    [run] = [c for c in suite.iter("testcase") if c.get("name") == "run"]
+    error = run.find("error")
+    assert error is not None and run.find("failure") is None
+    assert error.get("message", "").startswith("error: the test did not happen: planned fault(s) did not happen")
+
+
 def test_the_pytest_plugin_reports_an_error_as_an_error(pytester: pytest.Pytester) -> None:
     """A scenario that cannot start is a pytest error (JUnit <error>) saying the test did not happen."""
     pytester.makefile(".chaos.yaml", never=f"""\

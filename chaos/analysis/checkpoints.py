@@ -545,19 +545,20 @@ def _planned_world(events: list[Event]) -> tuple[int | None, int]:
 
 
 def step_world_sizes(events: list[Event], rows: Iterable[int]) -> list[int]:
-    """The world size each of ``rows`` (of ``worker_steps``) was trained in: the probe's ``world_size``; for a step
-    that does not say (a print-only job) the size of the rendezvous round it ran in (the last
-    ``agent_rendezvous_completed`` before it: nodes in the round × processes per node), else the plan's."""
+    """The world size each of ``rows`` (of ``worker_steps``) was trained in: the probe's ``world_size`` (absent: 1,
+    a process not under torchrun); for a step read from a print-only job's output the size of the rendezvous round
+    it ran in (the last ``agent_rendezvous_completed`` before it: nodes in the round × processes per node), else
+    the plan's."""
     table = worker_steps(events)
-    said, times = table.values("world_size", None), table.values("t")
+    said, times, sources = table.values("world_size", None), table.values("t"), table.values("source")
     planned, per_node = _planned_world(events)
     rounds = sorted((e["t"], e["group_world_size"] * per_node) for e in of_kind(events, Ev.AGENT_RENDEZVOUS_COMPLETED)
                     if isinstance(e.get("group_world_size"), int))
     round_times = [t for t, _ in rounds]
     out = []
     for r in rows:
-        if said[r] is not None:
-            out.append(said[r])
+        if said[r] is not None or sources[r] != Source.PROGRESS:
+            out.append(1 if said[r] is None else said[r])
             continue
         i = bisect_right(round_times, times[r])
         out.append(rounds[i - 1][1] if i else planned or 1)
