@@ -1,7 +1,8 @@
 """The ``torch-chaos`` / ``chaos`` command: a thin face over the library (run, validate, report …).
 
-Exit codes: 0 pass, 1 a failed expectation / hung / restart loop / engine error, 2 invalid input or usage,
-130 interrupted.
+Exit codes: 0 pass, 1 fail (a failed expectation, hung, restart loop: the job broke), 2 invalid input or usage,
+3 error (the test did not happen: a planned fault never fired, the engine failed, the job never started or
+recorded no step), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from rich.text import Text
 
 from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path, shipped_scenarios_dir
 from chaos.paths import shown
+from chaos.run_result import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, exit_code_for
 from chaos.terminal import SafeConsole
 
-EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_INTERRUPTED = 130
 
 # No markup and no emoji codes: what the consoles print is mostly what users and their jobs wrote (scenario names,
 # paths, a worker's last lines such as "[rank0]: ..."), which rich would otherwise read as styles (dropping the text,
@@ -180,7 +182,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 def _exit_for(result: dict[str, Any]) -> int:
     if result["end_reason"] == "interrupted":
         return EXIT_INTERRUPTED
-    return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
+    return exit_code_for(result["verdict"])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -327,7 +329,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                f"({type(exc).__name__}: {exc}); `chaos report` reads events.jsonl, scenario.yaml "
                "and golden.json")
         return EXIT_FAIL
-    return EXIT_PASS if result["verdict"] == "pass" else EXIT_FAIL
+    return exit_code_for(result["verdict"])
 
 
 # What a run directory keeps of its run: a report written over one of them would destroy what it reports on.

@@ -114,10 +114,10 @@ def summary(result: dict[str, Any], console: Console) -> None:
         e.add_row(x["name"] + (" (implicit)" if x.get("implicit") else ""), _limit(x["limit"]), _fmt(x["value"]),
                   Text("yes", style="green") if x["ok"] else Text("NO", style="bold red"))
     console.print(e)
-    gp = result["goodput"]
+    gp = "not reported" if result.get("goodput_why") else _fmt(result["goodput"])
     console.print(f"steps completed {result['steps_completed']}  ·  step executions {result['step_executions']}  ·  "
                   f"worker restarts {result['restarts']}  ·  node replacements {result['node_replacements']}  ·  "
-                  f"goodput {_fmt(gp)}  ·  median step {_ms(result['median_step_s'])}  ·  "
+                  f"goodput {gp}  ·  median step {_ms(result['median_step_s'])}  ·  "
                   f"run {_fmt(result['duration_s'], 's')}")
     skew = skew_sentence(result.get("channel"))
     if skew:  # how far the nodes' clocks were from the engine's (the history channel measures it)

@@ -3,7 +3,10 @@
 - the ``chaos`` fixture runs a scenario from a test: ``result = chaos.run("scenarios/quickstart.yaml")``, then
   plain asserts on ``result.verdict``, ``result.checkpoint``, ``result.faults``;
 - with ``--chaos-scenarios``, every ``*.chaos.yaml`` file is collected as a test item that fails with the
-  verdict table as its message, and records its run directory (and report) as JUnit properties.
+  verdict table as its message, and records its run directory (and report) as JUnit properties. A verdict
+  ``error`` (the test did not happen: a planned fault never fired, the engine failed, the job never started) is a
+  pytest *error*, not a failure, as ``chaos run`` exits 3 for it and 1 for a failure: the scenario runs in the
+  item's setup, so JUnit writes ``<error>`` for it and ``<failure>`` for a job that broke.
 
 Each pytest-xdist worker writes under its own base temp directory and every run picks free ports and a unique
 run id, so parallel workers never clash.
@@ -95,21 +98,33 @@ class ChaosScenarioItem(pytest.Item):
         super().__init__(**kwargs)
         self.scenario = scenario
 
-    def runtest(self) -> None:
+    result: RunResult | None = None
+
+    def setup(self) -> None:
+        """Runs the scenario: an exception here is a pytest error, which is what a test that did not happen is."""
         factory = self.config._tmp_path_factory  # type: ignore[attr-defined]
         runner = ChaosRunner(_out_dir(self.config, factory), self)
-        result = runner.run(self.scenario)
-        if not result.passed:
-            raise ChaosVerdict(result)
+        self.result = runner.run(self.scenario)
+        if self.result.errored:
+            pytest.fail(_message(self.result, "error: the test did not happen"), pytrace=False)
+
+    def runtest(self) -> None:
+        assert self.result is not None  # setup ran it
+        if not self.result.passed:
+            raise ChaosVerdict(self.result)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ChaosVerdict):
-            r = excinfo.value.result
-            return f"verdict {r['verdict']}: {r['why']}\nrun directory: {r.run_dir}\n\n{r.table()}"
+            return _message(excinfo.value.result, "fail: the job broke")
         return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, f"chaos scenario {self.name}"
+
+
+def _message(r: RunResult, what: str) -> str:
+    """The item's report: what kind of outcome, the verdict and why, where the run is, and the verdict table."""
+    return f"{what}\nverdict {r['verdict']}: {r['why']}\nrun directory: {r.run_dir}\n\n{r.table()}"
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:

@@ -342,8 +342,9 @@ class CheckpointExpect(Strict):
     digests_ok: bool | None = None
     resumed_from_newest_valid: bool | None = None
     matches_golden: Literal["bitwise", "within_noise", "within_tolerance"] | None = Field(
-        None, description="bitwise: identical final state; within_noise: bitwise or within the measured noise of "
-        "a clean resume; within_tolerance: any of those or within checks.loss_rtol")
+        None, description="bitwise: identical final state; within_noise: bitwise, equal as printed (a print-only "
+        "job's rounded losses) or within the measured noise of a clean resume; within_tolerance: any of those or "
+        "within checks.loss_rtol")
     exactly_once: bool | None = None
 
 

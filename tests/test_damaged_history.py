@@ -51,7 +51,8 @@ def test_report_on_damaged_history(name: str, tmp_path: Path, capsys: pytest.Cap
     if complete:
         assert code == 0 and result["verdict"] == "pass", result["why"]
     else:
-        assert code == 1 and "incomplete history" in out.out and "incomplete history" in result["why"]
+        # error (3): the test did not happen
+        assert code == 3 and "incomplete history" in out.out and "incomplete history" in result["why"]
 
 
 def test_report_with_damaged_scenario_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -116,7 +117,7 @@ def test_a_planned_fault_that_never_fired_is_shown_not_a_traceback(tmp_path: Pat
     events = run_dir / "events.jsonl"
     events.write_text("".join(line for line in events.read_text().splitlines(keepends=True)
                               if '"fault_injected"' not in line))
-    assert main(["report", str(run_dir)]) == 1
+    assert main(["report", str(run_dir)]) == 3  # error: the test did not happen
     out = capsys.readouterr().out
     assert "fault 0: NOT INJECTED" in out and "planned fault(s) did not happen" in out, out
 

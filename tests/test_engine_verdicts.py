@@ -59,7 +59,9 @@ def test_print_only_job_is_followed_by_its_output(tmp_path: Path) -> None:
     # 20 steps (the run and its golden run: ~1 s each): enough for a median step time and a bitwise comparison
     result = run(tmp_path, "print_steps.py", "expect: {completes: true}", args="20", golden=True)
     assert result["verdict"] == "pass", result["why"]
-    assert result["checkpoint"]["matches_golden"]["mode"] == "bitwise"
+    # print_steps.py prints its loss with 4 decimals: equal there, which is not bitwise (issue 32)
+    v = result["checkpoint"]["matches_golden"]
+    assert v["mode"] == "equal_as_printed" and "equal at the printed precision (4 decimals)" in v["why"], v
     assert result["steps_completed"] == 20
     assert result["median_step_s"] == pytest.approx(0.05, abs=0.04)
 

@@ -14,12 +14,16 @@ a one-line ``why``:
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from array import array
+from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from decimal import Decimal
 from itertools import groupby
-from typing import Any
+from typing import Any, NamedTuple
 
 from chaos.analysis.ckpt_source import (
     available_at,
@@ -141,8 +145,8 @@ def digests_ok(events: list[Event]) -> dict[str, Any]:
     if not visible:
         return _verdict(None, f"not checked: {how}", loads=[])
     loads = _loads_by_incarnation(events)
-    if not loads:
-        return _verdict(True, "no checkpoint was loaded", loads=[])
+    if not loads:  # nothing was read back: no bytes were seen to judge (never "ok" about what was not seen)
+        return _verdict(None, "not checked: no checkpoint was loaded", loads=[])
     checked = []
     for load in loads:
         recorded, problem = _load_problem(events, load)
@@ -432,6 +436,10 @@ def exactly_once(events: list[Event]) -> dict[str, Any]:
                   f"{len(lost)} step record(s) that never arrived can hold (rank {u['rank']}'s step {u['step']}, "
                   "after its last record in an incarnation that ended: a rank killed between the step's "
                   "collective and its record)")
+    if not complete:  # no epoch ran through: nothing can be said about skips, and no duplicate was seen
+        seen = sum(len(rows) for rows in consumed.values())
+        return _verdict(None, f"not checked: no epoch was completed in the surviving lineage (no sample consumed twice "
+                              f"in {seen} step record(s) of epoch(s) {sorted(consumed)}){caveat}", **details)
     return _verdict(True, f"every sample consumed exactly once in {len(complete)} complete epoch(s){caveat}",
                     **details)
 
@@ -512,36 +520,94 @@ def _steps_once(events: list[Event]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------ golden
 
+# golden.json's ``world_size_basis``: 2 = each step's world size as the job ran it (a print-only job's from its
+# rendezvous rounds and the plan); absent (1) = the probe's ``world_size``, 1 where a step did not say (a cached
+# summary from before): compared with the same rule, so an old cache never reads as a changed world size.
+WORLD_SIZE_BASIS = 2
+
+_NNODES = re.compile(r"^--nnodes[=](?P<min>\d+)(?::(?P<max>\d+))?$")
+_NPROC = re.compile(r"^--nproc[-_]per[-_]node[=](?P<n>\d+)$")
+
+
+def _planned_world(events: list[Event]) -> tuple[int | None, int]:
+    """(the workers the plan starts: nodes × processes per node, or None without a plan; processes per node), read
+    from the torchrun command lines the plan gives each node."""
+    started = next(iter(of_kind(events, Ev.RUN_STARTED)), {})
+    plan = started.get("plan") if isinstance(started.get("plan"), dict) else {}
+    nodes = [n for n in plan.get("nodes") or () if isinstance(n, dict) and n.get("role", "node") == "node"]
+    per_node = 1
+    for n in nodes:
+        for arg in n.get("argv") or ():
+            m = _NPROC.match(str(arg))
+            if m:
+                per_node = int(m["n"])
+    return (len(nodes) * per_node if nodes else None), per_node
+
+
+def step_world_sizes(events: list[Event], rows: Iterable[int]) -> list[int]:
+    """The world size each of ``rows`` (of ``worker_steps``) was trained in: the probe's ``world_size`` (absent: 1,
+    a process not under torchrun); for a step read from a print-only job's output the size of the rendezvous round
+    it ran in (the last ``agent_rendezvous_completed`` before it: nodes in the round × processes per node), else
+    the plan's."""
+    table = worker_steps(events)
+    said, times, sources = table.values("world_size", None), table.values("t"), table.values("source")
+    planned, per_node = _planned_world(events)
+    rounds = sorted((e["t"], e["group_world_size"] * per_node) for e in of_kind(events, Ev.AGENT_RENDEZVOUS_COMPLETED)
+                    if isinstance(e.get("group_world_size"), int))
+    round_times = [t for t, _ in rounds]
+    out = []
+    for r in rows:
+        if said[r] is not None or sources[r] != Source.PROGRESS:
+            out.append(1 if said[r] is None else said[r])
+            continue
+        i = bisect_right(round_times, times[r])
+        out.append(rounds[i - 1][1] if i else planned or 1)
+    return out
+
+
 def golden_summary(events: list[Event]) -> dict[str, Any]:
     """What a later faulted run compares with: per-step losses, final state digest, world size."""
     losses: dict[int, float] = {}
-    world_sizes = set()
     table = worker_steps(events)
-    for s, loss, rank, world_size in zip(table.values("step"), table.values("loss"), table.values("rank", 0),
-                                         table.values("world_size", 1), strict=True):
+    for s, loss, rank in zip(table.values("step"), table.values("loss"), table.values("rank", 0), strict=True):
         if loss is not None and rank == 0:
             losses[s] = loss
-        world_sizes.add(world_size)
     finished = _of(events, Ev.RUN_FINISHED)
     return {"losses": {str(k): v for k, v in sorted(losses.items())},
             "state_sha256": finished[-1].get("state_sha256") if finished else None,
-            "world_sizes": sorted(world_sizes), "steps": max(losses) if losses else 0,
+            "world_sizes": sorted(set(step_world_sizes(events, range(len(table))))),
+            "world_size_basis": WORLD_SIZE_BASIS, "steps": max(losses) if losses else 0,
             "completed": any(e.get("reason") == EndReason.COMPLETED for e in of_kind(events, Ev.RUN_ENDED))}
 
 
-def _lineage_losses(events: list[Event]) -> tuple[dict[int, float], list[int], set[Any], bool]:
+class LineageLosses(NamedTuple):
+    """Rank 0's losses along the surviving lineage and what the golden comparison needs to know about them."""
+
+    losses: dict[int, float]
+    not_finite: list[int]  # the steps whose loss was not finite (the probe records NaN or inf as null)
+    world_sizes: set[Any]  # the world sizes the lineage's steps ran in (``step_world_sizes``)
+    done: bool  # the run finished: a ``run_finished``, or a print-only job that ended ``completed``
+    legacy_world_sizes: set[Any]  # the same by the old rule (the probe's field, 1 where absent): old golden.json
+    printed: bool  # the losses were read from the job's printed output (a print-only job), not from the probe
+    end: str  # how the run ended (its ``run_ended`` reason), for a run that did not finish
+
+
+def _lineage_losses(events: list[Event]) -> LineageLosses:
     """Rank 0's losses along the surviving lineage, the steps whose loss was not finite, the world sizes seen,
-    and whether the run finished (a ``run_finished``, or a print-only job whose output shows its steps)."""
+    and whether the run finished (a ``run_finished``, or a print-only job that ended ``completed``: a print-only
+    job that hung or failed printed only the steps it reached, which is no divergence)."""
     finished = _of(events, Ev.RUN_FINISHED)
     chain, _ = lineage(events)
     rows = [r for seg in chain for r in seg["rows"]]
     table = worker_steps(events)
     sources = table.values("source")
-    done = bool(finished) or any(sources[r] == Source.PROGRESS for r in rows)
+    printed = any(sources[r] == Source.PROGRESS for r in rows)
+    ends = of_kind(events, Ev.RUN_ENDED)
+    end = str(ends[-1].get("reason")) if ends else "without run_ended (incomplete history)"
+    done = bool(finished) or (printed and end == EndReason.COMPLETED)
     run_losses: dict[int, float] = {}
     not_finite: list[int] = []  # the probe records a NaN or infinite loss as null
-    world_sizes = set()
-    step_no, ranks, world_size = table.values("step"), table.values("rank", 0), table.values("world_size", 1)
+    step_no, ranks, legacy = table.values("step"), table.values("rank", 0), table.values("world_size", 1)
     losses, has_loss = table.values("loss"), table.has("loss")
     for r in rows:
         if ranks[r] == 0 and has_loss[r]:
@@ -549,8 +615,14 @@ def _lineage_losses(events: list[Event]) -> tuple[dict[int, float], list[int], s
                 not_finite.append(step_no[r])
             else:
                 run_losses[step_no[r]] = losses[r]
-        world_sizes.add(world_size[r])
-    return run_losses, not_finite, world_sizes, done
+    return LineageLosses(run_losses, not_finite, set(step_world_sizes(events, rows)), done,
+                         {legacy[r] for r in rows}, printed, end)
+
+
+def _world_size_changed(run: LineageLosses, golden: dict[str, Any]) -> bool:
+    """Whether the run's world sizes differ from the golden run's, by the rule its summary was made with."""
+    mine = run.world_sizes if golden.get("world_size_basis") == WORLD_SIZE_BASIS else run.legacy_world_sizes
+    return sorted(mine) != golden["world_sizes"]
 
 
 def first_resume_step(events: list[Event]) -> int | None:
@@ -575,10 +647,10 @@ def control_request(events: list[Event], golden: dict[str, Any] | None, rtol: fl
     a difference beyond any noise band, a run that did not finish, or no restart to reproduce."""
     if rtol is not None or not golden or not golden.get("completed") or golden.get("trusted") is False:
         return None
-    run_losses, not_finite, world_sizes, done = _lineage_losses(events)
-    if not done or not_finite or sorted(world_sizes) != golden["world_sizes"]:
+    run = _lineage_losses(events)
+    if not run.done or run.not_finite or _world_size_changed(run, golden):
         return None
-    cmp = compare_losses(run_losses, int_losses(golden["losses"]))
+    cmp = compare_losses(run.losses, int_losses(golden["losses"]))
     if len(cmp.steps) < golden["steps"] or cmp.max_rel == 0 or cmp.max_rel > BAND_CEILING:
         return None
     return first_resume_step(events)
@@ -600,15 +672,25 @@ def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: flo
     if golden.get("trusted") is False:  # it restarted itself twice: not a fault-free reference
         return _verdict(None, f"not checked: the golden run cannot be trusted ({golden.get('untrusted_why')})",
                         mode="not_checked")
-    run_losses, not_finite, world_sizes, done = _lineage_losses(events)
-    if not done:
-        return _verdict(None, "not checked: the run did not finish", mode="not_checked")
-    ws_changed = sorted(world_sizes) != golden["world_sizes"]
+    run = _lineage_losses(events)
+    run_losses, not_finite, world_sizes = run.losses, run.not_finite, run.world_sizes
+    if not run.done:  # fewer steps than the golden run is what a run that did not finish has: no divergence
+        if run.end == EndReason.COMPLETED:  # the probe's job exited without saying its final state
+            return _verdict(None, "not checked: the job ended without reporting its final state (no run_finished "
+                                  "from chaos.probe)", mode="not_checked")
+        have = f"; {len(run_losses)} of the golden run's {golden['steps']} steps are in the surviving lineage" \
+            if run_losses else ""
+        return _verdict(None, f"not checked: the run did not finish (it ended {run.end}{have})",
+                        mode="not_checked")
+    ws_changed = _world_size_changed(run, golden)
     pinned = rtol is not None
     measured = not ws_changed and not pinned
     tol = 0.0 if measured else (rtol if pinned else CHANGED_WORLD_RTOL)
     g_losses = int_losses(golden["losses"])
     cmp = compare_losses(run_losses, g_losses)
+    # a print-only job's losses are as exact as it printed them: equal there is not bitwise equal
+    precision = printed_precision(run_losses.values(), g_losses.values()) if run.printed else None
+    as_printed = f"equal at the printed precision ({precision} decimals)" if precision is not None else None
     first_bad = cmp.first_above(tol)
     if not_finite and (first_bad is None or min(not_finite) < first_bad):
         return _verdict(False, f"diverged: the loss is not finite (NaN or inf) from step {min(not_finite)} on",
@@ -635,17 +717,51 @@ def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: flo
                         mode="diverged", first_divergent_step=first_bad, **details)
     if not measured:
         if cmp.max_abs == 0 and not ws_changed and state is None:
-            return _verdict(True, "bitwise: every printed loss matches the fault-free run's (no state digest "
-                                  "reported)", mode="bitwise", **details)
+            return _equal_losses(as_printed, precision, details, run.printed)
         why = (f"the world size changed ({sorted(world_sizes)})" if ws_changed else
                f"checks.loss_rtol pins the tolerance at {tol:g}")
         return _verdict(True, f"within_tolerance: {why}; losses within relative {tol:g} of the fault-free run's "
                               f"(at most {cmp.max_rel:.3g})", mode="within_tolerance", **details)
     if state is None:
-        return _verdict(True, "bitwise: every printed loss matches the fault-free run's (no state digest reported)",
-                        mode="bitwise", **details)
+        return _equal_losses(as_printed, precision, details, run.printed)
     return _verdict(False, "diverged: every loss matches but the final state differs from the fault-free run's",
                     mode="diverged", first_divergent_step=None, **details)
+
+
+# A loss printed with at least this many significant digits is a float's whole value (repr round-trips it):
+# equal as printed is then equal bitwise.
+FULL_PRECISION_DIGITS = 15
+
+
+def printed_precision(*series: Iterable[float]) -> int | None:
+    """The decimals a print-only job printed its losses with (the most any of them shows), or None when they were
+    printed whole (a float's repr: ``FULL_PRECISION_DIGITS`` significant digits or more in one of them).
+
+    A scraped loss is the float of the printed text, whose shortest repr shows the printed digits less trailing
+    zeros: the most over all losses is the printed precision (all of them ending in 0 is vanishingly rare)."""
+    decimals, digits = 0, 0
+    for values in series:
+        for v in values:
+            if not math.isfinite(v):
+                continue
+            exact = Decimal(repr(v)).normalize()
+            _, mantissa, exponent = exact.as_tuple()
+            assert isinstance(exponent, int)
+            decimals, digits = max(decimals, -exponent), max(digits, len(mantissa))
+    return None if digits >= FULL_PRECISION_DIGITS else decimals
+
+
+def _equal_losses(as_printed: str | None, precision: int | None, details: dict[str, Any],
+                  printed: bool) -> dict[str, Any]:
+    """Every loss equal to the fault-free run's and no state digest to compare: ``bitwise`` when the losses are
+    whole floats (the probe's, or printed whole), else equal only as far as the job printed them."""
+    if as_printed is None:
+        return _verdict(True, f"bitwise: every {'printed ' if printed else ''}loss matches the fault-free run's (no "
+                              "state digest reported)", mode="bitwise", **details)
+    return _verdict(True, f"equal_as_printed: every printed loss matches the fault-free run's, {as_printed}; not "
+                          "bitwise (no state digest reported, and the printed digits hide smaller differences)",
+                    mode="equal_as_printed", printed_decimals=precision,
+                    **{**details, "tolerance_source": "printed_precision", "tolerance_rel": None})
 
 
 def _against_noise(events: list[Event], cmp: LossComparison, control: dict[str, Any] | None,
@@ -661,7 +777,8 @@ def _against_noise(events: list[Event], cmp: LossComparison, control: dict[str, 
         return _verdict(False, f"diverged: the loss first differs from the fault-free run's beyond any resume noise "
                                f"at step {first_bad} (relative {cmp.rel_at(first_bad):.3g}; the noise band never "
                                f"exceeds {BAND_CEILING:g}, so no control run was needed)",
-                        mode="diverged", first_divergent_step=first_bad, **{**details, "tolerance_rel": BAND_CEILING})
+                        mode="diverged", first_divergent_step=first_bad,
+                        **{**details, "tolerance_rel": BAND_CEILING, "tolerance_source": "band_ceiling"})
     resume = first_resume_step(events)
     if resume is None:
         return _verdict(False, f"diverged: the loss differs from the fault-free run's ({size}) although no worker "

@@ -162,3 +162,37 @@ def failed_after_last_step(events: list[Event]) -> str | None:
     return (f"after step {top}, the last any worker reached, the workers of {', '.join(nodes)} failed and "
             f"{'its agent' if len(nodes) == 1 else 'their agents'} restarted them into a new rendezvous round that "
             "nodes done training never join (a crash at the job's exit? logs/<node>.log has the worker's error)")
+
+
+def done_but_not_exited(events: list[Event], total: int | None) -> str | None:
+    """For a run that ended ``hung`` or ``restart_loop`` after training every step: ``all steps done (N of N); K
+    node(s) did not exit: ...``, each node with what its agent did after the last step; None when a step was
+    missing (or the job's step count is not known).
+
+    Such a run is stopped by the stall timeout ("no step for 60s"), which alone reads as a job stuck in training:
+    it is a job that trained to the end and then did not exit (a crash at exit restarted into a rendezvous round
+    nobody joins, a process group never destroyed)."""
+    from chaos.analysis.checkpoints import last_new_step
+
+    last = last_new_step(events)
+    if last is None or total is None or last[0] < total:
+        return None
+    top, reached = last
+    ends = of_kind(events, Ev.RUN_ENDED)
+    t_end = ends[-1]["t"] if ends else math.inf
+    started: dict[str, float] = {}
+    for e in of_kind(events, Ev.NODE_STARTED):
+        if e.get("role") in (None, "node") and e["t"] <= t_end:
+            started[str(e.get("node"))] = e["t"]
+    exited = {str(e.get("node")) for e in of_kind(events, Ev.NODE_EXITED)
+              if started.get(str(e.get("node")), math.inf) <= e["t"] <= t_end}
+    running = sorted(n for n in started if n not in exited)
+    if not running:
+        return None
+    failed = {str(e.get("node")) for e in of_kind(events, Ev.AGENT_WORKERS_FAILED) if e["t"] > reached}
+
+    def what(node: str) -> str:
+        return (f"{node} (its workers failed after the last step and its agent restarted them into a new "
+                "rendezvous round)" if node in failed else f"{node} (still running)")
+    return (f"all steps done ({top} of {total}); {len(running)} node(s) did not exit: "
+            + ", ".join(what(n) for n in running))

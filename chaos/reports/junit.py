@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from chaos.paths import shown
 from chaos.reports.model import Report
 from chaos.reports.text import fmt, limit_text
+from chaos.run_result import ERROR_VERDICTS
 
 
 def render_junit(report: Report) -> str:
@@ -33,17 +34,22 @@ def render_junit(report: Report) -> str:
             ET.SubElement(case, "failure", message=v.get("why", ""))
         else:  # what passed and how (bitwise, within the measured noise, ...) shows in the CI's test output
             ET.SubElement(case, "system-out").text = v.get("why", "")
+    errors = 0
     if r["verdict"] in ("hung", "restart_loop", "error"):
         case = ET.SubElement(suite, "testcase", classname=f"chaos.{r['scenario']}", name="run")
         cases += 1
-        failures += 1
-        ET.SubElement(case, "failure", message=f"{r['verdict']}: {r['why']}")
+        if r["verdict"] in ERROR_VERDICTS:  # the test did not happen: a CI error, not a failure (as exit 3 vs 1)
+            errors += 1
+            ET.SubElement(case, "error", message=f"error: the test did not happen: {r['why']}")
+        else:
+            failures += 1
+            ET.SubElement(case, "failure", message=f"{r['verdict']}: {r['why']}")
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="run_dir", value=shown(report.run_dir))
     ET.SubElement(props, "property", name="verdict", value=r["verdict"])
     suite.set("tests", str(cases))
     suite.set("failures", str(failures))
     suite.set("skipped", str(skipped))
-    suite.set("errors", "0")
+    suite.set("errors", str(errors))
     ET.indent(suite)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"

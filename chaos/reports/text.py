@@ -48,7 +48,8 @@ def fault_rows(report: Report) -> list[list[str]]:
 def summary_rows(report: Report) -> list[tuple[str, str]]:
     r = report.result
     return [("steps completed", fmt(r["steps_completed"])), ("step executions", fmt(r["step_executions"])),
-            ("goodput", fmt(r["goodput"])), ("median step", fmt(r["median_step_s"], " s", 4)),
+            ("goodput", r["goodput_why"] if r.get("goodput_why") else fmt(r["goodput"])),
+            ("median step", fmt(r["median_step_s"], " s", 4)),
             ("worker restarts", fmt(r["restarts"])),
             ("restarts after the job finished", fmt(r.get("restarts_after_completion", 0))),
             ("node replacements", fmt(r["node_replacements"])),

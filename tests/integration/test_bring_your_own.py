@@ -46,7 +46,9 @@ limits: {{deadline_s: 240, stall_timeout_s: 60}}
     assert fault["resumed_from"] <= fault["highest_step_before"]
     assert fault["lost_steps"] == fault["highest_step_before"] - fault["resumed_from"]
     golden = result["checkpoint"]["matches_golden"]
-    assert golden["ok"] and golden["mode"] == "bitwise" and golden["steps_compared"] == 400, golden
+    # the script prints its loss with 6 decimals: equal there is not bitwise (issue 32)
+    assert golden["ok"] and golden["mode"] == "equal_as_printed" and golden["steps_compared"] == 400, golden
+    assert golden["printed_decimals"] == 6 and "equal at the printed precision (6 decimals)" in golden["why"], golden
     checkpoint = result["checkpoint"]
     if result["environment"].get("storage_layer") != "fuse":  # no way to see the loads: said, not guessed
         assert "inferred from the first step printed" in fault["resume_evidence"]

@@ -55,8 +55,8 @@ def test_correct_per_step_script_passes_a_node_crash() -> None:
     # every verdict was really checked: the load was seen, the resume judged, the losses compared
     assert ck["digests_ok"]["ok"] is True and "ckpt_150.pt" in str(ck["digests_ok"]), ck["digests_ok"]
     assert ck["resumed_from_newest_valid"]["ok"] is True, ck["resumed_from_newest_valid"]
-    assert ck["matches_golden"]["ok"] is True and ck["matches_golden"]["mode"] in ("bitwise", "within_noise"), \
-        ck["matches_golden"]["why"]  # says how a golden or control run that did not complete ended, and where
+    golden = ck["matches_golden"]  # its why says how a golden or control run that did not complete ended, and where
+    assert golden["ok"] is True and golden["mode"] in ("within_noise", "equal_as_printed"), golden["why"]
 
 
 def test_stale_by_name_is_told_which_checkpoint_it_should_have_loaded() -> None:
