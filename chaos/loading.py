@@ -98,8 +98,10 @@ def _explain(err: dict[str, Any]) -> str:
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
         loc = tuple(err.get("loc", ()))
-        hint = did_you_mean(loc[-1], fields_at(loc[:-1])) if loc else ""
-        return f"unknown field{hint} (check the spelling; `chaos schema` lists every field)"
+        near = closest(loc[-1], fields_at(loc[:-1])) if loc and isinstance(loc[-1], str) else []
+        if near:
+            return f"unknown field: did you mean {near[0]!r}? (`chaos schema` lists every field)"
+        return "unknown field (check the spelling; `chaos schema` lists every field)"
     if kind == "missing":
         return "required field is missing"
     if kind == "fault_kind":  # an unknown or missing fault kind (the union in chaos/scenario.py)
@@ -396,7 +398,8 @@ def resolve_scenario_path(name_or_path: str) -> Path:
         names = ", ".join(c.relative_to(root).with_suffix("").as_posix() for c in by_stem)
         raise ScenarioInvalid([ScenarioError(name_or_path, None, "", f"more than one shipped scenario has this name: "
                                                                      f"{names}; give one of them")])
-    if not p.exists():  # neither a file nor a shipped name: a misspelt name is far likelier than a missing file
+    # Neither a file nor a shipped name, but written like one: a misspelt name is far likelier than a missing file.
+    if not p.exists() and re.fullmatch(r"[\w-]+(/[\w-]+)*", name_or_path):
         names = [c.relative_to(root).with_suffix("").as_posix() for c in shipped]
         named = {**{c.stem: name for name, c in zip(names, shipped, strict=True)}, **{n: n for n in names}}
         near = dict.fromkeys(named[n] for n in closest(name_or_path, list(named), n=3))

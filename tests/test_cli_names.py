@@ -26,7 +26,7 @@ def test_a_misspelt_kind_field_and_runtime_are_each_told_the_name_meant(tmp_path
     scenario.write_text(MISSPELT)
     assert main(["validate", "--no-machine", str(scenario)]) == 2
     errors = capsys.readouterr().err
-    assert "cluster.nodez: unknown field (did you mean 'nodes'?)" in errors, errors
+    assert "cluster.nodez: unknown field: did you mean 'nodes'?" in errors, errors
     assert "got 'crsh' (did you mean 'crash'?)" in errors, errors
     assert "got 'locl' (did you mean 'local'?)" in errors, errors
 

@@ -35,7 +35,8 @@ def test_good_scenario_parses_with_defaults() -> None:
 
 def test_unknown_field_reports_file_line_and_path() -> None:
     errs = errors_of(GOOD.replace("min_nodes: 2", "min_nodez: 2"))
-    assert errs == ["s.yaml:2: cluster.min_nodez: unknown field (check the spelling; `chaos schema` lists every field)"]
+    assert errs == ["s.yaml:2: cluster.min_nodez: unknown field: did you mean 'min_nodes'? (`chaos schema` lists every "
+                    "field)"]
 
 
 def test_every_error_is_reported_at_once() -> None:
@@ -51,7 +52,8 @@ faults:
     at: 5x
 """
     errs = errors_of(text)
-    assert "s.yaml:3: cluster.mode: expected 'elastic' or 'centralized', got 'elastik'" in errs
+    assert ("s.yaml:3: cluster.mode: expected 'elastic' or 'centralized', got 'elastik' (did you mean 'elastic'?)"
+            in errs)
     assert any(e.startswith("s.yaml:9: faults[0].at: expected a duration") for e in errs)
     assert len(errs) == 2
 
