@@ -14,6 +14,8 @@ run id, so parallel workers never clash.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,7 @@ class ChaosRunner:
         result = run(scenario, out_dir=self.out_dir)
         self.results.append(result)
         self._node.user_properties.append(("chaos_run_dir", str(result.run_dir)))
+        self._node.user_properties.extend(result.figures())  # JUnit properties: every figure, for trends
         _attach_report(self._node, result)
         return result
 
@@ -123,8 +126,12 @@ class ChaosScenarioItem(pytest.Item):
 
 
 def _message(r: RunResult, what: str) -> str:
-    """The item's report: what kind of outcome, the verdict and why, where the run is, and the verdict table."""
-    return f"{what}\nverdict {r['verdict']}: {r['why']}\nrun directory: {r.run_dir}\n\n{r.table()}"
+    """The item's report: what kind of outcome, the verdict and why, where the run is, then the summary: rich's
+    tables on a terminal, plain lines elsewhere (a CI log, JUnit, a CI summary page: box drawing reads badly
+    there)."""
+    on_terminal = sys.stdout.isatty() and os.environ.get("CI") != "true"
+    body = r.table() if on_terminal else r.plain()
+    return f"{what}\nverdict {r['verdict']}: {r['why']}\nrun directory: {r.run_dir}\n\n{body}"
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:

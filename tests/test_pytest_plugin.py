@@ -53,12 +53,18 @@ def test_scenario_files_are_collected_and_fail_with_the_verdict_table(pytester: 
     junit = pytester.path / "junit.xml"
     out = pytester.runpytest_inprocess(*QUIET, "--chaos-scenarios", f"--junitxml={junit}", "-q")
     out.assert_outcomes(passed=1, failed=1)
-    out.stdout.fnmatch_lines(["*verdict hung: no step for 1s*", "*run directory:*", "*expectations*"])
+    out.stdout.fnmatch_lines(["*verdict hung: no step for 1s*", "*run directory:*", "expect completes*NOT MET*"])
+    assert not [line for line in out.stdout.lines if set(line) & set("┃━│─┏┗")], "box drawing in a CI message"
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
     assert set(cases) == {"good-job", "stuck-job"}
     props = {p.get("name"): p.get("value") for p in cases["stuck-job"].iter("property")}
     assert Path(props["chaos_run_dir"]).is_dir()
     assert cases["stuck-job"].find("failure") is not None
+    # every measured figure and verdict is a JUnit property a CI can trend
+    good = {p.get("name"): p.get("value") for p in cases["good-job"].iter("property")}
+    assert good["chaos_verdict"] == "pass" and props["chaos_verdict"] == "hung"
+    assert float(good["chaos_duration_s"]) > 0 and int(good["chaos_steps_completed"]) == STEPS
+    assert {k for k in good if k.startswith("chaos_checkpoint_")}, good
 
 
 def test_without_the_option_nothing_is_collected(pytester: pytest.Pytester) -> None:
