@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chaos.analysis.channel import skew_sentence
+from chaos.paths import shown
 from chaos.plan import fault_summary
 from chaos.reports.bounds import bounds_lines
 
@@ -149,4 +150,4 @@ def summary(result: dict[str, Any], console: Console, report: Path | None = None
     if report is None and getattr(result, "run_dir", None) is not None:
         report = Path(result.run_dir) / "report.html"  # type: ignore[attr-defined]
     if report is not None and report.is_file():
-        console.print(f"HTML report: {report}", highlight=False)
+        console.print(f"HTML report: {shown(report)}", highlight=False, soft_wrap=True)  # one line, to copy
