@@ -477,6 +477,21 @@ def test_short_names_fall_back_to_letters_when_scenarios_repeat() -> None:
     assert short_names([_column("solo", 1, None)]) == ["solo"]
 
 
+def test_a_sweep_names_its_runs_relative_to_the_page(tmp_path: Path) -> None:
+    """The sweep's run list gave absolute paths of the machine that ran it."""
+    from dataclasses import replace
+
+    from chaos.sweep import write_sweep
+
+    runs = tmp_path / "runs"
+    base = replace(_column("one", 1, pin_cpus(1, 1, [0, 1]), steps_per_s=100.0), run_dir=str(runs / "r-one"))
+    swept = {"two": [(v, replace(_column(f"two-{v}", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=50.0),
+                                 run_dir=str(runs / f"r-{v}"))) for v in ("1gbit", "10mbit")]}
+    md = write_sweep("bandwidth", base, swept, tmp_path / "pages" / "sweep")["md"].read_text()
+    assert "- one: `../../runs/r-one`" in md
+    assert "`../../runs/r-10mbit`" in md and str(runs) not in md
+
+
 def test_a_bad_sweep_is_a_usage_error_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
     from chaos.cli import main
     from chaos.loading import shipped_scenarios_dir
