@@ -620,11 +620,11 @@ def render_markdown(columns: list[Column], base: Path | None = None, plots: dict
              "| " + " | ".join(LEGEND_HEADER) + " |", "|" + "---|" * len(LEGEND_HEADER)]
     lines += [f"| {tag} | {label} | {verdict} | [{report}]({report}) | `{run}` |"
               for tag, label, verdict, report, run in legend_rows(columns, base)]
-    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in table(columns)]
     lines += ["", "## Conclusions", "", *[f"- {s}" for s in conclusions(columns)], ""]
     for name, png in (plots or {}).items():
         lines += [f"## {PLOT_TITLES.get(name, name)}", "", f"![{name}]({png})", ""]
+    lines += ["## Figures", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in table(columns)]
     return "\n".join(lines) + "\n"
 
 
@@ -653,8 +653,8 @@ def render_html(columns: list[Column], base: Path | None = None, plots: dict[str
             f"below.</p><p>Measured on: {escape(columns[0].machine if columns else '')}.</p>"
             f"<table id=legend><thead><tr>{''.join(f'<th>{escape(h)}</th>' for h in LEGEND_HEADER)}</tr></thead>"
             f"<tbody>{legend}</tbody></table>"
-            f"<table id=figures><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>"
-            f"<h2>Conclusions</h2><ul>{items}</ul>{figs}</body></html>\n")
+            f"<h2>Conclusions</h2><ul>{items}</ul>{figs}<h2>Figures</h2>"
+            f"<table id=figures><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table></body></html>\n")
 
 
 def write_comparison(runs: list[Path] | list[RunAnalysis], output: Path) -> dict[str, Path]:

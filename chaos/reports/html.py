@@ -38,7 +38,7 @@ text-align:left;vertical-align:top}th{background:#f4f4f4}.banner{padding:.8em 1e
 font-size:1.2em;font-weight:600}.pass{background:#e3f6e3;color:#155d15}.fail,.hung,.restart_loop{background:#fde2e2;
 color:#8a1010}.error{background:#f3e3f6;color:#5d1570}.ok{color:#155d15}.bad{color:#8a1010;font-weight:600}
 .na{color:#777}.bound{margin:.3em 0;padding:.2em .8em;border-left:4px solid}.held{border-color:#155d15}
-.warn{border-color:#c88a00;background:#fff7e0}
+.warn{border-color:#c88a00;background:#fff7e0}.failed{border-color:#8a1010;background:#fde2e2}
 .description{margin:1em 0}
 figure{margin:1em 0}figure svg{max-width:100%;height:auto}code{background:#f4f4f4;padding:0 .2em}
 """
@@ -62,6 +62,11 @@ def _mode(verdict: dict[str, Any]) -> str:
     return f" ({escape(mode)})" if mode and mode != "not_checked" else ""
 
 
+def _bound_class(line: str) -> str:
+    """A bounds line's colour: held (green), failed (red), a figure no bound gated (amber)."""
+    return "failed" if line.startswith("failed:") else "warn" if "no bound set" in line else "held"
+
+
 def render_html(report: Report) -> str:
     r = report.result
     figs = {name: to_svg(fig) for name, fig in figures(report).items()}
@@ -72,8 +77,7 @@ def render_html(report: Report) -> str:
              f"<p>run <code>{escape(r['run_id'])}</code> · {escape(report.scenario.cluster.mode)} · "
              f"{report.scenario.cluster.nodes} node(s) × {report.scenario.cluster.procs_per_node} process(es) · "
              f"runtime {escape(report.scenario.cluster.runtime)}</p>",
-             *(f"<p class='bound {'warn' if 'no bound set' in line else 'held'}'>{escape(line)}</p>"
-               for line in bounds_lines(r)),
+             *(f"<p class='bound {_bound_class(line)}'>{escape(line)}</p>" for line in bounds_lines(r)),
              f"<div class=description>{render_description(report.scenario.description)}</div>",
              "<h2>Summary</h2>", _table(("figure", "value"), summary_rows(report)),
              "<h2>Timeline</h2>", f"<figure id=timeline>{figs['timeline']}</figure>"]
