@@ -172,7 +172,7 @@ class RunParts:
 
 def run_in_engine(scenario: Scenario, out_dir: Path) -> Path:
     """How golden runs are run by default: a plain engine run; returns its run directory."""
-    engine = Engine(scenario, out_dir=out_dir)
+    engine = Engine(scenario, out_dir=out_dir, html_report=False)
     engine.run()
     return engine.run_dir
 
@@ -189,8 +189,9 @@ class Engine:
 
     def __init__(self, scenario: Scenario, out_dir: str | Path = "runs", run_id: str | None = None,
                  on_update: Callable[[Snapshot], None] | None = None, golden: GoldenRunner | None = None,
-                 control: ControlRunner | None = None):
+                 control: ControlRunner | None = None, html_report: bool = True):
         self.scenario = scenario
+        self.html_report = html_report  # report.html at the end (off for golden and control runs: no reader)
         self.run_id = run_id or new_run_id(scenario)
         self.run_dir = Path(out_dir).resolve() / self.run_id
         self.on_update = on_update
@@ -254,7 +255,8 @@ class Engine:
             interrupted = self._control(parts)
         analysis = analyze_run(self.run_dir)  # once: result.json and report.html present the same analysis
         result = RunResult(write_result(analysis), self.run_dir)
-        self._write_report(analysis)
+        if self.html_report:
+            self._write_report(analysis)
         if interrupted:
             raise RunInterrupted(result)
         return result
