@@ -8,8 +8,10 @@ computed from those figures, nothing else.
 
 from __future__ import annotations
 
+import io
 import json
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import asdict, dataclass, field, replace
 from html import escape
 from pathlib import Path, PurePath
 from typing import Any
@@ -67,6 +69,51 @@ class Column:
     # the settings in force that bound recovery phases (plan.yaml's elastic_settings, min_nodes,
     # node_restart.delay_s); None: no plan recorded
     settings: dict[str, Any] | None = None
+    # the column's short name in the table, the bullets and the plots (with_short); the legend maps it to label
+    short: str = ""
+
+    @property
+    def tag(self) -> str:
+        """What the page calls the column: its short name (the long label is in the legend, once)."""
+        return self.short or self.label
+
+
+# A short name longer than this is no shorter than a letter would be worth: columns are lettered A, B, C instead.
+SHORT_MAX = 28
+
+
+def short_names(columns: list[Column]) -> list[str]:
+    """The columns' short names: their scenarios' names, less a prefix every one shares ("compare-centralized",
+    "compare-elastic-tuned" → "centralized", "elastic-tuned"); letters A, B, C ... when those are not distinct
+    (two runs of one scenario) or too long to be short."""
+    names = [c.scenario for c in columns]
+    if len(names) > 1:
+        cut = 0
+        first = names[0]
+        for i, ch in enumerate(first):
+            if ch == "-" and all(n[:i + 1] == first[:i + 1] and len(n) > i + 1 for n in names):
+                cut = i + 1
+        names = [n[cut:] for n in names]
+    if len(set(names)) == len(names) and all(0 < len(n) <= SHORT_MAX for n in names):
+        return names
+    return [_letter(i) for i in range(len(columns))]
+
+
+def _letter(i: int) -> str:
+    """A, B, ..., Z, AA, AB, ...: a name for the i-th column."""
+    out = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        out = chr(65 + r) + out
+    return out
+
+
+def with_short(columns: list[Column]) -> list[Column]:
+    """The columns, each with its short name (copies where it was not set; set ones are kept)."""
+    if all(c.short for c in columns):
+        return columns
+    return [c if c.short else replace(c, short=name) for c, name in zip(columns, short_names(columns), strict=True)]
 
 
 def measure(run: Path | RunAnalysis) -> Column:
@@ -278,6 +325,7 @@ def _speedup(columns: list[Column]) -> tuple[Column | None, dict[str, float | No
 
 
 def table(columns: list[Column]) -> list[list[str]]:
+    columns = with_short(columns)
     flags = fairness(columns)
     rows = [["resources per node", *[resources_text(c) for c in columns]],
             ["fair comparison", *["no: " + "; ".join(flags[c.label]) if flags[c.label] else "yes"
@@ -290,7 +338,7 @@ def table(columns: list[Column]) -> list[list[str]]:
         rows.append(row)
         if attr == "samples_per_s":
             ref, speedups = _speedup(columns)
-            rows.append([f"speedup over {ref.label if ref else 'one node'} (steps/s)",
+            rows.append([f"speedup over {ref.tag if ref else 'one node'} (steps/s)",
                          *[f"{v:.2f}×" if (v := speedups.get(c.label)) is not None else "—" for c in columns]])
         if attr == "recovery_largest":
             rows.append(["recovery, what shrinks the largest part", *[shrinks(c) for c in columns]])
@@ -299,7 +347,7 @@ def table(columns: list[Column]) -> list[list[str]]:
                  *[f"{c.final_loss:.6g} (step {c.final_step})" if c.final_loss is not None else "—"
                    for c in columns]])
     ref, diffs = loss_vs_reference(columns)
-    rows.append([f"final loss vs {ref.label if ref else 'the one-worker column'} (tolerance {LOSS_RTOL:g} relative)",
+    rows.append([f"final loss vs {ref.tag if ref else 'the one-worker column'} (tolerance {LOSS_RTOL:g} relative)",
                  *["reference" if c is ref else (f"{d:+.2e} ({'within' if abs(d) <= LOSS_RTOL else 'BEYOND'})"
                                                  if (d := diffs.get(c.label)) is not None else "—")
                    for c in columns]])
@@ -330,13 +378,14 @@ def shrinks(c: Column) -> str:
 def recovery_levers(columns: list[Column]) -> list[str]:
     """Per column: the largest part of recovery, the settings that bound it, and their measured effect where
     another column of the same mode ran with other values of those settings (its time in the same phase)."""
+    columns = with_short(columns)
     out = []
     for c in columns:
         if c.largest_phase is None or c.largest_s is None or not c.recovery_s:
             continue
         phase, sec = c.largest_phase, c.largest_s
         keys = phase_settings(phase, c.mode)
-        text = (f"On {c.label} the largest part of the {c.recovery_s:.1f} s recovery is {phase}: {sec:.1f} s "
+        text = (f"On {c.tag} the largest part of the {c.recovery_s:.1f} s recovery is {phase}: {sec:.1f} s "
                 f"({sec / c.recovery_s:.0%})")
         if keys:
             text += "; the settings that bound it: " + ", ".join(f"{k} = {_setting(c.settings, k)}" for k in keys)
@@ -353,7 +402,7 @@ def recovery_levers(columns: list[Column]) -> list[str]:
                 continue
             also = [k for k in sorted(set(c.settings) | set(o.settings))
                     if k not in keys and o.settings.get(k) != c.settings.get(k)]
-            effects.append(f"{o.label}, with " + ", ".join(f"{k} = {_setting(o.settings, k)}" for k in differ)
+            effects.append(f"{o.tag}, with " + ", ".join(f"{k} = {_setting(o.settings, k)}" for k in differ)
                            + f", spent {other:.1f} s in {phase}: {abs(sec - other):.1f} s "
                            + ("less" if other < sec else "more")
                            + (f" (the two runs also differ in {', '.join(also)})" if also else ""))
@@ -367,6 +416,7 @@ def recovery_levers(columns: list[Column]) -> list[str]:
 
 def setup_conclusion(columns: list[Column]) -> str | None:
     """Which shape takes the fewest setup steps, and what the one that takes the most adds."""
+    columns = with_short(columns)
     known = [c for c in columns if c.setup]
     if len(known) < 2:
         return None
@@ -375,32 +425,44 @@ def setup_conclusion(columns: list[Column]) -> str | None:
     if len(many.setup or []) == len(few.setup or []):
         return f"Every shape takes {len(few.setup or [])} setup steps (see the table)."
     extra = [step for step in many.setup or [] if step not in (few.setup or [])]
-    return (f"Setting up {few.label} takes {len(few.setup or [])} steps; {many.label} takes "
+    return (f"Setting up {few.tag} takes {len(few.setup or [])} steps; {many.tag} takes "
             f"{len(many.setup or [])}, differing in: " + "; ".join(extra) + ".")
 
 
 def conclusions(columns: list[Column]) -> list[str]:
-    """Sentences derived from the measured figures (and recorded resources) only."""
+    """Sentences derived from the measured figures (and recorded resources) only; columns named by their short
+    names (the legend gives each one's long label)."""
+    columns = with_short(columns)
     out: list[str] = []
     flags = fairness(columns)
     unfair = {label: why for label, why in flags.items() if why}
     if unfair:
-        out.append("Not a fair comparison: " + "; ".join(f"{label}: {', '.join(why)}" for label, why in unfair.items())
+        tags = {c.label: c.tag for c in columns}
+        out.append("Not a fair comparison: " + "; ".join(f"{tags[label]}: {', '.join(why)}"
+                                                          for label, why in unfair.items())
                    + ". Speed and cost figures of those columns describe how this host shares its cores, not what "
                    "more machines would give.")
     elif columns and all(c.resources for c in columns):
         out.append("A fair comparison: every node ran on cores of its own ("
-                   + "; ".join(f"{c.label}: {resources_text(c)}" for c in columns) + ").")
+                   + "; ".join(f"{c.tag}: {resources_text(c)}" for c in columns) + ").")
 
     def mark(*cs: Column) -> str:
         return " (not a fair comparison, see above)" if any(c.label in unfair for c in cs) else ""
+
+    ranked = time_to_result_ranking(columns)
+    first = ranked[0] if ranked else None
+    if ranked:
+        out.append(_ranking_sentence(ranked) + mark(*ranked) + ".")
+        out.append("To the result, " + ", ".join(
+            f"{c.tag} held {c.nodes} node{'s' if c.nodes > 1 else ''} × {c.time_to_result_s:.1f} s = "
+            f"{c.nodes * (c.time_to_result_s or 0):.1f} node-seconds" for c in ranked) + mark(*ranked) + ".")
 
     fast = [c for c in columns if c.steps_per_s]
     if len(fast) >= 2:
         best = max(fast, key=lambda c: c.steps_per_s or 0)
         worst = min(fast, key=lambda c: c.steps_per_s or 0)
-        out.append(f"{best.label} is the fastest: {best.steps_per_s:.1f} steps/s, "
-                   f"{(best.steps_per_s or 0) / (worst.steps_per_s or 1):.1f}× {worst.label}{mark(best, worst)}.")
+        out.append(f"{best.tag} is the fastest: {best.steps_per_s:.1f} steps/s, "
+                   f"{(best.steps_per_s or 0) / (worst.steps_per_s or 1):.1f}× {worst.tag}{mark(best, worst)}.")
         central = [c for c in fast if c.mode == "centralized"]
         dist = [c for c in fast if c.mode == "elastic" and c.comm_share is not None]
         if central and dist:
@@ -413,31 +475,34 @@ def conclusions(columns: list[Column]) -> list[str]:
                 out.append(f"Distributing pays off: {d0.world_size} workers reach {d0.steps_per_s:.1f} steps/s "
                            f"against {c0.steps_per_s:.1f}, with communication at {d0.comm_share:.0%} of a "
                            f"step{mark(c0, d0)}.")
-    if (ends := _extremes(columns, "time_to_result_s")) is not None:
-        first, last = ends
-        out.append(f"Under this fault plan the last step came first on {first.label}, {first.time_to_result_s:.1f} s "
-                   f"after the start; {last.label} took {last.time_to_result_s:.1f} s "
-                   f"({(last.time_to_result_s or 0) / (first.time_to_result_s or 1):.1f}×){mark(first, last)}.")
     if (ends := _extremes(columns, "recovery_s")) is not None:
         quick, slow = ends
         ratio = (slow.recovery_s or 0) / (quick.recovery_s or 1)
-        out.append(f"Recovery from the fault took {quick.recovery_s:.1f} s on {quick.label} and "
-                   f"{slow.recovery_s:.1f} s on {slow.label} ({ratio:.1f}×).")
+        out.append(f"Recovery from the fault took {quick.recovery_s:.1f} s on {quick.tag} and "
+                   f"{slow.recovery_s:.1f} s on {slow.tag} ({ratio:.1f}×).")
         if (phase := _widest_gap(quick, slow)) is not None:
             name, q, w = phase
-            out.append(f"The recovery phase that differs most is {name}: {q:.1f} s on {quick.label}, {w:.1f} s on "
-                       f"{slow.label} ({w - q:.1f} s of the {(slow.recovery_s or 0) - (quick.recovery_s or 0):.1f} s "
+            out.append(f"The recovery phase that differs most is {name}: {q:.1f} s on {quick.tag}, {w:.1f} s on "
+                       f"{slow.tag} ({w - q:.1f} s of the {(slow.recovery_s or 0) - (quick.recovery_s or 0):.1f} s "
                        f"difference).")
     out += recovery_levers(columns)
     gp = [c for c in columns if c.goodput is not None]
     if len(gp) >= 2:
         best = max(gp, key=lambda c: c.goodput or 0)
-        out.append(f"Goodput under this fault plan is highest on {best.label} ({best.goodput:.2f}).")
+        text = f"Goodput under this fault plan is highest on {best.tag} ({best.goodput:.2f})"
+        if first is not None and best is not first:
+            text += (f", yet {first.tag} finished first: goodput measures each run against its own fault-free pace "
+                     "(useful steps × its median step ÷ its wall time), not against the other runs, so it does not "
+                     "rank them")
+            if best.steps_per_s and first.steps_per_s and best.steps_per_s < first.steps_per_s:
+                text += (f"; {best.tag}'s steps are slower ({best.steps_per_s:.1f} against {first.steps_per_s:.1f} "
+                         "steps/s), so its recovery is a smaller share of its longer run")
+        out.append(text + ".")
     if (ends := _extremes(columns, "node_seconds_per_step")) is not None:
         cheap, dear = ends
-        out.append(f"Per useful step, {cheap.label} costs {cheap.node_seconds_per_step:.3f} node-seconds, "
+        out.append(f"Per useful step, {cheap.tag} costs {cheap.node_seconds_per_step:.3f} node-seconds, "
                    f"{(dear.node_seconds_per_step or 0) / (cheap.node_seconds_per_step or 1):.1f}× less "
-                   f"than {dear.label}.")
+                   f"than {dear.tag}.")
     ref, diffs = loss_vs_reference(columns)
     others = [(c, d) for c in columns if c is not ref and (d := diffs.get(c.label)) is not None]
     if ref is not None and others:
@@ -446,15 +511,39 @@ def conclusions(columns: list[Column]) -> list[str]:
         verdict = ("within it: more workers did not change the model" if abs(worst_d) <= LOSS_RTOL
                    else "beyond it: the model differs with the world size")
         out.append(f"At the same global batch ({batch} samples per step, {ref.final_step} steps), the final loss "
-                   f"differs from {ref.label} (world size {ref.world_size}, {ref.final_loss:.6g}) by at most "
-                   f"{abs(worst_d):.2e} relative, on {worst_c.label} (world size {worst_c.world_size}, "
+                   f"differs from {ref.tag} (world size {ref.world_size}, {ref.final_loss:.6g}) by at most "
+                   f"{abs(worst_d):.2e} relative, on {worst_c.tag} (world size {worst_c.world_size}, "
                    f"{worst_c.final_loss:.6g}); tolerance {LOSS_RTOL:g}: {verdict}.")
     if (setup := setup_conclusion(columns)) is not None:
         out.append(setup)
     failed = [c for c in columns if c.verdict != "pass"]
     for c in failed:
-        out.append(f"{c.label} did not pass ({c.verdict}): its figures describe a failed run.")
+        out.append(f"{c.tag} did not pass ({c.verdict}): its figures describe a failed run.")
     return out
+
+
+def time_to_result_ranking(columns: list[Column]) -> list[Column]:
+    """The columns with a time to result, first to finish first; none when fewer than two have one. Time to
+    result (start → the last step first completed, faults included) is what a user waits for; goodput, relative
+    to each run's own pace, does not rank runs of different shapes."""
+    timed = sorted((c for c in columns if c.time_to_result_s is not None), key=lambda c: c.time_to_result_s or 0)
+    return timed if len(timed) >= 2 else []
+
+
+def _ranking_sentence(ranked: list[Column]) -> str:
+    first, rest = ranked[0], ranked[1:]
+    steps = {c.final_step for c in ranked}
+    same = len(steps) == 1 and None not in steps
+    what = f"the same {first.final_step} steps" if same else "its steps"
+    text = (f"Ranked by time to result (wall time from the start to the last step, faults included): {first.tag} "
+            f"finished {what} in {first.time_to_result_s:.1f} s, " + ", ".join(
+                f"{(c.time_to_result_s or 0) / (first.time_to_result_s or 1):.1f}× faster than {c.tag} "
+                f"({c.time_to_result_s:.1f} s)" for c in rest))
+    if not same:
+        text += (" (the runs did not end at the same step: " + ", ".join(
+            f"{c.tag} at {c.final_step if c.final_step is not None else '?'}" for c in ranked)
+            + ", so these are not times to the same result)")
+    return text
 
 
 def _widest_gap(quick: Column, slow: Column) -> tuple[str, float, float] | None:
@@ -499,15 +588,43 @@ def same_runs(run_dirs: list[Path]) -> str | None:
     return None
 
 
-def render_markdown(columns: list[Column]) -> str:
-    header = ["", *[c.label for c in columns]]
+PLOT_TITLES = {"result": "Time to result and cost", "throughput": "Throughput over time",
+               "recovery": "Recovery breakdown"}
+
+
+def where(run_dir: str | Path, base: Path | None) -> str:
+    """A run directory as the page names it: relative to the page's own directory (``base``), so the page reads
+    the same on any machine it is copied to with its runs; the directory's own name without ``base``."""
+    if base is None:
+        return Path(run_dir).name
+    return os.path.relpath(Path(run_dir).resolve(), base.resolve())
+
+
+def legend_rows(columns: list[Column], base: Path | None) -> list[list[str]]:
+    """(short name, long label, verdict, report, run directory relative to the page) per column."""
+    return [[c.tag, c.label, c.verdict, run_report_name(c.run_dir), where(c.run_dir, base)] for c in columns]
+
+
+LEGEND_HEADER = ("column", "run (scenario, mode, nodes × processes, preset, cores)", "verdict", "report",
+                 "run directory")
+
+
+def render_markdown(columns: list[Column], base: Path | None = None, plots: dict[str, str] | None = None) -> str:
+    """The comparison as Markdown; ``base``: the directory it is written to (links relative to it); ``plots``:
+    plot name → PNG file name beside it."""
+    columns = with_short(columns)
+    header = ["", *[c.tag for c in columns]]
     lines = [f"# torch-chaos comparison: {comparison_title(columns)}", "",
              "Same workload, same fault plan, different cluster shapes; every figure measured in the runs below.", "",
              f"Measured on: {columns[0].machine}." if columns else "", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+             "| " + " | ".join(LEGEND_HEADER) + " |", "|" + "---|" * len(LEGEND_HEADER)]
+    lines += [f"| {tag} | {label} | {verdict} | [{report}]({report}) | `{run}` |"
+              for tag, label, verdict, report, run in legend_rows(columns, base)]
+    lines += ["", "## Conclusions", "", *[f"- {s}" for s in conclusions(columns)], ""]
+    for name, png in (plots or {}).items():
+        lines += [f"## {PLOT_TITLES.get(name, name)}", "", f"![{name}]({png})", ""]
+    lines += ["## Figures", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in table(columns)]
-    lines += ["", "## Conclusions", "", *[f"- {s}" for s in conclusions(columns)], "", "## Runs", ""]
-    lines += [f"- [{c.label}]({run_report_name(c.run_dir)}): `{c.run_dir}`" for c in columns]
     return "\n".join(lines) + "\n"
 
 
@@ -517,20 +634,27 @@ def run_report_name(run_dir: str | Path) -> str:
     return f"{Path(run_dir).resolve().name}.html"
 
 
-def render_html(columns: list[Column]) -> str:
-    head = "".join(f"<th>{escape(c.label)}</th>" for c in columns)
+def render_html(columns: list[Column], base: Path | None = None, plots: dict[str, str] | None = None) -> str:
+    """The comparison as one self-contained page; ``plots``: plot name → inline SVG (no script, no request)."""
+    columns = with_short(columns)
+    head = "".join(f"<th>{escape(c.tag)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in table(columns))
     items = "".join(f"<li>{escape(s)}</li>" for s in conclusions(columns))
-    runs = "".join(f"<li><a href='{escape(run_report_name(c.run_dir))}'>{escape(c.label)}</a>: "
-                   f"<code>{escape(c.run_dir)}</code></li>" for c in columns)
+    legend = "".join(f"<tr><td><b>{escape(tag)}</b></td><td>{escape(label)}</td><td>{escape(verdict)}</td>"
+                     f"<td><a href='{escape(report)}'>{escape(report)}</a></td><td><code>{escape(run)}</code></td></tr>"
+                     for tag, label, verdict, report, run in legend_rows(columns, base))
+    figs = "".join(f"<h2>{escape(PLOT_TITLES.get(name, name))}</h2><figure id=plot-{escape(name)}>{svg}</figure>"
+                   for name, svg in (plots or {}).items())
     from chaos.reports.html import CSS
 
     return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>torch-chaos comparison</title>"
             f"<style>{CSS}</style></head><body><h1>torch-chaos comparison: {escape(comparison_title(columns))}</h1>"
             f"<p>Same workload, same fault plan, different cluster shapes; every figure measured in the runs "
             f"below.</p><p>Measured on: {escape(columns[0].machine if columns else '')}.</p>"
-            f"<table><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>"
-            f"<h2>Conclusions</h2><ul>{items}</ul><h2>Runs</h2><ul>{runs}</ul></body></html>\n")
+            f"<table id=legend><thead><tr>{''.join(f'<th>{escape(h)}</th>' for h in LEGEND_HEADER)}</tr></thead>"
+            f"<tbody>{legend}</tbody></table>"
+            f"<h2>Conclusions</h2><ul>{items}</ul>{figs}<h2>Figures</h2>"
+            f"<table id=figures><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table></body></html>\n")
 
 
 def write_comparison(runs: list[Path] | list[RunAnalysis], output: Path) -> dict[str, Path]:
@@ -539,14 +663,26 @@ def write_comparison(runs: list[Path] | list[RunAnalysis], output: Path) -> dict
     from chaos.reports import write_report
 
     analyses = [r if isinstance(r, RunAnalysis) else analyze_run(r) for r in runs]  # one per run: column, report
-    columns = [measure(analysis) for analysis in analyses]
+    columns = with_short([measure(analysis) for analysis in analyses])
     output.mkdir(parents=True, exist_ok=True)
     for analysis in analyses:
         # a name chosen here, in a directory that may hold anything: a link under it is replaced, never followed
         write_report(analysis, "html", output / run_report_name(analysis.run_dir), out_named_by_user=False)
     paths = {"md": output / "compare.md", "html": output / "compare.html", "json": output / "compare.json"}
-    write_output(paths["md"], render_markdown(columns))
-    write_output(paths["html"], render_html(columns))
-    write_output(paths["json"], json.dumps({"columns": [asdict(c) for c in columns],
-                                            "conclusions": conclusions(columns)}, indent=2) + "\n")
+    from chaos.reports.compare_plots import figures
+    from chaos.reports.plots import to_svg
+
+    svgs: dict[str, str] = {}
+    pngs: dict[str, str] = {}
+    for name, fig in figures(columns, analyses).items():  # PNG beside compare.md, SVG inside compare.html
+        png, buf = output / f"compare-{name}.png", io.BytesIO()
+        fig.savefig(buf, format="png")
+        write_output(png, buf.getvalue())
+        pngs[name] = png.name
+        svgs[name] = to_svg(fig)  # closes the figure
+    write_output(paths["md"], render_markdown(columns, output, pngs))
+    write_output(paths["html"], render_html(columns, output, svgs))
+    write_output(paths["json"], json.dumps({
+        "columns": [asdict(c) | {"run_dir": where(c.run_dir, output)} for c in columns],
+        "legend": {c.tag: c.label for c in columns}, "conclusions": conclusions(columns)}, indent=2) + "\n")
     return paths

@@ -6,6 +6,7 @@ a snapshot is read through its attributes, and states are shown by their string 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
@@ -15,7 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from chaos.analysis.channel import skew_sentence
+from chaos.paths import shown
 from chaos.plan import fault_summary
+from chaos.reports.bounds import bounds_lines
 
 if TYPE_CHECKING:
     from chaos.engine import Snapshot
@@ -78,10 +81,14 @@ def history_notes(result: dict[str, Any], console: Console) -> None:
                            f"skipped: line {where}", style="yellow"))
 
 
-def summary(result: dict[str, Any], console: Console) -> None:
+def summary(result: dict[str, Any], console: Console, report: Path | None = None) -> None:
+    """The run's summary. ``report``: its HTML report (default: the run directory's report.html when ``result`` is
+    a run's handle, chaos.run_result.RunResult, and the engine wrote one); its path closes the summary."""
     verdict = result["verdict"]
     console.print(Panel(Text(f"{verdict.upper()}  {result['why']}", style=VERDICT_STYLE.get(verdict, "")),
                         title=Text(f"{result['scenario']} · {result['run_id']}"), expand=False))
+    for line in bounds_lines(result):  # what the verdict held, and what no bound gated
+        console.print(Text(line, style="yellow" if "no bound set" in line else "dim"), highlight=False)
     history_notes(result, console)
     t = Table(title="faults", show_lines=False)
     for col in ("#", "kind", "target", "step", "restart", "recovery", "catch-up", "lost steps", "lost work",
@@ -140,3 +147,7 @@ def summary(result: dict[str, Any], console: Console) -> None:
         checks.add_row(name, mark, str(entry.get("why") or ""))
     if result.get("checkpoint"):
         console.print(checks)
+    if report is None and getattr(result, "run_dir", None) is not None:
+        report = Path(result.run_dir) / "report.html"  # type: ignore[attr-defined]
+    if report is not None and report.is_file():
+        console.print(f"HTML report: {shown(report)}", highlight=False, soft_wrap=True)  # one line, to copy

@@ -71,7 +71,7 @@ class RunResult(dict[str, Any]):
         from chaos.console import summary
 
         console = Console(width=120, record=True, file=io.StringIO(), color_system=None, markup=False, emoji=False)
-        summary(dict(self), console)
+        summary(dict(self), console, report=self.run_dir / "report.html")
         return console.export_text()
 
 

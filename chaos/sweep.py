@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from chaos.compare import Column, fairness, resources_text
+from chaos.compare import Column, fairness, resources_text, where
 from chaos.scenario import Scenario
 from chaos.spec import parse_duration
 
@@ -275,7 +275,8 @@ PACE = ("A point's steps/s is 1 / the median step interval (all ranks) over the 
         "the median of rank 0's over the same steps.")
 
 
-def render_markdown(kind: str, baseline: Column, found: list[Curve]) -> str:
+def render_markdown(kind: str, baseline: Column, found: list[Curve], base: Path | None = None) -> str:
+    """The sweep as Markdown; run directories relative to ``base`` (the page's directory), as compare's are."""
     lines = [f"# torch-chaos interconnect sweep: {kind}", "",
              f"Speedup = steps/s of the multi-node run with {_HOW[kind]} over steps/s of {baseline.label} without "
              f"faults. {PACE} Measured on: {baseline.machine}.", "",
@@ -294,8 +295,8 @@ def render_markdown(kind: str, baseline: Column, found: list[Curve]) -> str:
               for c in found for p in c.points if p.verdict != "pass"]
     lines += ["## Conclusions", "", *[f"- {c.crossover}" for c in found], *cut, *failed, "",
               "![speedup vs link](sweep.svg)", "",
-              "## Runs", "", f"- {baseline.label}: `{baseline.run_dir}`"]
-    lines += [f"- {c.label} at {p.value}: `{p.run_dir}`" for c in found for p in c.points]
+              "## Runs", "", f"- {baseline.label}: `{where(baseline.run_dir, base)}`"]
+    lines += [f"- {c.label} at {p.value}: `{where(p.run_dir, base)}`" for c in found for p in c.points]
     lines += [""]
     return "\n".join(lines)
 
@@ -306,7 +307,7 @@ def write_sweep(kind: str, baseline: Column, swept: dict[str, list[tuple[Any, ..
     found = curves(baseline, swept, kind)
     paths = {"md": output / "sweep.md", "json": output / "sweep.json", "svg": output / "sweep.svg"}
     plot(baseline, found, paths["svg"], kind)
-    md = render_markdown(kind, baseline, found)
+    md = render_markdown(kind, baseline, found, output)
     unfair = [f"{label}: {', '.join(why)}" for label, why in fairness(
         [baseline, *[col for cols in swept.values() for _, col, *_ in cols]]).items() if why]
     if unfair:

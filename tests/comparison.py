@@ -22,7 +22,14 @@ def assert_centralized_vs_elastic(paths: dict[str, Path]) -> None:
     # the measured samples/s follow from the global batch of the shipped workload (48 samples per step)
     assert c["samples_per_s"] == pytest.approx(48 * c["steps_per_s"], rel=1e-6)
     faster = max((c, e), key=lambda col: col["steps_per_s"])
-    assert any(line.startswith(f"{faster['label']} is the fastest") for line in data["conclusions"])
+    assert any(line.startswith(f"{faster['short']} is the fastest") for line in data["conclusions"])
+    # short names in the bullets, each long label once, in the legend
+    assert data["legend"] == {col["short"]: col["label"] for col in (c, e)}
+    assert not any(col["label"] in line for col in (c, e) for line in data["conclusions"])
+    # ranked on time to result, the first to finish named first
+    first = min((c, e), key=lambda col: col["time_to_result_s"])
+    assert data["conclusions"][1].startswith("Ranked by time to result") and f": {first['short']} finished" in \
+        data["conclusions"][1]
     # every column says what its nodes had, and the first conclusion says whether the comparison is fair
     assert all(col["resources"] is None or "cpus_per_node" in col["resources"] for col in (c, e))
     assert data["conclusions"][0].startswith(("Not a fair comparison: ", "A fair comparison: "))
@@ -30,6 +37,11 @@ def assert_centralized_vs_elastic(paths: dict[str, Path]) -> None:
     for col in (c, e):  # each run's own report beside the comparison, linked under its run directory's name
         own = f"{Path(col['run_dir']).name}.html"
         assert (paths["md"].parent / own).exists() and f"]({own})" in md, own
+        # the run directory relative to the page, never the absolute path of the machine that made it
+        assert not Path(col["run_dir"]).is_absolute() and (paths["md"].parent / col["run_dir"]).is_dir()
+        assert str((paths["md"].parent / col["run_dir"]).resolve()) not in md + paths["html"].read_text()
     assert "| communication share of a step (median) |" in md and "## Conclusions" in md
     assert "| resources per node |" in md and "| fair comparison |" in md and "| final loss (global batch 48) |" in md
-    assert "<table>" in paths["html"].read_text()
+    html = paths["html"].read_text()
+    assert "<table" in html and html.count("<figure") >= 3 and "<script" not in html
+    assert "![throughput](compare-throughput.png)" in md and (paths["md"].parent / "compare-throughput.png").exists()

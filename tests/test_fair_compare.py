@@ -439,8 +439,57 @@ def test_time_to_result_is_the_start_until_the_last_step_first_completed() -> No
     one.time_to_result_s, two.time_to_result_s = 20.0, 50.0
     rows = {r[0]: r[1:] for r in table([one, two])}
     assert rows["time to result (start → last step, faults included)"] == ["20.0 s", "50.0 s"]
-    assert ("Under this fault plan the last step came first on one, 20.0 s after the start; two took 50.0 s (2.5×)."
-            in conclusions([one, two]))
+    assert ("Ranked by time to result (wall time from the start to the last step, faults included): one finished the "
+            "same 100 steps in 20.0 s, 2.5× faster than two (50.0 s)." in conclusions([one, two]))
+
+
+def test_conclusions_rank_on_time_to_result_and_cost_not_goodput() -> None:
+    """The issue's case: the centralized run finished in half the time, the elastic one had the higher goodput;
+    "goodput highest on elastic-tuned" was the only ranking said. The ranking is time to result, then what it cost
+    in node-seconds; goodput says why it does not rank the runs. Columns are named by short names (the common
+    scenario prefix dropped), never by their long labels."""
+    central = _column("compare-centralized", 1, pin_cpus(1, 1, [0, 1]), steps_per_s=330.0)
+    tuned = _column("compare-elastic-tuned", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=110.0)
+    central.label, tuned.label = "compare-centralized (centralized, 1×1)", "compare-elastic-tuned (elastic, 2×1)"
+    central.time_to_result_s, tuned.time_to_result_s = 15.5, 31.0
+    central.goodput, tuned.goodput = 0.32, 0.97
+    lines = conclusions([tuned, central])
+    ranking = next(i for i, line in enumerate(lines) if line.startswith("Ranked by time to result"))
+    assert ranking == 1, lines  # right after the fairness sentence
+    assert lines[ranking] == ("Ranked by time to result (wall time from the start to the last step, faults "
+                              "included): centralized finished the same 100 steps in 15.5 s, 2.0× faster than "
+                              "elastic-tuned (31.0 s).")
+    assert lines[ranking + 1] == ("To the result, centralized held 1 node × 15.5 s = 15.5 node-seconds, elastic-tuned "
+                                  "held 2 nodes × 31.0 s = 62.0 node-seconds.")
+    goodput = next(line for line in lines if line.startswith("Goodput"))
+    assert goodput.startswith("Goodput under this fault plan is highest on elastic-tuned (0.97), yet centralized "
+                              "finished first: goodput measures each run against its own fault-free pace")
+    assert "elastic-tuned's steps are slower (110.0 against 330.0 steps/s)" in goodput
+    assert not any("(centralized, 1×1)" in line or "(elastic, 2×1)" in line for line in lines)
+
+
+def test_short_names_fall_back_to_letters_when_scenarios_repeat() -> None:
+    from chaos.compare import short_names
+
+    a, b = _column("quickstart", 3, None), _column("quickstart", 3, None)
+    assert short_names([a, b]) == ["A", "B"]
+    assert short_names([_column("x-a", 1, None), _column("x-b", 1, None)]) == ["a", "b"]
+    assert short_names([_column("solo", 1, None)]) == ["solo"]
+
+
+def test_a_sweep_names_its_runs_relative_to_the_page(tmp_path: Path) -> None:
+    """The sweep's run list gave absolute paths of the machine that ran it."""
+    from dataclasses import replace
+
+    from chaos.sweep import write_sweep
+
+    runs = tmp_path / "runs"
+    base = replace(_column("one", 1, pin_cpus(1, 1, [0, 1]), steps_per_s=100.0), run_dir=str(runs / "r-one"))
+    swept = {"two": [(v, replace(_column(f"two-{v}", 2, pin_cpus(2, 1, [0, 1]), steps_per_s=50.0),
+                                 run_dir=str(runs / f"r-{v}"))) for v in ("1gbit", "10mbit")]}
+    md = write_sweep("bandwidth", base, swept, tmp_path / "pages" / "sweep")["md"].read_text()
+    assert "- one: `../../runs/r-one`" in md
+    assert "`../../runs/r-10mbit`" in md and str(runs) not in md
 
 
 def test_a_bad_sweep_is_a_usage_error_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from chaos.analysis.breakdown import recovery_breakdowns
 from chaos.analysis.interval import interval_advice, save_cost_s
 from chaos.analysis.load import History, first_t, load_events, of_kind
+from chaos.analysis.replacements import replacement_causes
 from chaos.analysis.result_json import build_result
 from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
 from chaos.analysis.throughput import final_loss, throughput, time_to_result
@@ -41,6 +42,8 @@ class RunAnalysis:
     losses: list[tuple[float, float]] = field(default_factory=list)  # (step, loss) along the surviving lineage
     final: tuple[int | None, float | None] = (None, None)  # (step, loss) the run ended with (compare's final loss)
     time_to_result_s: float | None = None  # run start → the highest step first completed (compare's time to result)
+    # why each node replacement happened (chaos.analysis.replacements): the reports explain the count with it
+    replacements: list[dict[str, Any]] = field(default_factory=list)
 
     def interval_advice(self, mtbf_s: float | None = None) -> dict[str, Any] | None:
         """Young/Daly checkpoint-interval advice for an MTBF (``--mtbf``, else the scenario's checks.mtbf_s)."""
@@ -104,4 +107,5 @@ def analyze_run(run_dir: str | Path) -> RunAnalysis:
         losses=lineage_losses(events),
         final=final_loss(events),
         time_to_result_s=time_to_result(events),
+        replacements=replacement_causes(events),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import platform
 import re
@@ -26,6 +27,7 @@ from chaos import __version__
 from chaos.analysis.checkpoints import control_request
 from chaos.analysis.load import load_events
 from chaos.analysis.result_json import write_result
+from chaos.analysis.run import RunAnalysis, analyze_run
 from chaos.channel import ChannelServer, parse_address
 from chaos.engine.end import End, EndDetector
 from chaos.engine.heartbeat import Heartbeat
@@ -54,6 +56,7 @@ from chaos.scenario import CommandWorkload, Scenario
 from chaos.storage.layer import StorageLayer, why_layer
 from chaos.storage.layer import choose as choose_layer
 
+log = logging.getLogger(__name__)
 POLL_S = 0.02
 DEFAULT_STEPS = 400  # the shipped workloads' default ``steps`` (for the live view's progress bar)
 
@@ -169,7 +172,7 @@ class RunParts:
 
 def run_in_engine(scenario: Scenario, out_dir: Path) -> Path:
     """How golden runs are run by default: a plain engine run; returns its run directory."""
-    engine = Engine(scenario, out_dir=out_dir)
+    engine = Engine(scenario, out_dir=out_dir, html_report=False)
     engine.run()
     return engine.run_dir
 
@@ -186,8 +189,9 @@ class Engine:
 
     def __init__(self, scenario: Scenario, out_dir: str | Path = "runs", run_id: str | None = None,
                  on_update: Callable[[Snapshot], None] | None = None, golden: GoldenRunner | None = None,
-                 control: ControlRunner | None = None):
+                 control: ControlRunner | None = None, html_report: bool = True):
         self.scenario = scenario
+        self.html_report = html_report  # report.html at the end (off for golden and control runs: no reader)
         self.run_id = run_id or new_run_id(scenario)
         self.run_dir = Path(out_dir).resolve() / self.run_id
         self.on_update = on_update
@@ -249,10 +253,28 @@ class Engine:
         interrupted = end.reason is EndReason.INTERRUPTED
         if not interrupted and end.reason is EndReason.COMPLETED:
             interrupted = self._control(parts)
-        result = RunResult(write_result(self.run_dir), self.run_dir)
+        analysis = analyze_run(self.run_dir)  # once: result.json and report.html present the same analysis
+        result = RunResult(write_result(analysis), self.run_dir)
+        if self.html_report:
+            self._write_report(analysis)
         if interrupted:
             raise RunInterrupted(result)
         return result
+
+    def _write_report(self, analysis: RunAnalysis) -> Path | None:
+        """report.html beside result.json, so that every run has one to open (before, none existed until `chaos
+        report --format html`). The verdict is result.json's: a report that cannot be drawn (a plot library
+        error, a full disk) is logged and never fails the run."""
+        from chaos.reports import write_report
+
+        try:
+            return write_report(analysis, "html", out_named_by_user=False)
+        except Exception as exc:
+            why = (f"report.html not written ({type(exc).__name__}: {exc}); the result stands, and "
+                   f"`chaos report {self.run_dir} --format html` retries it")
+            log.warning(why)
+            self.note(why)
+            return None
 
     def _golden(self, parts: RunParts) -> dict[str, Any] | None:
         """Run (or reuse) the fault-free reference and keep its summary in this run's directory, so that the run

@@ -6,6 +6,8 @@ from html import escape
 from typing import Any
 
 from chaos.paths import shown
+from chaos.reports.bounds import bounds_lines
+from chaos.reports.markup import render_description
 from chaos.reports.model import Report
 from chaos.reports.plots import figures, to_svg
 from chaos.reports.text import (
@@ -16,9 +18,11 @@ from chaos.reports.text import (
     advice_lines,
     breakdown_notes,
     breakdown_rows,
+    divergence_line,
     environment_rows,
     fault_rows,
     fmt,
+    lanes_note,
     limit_text,
     slow_node_line,
     step_timing_node_rows,
@@ -33,7 +37,10 @@ table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px sol
 text-align:left;vertical-align:top}th{background:#f4f4f4}.banner{padding:.8em 1em;border-radius:6px;
 font-size:1.2em;font-weight:600}.pass{background:#e3f6e3;color:#155d15}.fail,.hung,.restart_loop{background:#fde2e2;
 color:#8a1010}.error{background:#f3e3f6;color:#5d1570}.ok{color:#155d15}.bad{color:#8a1010;font-weight:600}
-.na{color:#777}figure{margin:1em 0}figure svg{max-width:100%;height:auto}code{background:#f4f4f4;padding:0 .2em}
+.na{color:#777}.bound{margin:.3em 0;padding:.2em .8em;border-left:4px solid}.held{border-color:#155d15}
+.warn{border-color:#c88a00;background:#fff7e0}.failed{border-color:#8a1010;background:#fde2e2}
+.description{margin:1em 0}
+figure{margin:1em 0}figure svg{max-width:100%;height:auto}code{background:#f4f4f4;padding:0 .2em}
 """
 
 
@@ -55,6 +62,11 @@ def _mode(verdict: dict[str, Any]) -> str:
     return f" ({escape(mode)})" if mode and mode != "not_checked" else ""
 
 
+def _bound_class(line: str) -> str:
+    """A bounds line's colour: held (green), failed (red), a figure no bound gated (amber)."""
+    return "failed" if line.startswith("failed:") else "warn" if "no bound set" in line else "held"
+
+
 def render_html(report: Report) -> str:
     r = report.result
     figs = {name: to_svg(fig) for name, fig in figures(report).items()}
@@ -65,11 +77,16 @@ def render_html(report: Report) -> str:
              f"<p>run <code>{escape(r['run_id'])}</code> · {escape(report.scenario.cluster.mode)} · "
              f"{report.scenario.cluster.nodes} node(s) × {report.scenario.cluster.procs_per_node} process(es) · "
              f"runtime {escape(report.scenario.cluster.runtime)}</p>",
-             f"<p>{escape(report.scenario.description)}</p>",
+             *(f"<p class='bound {_bound_class(line)}'>{escape(line)}</p>" for line in bounds_lines(r)),
+             f"<div class=description>{render_description(report.scenario.description)}</div>",
              "<h2>Summary</h2>", _table(("figure", "value"), summary_rows(report)),
              "<h2>Timeline</h2>", f"<figure id=timeline>{figs['timeline']}</figure>"]
+    if (line := lanes_note(report)) is not None:
+        parts.append(f"<p class=na>{escape(line)}</p>")
     if "loss" in figs:
         parts += ["<h2>Loss against the golden run</h2>", f"<figure id=loss>{figs['loss']}</figure>"]
+        if (line := divergence_line(report)) is not None:
+            parts.append(f"<p>{escape(line)}</p>")
     parts += ["<h2>Faults</h2>", _table(FAULT_COLUMNS, fault_rows(report))]
     if report.breakdowns:
         parts.append(f"<h2>Recovery breakdown</h2><p>{escape(BREAKDOWN_INTRO)}</p>")

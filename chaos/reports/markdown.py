@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chaos.paths import shown, write_output
+from chaos.reports.bounds import bounds_lines
 from chaos.reports.model import Report
 from chaos.reports.plots import figures, to_png
 from chaos.reports.text import (
@@ -15,6 +16,7 @@ from chaos.reports.text import (
     advice_lines,
     breakdown_notes,
     breakdown_rows,
+    divergence_line,
     environment_rows,
     fault_rows,
     fmt,
@@ -40,7 +42,7 @@ def _table(header: tuple[str, ...] | list[str], rows: list[list[str]] | list[tup
 def render_markdown(report: Report, directory: Path, stem: str) -> str:
     r = report.result
     out = [f"# torch-chaos resilience report: {r['scenario']}", "",
-           f"**{r['verdict'].upper()}** — {r['why']}", "",
+           f"**{r['verdict'].upper()}** — {r['why']}", "", *[f"- {line}" for line in bounds_lines(r)], "",
            f"run `{r['run_id']}` · {report.scenario.cluster.mode} · {report.scenario.cluster.nodes} node(s) · "
            f"runtime {report.scenario.cluster.runtime}", "", report.scenario.description.strip(), "",
            "## Summary", "", _table(("figure", "value"), summary_rows(report)), ""]
@@ -49,6 +51,8 @@ def render_markdown(report: Report, directory: Path, stem: str) -> str:
         write_output(png, to_png(fig))
         title = "Timeline" if name == "timeline" else "Loss against the golden run"
         out += [f"## {title}", "", f"![{name}]({png.name})", ""]
+        if name == "loss" and (line := divergence_line(report)) is not None:
+            out += [line, ""]
     out += ["## Faults", "", _table(FAULT_COLUMNS, fault_rows(report)), ""]
     if report.breakdowns:
         out += ["## Recovery breakdown", "", BREAKDOWN_INTRO, ""]

@@ -21,46 +21,96 @@ from chaos.registry import fault_colour
 from chaos.reports.model import Report
 
 
-def timeline(report: Report) -> Figure:
-    fig, ax = plt.subplots(figsize=(9, 3.6), dpi=100)
+def _fault_windows(report: Report, ax: Any, label: bool) -> None:
+    """Each injected fault's window (shaded), injection (a line) and recovery (hatched) on one lane."""
     t0 = report.analysis.t0
-    for node, points in report.analysis.progress.items():
-        ax.plot([x for x, _ in points], [y for _, y in points], ".", markersize=2, label=node)
     for f in [f for f in report.result["faults"] if f.get("t_injected") is not None]:
         start = f["t_injected"] - t0
         colour = fault_colour(f["kind"])
         if f.get("t_healed"):
             ax.axvspan(start, f["t_healed"] - t0, color=colour, alpha=0.18)
-        ax.axvline(start, color=colour, linewidth=1.5, label=f"{f['kind']} {f['target']}")
+        ax.axvline(start, color=colour, linewidth=1.5, label=f"{f['kind']} {f['target']}" if label else None)
         if f.get("recovery_s") is not None:
             ax.axvspan(start, start + f["recovery_s"], color=colour, alpha=0.08, hatch="//")
     for t in report.analysis.worker_starts[1:]:
         ax.axvline(t, color="black", linestyle=":", linewidth=1)
-    ax.set_xlabel("seconds since the run started")
-    ax.set_ylabel("global step")
-    ax.set_title("progress per node (fault windows shaded, worker restarts dotted)")
-    ax.legend(loc="upper left", fontsize=7, ncol=3)
-    ax.grid(alpha=0.3)
+
+
+# A lane per node: drawn on one axes, three nodes at the same step hide one another (only the last drawn shows).
+LANE_HEIGHT_IN, MAX_LANES = 0.9, 16
+
+
+def timeline(report: Report) -> Figure:
+    """Progress per node, one lane (row) per node sharing the time axis, so that no node hides another; past
+    MAX_LANES nodes the rest share the last lane (named in its label)."""
+    nodes = list(report.analysis.progress.items()) or [("no steps", [])]
+    lanes = [[n] for n in nodes[:MAX_LANES - 1]] + ([nodes[MAX_LANES - 1:]] if len(nodes) >= MAX_LANES else [])
+    fig, axes = plt.subplots(len(lanes), 1, sharex=True, squeeze=False, dpi=100,
+                             figsize=(9, 1.4 + LANE_HEIGHT_IN * len(lanes)))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (ax, lane) in enumerate(zip(axes[:, 0], lanes, strict=True)):
+        for j, (_node, points) in enumerate(lane):
+            ax.plot([x for x, _ in points], [y for _, y in points], ".", markersize=2,
+                    color=colours[(i + j) % len(colours)])
+        _fault_windows(report, ax, label=i == 0)
+        name = lane[0][0] if len(lane) == 1 else f"{lane[0][0]}…{lane[-1][0]}"
+        ax.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(alpha=0.3)
+    top, bottom = axes[0, 0], axes[-1, 0]
+    bottom.set_xlabel("seconds since the run started")
+    top.set_title("global step per node, one lane each (fault windows shaded, worker restarts dotted)", fontsize=10)
+    if top.get_legend_handles_labels()[1]:  # the faults (each lane is named by its node)
+        top.legend(loc="upper left", fontsize=7, ncol=3)
     fig.tight_layout()
     return fig
 
 
+def _golden_losses(report: Report) -> list[tuple[int, float]]:
+    return sorted((int(k), v) for k, v in ((report.golden or {}).get("losses") or {}).items())
+
+
 def loss_vs_golden(report: Report) -> Figure | None:
+    """The run's loss over the golden's; when matches_golden compared them, the step it diverged at (marked) and a
+    second panel of the difference per step (this run − golden), where a divergence is visible at any loss scale."""
     run = report.analysis.losses
     if not run:
         return None
-    fig, ax = plt.subplots(figsize=(9, 3.2), dpi=100)
-    if report.golden and report.golden.get("losses"):
-        g = downsample(sorted((int(k), v) for k, v in report.golden["losses"].items()))
+    golden = _golden_losses(report)
+    verdict = (report.result.get("checkpoint") or {}).get("matches_golden") or {}
+    compared = bool(golden) and bool(verdict.get("steps_compared"))
+    diverged_at = verdict.get("first_divergent_step")
+    if compared:
+        fig, (ax, dax) = plt.subplots(2, 1, sharex=True, figsize=(9, 5.0), dpi=100,
+                                      gridspec_kw={"height_ratios": [3, 2]})
+    else:
+        fig, ax = plt.subplots(figsize=(9, 3.2), dpi=100)
+        dax = None
+    if golden:
+        g = downsample(golden)
         ax.plot([s for s, _ in g], [v for _, v in g], color="#999999", linewidth=3, label="golden (no faults)")
     ax.plot([s for s, _ in run], [v for _, v in run], color="#d62728", linewidth=1,
             label="this run (surviving lineage)")
     ax.set_yscale("log")
-    ax.set_xlabel("global step")
     ax.set_ylabel("loss")
     ax.set_title("loss against the fault-free golden run")
-    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
+    if dax is not None:
+        by_step = dict(golden)
+        diff = [(s, v - by_step[s]) for s, v in run if s in by_step]
+        dax.plot([s for s, _ in diff], [d for _, d in diff], color="#1f77b4", linewidth=1)
+        dax.axhline(0, color="#999999", linewidth=1)
+        dax.set_ylabel("this run − golden")
+        dax.set_xlabel("global step")
+        dax.grid(alpha=0.3)
+    else:
+        ax.set_xlabel("global step")
+    if diverged_at is not None:
+        for a in (ax, dax):
+            if a is not None:
+                a.axvline(diverged_at, color="#8a1010", linestyle="--", linewidth=1.5,
+                          label=f"diverges at step {diverged_at}" if a is ax else None)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

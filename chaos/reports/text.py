@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.analysis.channel import skew_sentence
+from chaos.analysis.replacements import explain_replacements
 from chaos.reports.model import Report
 
 
@@ -52,9 +53,35 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
             ("median step", fmt(r["median_step_s"], " s", 4)),
             ("worker restarts", fmt(r["restarts"])),
             ("restarts after the job finished", fmt(r.get("restarts_after_completion", 0))),
-            ("node replacements", fmt(r["node_replacements"])),
+            ("node replacements", replacements_text(report)),
             ("run duration", fmt(r["duration_s"], " s", 1)), ("end", r["end_reason"]), *oom_rows(report),
             *slow_node_rows(report), *hang_rows(report), *replaced_rows(report)]
+
+
+def replacements_text(report: Report) -> str:
+    """The replacement count with what each replacement followed (chaos.analysis.replacements): "3" for one crash
+    reads like a miscount when two of them were the replaced node exiting again by itself."""
+    return explain_replacements(report.analysis.replacements) or fmt(report.result["node_replacements"])
+
+
+def lanes_note(report: Report) -> str | None:
+    """Why the timeline has fewer lanes than the cluster has nodes: only those nodes' steps were recorded."""
+    seen, nodes = len(report.analysis.progress), report.scenario.cluster.nodes
+    if 0 < seen < nodes:
+        return (f"Steps were recorded from {', '.join(report.analysis.progress)} only ({seen} of {nodes} nodes): "
+                "the job reports its steps from those nodes' ranks.")
+    return None
+
+
+def divergence_line(report: Report) -> str | None:
+    """Where the loss left the golden's, as the loss plot marks it; None when matches_golden found no divergence."""
+    v = (report.result.get("checkpoint") or {}).get("matches_golden") or {}
+    if v.get("first_divergent_step") is None:
+        return None
+    return (f"The loss diverges from the golden run's at step {v['first_divergent_step']} (dashed line); the lower "
+            f"panel is this run's loss minus the golden's per step (largest difference "
+            f"{v.get('max_abs_loss_diff', 0):.3g}, {v.get('max_rel_loss_diff', 0):.3g} relative, over "
+            f"{v.get('steps_compared')} steps compared).")
 
 
 def replaced_rows(report: Report) -> list[tuple[str, str]]:
