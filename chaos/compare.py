@@ -8,7 +8,6 @@ computed from those figures, nothing else.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from dataclasses import asdict, dataclass, field, replace
@@ -673,14 +672,13 @@ def write_comparison(runs: list[Path] | list[RunAnalysis], output: Path) -> dict
     from chaos.reports.plots import to_svg
 
     svgs: dict[str, str] = {}
-    pngs: dict[str, str] = {}
-    for name, fig in figures(columns, analyses).items():  # PNG beside compare.md, SVG inside compare.html
-        png, buf = output / f"compare-{name}.png", io.BytesIO()
-        fig.savefig(buf, format="png")
-        write_output(png, buf.getvalue())
-        pngs[name] = png.name
+    files: dict[str, str] = {}
+    for name, fig in figures(columns, analyses).items():  # drawn once: inside compare.html, beside compare.md
         svgs[name] = to_svg(fig)  # closes the figure
-    write_output(paths["md"], render_markdown(columns, output, pngs))
+        svg = output / f"compare-{name}.svg"
+        write_output(svg, svgs[name])
+        files[name] = svg.name
+    write_output(paths["md"], render_markdown(columns, output, files))
     write_output(paths["html"], render_html(columns, output, svgs))
     write_output(paths["json"], json.dumps({
         "columns": [asdict(c) | {"run_dir": where(c.run_dir, output)} for c in columns],

@@ -44,4 +44,4 @@ def assert_centralized_vs_elastic(paths: dict[str, Path]) -> None:
     assert "| resources per node |" in md and "| fair comparison |" in md and "| final loss (global batch 48) |" in md
     html = paths["html"].read_text()
     assert "<table" in html and html.count("<figure") >= 3 and "<script" not in html
-    assert "![throughput](compare-throughput.png)" in md and (paths["md"].parent / "compare-throughput.png").exists()
+    assert "![throughput](compare-throughput.svg)" in md and (paths["md"].parent / "compare-throughput.svg").exists()

@@ -15,6 +15,8 @@ from chaos.compare import write_comparison
 from tests.data.recorded import expand
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# One worker draws the comparison for every test here (a module fixture drawn once, not once per xdist worker).
+pytestmark = pytest.mark.xdist_group("compare-views")
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +55,8 @@ def test_the_page_has_plots(compared: dict[str, Path]) -> None:
     for name in ("result", "throughput", "recovery"):
         figure = html.split(f"<figure id=plot-{name}>")[1].split("</figure>")[0]
         assert figure.startswith("<svg") and figure.count("<path") > 10, name
-        assert (compared["md"].parent / f"compare-{name}.png").stat().st_size > 5000
-        assert f"![{name}](compare-{name}.png)" in compared["md"].read_text()
+        assert (compared["md"].parent / f"compare-{name}.svg").stat().st_size > 5000
+        assert f"![{name}](compare-{name}.svg)" in compared["md"].read_text()
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org", "")
 
 
