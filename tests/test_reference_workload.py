@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from chaos.plan import free_port
+from tests.tiers import FULL
 
 TRAIN = Path(__file__).resolve().parents[1] / "workloads" / "train.py"
 
@@ -136,6 +137,9 @@ def _equal(a: Any, b: Any) -> bool:
     return torch.equal(a, b) if torch.is_tensor(a) else a == b
 
 
+# Five processes that each import torch (~13 s of CPU, a fifth of the fast tier's on 2 cores): --full. What it
+# proves is in the gate's real runs too: centralized-crash resumes this workload bitwise equal to its golden run.
+@FULL
 def test_a_resume_ends_where_an_uninterrupted_run_ends_and_the_planted_bug_does_not(tmp_path: Path) -> None:
     # Three independent jobs at once, then the two resumes at once (each process is mostly torch's import).
     with ThreadPoolExecutor(3) as pool:
