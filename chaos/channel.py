@@ -58,6 +58,7 @@ RETRY_MAX_S = 8.0  # ... doubling up to this: an engine that stays unreachable c
 # shows the run's token a connection holds no thread (chaos.gate): only its hello is read, within HELLO_TIMEOUT_S
 # and HELLO_MAX bytes; every other op before it closes the connection.
 MAX_LINE = 8 << 20  # an admitted sender's line; a longer one is skipped whole (its newline found, nothing kept)
+MAX_SAID = 4096  # senders whose last states are kept after they close (a run has a few dozen)
 HELLO_MAX = 64 << 10  # the hello line (a held id or a host's few: well under a kilobyte)
 HELLO_TIMEOUT_S = 3.0  # from accept to the hello: a client sends it at once (its own wait for the welcome is 1 s)
 MAX_DEPTH = 64  # nesting of one message; deeper is dropped (no parser's recursion limit reached, no traceback)
@@ -459,6 +460,9 @@ class ChannelServer:
         self._conns: dict[socket.socket, threading.Thread] = {}
         self._who: dict[socket.socket, str] = {}  # a worker's connection → "<node>-<local rank>"
         self._states: dict[socket.socket, dict[str, Any]] = {}  # what each connection said of itself (``state``)
+        # What each sender last said of itself, kept after its connection closed (``said``): a host's storage layer
+        # that counted a fault's matches and then died with its node still counts (sender name, who) -> states.
+        self._said: dict[tuple[str, str], dict[str, Any]] = {}
         self._orders: dict[str, tuple[str, dict[str, Any]]] = {}  # standing order name → (who, spec)
         self._stopping = False
         self._counts = {"connections": 0, "events": 0, "duplicates": 0, "acks": 0}
@@ -516,6 +520,9 @@ class ChannelServer:
                 elif op == "state" and isinstance(msg.get("name"), str):
                     with self._lock:
                         self._states.setdefault(conn, {})[msg["name"]] = msg.get("value")
+                        who = self._who.get(conn)
+                        if who is not None and (len(self._said) < MAX_SAID or (sender.name, who) in self._said):
+                            self._said.setdefault((sender.name, who), {})[msg["name"]] = msg.get("value")
         except (OSError, ValueError, AssertionError):
             pass
         finally:
@@ -624,6 +631,12 @@ class ChannelServer:
         connection: the engine waits on these (every host's storage layer enforcing a rules version)."""
         with self._lock:
             return [self._states.get(c, {}).get(name) for c, w in self._who.items() if w == who]
+
+    def said(self, who: str, name: str) -> list[Any]:
+        """What every sender of ``who`` ever connected last said of ``name``, closed connections included (one
+        entry per sender that said it): counts a layer reported before its host's node died still count."""
+        with self._lock:
+            return [states[name] for (_, w), states in self._said.items() if w == who and name in states]
 
     def stop(self, drain_s: float = 1.0) -> dict[str, Any]:
         """Stop accepting, give open connections ``drain_s`` to deliver what they sent, close; returns the

@@ -128,6 +128,24 @@ def test_a_host_layer_sends_what_it_sees_and_enforces_the_engines_rule(engine: E
     assert all(e["source"] == "storage" for e in engine.events)
 
 
+def test_a_host_layers_match_counts_reach_the_engine_and_outlive_the_layer(engine: Engine, tmp_path: Path) -> None:
+    """Whether a storage fault acted on the nodes' hosts (Slurm): before, the engine could not tell (``matched``
+    was None there), so a rule whose paths matched nothing counted as injected. The counts are told when a rule
+    first matches, so a layer that ended with its node (as a crash ends it) has still said so."""
+    proc, ckpt, _out = start_node(engine, tmp_path)
+    control = ChannelStorageControl(engine.channel, tmp_path)
+    assert control.matched(1) is None  # no layer has counted anything yet
+    control.apply({"fault_id": 1, "kind": "io_error", "ops": ["write"], "errno": "EIO", "paths": "*.pt"})
+    control.apply({"fault_id": 2, "kind": "io_error", "ops": ["write"], "errno": "EIO", "paths": "nothing-*.bin"})
+    assert control.matched(1) == 0 and control.matched(2) == 0
+    (tmp_path / "out.go").touch()
+    finish(proc, ckpt)  # the layer is gone with its node's command
+    deadline = time.monotonic() + 5
+    while control.matched(1) == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert control.matched(1) == 1 and control.matched(2) == 0
+
+
 def test_a_host_layer_records_a_save_and_a_load_and_holds_a_paused_on_save(engine: Engine, tmp_path: Path) -> None:
     proc, ckpt, out = start_node(engine, tmp_path, pause_on=["checkpoint_save_started"])
     (tmp_path / "out.go").touch()

@@ -93,7 +93,15 @@ class ChannelStorageControl(StorageControl):
         return f"rules v{self.version} over the history channel, confirmed by {self.enforced_by}"
 
     def matched(self, fault_id: int) -> int | None:
-        return None  # the layers on the nodes' hosts report only the version they enforce
+        """The operations the fault's rule matched on every node host's layer, those since gone included (each
+        layer's last count, told when it applied a version and when the rule first matched there); None when no
+        layer has said (none mounted yet, or one from before the counts were told)."""
+        from chaos.storage.hostlayer import HOST_WHO, MATCHED_STATE
+
+        said = [c for c in self.channel.said(HOST_WHO, MATCHED_STATE) if isinstance(c, dict)]
+        if not said:
+            return None
+        return sum(v for c in said if isinstance(v := c.get(str(fault_id), 0), int))
 
     def _publish(self) -> None:
         from chaos.storage.hostlayer import HOST_WHO, RULES_ORDER, RULES_STATE

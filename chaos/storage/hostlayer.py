@@ -42,6 +42,7 @@ from chaos.storage.mounts import chaos_mounts, is_mounted, served, unmount
 HOST_WHO = "storage"  # the ``who`` of every host layer's connection: the rules order goes to all of them
 RULES_ORDER = "storage_rules"  # the engine's standing order: {"version": n, "rules": [...]}
 RULES_STATE = "storage_rules"  # what a layer reports back: the version it enforces
+MATCHED_STATE = "storage_matched"  # and how many operations each fault's rule matched there: {"<fault_id>": n}
 TREE_VAR = "CHAOS_TREE"  # chaos.marks.TREE_VAR (not imported: chaos.marks needs psutil, absent on compute hosts)
 NODE_VAR = "CHAOS_NODE"
 MOUNT_WAIT_S = 10.0
@@ -121,6 +122,12 @@ class Link:
     def applied(self, version: int) -> None:
         with self.lock:
             self.client.tell(RULES_STATE, version)
+
+    def matched(self, counts: dict[int, int]) -> None:
+        """The layer's match counts (told when a rules version is applied and when a rule first matches, so a
+        layer that dies with its node has said that its rule acted)."""
+        with self.lock:
+            self.client.tell(MATCHED_STATE, {str(k): v for k, v in counts.items()})
 
 
 def link_from_environment() -> Link:

@@ -97,6 +97,7 @@ class StorageServer(fuse.Operations):
         self.rules = rules
         self.control = control
         self.link = link  # a layer on a node's host: rules arrive over the channel (an order), not rules.json
+        self._told_matched: set[int] = set()  # faults whose first match this layer has told the engine
         self.engine_pid = engine_pid
         self.callers = Callers()
         self.rights = CallerRights()
@@ -156,6 +157,13 @@ class StorageServer(fuse.Operations):
         self.reload_rules()
         with self._rules_lock:
             out: Outcome = self.rules.check(op, relpath, caller.node, nbytes)
+            first = self.link is not None and any(v and k not in self._told_matched
+                                                   for k, v in self.rules.matched.items())
+            if first:
+                self._told_matched |= {k for k, v in self.rules.matched.items() if v}
+                counts = dict(self.rules.matched)
+        if first and self.link is not None:  # a rule acted here for the first time: said now, not only at the heal
+            self.link.matched(counts)
         tid = fuse.fuse_get_context()[2]
         if out.delay_s > 0:
             end = time.monotonic() + out.delay_s
@@ -230,6 +238,9 @@ class StorageServer(fuse.Operations):
             except RuleError:  # not confirmed: the engine records the fault as failed and withdraws it
                 self._refused_version = version
                 return
+            counts = dict(self.rules.matched)
+            self._told_matched = {k for k, v in counts.items() if v}
+        link.matched(counts)  # before the version: the heal reads the counts once every layer has applied it
         link.applied(version)
 
     def watch_rules(self) -> None:
