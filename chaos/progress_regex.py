@@ -14,22 +14,33 @@ storage layer's recorder).
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
 
-import regex
+try:
+    import regex
+except ImportError:  # a compute host's Python (the storage layer on a node's host: standard library and mfusepy)
+    regex = None
 
 # A progress line of a sane pattern matches in microseconds (a few ms for a line of a megabyte): a line that takes
 # longer than this is a pattern that backtracks, not a slow machine.
 LINE_TIMEOUT_S = 0.5
 
-error = regex.error
-Pattern = Any  # regex.Pattern (its stubs are not installed everywhere)
+# Where ``regex`` is missing (the storage layer on a Slurm compute host runs with the nodes' Python), ``re`` matches
+# without a timeout, on at most this much of a line: the engine, which always has ``regex``, matches the same
+# pattern on the same output under the bound and ends the run on a pattern that backtracks, which ends the layer.
+UNBOUNDED_LINE_MAX = 4096
+
+error = regex.error if regex is not None else re.error
+Pattern = Any  # regex.Pattern (its stubs are not installed everywhere), or re.Pattern without regex
 
 
 def compile_progress(pattern: str, ignore_case: bool = False) -> Pattern:
     """``pattern`` compiled as ``re`` would read it; ``regex.error`` (``error``) when it is not a regex."""
+    if regex is None:
+        return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     return regex.compile(pattern, regex.VERSION0 | (regex.IGNORECASE if ignore_case else 0))
 
 
@@ -49,6 +60,8 @@ class ProgressRegexTooSlow(Exception):
 
 def search(pattern: Pattern, line: str, timeout: float = LINE_TIMEOUT_S) -> Any:
     """``pattern.search(line)``, raising TimeoutError after ``timeout`` seconds (at least a millisecond)."""
+    if isinstance(pattern, re.Pattern):  # no regex module here (a compute host): a bounded line, no timeout
+        return pattern.search(line[:UNBOUNDED_LINE_MAX])
     return pattern.search(line, timeout=max(timeout, 0.001))
 
 

@@ -17,7 +17,15 @@ from typing import Any
 
 import pytest
 
-from chaos.channel import ENV_CHANNEL, ENV_SPOOL_DIR, ENV_TOKEN, ChannelServer, listen, parse_address
+from chaos.channel import (
+    CONNECT_TIMEOUT_S,
+    ENV_CHANNEL,
+    ENV_SPOOL_DIR,
+    ENV_TOKEN,
+    ChannelServer,
+    listen,
+    parse_address,
+)
 from chaos.marks import ENGINE_VAR, engine_mark
 from chaos.plan import REPO_ROOT
 from chaos.storage import control as control_module
@@ -194,8 +202,15 @@ def test_a_layer_that_does_not_confirm_fails_the_fault(engine: Engine, tmp_path:
     # the layer says which rules it enforces once it is on the channel: before that no layer is connected and an
     # order stands without confirmation (by design), so stopping it earlier would test nothing (a loaded machine)
     deadline = time.monotonic() + 15
-    while not engine.channel.states(HOST_WHO, RULES_STATE):
+    # (connected for longer than a client waits for its welcome: on a loaded machine a client whose welcome came
+    # late drops that connection and makes another, and with none connected the order stands unconfirmed)
+    connected_since = None
+    while connected_since is None or time.monotonic() - connected_since < 2 * CONNECT_TIMEOUT_S:
         assert time.monotonic() < deadline, "the node host's layer never joined the channel"
+        if not engine.channel.states(HOST_WHO, RULES_STATE):
+            connected_since = None
+        elif connected_since is None:
+            connected_since = time.monotonic()
         time.sleep(0.02)
     control = ChannelStorageControl(engine.channel, tmp_path)
     server = kill_server_of(ckpt, signal.SIGSTOP)
@@ -255,3 +270,24 @@ def kill_server_of(ckpt: Path, sig: int = signal.SIGKILL) -> int:
     assert len(pids) == 1, pids
     os.kill(pids[0], sig)
     return pids[0]
+
+
+def test_the_host_layer_loads_with_the_standard_library_and_mfusepy_only() -> None:
+    """A compute host has the nodes' Python (torch, numpy), not the engine's packages: the layer there must start
+    without them. Before, chaos.storage.record imported the ``regex`` module (for progress_regex's time bound), and
+    every Slurm run's storage layer would have failed to start on a host without it. Where it is missing, progress
+    lines are matched with ``re`` on a bounded length of line (chaos.progress_regex)."""
+    code = ("import sys, importlib.abc\n"
+            "allowed = set(sys.stdlib_module_names) | {'chaos', 'mfusepy', '_cffi_backend'}\n"
+            "class Block(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] not in allowed:\n"
+            "            raise ImportError(f'not on a compute host: {name}')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import chaos.storage.__main__, chaos.storage.server, chaos.storage.hostlayer, chaos.storage.record\n"
+            "from chaos.progress_regex import compile_progress, search\n"
+            "m = search(compile_progress(r'step (?P<step>\\d+)'), 'epoch 0 | step 42 | loss 0.1')\n"
+            "print(m.group('step'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 0 and done.stdout.strip() == "42", done.stderr[-3000:]

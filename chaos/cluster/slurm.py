@@ -483,7 +483,7 @@ def _python() -> str:
 # 3.11 on Debian 12's glibc, as the image is. Copied from this interpreter into the shared volume, as a real
 # cluster's shared filesystem would carry a virtualenv, so `chaos run` works on the login node (the controller).
 ENGINE_PACKAGES = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection", "yaml", "rich",
-                   "markdown_it", "mdurl", "pygments", "psutil", "orjson", "mfusepy")
+                   "markdown_it", "mdurl", "pygments", "psutil", "orjson", "mfusepy", "regex")
 ENGINE_SITE = f"{SHARED_PATH}/engine-site"
 
 
