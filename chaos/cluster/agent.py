@@ -136,17 +136,10 @@ def handle(request: bytes, *, token: str, cluster: str, cluster_id: str, docker:
     """One request to its answer; refuses anything that is not exactly a request this agent takes."""
     from chaos.cluster.netexec import Refused, validate
 
-    try:
-        msg = json.loads(request.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):  # b"[" * 1000 nests deeper than the parser goes
-        return {"ok": False, "error": "not a JSON object"}
-    if not isinstance(msg, dict):
-        return {"ok": False, "error": "not a JSON object"}
-    given = msg.get("token")
-    # surrogatepass: a lone surrogate ("\ud800") is a wrong token, not an encoding error
-    if not isinstance(given, str) or not hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
-                                                             token.encode()):
-        return {"ok": False, "error": "wrong token"}
+    refused = check_token(request, token)
+    if refused is not None:
+        return refused
+    msg = json.loads(request.decode("utf-8"))  # check_token parsed it: a JSON object with the token
     action = msg.get("action")
     if action not in ACTIONS:
         return {"ok": False, "error": f"action must be one of {', '.join(ACTIONS)}"}
@@ -203,11 +196,12 @@ def check_token(request: bytes, token: str) -> dict[str, Any] | None:
     request may take one of the MAX_CONNECTIONS slots, so that whoever lacks the token holds none."""
     try:
         msg = json.loads(request.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # b"[" * 1000 nests deeper than the parser goes
         return {"ok": False, "error": "not a JSON object"}
     if not isinstance(msg, dict):
         return {"ok": False, "error": "not a JSON object"}
     given = msg.get("token")
+    # surrogatepass: a lone surrogate ("\ud800") is a wrong token, not an encoding error
     if not isinstance(given, str) or not hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
                                                              token.encode()):
         return {"ok": False, "error": "wrong token"}
