@@ -10,6 +10,7 @@ package's dependencies are installed into it), so this runs with ``--full``."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -59,9 +60,12 @@ def test_the_workflow_installs_torch_chaos_from_where_the_user_says_not_from_an_
 
 @FULL
 def test_the_workflows_steps_run_in_a_fresh_environment(tmp_path: Path) -> None:
-    wheels = tmp_path / "wheels"
+    wheels, source = tmp_path / "wheels", tmp_path / "torch-chaos"
+    # built from a copy: setuptools writes build/ and *.egg-info beside the sources, never in this checkout
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", "build", "runs", "generated", "*.egg-info",
+                                                               "__pycache__", ".*_cache", ".hypothesis"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(wheels), str(ROOT)], check=True, timeout=300)
+                    str(wheels), str(source)], check=True, timeout=300)
     [wheel] = wheels.glob("torch_chaos-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
