@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
 from chaos.compare import write_comparison
+from tests.browser import CHROMIUM, launch
 from tests.data.recorded import expand
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # One worker draws the comparison for every test here (a module fixture drawn once, not once per xdist worker).
 pytestmark = pytest.mark.xdist_group("compare-views")
 
@@ -81,9 +80,7 @@ def test_the_compare_page_in_headless_chromium(compared: dict[str, Path]) -> Non
     page_path = compared["html"]
     requests: list[str] = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = launch(p)
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900}, java_script_enabled=False)
             page.on("request", lambda r: requests.append(r.url))

@@ -20,12 +20,12 @@ from chaos.cli import main
 from chaos.compare import write_comparison
 from chaos.history import read_history
 from chaos.reports import write_report
+from tests.browser import CHROMIUM, launch
 from tests.comparison import assert_centralized_vs_elastic
 from tests.data.record import RECORDINGS
 from tests.data.recorded import expand, recorded_names
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "reports" / "generated"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 DOCUMENTED_VERDICT = {
     "centralized-crash": "pass",
@@ -151,9 +151,7 @@ def test_html_report_in_headless_chromium(runs: dict[str, Path]) -> None:
     failed: list[str] = []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = launch(p)
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900}, java_script_enabled=False)
             page.on("request", lambda r: requests.append(r.url))

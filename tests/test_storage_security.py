@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 import stat
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ import pytest
 
 from chaos.storage.layer import fuse_problem
 from chaos.storage.mounts import is_mounted, unmount
+from tests.fuse_mount import served
 
 needs_fuse = pytest.mark.skipif(fuse_problem() is not None, reason=f"no FUSE here: {fuse_problem()}")
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
@@ -36,29 +35,9 @@ def _serve(mount: str, events: str, control: str) -> None:
     serve(mount, events, control, run_id=f"unit-test-sec-{os.getppid()}")
 
 
-@contextmanager
-def mounted(base: Path) -> Iterator[Path]:
+def mounted(base: Path) -> AbstractContextManager[Path]:
     """``base/ckpt`` served by the layer (its own contents, from underneath), unmounted after."""
-    mount, control = base / "ckpt", base / ".storage"
-    mount.mkdir(exist_ok=True)
-    control.mkdir(exist_ok=True)
-    (base / "events.jsonl").touch()
-    proc = multiprocessing.get_context("fork").Process(
-        target=_serve, args=(str(mount), str(base / "events.jsonl"), str(control)))
-    proc.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not is_mounted(str(mount)):
-            assert proc.is_alive() and time.monotonic() < deadline, "the server did not mount"
-            time.sleep(0.02)
-        yield mount
-    finally:
-        unmount(str(mount))
-        proc.join(5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
-            unmount(str(mount))
+    return served(base, _serve)
 
 
 @pytest.fixture

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from chaos.storage.control import StorageControl, StorageNotAcknowledged
 from chaos.storage.layer import fuse_problem
 from chaos.storage.mounts import is_mounted, unmount
 from chaos.storage.rules import PASS, Outcome, Rules
+from tests.fuse_mount import served
 
 if fuse_problem() is not None:
     if os.environ.get("CI") == "true":
@@ -58,31 +57,9 @@ def _serve(mount: str, events: str, control: str, pause_on: frozenset[str], engi
           rules_class=ScriptedRules if rules else Rules)
 
 
-@contextmanager
 def mounted(tmp_path: Path, pause_on: frozenset[str] = frozenset(), engine_pid: int | None = None,
-            rules: bool = False) -> Iterator[Path]:
-    mount, control = tmp_path / "ckpt", tmp_path / ".storage"
-    mount.mkdir()
-    control.mkdir()
-    (tmp_path / "events.jsonl").touch()
-    (tmp_path / "events.jsonl.acks").mkdir()
-    proc = multiprocessing.get_context("fork").Process(
-        target=_serve, args=(str(mount), str(tmp_path / "events.jsonl"), str(control), pause_on, engine_pid, rules))
-    proc.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not is_mounted(str(mount)):
-            assert proc.is_alive() and time.monotonic() < deadline, "the server did not mount"
-            time.sleep(0.02)
-        yield mount
-    finally:
-        unmount(str(mount))
-        proc.join(5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
-            unmount(str(mount))
-    assert not is_mounted(str(mount))
+            rules: bool = False) -> AbstractContextManager[Path]:
+    return served(tmp_path, _serve, pause_on, engine_pid, rules)
 
 
 def start_as(code: str, node: str = "node1") -> subprocess.Popen[str]:
