@@ -9,6 +9,7 @@ must be decided live; every figure in the result is computed afterwards from the
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -42,13 +43,14 @@ from chaos.golden import (
     ControlRunner,
     GoldenCache,
     GoldenRunner,
+    golden_missed_progress,
     no_golden_why,
     torch_version,
     wants_golden,
 )
 from chaos.history import HistoryWriter
 from chaos.plan import Plan, build_plan
-from chaos.progress_regex import ProgressRegexTooSlow
+from chaos.progress_regex import ProgressRegexMissed, ProgressRegexTooSlow
 from chaos.run_result import RunResult
 from chaos.runtimes import create_runtime
 from chaos.runtimes.base import Runtime
@@ -101,7 +103,8 @@ class RunParts:
     """Everything one run creates, made in one go: the run directory, the runtime and plan, the history, and the
     parts the engine ticks. Creating it is the run's preparation (nothing is started yet)."""
 
-    def __init__(self, scenario: Scenario, run_id: str, run_dir: Path, note: Callable[[str], None]):
+    def __init__(self, scenario: Scenario, run_id: str, run_dir: Path, note: Callable[[str], None],
+                 warn: Callable[[str], None] | None = None):
         run_dir.mkdir(parents=True, exist_ok=False)
         (run_dir / "logs").mkdir()
         events_path = run_dir / "events.jsonl"
@@ -133,7 +136,7 @@ class RunParts:
             LogProgress(w.progress_regex, {n.name: self.runtime.log_path(n.name) for n in self.plan.nodes},
                         self.history) if scraped else None,
             CheckpointWatcher(self.plan.checkpoint_dir, self.history) if scraped else None,
-            note, now=time.time(),
+            note, now=time.time(), warn=warn,
             node_logs=NodeLogs({n.name: self.runtime.log_path(n.name) for n in self.plan.nodes}))
         self.nodes = NodeOrchestrator(self.runtime, self.plan, scenario.cluster.node_restart, self.history, note)
         self.faults = FaultScheduler(scenario.faults, self.runtime, self.plan, self.history, acks_dir, self.nodes,
@@ -170,9 +173,10 @@ class RunParts:
             self.history.write(Ev.CHANNEL_CLOSED, **stats)
 
 
-def run_in_engine(scenario: Scenario, out_dir: Path) -> Path:
-    """How golden runs are run by default: a plain engine run; returns its run directory."""
-    engine = Engine(scenario, out_dir=out_dir, html_report=False)
+def run_in_engine(scenario: Scenario, out_dir: Path, tell_parent: Callable[[str], None] | None = None) -> Path:
+    """How golden runs are run by default: a plain engine run; returns its run directory. ``tell_parent`` gets its
+    warnings (the run that asked for it shows them: a golden run has no console of its own)."""
+    engine = Engine(scenario, out_dir=out_dir, html_report=False, tell_parent=tell_parent)
     engine.run()
     return engine.run_dir
 
@@ -189,14 +193,16 @@ class Engine:
 
     def __init__(self, scenario: Scenario, out_dir: str | Path = "runs", run_id: str | None = None,
                  on_update: Callable[[Snapshot], None] | None = None, golden: GoldenRunner | None = None,
-                 control: ControlRunner | None = None, html_report: bool = True):
+                 control: ControlRunner | None = None, html_report: bool = True,
+                 tell_parent: Callable[[str], None] | None = None):
         self.scenario = scenario
+        self.tell_parent = tell_parent  # a golden or control run's warnings go to the run that asked for it
         self.html_report = html_report  # report.html at the end (off for golden and control runs: no reader)
         self.run_id = run_id or new_run_id(scenario)
         self.run_dir = Path(out_dir).resolve() / self.run_id
         self.on_update = on_update
         self.log: list[str] = []
-        cache = GoldenCache(run_in_engine, on_wait=self.note)
+        cache = GoldenCache(functools.partial(run_in_engine, tell_parent=self._from_reference_run), on_wait=self.note)
         self.golden: GoldenRunner = golden if golden is not None else cache
         self.control: ControlRunner | None = control if control is not None else (
             cache.control if golden is None else None)
@@ -207,11 +213,20 @@ class Engine:
     def note(self, text: str) -> None:
         self.log.append(f"{time.strftime('%H:%M:%S')} {text}")
 
+    def warn(self, text: str) -> None:
+        """A note the user must see while the run goes on, even when this is a golden or control run."""
+        self.note(text)
+        if self.tell_parent is not None:
+            self.tell_parent(text)
+
+    def _from_reference_run(self, text: str) -> None:
+        self.note(f"{'golden' if self.phase is Phase.GOLDEN else 'control'} run: {text}")
+
     def run(self) -> RunResult:
         from chaos.doctor import require
 
         require(self.scenario)  # before anything is created: a missing piece is advice, not a half-run
-        parts = RunParts(self.scenario, self.run_id, self.run_dir, self.note)
+        parts = RunParts(self.scenario, self.run_id, self.run_dir, self.note, self.warn)
         self.started = time.time()
         end = End(EndReason.ERROR, "engine failed")
         with signals_interrupt():
@@ -242,7 +257,7 @@ class Engine:
                 end = End(EndReason.INTERRUPTED, why + (" (during the golden run)" if self.phase is Phase.GOLDEN
                                                          else ""))
                 self.note(end.why)
-            except ProgressRegexTooSlow as exc:  # the user's pattern, not an engine bug: said as it is
+            except (ProgressRegexTooSlow, ProgressRegexMissed) as exc:  # the user's pattern: said as it is
                 end = End(EndReason.ERROR, str(exc))
                 self.note(end.why)
             except Exception as exc:  # an engine bug must still end in teardown and a result
@@ -290,6 +305,10 @@ class Engine:
         self.golden_summary = summary
         (self.run_dir / "golden.json").write_text(json.dumps(summary, indent=1))
         self.note(f"golden run {'reused' if summary.get('cached') else 'done'}: {summary.get('run_dir')}")
+        missed = golden_missed_progress(self.scenario, summary)
+        if missed is not None:  # the faulted run would record nothing either: said now, not after a second run
+            raise ProgressRegexMissed(f"the golden run recorded no training step, so the faulted run was not "
+                                      f"started: {missed}")
         if summary.get("trusted") is False:
             self.note(f"golden run not trusted: {summary.get('untrusted_why')}")
         return {"key": summary.get("key"), "run_dir": summary.get("run_dir"), "cached": summary.get("cached")}
