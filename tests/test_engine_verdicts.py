@@ -224,3 +224,34 @@ def test_the_pattern_hint_is_only_a_hint() -> None:
     assert progress.looks_missed() == (MISSED_AFTER, "downloading shard 0/50")
     progress.matched_any = True
     assert progress.looks_missed() is None
+
+
+def test_the_live_view_shows_the_golden_runs_progress_and_a_recovery_timer(tmp_path: Path) -> None:
+    """While the golden run runs, the live view shows its steps (not "step 0" for its whole length); after a crash,
+    until the first step after it, a timer of the seconds since."""
+    from rich.console import Console
+
+    from chaos.console import live_view
+    from chaos.engine import Engine
+
+    text = f"""\
+name: live
+cluster: {{mode: centralized, nodes: 1, node_restart: {{policy: on-failure, delay_s: 0.5}}}}
+workload:
+  command: [python, {BROKEN / 'print_steps.py'}, '30']
+  progress_regex: 'step (?P<step>\\d+) \\|? ?loss (?P<loss>[0-9.]+)'
+faults: [{{kind: crash, target: 0, at_step: 10}}]
+"""
+    seen: list = []
+    engine = Engine(parse_scenario(text), out_dir=tmp_path, on_update=seen.append)
+    assert engine.run()["verdict"] == "pass"
+    golden = [s for s in seen if s.reference == "golden"]
+    assert golden and max(s.step for s in golden) >= 20, [s.step for s in golden][-5:]
+    waiting = [s for s in seen if s.no_step_since is not None]
+    assert waiting and waiting[0].no_step_since[0] == "crash on node0", waiting[:1]
+    assert max(s.no_step_since[1] for s in waiting) >= 0.5  # the restart delay alone
+    console = Console(width=200, record=True)
+    console.print(live_view(waiting[-1]))
+    console.print(live_view(golden[-1]))
+    shown = console.export_text()
+    assert "no step since the crash on node0:" in shown and "the fault-free golden run first: its progress" in shown

@@ -9,6 +9,7 @@ must be decided live; every figure in the result is computed afterwards from the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -77,6 +78,10 @@ class Snapshot:
     faults: list[FaultState]
     phase: Phase
     log: list[str] = field(default_factory=list)
+    # while the newest disruptive-looking fault has had no step after it: what it was, and seconds since
+    no_step_since: tuple[str, float] | None = None
+    # a golden or control run's own progress, shown while the run waits for it ("golden" / "control")
+    reference: str | None = None
 
 
 # What new_run_id makes (the scenario name's pattern in the middle): what `chaos cleanup --run-id` accepts, since
@@ -173,10 +178,12 @@ class RunParts:
             self.history.write(Ev.CHANNEL_CLOSED, **stats)
 
 
-def run_in_engine(scenario: Scenario, out_dir: Path, tell_parent: Callable[[str], None] | None = None) -> Path:
+def run_in_engine(scenario: Scenario, out_dir: Path, tell_parent: Callable[[str], None] | None = None,
+                  on_update: Callable[[Snapshot], None] | None = None) -> Path:
     """How golden runs are run by default: a plain engine run; returns its run directory. ``tell_parent`` gets its
-    warnings (the run that asked for it shows them: a golden run has no console of its own)."""
-    engine = Engine(scenario, out_dir=out_dir, html_report=False, tell_parent=tell_parent)
+    warnings and ``on_update`` its live snapshots (the run that asked for it shows both: a golden run has no
+    console of its own)."""
+    engine = Engine(scenario, out_dir=out_dir, html_report=False, tell_parent=tell_parent, on_update=on_update)
     engine.run()
     return engine.run_dir
 
@@ -202,7 +209,8 @@ class Engine:
         self.run_dir = Path(out_dir).resolve() / self.run_id
         self.on_update = on_update
         self.log: list[str] = []
-        cache = GoldenCache(functools.partial(run_in_engine, tell_parent=self._from_reference_run), on_wait=self.note)
+        cache = GoldenCache(functools.partial(run_in_engine, tell_parent=self._from_reference_run,
+                                              on_update=self._reference_progress), on_wait=self.note)
         self.golden: GoldenRunner = golden if golden is not None else cache
         self.control: ControlRunner | None = control if control is not None else (
             cache.control if golden is None else None)
@@ -219,8 +227,18 @@ class Engine:
         if self.tell_parent is not None:
             self.tell_parent(text)
 
+    def _reference_name(self) -> str:
+        return "golden" if self.phase is Phase.GOLDEN else "control"
+
     def _from_reference_run(self, text: str) -> None:
-        self.note(f"{'golden' if self.phase is Phase.GOLDEN else 'control'} run: {text}")
+        self.note(f"{self._reference_name()} run: {text}")
+
+    def _reference_progress(self, snapshot: Snapshot) -> None:
+        """The golden or control run's live view, shown as this run's while it waits for it (its step of its
+        steps), with this run's own log."""
+        if self.on_update is not None:
+            self.on_update(dataclasses.replace(snapshot, run_id=self.run_id, run_dir=self.run_dir, phase=self.phase,
+                                               log=self.log[-8:], reference=self._reference_name()))
 
     def run(self) -> RunResult:
         from chaos.doctor import require
@@ -386,7 +404,21 @@ class Engine:
             run_id=self.run_id, run_dir=self.run_dir, elapsed_s=time.time() - self.started,
             step=parts.progress.max_step, target_steps=parts.target_steps, restarts=parts.progress.restarts,
             nodes=list(parts.nodes.nodes.values()), faults=parts.faults.faults, phase=self.phase,
-            log=self.log[-8:]))
+            log=self.log[-8:], no_step_since=self._no_step_since(parts)))
+
+    @staticmethod
+    def _no_step_since(parts: RunParts) -> tuple[str, float] | None:
+        """The newest injected fault when no step has completed since it took effect (a running recovery timer for
+        the live view): what it was and for how long; None once a step came after it."""
+        injected = [f for f in parts.faults.faults if f.t_injected is not None]
+        if not injected:
+            return None
+        newest = max(injected, key=lambda f: f.t_injected or 0.0)
+        last_step = parts.progress.last_step_t
+        assert newest.t_injected is not None
+        if last_step is not None and last_step >= newest.t_injected:
+            return None
+        return f"{newest.spec.kind} on {newest.node or newest.spec.target}", time.time() - newest.t_injected
 
 
 def run(scenario: Scenario | str | Path, out_dir: str | Path = "runs",

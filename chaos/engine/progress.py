@@ -344,6 +344,7 @@ class ProgressObserver:
         self._missed_noted = False
         self.max_step = 0
         self.first_step_t: float | None = None
+        self.last_step_t: float | None = None  # the newest step's time (the live view's recovery timer)
         self.last_progress_t = now
         self.rank0_starts = 0
         self.starts_since_progress = 0
@@ -423,6 +424,7 @@ class ProgressObserver:
         if kind == Ev.STEP_COMPLETED:
             if self.first_step_t is None:
                 self.first_step_t = e["t"]
+            self.last_step_t = max(self.last_step_t or e["t"], e["t"])
             self.last_progress_t = max(self.last_progress_t, e["t"])
             if e["step"] > self.max_step:
                 self.max_step = e["step"]
