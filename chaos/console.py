@@ -29,6 +29,13 @@ NODE_STYLE = {"running": "green", "frozen": "cyan", "dead": "red", "replacing": 
               "pending": "dim"}
 
 
+# What goodput is, under every summary: a ratio of times, so it moves with the machine's load between two identical
+# runs (measured 0.37 and 0.50 on a shared 2-core machine); compare runs made side by side (`chaos compare`).
+GOODPUT_FOOTNOTE = ("goodput = steps completed × the median step time before the first fault ÷ the time from the first "
+                    "step to the last (1.0: no time lost to faults; a timing ratio, so compare runs made side by side; "
+                    "docs/metrics.md)")
+
+
 def _fmt(value: Any, unit: str = "") -> str:
     if value is None:
         return "—"
@@ -131,6 +138,7 @@ def summary(result: dict[str, Any], console: Console, report: Path | None = None
                   f"worker restarts {result['restarts']}  ·  node replacements {result['node_replacements']}  ·  "
                   f"goodput {gp}  ·  median step {_ms(result['median_step_s'])}  ·  "
                   f"run {_fmt(result['duration_s'], 's')}")
+    console.print(Text(GOODPUT_FOOTNOTE, style="dim"), highlight=False)
     skew = skew_sentence(result.get("channel"))
     if skew:  # how far the nodes' clocks were from the engine's (the history channel measures it)
         console.print(Text(skew, style="dim"), highlight=False)
