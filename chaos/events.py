@@ -118,6 +118,12 @@ class EndReason(StrEnum):
     FAILED_TO_START = "failed_to_start"  # workers kept failing (or every node died) before any training step
 
 
+# When the storage layer emits checkpoint_write_progress: a save's written bytes first pass FIRST, then every EVERY
+# (the probe's own checkpoint_write_progress is the job's call). Said in the trigger's description and in why a
+# write-progress trigger never fired on a job whose checkpoints are smaller.
+WRITE_PROGRESS_FIRST_BYTES = 1 << 20
+WRITE_PROGRESS_EVERY_BYTES = 16 << 20
+
 # Workload events a fault may be triggered on (``on: {event: ...}`` in a scenario) and a probe may pause after.
 TriggerEvent = Literal["checkpoint_save_started", "checkpoint_write_progress", "checkpoint_save_finished",
                        "checkpoint_loaded", "process_started"]

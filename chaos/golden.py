@@ -33,11 +33,11 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from chaos.analysis.checkpoints import first_resume_step, golden_summary
 from chaos.analysis.progress_lines import unmatched_progress
-from chaos.events import EndReason, Ev, Source
+from chaos.events import WRITE_PROGRESS_FIRST_BYTES, EndReason, Ev, Source, TriggerEvent
 from chaos.history import Event, read_history
 from chaos.plan import SHIPPED_WORKLOADS
 from chaos.scenario import Checks, CommandWorkload, Expect, NodeRestart, Scenario, ShippedWorkload, make_fault
@@ -244,6 +244,47 @@ def _failed_before_kill(run_dir: Path, events: list[Event]) -> str | None:
     return None
 
 
+class TriggerCannotFire(Exception):
+    """A fault's ``on:`` trigger that the fault-free run shows cannot fire for this job (a write-progress event
+    past a size no save of it reaches): said before the faulted run, which would end with the fault not injected."""
+
+
+def trigger_counts(events: list[Event]) -> dict[str, int]:
+    """How often the fault-free run emitted each event a fault may be triggered on."""
+    names = set(get_args(TriggerEvent))
+    counts: dict[str, int] = {}
+    for e in events:
+        name = e.get("event")
+        if name in names and e.get("source") != Source.ENGINE:
+            counts[str(name)] = counts.get(str(name), 0) + 1
+    return counts
+
+
+def trigger_problems(scenario: Scenario, summary: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Each ``on:`` trigger against what the fault-free run emitted: (problems: triggers that cannot fire for this
+    job, warnings: occurrences beyond the fault-free run's count, which only the faults' own re-saves could reach).
+    Nothing for a summary without counts (a golden run cached before they were kept)."""
+    counts = summary.get("trigger_counts")
+    if not isinstance(counts, dict):
+        return [], []
+    problems, warnings = [], []
+    saves = counts.get(Ev.CHECKPOINT_SAVE_FINISHED, 0) or counts.get(Ev.CHECKPOINT_SAVE_STARTED, 0)
+    for i, fault in enumerate(scenario.faults):
+        on = fault.on
+        if on is None:
+            continue
+        seen = counts.get(on.event, 0)
+        where = f"faults[{i}].on"
+        if on.event == Ev.CHECKPOINT_WRITE_PROGRESS and seen == 0 and saves:
+            problems.append(f"{where}: checkpoint_write_progress never happens for this job: its fault-free run "
+                            f"made {saves} save(s), none of which wrote {WRITE_PROGRESS_FIRST_BYTES >> 20} MiB "
+                            "(the event fires when a save's bytes pass it); trigger on checkpoint_save_started")
+        elif on.event in (Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED) and on.occurrence > seen:
+            warnings.append(f"{where}: the fault-free run emitted {on.event} {seen} time(s); #{on.occurrence} "
+                            "happens only if the faults before it make the job save again")
+    return problems, warnings
+
+
 def golden_missed_progress(scenario: Scenario, summary: dict[str, Any]) -> str | None:
     """Why a print-only job's golden run recorded no step: its ``progress_regex`` matched none of the lines the
     job printed (the pattern and a line it should match, ``unmatched_progress``). None for a run that recorded
@@ -307,7 +348,7 @@ class GoldenCache:
             run_dir = self.run_scenario(scenario, home)
             events = read_history(run_dir / "events.jsonl")
             summary = golden_summary(events)
-            summary.update(run_dir=str(run_dir), cached=False, trusted=True,
+            summary.update(run_dir=str(run_dir), cached=False, trusted=True, trigger_counts=trigger_counts(events),
                            resumed_from=first_resume_step(events))
             result_path = run_dir / "result.json"
             result = json.loads(result_path.read_text()) if result_path.exists() else {}

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from chaos.events import TriggerEvent
+from chaos.events import WRITE_PROGRESS_EVERY_BYTES, WRITE_PROGRESS_FIRST_BYTES, TriggerEvent
 
 # Validation context key: the scenario being read is a run directory's stored copy (chaos.loading.parse_scenario).
 # That copy is read for the run's analysis, not judged again: rules added since it was written (a bound, a
@@ -104,9 +104,24 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# When each trigger event fires: in the schema and `chaos validate`'s field reference (docs/scenario-fields.md), so a
+# trigger that cannot fire for a job (small checkpoints, no storage layer) is seen before a run, not after it.
+TRIGGER_DESCRIPTION = (
+    "the job's event to fire on. checkpoint_save_started: a save's first write to a file in the checkpoint "
+    "directory (the storage layer; the inotify watcher: the file's creation; a probe job: its "
+    "chaos.probe.checkpoint_save_started call), held until the fault lands. checkpoint_write_progress: a save's "
+    f"written bytes first pass {WRITE_PROGRESS_FIRST_BYTES >> 20} MiB, then every {WRITE_PROGRESS_EVERY_BYTES >> 20} "
+    "MiB (the storage layer only; a smaller checkpoint never emits it; a probe job: its own call). "
+    "checkpoint_save_finished: a save's file closed after writing, or renamed into place (not held). "
+    "checkpoint_loaded: a checkpoint file's first read by a process (the storage layer; a probe job: its call), "
+    "held. process_started: a worker process started (the probe; a print-only job: a new round of workers seen "
+    "in its output)")
+
+
 class EventTrigger(Strict):
-    event: TriggerEvent
-    occurrence: int = Field(1, ge=1, description="fire on the N-th such event")
+    event: TriggerEvent = Field(description=TRIGGER_DESCRIPTION)
+    occurrence: int = Field(1, ge=1, description="fire on the N-th such event, counted over the whole run (a "
+                            "restart's saves and loads count too)")
 
 
 NodeIndex = Annotated[int, Field(ge=0)]

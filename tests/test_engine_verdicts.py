@@ -209,6 +209,8 @@ faults: [{{kind: crash, target: 0, at_step: 10}}]
     warned = [line for line in engine.log if "golden run: workload.progress_regex" in line]
     assert warned and "20 of them look alike" in warned[0], engine.log
     assert not (engine.run_dir / "logs" / "node0.log").exists()  # the faulted job never started
+    [fault] = result["faults"]  # a planned fault is a promise: listed as not injected, with why
+    assert not fault["injected"] and "the faulted run was never started" in fault["why_not_injected"], fault
 
 
 def test_the_pattern_hint_is_only_a_hint() -> None:
@@ -255,3 +257,41 @@ faults: [{{kind: crash, target: 0, at_step: 10}}]
     console.print(live_view(golden[-1]))
     shown = console.export_text()
     assert "no step since the crash on node0:" in shown and "the fault-free golden run first: its progress" in shown
+
+
+def test_a_trigger_the_fault_free_run_shows_cannot_fire_is_refused_before_the_faulted_run(tmp_path: Path) -> None:
+    """checkpoint_write_progress fires when a save passes 1 MiB: for a job whose fault-free run saved 3 times and
+    never that much, the run ends as an error before the faulted run (not after it, "not injected"), saying why and
+    what to trigger on instead; an occurrence past the fault-free run's count is a warning (re-saves may reach it)."""
+    text = f"""\
+name: small-checkpoints
+cluster: {{mode: centralized, nodes: 1}}
+workload:
+  command: [python, {BROKEN / 'print_steps.py'}, '30']
+  progress_regex: 'step (?P<step>\\d+) \\|? ?loss (?P<loss>[0-9.]+)'
+  checkpoint_dir: ckpt
+faults:
+  - {{kind: crash, target: 0, on: {{event: checkpoint_write_progress}}}}
+  - {{kind: crash, target: 0, on: {{event: checkpoint_save_finished, occurrence: 5}}}}
+"""
+    golden = {"completed": True, "trusted": True, "steps": 30, "losses": {"1": 1.0}, "run_dir": str(tmp_path),
+              "trigger_counts": {"checkpoint_save_started": 3, "checkpoint_save_finished": 3}}
+    engine = Engine(parse_scenario(text), out_dir=tmp_path, golden=lambda scenario: golden)
+    result = engine.run()
+    assert result["verdict"] == "error" and result.exit_code == 3, result["why"]
+    assert ("faults[0].on: checkpoint_write_progress never happens for this job: its fault-free run made 3 save(s), "
+            "none of which wrote 1 MiB") in result["why"]
+    assert any("faults[1].on: the fault-free run emitted checkpoint_save_finished 3 time(s); #5" in line
+               for line in engine.log), engine.log
+    assert [f["injected"] for f in result["faults"]] == [False, False]
+
+
+def test_a_write_progress_trigger_that_never_fired_says_the_saves_were_smaller() -> None:
+    """Without a golden run to check against, the faulted run's own counts say it: "N save(s) seen, none of which
+    wrote 1 MiB", not "the storage layer saw no such operation ... saved elsewhere, or never"."""
+    from chaos.engine.scheduler import FaultScheduler
+
+    scheduler = object.__new__(FaultScheduler)  # only its counts are read for this sentence
+    scheduler._trigger_counts = {"checkpoint_save_started": 15, "checkpoint_save_finished": 15}
+    why = scheduler._no_event_why("checkpoint_write_progress")
+    assert why.startswith("15 save(s) seen, none of which wrote 1 MiB") and "checkpoint_save_started" in why

@@ -44,9 +44,11 @@ from chaos.golden import (
     ControlRunner,
     GoldenCache,
     GoldenRunner,
+    TriggerCannotFire,
     golden_missed_progress,
     no_golden_why,
     torch_version,
+    trigger_problems,
     wants_golden,
 )
 from chaos.history import HistoryWriter
@@ -215,6 +217,7 @@ class Engine:
         self.control: ControlRunner | None = control if control is not None else (
             cache.control if golden is None else None)
         self.golden_summary: dict[str, Any] | None = None
+        self._refused: Exception | None = None  # what the golden run showed the faulted run cannot do
         self.phase = Phase.PREPARING
         self.started = time.time()  # reset when the faulted run starts: limits count from there
 
@@ -256,6 +259,9 @@ class Engine:
                                     environment=environment(parts.runtime, parts.plan, parts.storage.kind,
                                                             parts.storage_why, parts.storage.on_node_hosts),
                                     plan=parts.plan.to_dict(), golden=golden)
+                if self._refused is not None:
+                    parts.faults.not_started = str(self._refused)
+                    raise self._refused
                 parts.runtime.prepare(parts.plan)
                 # limits count from here: a scheduler's queue (salloc waiting for hosts) is not the job's start-up
                 self.started = time.time()
@@ -275,7 +281,7 @@ class Engine:
                 end = End(EndReason.INTERRUPTED, why + (" (during the golden run)" if self.phase is Phase.GOLDEN
                                                          else ""))
                 self.note(end.why)
-            except (ProgressRegexTooSlow, ProgressRegexMissed) as exc:  # the user's pattern: said as it is
+            except (ProgressRegexTooSlow, ProgressRegexMissed, TriggerCannotFire) as exc:  # the scenario's: as is
                 end = End(EndReason.ERROR, str(exc))
                 self.note(end.why)
             except Exception as exc:  # an engine bug must still end in teardown and a result
@@ -324,9 +330,16 @@ class Engine:
         (self.run_dir / "golden.json").write_text(json.dumps(summary, indent=1))
         self.note(f"golden run {'reused' if summary.get('cached') else 'done'}: {summary.get('run_dir')}")
         missed = golden_missed_progress(self.scenario, summary)
-        if missed is not None:  # the faulted run would record nothing either: said now, not after a second run
-            raise ProgressRegexMissed(f"the golden run recorded no training step, so the faulted run was not "
-                                      f"started: {missed}")
+        problems, warnings = trigger_problems(self.scenario, summary)
+        for warning in warnings:
+            self.note(warning)
+        # The faulted run would record nothing, or its fault would not be injected: said now, not after a second
+        # run; raised once run_started (with the plan) is written, so result.json lists every planned fault.
+        if missed is not None:
+            self._refused = ProgressRegexMissed(f"the golden run recorded no training step, so the faulted run was "
+                                                f"not started: {missed}")
+        elif problems:
+            self._refused = TriggerCannotFire(f"the faulted run was not started: {'; '.join(problems)}")
         if summary.get("trusted") is False:
             self.note(f"golden run not trusted: {summary.get('untrusted_why')}")
         return {"key": summary.get("key"), "run_dir": summary.get("run_dir"), "cached": summary.get("cached")}

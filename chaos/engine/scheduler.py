@@ -18,7 +18,7 @@ from chaos.engine.nodes import NodeOrchestrator
 from chaos.engine.progress import ProgressObserver
 from chaos.engine.signals import Interrupted
 from chaos.engine.states import FAULT_TRANSITIONS, FaultStatus, NodeStatus, move
-from chaos.events import Ev, Source
+from chaos.events import WRITE_PROGRESS_EVERY_BYTES, WRITE_PROGRESS_FIRST_BYTES, Ev, Source
 from chaos.faults import FaultContext, fault_kind
 from chaos.history import Event, HistoryWriter
 from chaos.plan import STORE_NODE, Plan
@@ -74,6 +74,7 @@ class FaultScheduler:
         shipped = isinstance(getattr(getattr(plan, "scenario", None), "workload", None), ShippedWorkload)
         self._trigger_sources = TRIGGER_SOURCES_PROBE if shipped else TRIGGER_SOURCES
         self._trigger_counts: dict[str, int] = {}
+        self.not_started: str | None = None  # why the faulted run was not started (every fault's why_not_injected)
         self.faults = [FaultState(i, f) for i, f in enumerate(specs)]
 
     # ------------------------------------------------------------------ triggers
@@ -189,7 +190,9 @@ class FaultScheduler:
             if f.status is not FaultStatus.PENDING:
                 continue
             spec = f.spec
-            if spec.at is not None:
+            if self.not_started is not None:
+                why = f"the faulted run was never started ({self.not_started})"
+            elif spec.at is not None:
                 why = (f"its trigger ({spec.at:g}s after the first step) was never met: the run ended first"
                        if progress.first_step_t is not None else
                        f"its trigger ({spec.at:g}s after the first step) was never met: no step was completed")
@@ -202,15 +205,23 @@ class FaultScheduler:
                 assert spec.on is not None
                 seen = self._trigger_counts.get(spec.on.event, 0)
                 why = (f"{spec.on.event} #{spec.on.occurrence} never happened (the job emitted it {seen} time(s)"
-                       + (f"; {self._no_event_why()}" if seen == 0 else "") + ")")
+                       + (f"; {self._no_event_why(spec.on.event)}" if seen == 0 else "") + ")")
             f.move_to(FaultStatus.SKIPPED)
             where = f"node{spec.target}" if isinstance(spec.target, int) else spec.target
             self._history.write(Ev.FAULT_NOT_REACHED, fault_id=f.index, kind=spec.kind, target=where,
                                 disruptive=fault_kind(spec.kind).disruptive, why=why)
             self._note(f"{spec.kind} never happened: {why}")
 
-    def _no_event_why(self) -> str:
-        """Why a job may have emitted no checkpoint event at all, true to this run's storage layer."""
+    def _no_event_why(self, event: str) -> str:
+        """Why a job may have emitted no such checkpoint event, true to this run's storage layer: when it saved but
+        no save wrote enough for a progress event, that (the event fires only past a size)."""
+        saves = self._trigger_counts.get(Ev.CHECKPOINT_SAVE_FINISHED, 0) or self._trigger_counts.get(
+            Ev.CHECKPOINT_SAVE_STARTED, 0)
+        if event == Ev.CHECKPOINT_WRITE_PROGRESS and saves:
+            first, every = WRITE_PROGRESS_FIRST_BYTES >> 20, WRITE_PROGRESS_EVERY_BYTES >> 20
+            return (f"{saves} save(s) seen, none of which wrote {first} MiB: the storage layer emits it when a "
+                    f"save's bytes first pass {first} MiB (then every {every} MiB), and this job's checkpoints are "
+                    "smaller; trigger on checkpoint_save_started instead")
         layer = self._storage.kind if self._storage is not None else "off"
         where = self._plan.checkpoint_dir
         scenario = getattr(self._plan, "scenario", None)

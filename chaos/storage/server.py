@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import mfusepy as fuse
 
-from chaos.events import Ev
+from chaos.events import WRITE_PROGRESS_EVERY_BYTES, WRITE_PROGRESS_FIRST_BYTES, Ev
 from chaos.storage.beneath import open_beneath, parent_of
 from chaos.storage.control import APPLIED_FILE, MATCHED_FILE, RULES_FILE
 from chaos.storage.creds import CallerRights
@@ -47,8 +47,8 @@ from chaos.storage.rules import Outcome, RuleError, Rules
 if TYPE_CHECKING:
     from chaos.storage.hostlayer import Link
 
-PROGRESS_FIRST = 1 << 20  # checkpoint_write_progress when a handle's written bytes first pass 1 MiB ...
-PROGRESS_EVERY = 16 << 20  # ... then every 16 MiB
+# checkpoint_write_progress when a handle's written bytes first pass 1 MiB, then every 16 MiB
+PROGRESS_FIRST, PROGRESS_EVERY = WRITE_PROGRESS_FIRST_BYTES, WRITE_PROGRESS_EVERY_BYTES
 RULES_POLL_S = 0.02
 MAX_WRITE = 1 << 20
 # Threads serving requests: held and stalled operations each keep one (libfuse's default is 10).
