@@ -61,8 +61,8 @@ def figures(events: list[Event]) -> dict[str, Any]:
     out["restarts_after"] = _try(lambda: m.restarts_after_completion(events))
     out["golden_summary"] = golden = _try(lambda: ck.golden_summary(events))
     golden_ok = {**golden, "completed": True} if isinstance(golden, dict) and "error" not in golden else None
-    out["verdicts"] = _try(lambda: ck.checkpoint_verdicts(events, None, 0.01))
-    out["verdicts_self_golden"] = _try(lambda: ck.checkpoint_verdicts(events, golden_ok, 0.01))
+    out["verdicts"] = _try(lambda: _spelled(ck.checkpoint_verdicts(events, None, 0.01)))
+    out["verdicts_self_golden"] = _try(lambda: _spelled(ck.checkpoint_verdicts(events, golden_ok, 0.01)))
     out["lineage"] = _try(lambda: _lineage(events))
     out["losses"] = _try(lambda: lineage_losses(events) if hasattr(ck, "worker_steps")  # else: main's older API
                          else lineage_losses(ck.lineage(events)[0]))
@@ -77,6 +77,11 @@ def figures(events: list[Event]) -> dict[str, Any]:
     out["progress"] = _try(lambda: progress_by_node(events, t0, max_points=50))
     out["worker_starts"] = _try(lambda: worker_round_starts(events, t0))
     return out
+
+
+def _spelled(verdicts: dict[str, Any]) -> dict[str, Any]:
+    """Verdicts as result.json spells them (objects with ``to_dict``; main's older code returned the dicts)."""
+    return {name: v.to_dict() if hasattr(v, "to_dict") else v for name, v in verdicts.items()}
 
 
 def _first_t(events: list[Event]) -> float:
