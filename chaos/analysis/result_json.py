@@ -1,11 +1,9 @@
 """``result.json``: a run's metrics, expectations and verdict, built from its analysed history and written.
 
-``result.json`` is the public contract CI users parse; ``RESULT_SCHEMA_VERSION`` changes whenever a field's
-meaning does (4: each fault says whether it is ``disruptive``, as its kind declared it; 7: each disruptive
-fault's ``recovery_breakdown``; 8: ``resources``, the cores each node was pinned to, a hang's ``hang`` outcome;
-9: a lasting fault's ``node_replaced``, whether it was put on its node's replacement; 12: not checked where
-the evidence is empty, ``equal_as_printed``, ``goodput_why``). Reads the run directory
-and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()`` returns.)
+``result.json`` is the public contract CI users parse; this module is its one serializer, and
+``chaos.analysis.result_model`` its one loader (with ``RESULT_SCHEMA_VERSION`` and what each version changed).
+Reads the run directory and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()``
+returns.)
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
 from chaos.analysis.planned import missing_promises, never_acted, not_injected
 from chaos.analysis.progress_lines import unmatched_progress
+from chaos.analysis.result_model import RESULT_SCHEMA_VERSION
 from chaos.analysis.step_timing import step_timings
 from chaos.analysis.verdict import Compose, RequiresFaultsFired, Verdict
 from chaos.events import EndReason, Ev
@@ -32,7 +31,6 @@ from chaos.scenario import Bound, CommandWorkload, Scenario
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
 
-RESULT_SCHEMA_VERSION = 12
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
@@ -206,7 +204,7 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     t0 = started.get("t")
     for f in faults:
         f["t_injected_rel_s"] = f["t_injected"] - t0 if t0 and f["t_injected"] is not None else None
-    breakdowns = {b["fault"]: b for b in recovery_breakdowns(events, faults)}
+    breakdowns = {b.fault: b for b in recovery_breakdowns(events, faults)}
     for f in faults:
         if f["id"] in breakdowns:  # injected and disruptive: its recovery split into phases
             f["recovery_breakdown"] = breakdown_for_result(breakdowns[f["id"]])
