@@ -51,11 +51,13 @@ class RecoveryBreakdown:
     advice: str | None = None  # the settings that shrink the largest phase, with the values in force
     agent_rounds: int | None = None  # rendezvous rounds the agents completed during the recovery
     scheduler: dict[str, Any] | None = None  # what Slurm did beside the phases (scheduler_part)
+    restarted: bool = True  # False: the job did not restart, so there are no phases (one span to the next step)
 
     def to_dict(self) -> dict[str, Any]:
         """report.json's spelling (result.json carries :func:`breakdown_for_result`'s)."""
         return {"fault": self.fault, "kind": self.kind, "recovery_s": self.recovery_s,
-                "agent_rounds": self.agent_rounds, "phases": self.phases, "not_measured": self.not_measured,
+                **({"agent_rounds": self.agent_rounds} if self.restarted else {}),
+                "phases": self.phases, "not_measured": self.not_measured,
                 "largest": self.largest, "advice": self.advice,
                 **({"scheduler": self.scheduler} if self.scheduler else {})}
 
@@ -153,9 +155,11 @@ def recovery_breakdown(events: list[Event], fault: FaultResult,
     """Split one fault's recovery_s at the marks of ``events`` (agent, process and checkpoint events)."""
     settings = settings or {}
     recovery_s = fault.recovery_s
-    out = RecoveryBreakdown(fault.id, fault.kind, recovery_s, [("no restart: until the next step", recovery_s)])
+    out = RecoveryBreakdown(fault.id, fault.kind, recovery_s, [("no restart: until the next step", recovery_s)],
+                            restarted=False)
     if not fault.restarted or recovery_s is None or fault.t_injected is None:
         return out
+    out.restarted = True
     t_f = fault.t_injected
     end = t_f + recovery_s
 
