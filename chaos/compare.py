@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from html import escape
 from pathlib import Path, PurePath
 from typing import Any
 
-from chaos.analysis.breakdown import phase_costs, phase_settings
+from chaos.analysis.breakdown import RecoveryBreakdown, phase_costs, phase_settings
 from chaos.analysis.noise import CHANGED_WORLD_RTOL
 from chaos.analysis.run import RunAnalysis, analyze_run
 from chaos.analysis.throughput import training_setup
@@ -118,21 +119,22 @@ def with_short(columns: list[Column]) -> list[Column]:
 def measure(run: Path | RunAnalysis) -> Column:
     """One column: the run's figures as ``chaos.analysis`` computed them (see ``chaos.analysis.throughput``)."""
     analysis = run if isinstance(run, RunAnalysis) else analyze_run(run)
-    scenario, result, figures = analysis.scenario, analysis.result, analysis.throughput
+    scenario, result, figures = analysis.scenario, analysis.model, analysis.throughput
     c = scenario.cluster
     return Column(
         label=f"{scenario.name} ({c.mode}, {c.nodes}×{c.procs_per_node}"
               + (f", {c.preset}" if c.mode == "elastic" else "")
               + (f", {c.resources.cpus} cpu/node" if c.resources.cpus is not None else "") + ")",
-        scenario=scenario.name, run_dir=str(analysis.run_dir), verdict=result["verdict"], mode=c.mode,
+        scenario=scenario.name, run_dir=str(analysis.run_dir), verdict=result.verdict, mode=c.mode,
         nodes=c.nodes, world_size=c.nodes * c.procs_per_node,
-        steps_per_s=figures["steps_per_s"], samples_per_s=figures["samples_per_s"],
-        comm_share=figures["comm_share"], time_to_first_step_s=figures["time_to_first_step_s"],
-        recovery_s=figures["recovery_s"], lost_work_s=figures["lost_work_s"], lost_steps=figures["lost_steps"],
-        goodput=result["goodput"], node_seconds_per_step=figures["node_seconds_per_step"],
-        duration_s=result["duration_s"], machine=_machine(result.get("environment", {})),
+        steps_per_s=figures.steps_per_s, samples_per_s=figures.samples_per_s,
+        comm_share=figures.comm_share, time_to_first_step_s=figures.time_to_first_step_s,
+        recovery_s=figures.recovery_s, lost_work_s=figures.lost_work_s, lost_steps=figures.lost_steps,
+        goodput=result.goodput, node_seconds_per_step=figures.node_seconds_per_step,
+        duration_s=result.duration_s, machine=_machine(result.environment),
         **_first_breakdown(analysis.breakdowns),
-        resources=result.get("resources"), final_step=analysis.final[0], final_loss=analysis.final[1],
+        resources=dict(result.resources) if result.resources is not None else None,
+        final_step=analysis.final[0], final_loss=analysis.final[1],
         training=training_setup(scenario.workload), time_to_result_s=analysis.time_to_result_s,
         **_from_plan(analysis.run_dir / "plan.yaml", scenario),
     )
@@ -232,18 +234,18 @@ def _extremes(columns: list[Column], attr: str) -> tuple[Column, Column] | None:
     return min(measured, key=lambda c: getattr(c, attr)), max(measured, key=lambda c: getattr(c, attr))
 
 
-def _first_breakdown(breakdowns: list[dict[str, Any]]) -> dict[str, Any]:
+def _first_breakdown(breakdowns: list[RecoveryBreakdown]) -> dict[str, Any]:
     """The first disruptive fault's phases and its largest part, as the column shows them."""
     for b in breakdowns:
-        if b.get("largest"):
-            big = b["largest"]
-            return {"recovery_phases": [tuple(p) for p in b["phases"]],
+        if b.largest:
+            big = b.largest
+            return {"recovery_phases": [tuple(p) for p in b.phases],
                     "recovery_largest": f"{big['phase']}: {big['seconds']:.1f} s",
                     "largest_phase": big["phase"], "largest_s": big["seconds"]}
     return {}
 
 
-def _machine(env: dict[str, Any]) -> str:
+def _machine(env: Mapping[str, Any]) -> str:
     return (f"{env.get('cpus', '?')} CPU cores, {env.get('platform', '?')}, torch {env.get('torch', '?')}, "
             f"Python {env.get('python', '?')}")
 

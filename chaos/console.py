@@ -6,6 +6,7 @@ a snapshot is read through its attributes, and states are shown by their string 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chaos.analysis.channel import skew_sentence
+from chaos.analysis.result_model import ResultModel
 from chaos.paths import shown
 from chaos.plan import fault_summary
 from chaos.reports.bounds import bounds_lines
@@ -79,9 +81,9 @@ def live_view(s: Snapshot) -> Group:
     return Group(head, bar, nodes, faults, log)
 
 
-def history_notes(result: dict[str, Any], console: Console) -> None:
+def history_notes(result: ResultModel, console: Console) -> None:
     """Say what the figures could not rest on: an incomplete history, lines that could not be read."""
-    health = result.get("history") or {}
+    health = result.history or {}
     if health.get("complete") is False:
         console.print(Text("incomplete history: no run_ended event (the engine was killed or is still running); "
                            "the figures cover what was recorded", style="yellow"))
@@ -93,12 +95,16 @@ def history_notes(result: dict[str, Any], console: Console) -> None:
                            f"skipped: line {where}", style="yellow"))
 
 
-def summary(result: dict[str, Any], console: Console, report: Path | None = None) -> None:
-    """The run's summary. ``report``: its HTML report (default: the run directory's report.html when ``result`` is
-    a run's handle, chaos.run_result.RunResult, and the engine wrote one); its path closes the summary."""
-    verdict = result["verdict"]
-    console.print(Panel(Text(f"{verdict.upper()}  {result['why']}", style=VERDICT_STYLE.get(verdict, "")),
-                        title=Text(f"{result['scenario']} · {result['run_id']}"), expand=False))
+def summary(result: ResultModel | Mapping[str, Any], console: Console, report: Path | None = None) -> None:
+    """The run's summary (``result``: the result, or result.json's content). ``report``: its HTML report (default:
+    the run directory's report.html when ``result`` is a run's handle, chaos.run_result.RunResult, and the engine
+    wrote one); its path closes the summary."""
+    if report is None and getattr(result, "run_dir", None) is not None:
+        report = Path(result.run_dir) / "report.html"  # type: ignore[union-attr]
+    result = result if isinstance(result, ResultModel) else ResultModel.from_dict(result)
+    verdict = result.verdict
+    console.print(Panel(Text(f"{verdict.upper()}  {result.why}", style=VERDICT_STYLE.get(verdict, "")),
+                        title=Text(f"{result.scenario} · {result.run_id}"), expand=False))
     for line in bounds_lines(result):  # what the verdict held, and what no bound gated
         console.print(Text(line, style="yellow" if "no bound set" in line else "dim"), highlight=False)
     history_notes(result, console)
@@ -106,43 +112,42 @@ def summary(result: dict[str, Any], console: Console, report: Path | None = None
     for col in ("#", "kind", "target", "step", "restart", "recovery", "catch-up", "lost steps", "lost work",
                 "slowdown"):
         t.add_column(col)
-    for f in result["faults"]:
-        t.add_row(str(f["id"]), str(f["kind"]), str(f["target"]), _fmt(f["highest_step_before"]),
-                  "yes" if f["restarted"] else "no", _fmt(f["recovery_s"], "s"), _fmt(f["catch_up_s"], "s"),
-                  _fmt(f["lost_steps"]), _fmt(f["lost_work_s"], "s"), _fmt(f["slowdown"], "x"))
-    if result["faults"]:
+    for f in result.faults:
+        t.add_row(str(f.id), str(f.kind), str(f.target), _fmt(f.highest_step_before),
+                  "yes" if f.restarted else "no", _fmt(f.recovery_s, "s"), _fmt(f.catch_up_s, "s"),
+                  _fmt(f.lost_steps), _fmt(f.lost_work_s, "s"), _fmt(f.slowdown, "x"))
+    if result.faults:
         console.print(t)
-        for f in result["faults"]:
-            line = f"  fault {f['id']}: {f['mechanism'] or 'NOT INJECTED'}"
-            if f.get("injected") is False:
-                line += f" ({f.get('outcome')}: {f.get('why_not_injected')})" + (
-                    "; optional" if f.get("optional") else "")
-            if f.get("resumed_from") is not None and f["restarted"]:
-                line += f"; resumed from step {f['resumed_from']}"
-            if f.get("note"):
-                line += f"; {f['note']}"
+        for f in result.faults:
+            line = f"  fault {f.id}: {f.mechanism or 'NOT INJECTED'}"
+            if not f.injected:
+                line += f" ({f.outcome}: {f.why_not_injected})" + ("; optional" if f.optional else "")
+            if f.resumed_from is not None and f.restarted:
+                line += f"; resumed from step {f.resumed_from}"
+            if f.note:
+                line += f"; {f.note}"
             console.print(line, highlight=False)
-            st = f.get("step_timing")
+            st = f.extra.get("step_timing")
             if st:
                 console.print(f"    slow node: {st['slow_node']} (rank {st['slow_rank']}): {st['why']}"
                               if st.get("slow_node") else f"    slow node: none named: {st['why']}", highlight=False)
     e = Table(title="expectations")
     for col in ("expectation", "limit", "measured", "ok"):
         e.add_column(col)
-    for x in result["expectations"]:
-        e.add_row(x["name"] + (" (implicit)" if x.get("implicit") else ""), _limit(x["limit"]), _fmt(x["value"]),
-                  Text("yes", style="green") if x["ok"] else Text("NO", style="bold red"))
+    for x in result.expectations:
+        e.add_row(x.name + (" (implicit)" if x.implicit else ""), _limit(x.limit), _fmt(x.value),
+                  Text("yes", style="green") if x.ok else Text("NO", style="bold red"))
     console.print(e)
-    gp = "not reported" if result.get("goodput_why") else _fmt(result["goodput"])
-    console.print(f"steps completed {result['steps_completed']}  ·  step executions {result['step_executions']}  ·  "
-                  f"worker restarts {result['restarts']}  ·  node replacements {result['node_replacements']}  ·  "
-                  f"goodput {gp}  ·  median step {_ms(result['median_step_s'])}  ·  "
-                  f"run {_fmt(result['duration_s'], 's')}")
+    gp = "not reported" if result.goodput_why else _fmt(result.goodput)
+    console.print(f"steps completed {result.steps_completed}  ·  step executions {result.step_executions}  ·  "
+                  f"worker restarts {result.restarts}  ·  node replacements {result.node_replacements}  ·  "
+                  f"goodput {gp}  ·  median step {_ms(result.median_step_s)}  ·  "
+                  f"run {_fmt(result.duration_s, 's')}")
     console.print(Text(GOODPUT_FOOTNOTE, style="dim"), highlight=False)
-    skew = skew_sentence(result.get("channel"))
+    skew = skew_sentence(dict(result.channel) if result.channel is not None else None)
     if skew:  # how far the nodes' clocks were from the engine's (the history channel measures it)
         console.print(Text(skew, style="dim"), highlight=False)
-    late = result.get("restarts_after_completion", 0)
+    late = result.restarts_after_completion or 0
     if late:
         console.print(Text.assemble(("note:", "yellow"), f" {late} worker restart(s) began after the job had reported "
                                     "its final state (e.g. a worker crashed while shutting down; see logs/); not "
@@ -150,17 +155,15 @@ def summary(result: dict[str, Any], console: Console, report: Path | None = None
     checks = Table(title="checkpoint correctness")
     for col in ("verdict", "result", "why"):
         checks.add_column(col, overflow="fold")
-    for name, entry in result.get("checkpoint", {}).items():
-        ok = entry.get("ok")
+    for name, entry in result.checkpoint.items():
+        ok = entry.ok
         mark = (Text("ok", style="green") if ok else Text("not checked", style="dim") if ok is None
                 else Text("FAILED", style="bold red"))
         mode = entry.get("mode")
         if mode and mode != "not_checked":
             mark.append(f" ({mode})")
-        checks.add_row(name, mark, str(entry.get("why") or ""))
-    if result.get("checkpoint"):
+        checks.add_row(name, mark, entry.why)
+    if result.checkpoint:
         console.print(checks)
-    if report is None and getattr(result, "run_dir", None) is not None:
-        report = Path(result.run_dir) / "report.html"  # type: ignore[attr-defined]
     if report is not None and report.is_file():
         console.print(f"HTML report: {shown(report)}", highlight=False, soft_wrap=True)  # one line, to copy

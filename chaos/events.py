@@ -172,10 +172,14 @@ class RunEnded(Line):
     reason: str  # an EndReason
     why: str  # one sentence for people
     max_step: int  # highest global step seen
+    traceback: NotRequired[str]  # an engine error's traceback (the engine's bug, for whoever debugs it)
 
 
 class Teardown(Line):
     killed: int  # processes / containers the runtime removed
+    # teardown steps that raised (the runtime's teardown, closing the channel ...): {step, why, traceback}; the
+    # steps after each still ran. Absent when every step succeeded.
+    failed: NotRequired[list[dict[str, str]]]
 
 
 class ClockSync(Line):
@@ -311,6 +315,7 @@ class FaultSkipped(FaultBase):
 
 class FaultFailed(FaultBase):
     why: str  # the exception: the fault did not happen
+    traceback: NotRequired[str]  # where the kind's inject raised it
 
 
 class FaultNotReached(FaultBase):
@@ -341,7 +346,8 @@ class FaultNodeReplaced(Line):
 
 class FaultHealFailed(Line):
     fault_id: int
-    why: str
+    why: str  # the exception: the fault may still be in effect
+    traceback: NotRequired[str]  # where the kind's heal raised it
 
 
 class OomKilled(Line):

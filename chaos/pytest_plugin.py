@@ -82,7 +82,7 @@ def chaos(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 class ChaosVerdict(Exception):
     def __init__(self, result: RunResult):
         self.result = result
-        super().__init__(result["why"])
+        super().__init__(result.model.why)
 
 
 class ChaosScenarioFile(pytest.File):
@@ -131,7 +131,8 @@ def _message(r: RunResult, what: str) -> str:
     there)."""
     on_terminal = sys.stdout.isatty() and os.environ.get("CI") != "true"
     body = r.table() if on_terminal else r.plain()
-    return f"{what}\nverdict {r['verdict']}: {r['why']}\nrun directory: {r.run_dir}\n\n{body}"
+    result = r.model
+    return f"{what}\nverdict {result.verdict}: {result.why}\nrun directory: {r.run_dir}\n\n{body}"
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:

@@ -7,8 +7,12 @@ the handle a caller gets back.
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from chaos.analysis.result_model import ResultModel
+from chaos.analysis.verdict import Verdict
 
 # The command's exit codes (chaos/cli.py), one per kind of outcome: a CI job tells "the job broke" (1) from "the
 # test did not happen" (3: a planned fault never fired, the engine failed, the job never started, nothing was
@@ -41,8 +45,13 @@ class RunResult(dict[str, Any]):
             raise AttributeError(name) from None
 
     @property
+    def model(self) -> ResultModel:
+        """The same result, typed (``chaos.analysis.result_model``): what torch-chaos itself reads."""
+        return ResultModel.from_dict(self)
+
+    @property
     def passed(self) -> bool:
-        return self["verdict"] == "pass"
+        return self.model.passed
 
     @property
     def errored(self) -> bool:
@@ -71,7 +80,7 @@ class RunResult(dict[str, Any]):
         from chaos.console import summary
 
         console = Console(width=120, record=True, file=io.StringIO(), color_system=None, markup=False, emoji=False)
-        summary(dict(self), console, report=self.run_dir / "report.html")
+        summary(self.model, console, report=self.run_dir / "report.html")
         return console.export_text()
 
 
@@ -81,48 +90,53 @@ def _text(value: Any, unit: str = "") -> str:
     return f"{value:.3g}{unit}" if isinstance(value, float) else f"{value}{unit}"
 
 
-def _checkpoint_word(entry: dict[str, Any]) -> str:
-    ok = entry.get("ok")
+def _checkpoint_word(entry: Verdict) -> str:
+    ok = entry.ok
     word = "ok" if ok else "not_checked" if ok is None else "failed"
     mode = entry.get("mode")
     return f"{word} ({mode})" if mode and mode != "not_checked" and ok is not None else word
 
 
-def plain_summary(r: dict[str, Any]) -> str:
+def _model(r: ResultModel | Mapping[str, Any]) -> ResultModel:
+    return r if isinstance(r, ResultModel) else ResultModel.from_dict(r)
+
+
+def plain_summary(result: ResultModel | Mapping[str, Any]) -> str:
     """result.json as plain lines: the verdict and why, each fault, each expectation, each checkpoint verdict."""
-    lines = [f"verdict: {r['verdict']} ({r.get('end_reason')}): {r['why']}"]
-    for f in r.get("faults", []):
-        done = (f"restarted, resumed from step {f.get('resumed_from')}" if f.get("restarted")
-                else "no restart") if f.get("injected", True) else \
-            f"NOT INJECTED ({f.get('outcome')}: {f.get('why_not_injected')})"
-        lines.append(f"fault {f['id']} {f['kind']} on {f['target']}: {done}; recovery "
-                     f"{_text(f.get('recovery_s'), ' s')}, lost steps {_text(f.get('lost_steps'))}, slowdown "
-                     f"{_text(f.get('slowdown'), 'x')}")
-    for x in r.get("expectations", []):
-        lines.append(f"expect {x['name']} {x.get('limit')}: measured {_text(x.get('value'))} -> "
-                     f"{'ok' if x.get('ok') else 'NOT MET'}")
-    for name, entry in r.get("checkpoint", {}).items():
-        lines.append(f"checkpoint {name}: {_checkpoint_word(entry)}: {entry.get('why') or ''}".rstrip(": "))
-    goodput = "not reported" if r.get("goodput_why") else _text(r.get("goodput"))
-    lines.append(f"steps completed {r.get('steps_completed')}, worker restarts {r.get('restarts')}, node "
-                 f"replacements {r.get('node_replacements')}, goodput {goodput}, run "
-                 f"{_text(r.get('duration_s'), ' s')}")
+    r = _model(result)
+    lines = [f"verdict: {r.verdict} ({r.end_reason}): {r.why}"]
+    for f in r.faults:
+        done = (f"restarted, resumed from step {f.resumed_from}" if f.restarted
+                else "no restart") if f.injected else f"NOT INJECTED ({f.outcome}: {f.why_not_injected})"
+        lines.append(f"fault {f.id} {f.kind} on {f.target}: {done}; recovery "
+                     f"{_text(f.recovery_s, ' s')}, lost steps {_text(f.lost_steps)}, slowdown "
+                     f"{_text(f.slowdown, 'x')}")
+    for x in r.expectations:
+        lines.append(f"expect {x.name} {x.limit}: measured {_text(x.value)} -> {'ok' if x.ok else 'NOT MET'}")
+    for name, entry in r.checkpoint.items():
+        lines.append(f"checkpoint {name}: {_checkpoint_word(entry)}: {entry.why}".rstrip(": "))
+    goodput = "not reported" if r.goodput_why else _text(r.goodput)
+    lines.append(f"steps completed {r.steps_completed}, worker restarts {r.restarts}, node "
+                 f"replacements {r.node_replacements}, goodput {goodput}, run "
+                 f"{_text(r.duration_s, ' s')}")
     return "\n".join(lines)
 
 
-def measured_figures(r: dict[str, Any]) -> list[tuple[str, str]]:
+def measured_figures(result: ResultModel | Mapping[str, Any]) -> list[tuple[str, str]]:
     """(name, value) for every figure a CI may trend; a figure that was not measured is left out, not zeroed."""
-    found: list[tuple[str, Any]] = [("chaos_verdict", r.get("verdict")), ("chaos_end_reason", r.get("end_reason")),
-                                    ("chaos_duration_s", r.get("duration_s")), ("chaos_goodput", r.get("goodput")),
-                                    ("chaos_steps_completed", r.get("steps_completed")),
-                                    ("chaos_restarts", r.get("restarts")),
-                                    ("chaos_node_replacements", r.get("node_replacements"))]
-    for f in r.get("faults", []):
-        prefix = f"chaos_fault{f['id']}"
-        found += [(f"{prefix}_kind", f.get("kind")), (f"{prefix}_injected", f.get("injected", True))]
-        found += [(f"{prefix}_{k}", f.get(k)) for k in ("recovery_s", "catch_up_s", "lost_steps", "lost_work_s",
-                                                        "resumed_from", "slowdown")]
-    for name, entry in r.get("checkpoint", {}).items():
+    r = _model(result)
+    found: list[tuple[str, Any]] = [("chaos_verdict", r.verdict), ("chaos_end_reason", r.end_reason),
+                                    ("chaos_duration_s", r.duration_s), ("chaos_goodput", r.goodput),
+                                    ("chaos_steps_completed", r.steps_completed),
+                                    ("chaos_restarts", r.restarts),
+                                    ("chaos_node_replacements", r.node_replacements)]
+    for f in r.faults:
+        prefix = f"chaos_fault{f.id}"
+        found += [(f"{prefix}_kind", f.kind), (f"{prefix}_injected", f.injected)]
+        found += [(f"{prefix}_recovery_s", f.recovery_s), (f"{prefix}_catch_up_s", f.catch_up_s),
+                  (f"{prefix}_lost_steps", f.lost_steps), (f"{prefix}_lost_work_s", f.lost_work_s),
+                  (f"{prefix}_resumed_from", f.resumed_from), (f"{prefix}_slowdown", f.slowdown)]
+    for name, entry in r.checkpoint.items():
         found.append((f"chaos_checkpoint_{name}", _checkpoint_word(entry)))
     return [(name, str(value).lower() if isinstance(value, bool) else str(value))
             for name, value in found if value is not None]

@@ -49,7 +49,6 @@ def figures(events: list[Event]) -> dict[str, Any]:
     from chaos.analysis.breakdown import recovery_breakdowns
     from chaos.analysis.interval import save_cost_s
     from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
-    from chaos.analysis.throughput import throughput
 
     out: dict[str, Any] = {}
     out["faults"] = faults = _try(lambda: [f.to_dict() for f in m.fault_metrics(events)])
@@ -61,22 +60,45 @@ def figures(events: list[Event]) -> dict[str, Any]:
     out["restarts_after"] = _try(lambda: m.restarts_after_completion(events))
     out["golden_summary"] = golden = _try(lambda: ck.golden_summary(events))
     golden_ok = {**golden, "completed": True} if isinstance(golden, dict) and "error" not in golden else None
-    out["verdicts"] = _try(lambda: ck.checkpoint_verdicts(events, None, 0.01))
-    out["verdicts_self_golden"] = _try(lambda: ck.checkpoint_verdicts(events, golden_ok, 0.01))
+    out["verdicts"] = _try(lambda: _spelled(ck.checkpoint_verdicts(events, None, 0.01)))
+    out["verdicts_self_golden"] = _try(lambda: _spelled(ck.checkpoint_verdicts(events, golden_ok, 0.01)))
     out["lineage"] = _try(lambda: _lineage(events))
     out["losses"] = _try(lambda: lineage_losses(events) if hasattr(ck, "worker_steps")  # else: main's older API
                          else lineage_losses(ck.lineage(events)[0]))
     if isinstance(faults, list):
-        out["breakdowns"] = _try(lambda: recovery_breakdowns(events, faults))
+        out["breakdowns"] = _try(lambda: [_breakdown(b) for b in recovery_breakdowns(events, faults)])
         if isinstance(gp, dict) and "error" not in gp:
             result = {"median_step_s": gp["median_step_s"], "faults": faults, "duration_s": 100.0,
                       "steps_completed": gp["steps_completed"]}
-            out["throughput"] = _try(lambda: throughput(events, result, 3))
+            out["throughput"] = _try(lambda: _throughput(events, result))
     out["save_cost"] = _try(lambda: save_cost_s(events))
     t0 = _first_t(events)
     out["progress"] = _try(lambda: progress_by_node(events, t0, max_points=50))
     out["worker_starts"] = _try(lambda: worker_round_starts(events, t0))
     return out
+
+
+def _throughput(events: list[Event], result: dict[str, Any]) -> Any:
+    """The throughput figures as the corpus recorded them (a dict; main's older code took and gave dicts)."""
+    from dataclasses import asdict
+
+    from chaos.analysis.throughput import throughput
+
+    try:
+        from chaos.analysis.result_model import ResultModel
+    except ImportError:
+        return throughput(events, result, 3)
+    return asdict(throughput(events, ResultModel.from_dict({"verdict": "pass", **result}), 3))  # type: ignore[call-overload]
+
+
+def _breakdown(b: Any) -> Any:
+    """A breakdown as the corpus recorded it (main's older code returned the dict)."""
+    return b.to_dict() if hasattr(b, "to_dict") else b
+
+
+def _spelled(verdicts: dict[str, Any]) -> dict[str, Any]:
+    """Verdicts as result.json spells them (objects with ``to_dict``; main's older code returned the dicts)."""
+    return {name: v.to_dict() if hasattr(v, "to_dict") else v for name, v in verdicts.items()}
 
 
 def _first_t(events: list[Event]) -> float:

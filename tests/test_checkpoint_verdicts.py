@@ -12,6 +12,7 @@ from chaos.analysis.checkpoints import (
     matches_golden,
     resumed_from_newest_valid,
 )
+from chaos.analysis.verdict import Verdict
 from chaos.events import EndReason, Ev, Source
 
 D, B = 8, 4  # dataset of 8 samples, global batch 4: an epoch is 2 steps
@@ -86,20 +87,20 @@ def golden() -> dict[str, Any]:
 
 def test_correct_run_passes_every_verdict() -> None:
     events = correct_run()
-    assert digests_ok(events)["ok"]
-    assert resumed_from_newest_valid(events)["ok"]
+    assert digests_ok(events).ok
+    assert resumed_from_newest_valid(events).ok
     once = exactly_once(events)
-    assert once["ok"] and once["epochs_checked"] == [0, 1, 2, 3]
+    assert once.ok and once.get("epochs_checked") == [0, 1, 2, 3]
     g = matches_golden(events, golden(), rtol=1e-3)
-    assert g["ok"] and g["mode"] == "bitwise"
+    assert g.ok and g.get("mode") == "bitwise"
 
 
 def test_loaded_corrupt_when_bytes_differ() -> None:
     j = Job().start("a").step(1).step(2).save(2).fault_corrupt(2).step(3)
     j.start("b", load=2, sha="tampered").step(3)
     v = digests_ok(j.finish(3))
-    assert v["ok"] is False and v["verdict"] == "loaded_corrupt"
-    assert "differ from those saved" in v["why"]
+    assert v.ok is False and v.get("verdict") == "loaded_corrupt"
+    assert "differ from those saved" in v.why
 
 
 def test_every_rank_of_an_incarnation_must_load_the_same_bytes() -> None:
@@ -112,19 +113,19 @@ def test_every_rank_of_an_incarnation_must_load_the_same_bytes() -> None:
         j.ev(Ev.CHECKPOINT_LOADED, step=2, path=rank1_path, sha256=rank1_sha, rank=1)
         return j.step(3).finish(3)
 
-    assert digests_ok(resumed("h2"))["ok"] is True
+    assert digests_ok(resumed("h2")).ok is True
     v = digests_ok(resumed("other"))
-    assert v["ok"] is False and v["verdict"] == "loaded_corrupt", v
-    assert "rank 1 loaded other bytes of s2 (sha256 other) than rank 0 (h2)" in v["why"], v["why"]
+    assert v.ok is False and v.get("verdict") == "loaded_corrupt", v
+    assert "rank 1 loaded other bytes of s2 (sha256 other) than rank 0 (h2)" in v.why, v.why
     # the shards of a sharded checkpoint: each rank its own file (one name in per-rank directories), not compared
-    assert digests_ok(resumed("shard1", rank1_path="rank1/s2"))["ok"] is True
+    assert digests_ok(resumed("shard1", rank1_path="rank1/s2")).ok is True
 
 
 def test_loaded_corrupt_when_save_never_finished_and_load_crashed() -> None:
     j = Job().start("a").step(1).step(2).save(2).step(3).step(4).save(4, finish=False)
     j.start("b", load=4, finished_load=False)
     v = digests_ok(j.events)
-    assert v["ok"] is False and "save never finished" in v["why"]
+    assert v.ok is False and "save never finished" in v.why
 
 
 def test_resumed_from_stale() -> None:
@@ -133,21 +134,21 @@ def test_resumed_from_stale() -> None:
         j.step(s).save(s)
     j.start("b", load=2).step(3).step(4)
     v = resumed_from_newest_valid(j.finish(4))
-    assert v["ok"] is False and v["verdict"] == "resumed_from_stale"
-    assert "loaded step 2 while step 4" in v["why"]
+    assert v.ok is False and v.get("verdict") == "resumed_from_stale"
+    assert "loaded step 2 while step 4" in v.why
 
 
 def test_older_checkpoint_is_fine_when_the_newest_was_corrupted() -> None:
     j = Job().start("a").step(1).save(1).step(2).save(2).fault_corrupt(2).step(3)
     j.start("b", load=1).step(2).step(3)
-    assert resumed_from_newest_valid(j.finish(3))["ok"]
+    assert resumed_from_newest_valid(j.finish(3)).ok
 
 
 def test_lost_all_progress() -> None:
     j = Job().start("a").step(1).step(2).save(2).step(3)
     j.start("b").step(1)
     v = resumed_from_newest_valid(j.events)
-    assert v["ok"] is False and v["verdict"] == "lost_all_progress"
+    assert v.ok is False and v.get("verdict") == "lost_all_progress"
 
 
 def test_off_by_one_skips_a_batch() -> None:
@@ -159,8 +160,8 @@ def test_off_by_one_skips_a_batch() -> None:
     for s in range(6, 9):  # resumed one step too late
         j.step(s)
     v = exactly_once(j.finish(8))
-    assert v["ok"] is False
-    assert v["skipped"] == {2: 4} and v["steps_missing"] == [5]
+    assert v.ok is False
+    assert v.get("skipped") == {2: 4} and v.get("steps_missing") == [5]
 
 
 def test_reshuffle_duplicates_and_skips() -> None:
@@ -170,7 +171,7 @@ def test_reshuffle_duplicates_and_skips() -> None:
     for s in range(5, 9):
         j.step(s)
     v = exactly_once(j.finish(8))
-    assert v["ok"] is False and v["duplicates"] == {1: 2} and v["skipped"] == {1: 2}
+    assert v.ok is False and v.get("duplicates") == {1: 2} and v.get("skipped") == {1: 2}
 
 
 def two_ranks(j: Job, s: int, ranks: tuple[int, ...] = (0, 1)) -> Job:
@@ -197,14 +198,15 @@ def rank_killed_after_its_step(resume_at: int) -> list[dict[str, Any]]:
 
 def test_a_record_lost_with_its_killed_rank_is_no_skip() -> None:
     v = exactly_once(rank_killed_after_its_step(5))
-    assert v["ok"] is True, v
-    assert v["unrecorded"] == [{"step": 4, "rank": 1, "epoch": 1, "ids": 2}] and v["missing_but_unrecorded"] == {1: 2}
-    assert "rank 1's step 4" in v["why"]
+    assert v.ok is True, v
+    assert v.get("unrecorded") == [{"step": 4, "rank": 1, "epoch": 1, "ids": 2}]
+    assert v.get("missing_but_unrecorded") == {1: 2}
+    assert "rank 1's step 4" in v.why
 
 
 def test_a_skip_beyond_what_lost_records_can_hold_still_fails() -> None:
     v = exactly_once(rank_killed_after_its_step(6))  # resumed a step late on top of the lost record
-    assert v["ok"] is False and v["skipped"] == {2: 4} and v["steps_missing"] == [5], v
+    assert v.ok is False and v.get("skipped") == {2: 4} and v.get("steps_missing") == [5], v
 
 
 def test_a_gap_in_a_rank_s_records_is_no_kill() -> None:
@@ -214,7 +216,7 @@ def test_a_gap_in_a_rank_s_records_is_no_kill() -> None:
     for s in range(1, 9):
         two_ranks(j, s, ranks=(0,) if s == 3 else (0, 1))
     v = exactly_once(j.finish(8))
-    assert v["ok"] is False and v["skipped"] == {1: 2} and "unrecorded" not in v, v
+    assert v.ok is False and v.get("skipped") == {1: 2} and "unrecorded" not in v.details, v
 
 
 def test_without_incarnations_every_rank_s_steps_count() -> None:
@@ -223,13 +225,13 @@ def test_without_incarnations_every_rank_s_steps_count() -> None:
     j = Job().start("")
     for s in range(1, 9):
         two_ranks(j, s)
-    assert exactly_once(j.finish(8))["ok"] is True
+    assert exactly_once(j.finish(8)).ok is True
     j = Job().start("")
     for s in (1, 2, 3, 5, 6, 7, 8):
         two_ranks(j, s)
     two_ranks(j, 4, ranks=(0,))
     v = exactly_once(j.finish(8))
-    assert v["ok"] is False and v["skipped"] == {1: 2} and "unrecorded" not in v, v
+    assert v.ok is False and v.get("skipped") == {1: 2} and "unrecorded" not in v.details, v
 
 
 def test_matches_golden_diverged_reports_first_step() -> None:
@@ -237,7 +239,7 @@ def test_matches_golden_diverged_reports_first_step() -> None:
     for s in range(1, 9):
         j.step(s, loss=1.0 / s if s < 6 else 0.5)
     v = matches_golden(j.finish(8, state="other"), golden(), rtol=1e-3)
-    assert v["ok"] is False and v["mode"] == "diverged" and v["first_divergent_step"] == 6
+    assert v.ok is False and v.get("mode") == "diverged" and v.get("first_divergent_step") == 6
 
 
 def test_matches_golden_within_tolerance_when_world_size_changed() -> None:
@@ -245,8 +247,8 @@ def test_matches_golden_within_tolerance_when_world_size_changed() -> None:
     for s in range(1, 9):
         j.step(s, loss=(1.0 / s) * (1 + 1e-6), world_size=2 if s > 4 else 1)
     v = matches_golden(j.finish(8, state="other"), golden(), rtol=1e-3)
-    assert v["ok"] and v["mode"] == "within_tolerance" and v["world_size_changed"]
-    assert 0 < v["max_rel_loss_diff"] <= 1e-3
+    assert v.ok and v.get("mode") == "within_tolerance" and v.get("world_size_changed")
+    assert 0 < v.get("max_rel_loss_diff") <= 1e-3
 
 
 def test_non_finite_loss_is_divergence() -> None:
@@ -254,27 +256,27 @@ def test_non_finite_loss_is_divergence() -> None:
     for s in range(1, 9):
         j.step(s, loss=None if s >= 7 else 1.0 / s)  # the probe writes NaN as null
     v = matches_golden(j.finish(8, state="nan"), golden(), rtol=1e-3)
-    assert v["ok"] is False and v["first_divergent_step"] == 7
+    assert v.ok is False and v.get("first_divergent_step") == 7
 
 
 def test_not_checked_is_said_with_a_reason() -> None:
     events = correct_run()
     v = matches_golden(events, None, rtol=1e-3)
-    assert v["ok"] is None and v["why"].startswith("not checked")
+    assert v.ok is None and v.why.startswith("not checked")
     unfinished = [e for e in events if e["event"] != Ev.RUN_FINISHED]
-    assert matches_golden(unfinished, golden(), rtol=1e-3)["ok"] is None
+    assert matches_golden(unfinished, golden(), rtol=1e-3).ok is None
     # a golden run that did not complete says how it ended and where it is (a fault-free run that hung is a finding)
     hung = {**golden(), "completed": False, "end_reason": EndReason.HUNG, "run_dir": "/runs/g1"}  # as the cache has it
     v = matches_golden(events, hung, rtol=None)
-    assert v["ok"] is None and v["why"].endswith("did not complete (end_reason hung, run_dir /runs/g1)"), v["why"]
+    assert v.ok is None and v.why.endswith("did not complete (end_reason hung, run_dir /runs/g1)"), v.why
 
 
 def test_scenario_expectations_on_checkpoint_verdicts() -> None:
     from chaos.analysis.result_json import evaluate_checkpoint_expectations
     from chaos.loading import parse_scenario
 
-    verdicts = {"digests_ok": {"ok": True}, "resumed_from_newest_valid": {"ok": None},
-                "matches_golden": {"ok": True, "mode": "within_tolerance"}, "exactly_once": {"ok": False}}
+    verdicts = {"digests_ok": Verdict(True, ""), "resumed_from_newest_valid": Verdict(None, ""),
+                "matches_golden": Verdict(True, "", {"mode": "within_tolerance"}), "exactly_once": Verdict(False, "")}
     strict = parse_scenario("name: s\nworkload: {name: ddp-mlp}\n"
                             "expect: {checkpoint: {matches_golden: bitwise, resumed_from_newest_valid: true}}\n")
     got = {x["name"]: x["ok"] for x in evaluate_checkpoint_expectations(strict, verdicts)}
@@ -294,4 +296,4 @@ def test_untrusted_golden_run_is_not_a_reference() -> None:
         j.step(s, loss=0.5)  # would diverge from the golden losses
     reference = {**golden(), "trusted": False, "untrusted_why": "the fault-free run restarted: 1 restart(s)"}
     v = matches_golden(j.finish(8, state="other"), reference, rtol=1e-3)
-    assert v["ok"] is None and v["mode"] == "not_checked" and "cannot be trusted" in v["why"]
+    assert v.ok is None and v.get("mode") == "not_checked" and "cannot be trusted" in v.why

@@ -197,8 +197,24 @@ def test_a_fault_that_fails_to_inject_is_recorded_not_hidden(tmp_path: Path, sta
     assert run.faults.faults[0].status is FaultStatus.FAILED
     failed = run.engine_events()[-1]
     assert failed["event"] == "fault_failed" and "OSError: no such thing" in failed["why"]
+    assert "Traceback" in failed["traceback"] and 'raise OSError("no such thing")' in failed["traceback"]
     run.faults.heal_all()
     assert stand_in.healed == []  # nothing to heal: it never happened
+
+
+def test_a_fault_that_fails_to_heal_keeps_its_traceback(tmp_path: Path, stand_in: type[StopsNode],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    def heal(self: StopsNode, ctx: Any) -> dict[str, Any]:
+        raise PermissionError("the rule is not ours to remove")
+    monkeypatch.setattr(stand_in, "heal", heal)
+    run = Run(tmp_path, [make_fault(kind="freeze", target=0, at_step=1, duration=600.0)])
+    run.nodes.start_cluster()
+    run.job("step_completed", step=1)
+    run.tick(now=1.0)
+    run.faults.heal_all()
+    failed = run.engine_events()[-1]
+    assert failed["event"] == "fault_heal_failed" and failed["why"] == "PermissionError: the rule is not ours to remove"
+    assert "Traceback" in failed["traceback"] and "raise PermissionError" in failed["traceback"]
 
 
 def test_active_faults_are_healed_at_teardown(tmp_path: Path, stand_in: type[StopsNode]) -> None:

@@ -339,11 +339,13 @@ def test_other_faults_get_no_hang_entry() -> None:
 
 
 def test_the_report_names_the_outcome_once() -> None:
+    from chaos.analysis.result_model import ResultModel
     from chaos.reports.text import hang_rows
 
     events = _hang(H().start(2).steps(1, 20)).wait(20).end("hung")
     result = build_result(Path("r"), scenario("{kind: hang, target: 1, at_step: 20}"), events, None)
-    [(label, text)] = hang_rows(type("R", (), {"result": result})())  # type: ignore[arg-type]
+    model = ResultModel.from_dict(result)
+    [(label, text)] = hang_rows(type("R", (), {"result": model})())  # type: ignore[arg-type]
     assert label == "hang #0 (main_thread)" and text.startswith("hung: node1 rank 1"), text
 
 

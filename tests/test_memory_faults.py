@@ -288,8 +288,12 @@ def oom_event(fid: int, t: float, pid: int = 4242) -> dict[str, Any]:
 
 
 class Rep:
+    """What the report rows read: the result, as the loader gives it."""
+
     def __init__(self, faults: list[dict[str, Any]]):
-        self.result = {"faults": faults}
+        from chaos.analysis.result_model import ResultModel
+
+        self.result = ResultModel.from_dict({"verdict": "pass", "faults": faults})
 
 
 def test_the_report_says_oom_killed_for_an_oom_kill_and_nothing_of_the_kind_for_a_crash() -> None:

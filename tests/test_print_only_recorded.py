@@ -42,10 +42,15 @@ def crash() -> list[dict[str, Any]]:
     return recorded("crash-at-step")
 
 
+def verdicts(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The checkpoint verdicts as result.json spells them."""
+    return {name: v.to_dict() for name, v in checkpoint_verdicts(events, None, 1e-3).items()}
+
+
 def test_the_real_print_only_resume_passes(crash: list[dict[str, Any]], tmp_path: Path) -> None:
     history = loaded(crash, tmp_path)
     assert history.unreadable.count == 0
-    v = checkpoint_verdicts(history, None, 1e-3)
+    v = verdicts(history)
     assert v["digests_ok"]["ok"] is True and len(v["digests_ok"]["loads"]) == 2  # both ranks read it
     [restart] = v["resumed_from_newest_valid"]["restarts"]
     assert v["resumed_from_newest_valid"]["ok"] is True
@@ -59,7 +64,7 @@ def test_the_real_print_only_resume_passes(crash: list[dict[str, Any]], tmp_path
 
 def test_the_same_history_without_its_loads_lost_all_progress(crash: list[dict[str, Any]]) -> None:
     events = [e for e in crash if e["event"] != Ev.CHECKPOINT_LOADED]
-    v = checkpoint_verdicts(events, None, 1e-3)["resumed_from_newest_valid"]
+    v = verdicts(events)["resumed_from_newest_valid"]
     assert v["ok"] is False and v["verdict"] == "lost_all_progress" and "snapshot.pt (step 150)" in v["why"]
 
 
@@ -68,14 +73,14 @@ def test_the_same_history_resumed_two_steps_early_trained_twice(crash: list[dict
     for e in events:  # the restarted round's steps, as if it had printed 149, 150, ... after loading step 150
         if e["event"] == Ev.STEP_COMPLETED and e["pid"] == "node1:1":
             e["step"] -= 2
-    v = checkpoint_verdicts(events, None, 1e-3)["exactly_once"]
+    v = verdicts(events)["exactly_once"]
     assert v["ok"] is False and v["steps_trained_twice"] == [149, 150], v
 
 
 def test_the_same_history_with_other_bytes_read_is_corrupt(crash: list[dict[str, Any]]) -> None:
     events = copy.deepcopy(crash)
     next(e for e in events if e["event"] == Ev.CHECKPOINT_LOADED)["sha256"] = "0" * 64
-    v = checkpoint_verdicts(events, None, 1e-3)["digests_ok"]
+    v = verdicts(events)["digests_ok"]
     assert v["ok"] is False and "differ from those saved" in v["why"]
 
 
@@ -83,7 +88,7 @@ def test_a_load_of_a_save_that_never_finished_is_flagged(tmp_path: Path) -> None
     """The crash landed in the save; the file held whole bytes by luck (one 2 KB write), but no save finished with
     them: the job resumed from an unverified file, which its non-atomic save makes a real bug."""
     events = recorded("crash-on-save-started")
-    v = checkpoint_verdicts(loaded(events, tmp_path), None, 1e-3)
+    v = verdicts(loaded(events, tmp_path))
     assert v["digests_ok"]["ok"] is False
     assert "snapshot.pt" in v["digests_ok"]["why"] and "never finished" in v["digests_ok"]["why"]
     # the new round's rank 0 read the file and then saved: its read is still this restart's load

@@ -107,7 +107,8 @@ def trained(to: int, save_every: int = 50, atomic: bool = False) -> Script:
 
 
 def verdicts(events: list[dict[str, Any]]) -> dict[str, Any]:
-    return checkpoint_verdicts(events, None, 1e-3)
+    """The checkpoint verdicts as result.json spells them."""
+    return {name: v.to_dict() for name, v in checkpoint_verdicts(events, None, 1e-3).items()}
 
 
 def test_a_correct_print_only_resume_passes_every_verdict() -> None:

@@ -115,23 +115,23 @@ def _crash_with_agents(load_started: bool = True) -> tuple[list[dict[str, Any]],
 def test_agent_events_split_detection_from_rendezvous_and_the_largest_part_is_named_with_its_number() -> None:
     events, fault = _crash_with_agents()
     [b] = recovery_breakdowns(events, [fault])
-    phases = dict(b["phases"])
+    phases = dict(b.phases)
     assert list(phases) == [DETECTION, RENDEZVOUS, WORKER_START, WORKER_INIT, LOAD, FIRST_STEP]
     expected = {DETECTION: 0.5, RENDEZVOUS: 2.1, WORKER_START: 2.0, WORKER_INIT: 1.0, LOAD: 0.2, FIRST_STEP: 0.1}
     assert phases == pytest.approx(expected, abs=1e-3)
     assert sum(phases.values()) == pytest.approx(fault["recovery_s"])
-    assert b["not_measured"] == [] and b["agent_rounds"] == 1
-    assert b["largest"]["phase"] == RENDEZVOUS
-    assert "2.10 s" in b["advice"] and "last_call_timeout_s" in b["advice"]
+    assert b.not_measured == [] and b.agent_rounds == 1
+    assert b.largest["phase"] == RENDEZVOUS
+    assert "2.10 s" in b.advice and "last_call_timeout_s" in b.advice
 
 
 def test_a_missing_mark_merges_its_phase_into_the_next_and_says_why() -> None:
     events, fault = _crash_with_agents(load_started=False)
     [b] = recovery_breakdowns(events, [fault])
-    assert [name for name, _ in b["phases"]] == [DETECTION, RENDEZVOUS, WORKER_START, f"{WORKER_INIT} + {LOAD}",
+    assert [name for name, _ in b.phases] == [DETECTION, RENDEZVOUS, WORKER_START, f"{WORKER_INIT} + {LOAD}",
                                                  FIRST_STEP]
-    assert [x["phase"] for x in b["not_measured"]] == [WORKER_INIT]
-    assert sum(s for _, s in b["phases"]) == pytest.approx(fault["recovery_s"])
+    assert [x["phase"] for x in b.not_measured] == [WORKER_INIT]
+    assert sum(s for _, s in b.phases) == pytest.approx(fault["recovery_s"])
 
 
 def test_a_print_only_job_with_agents_gets_detection_and_rendezvous_and_one_span_after() -> None:
@@ -141,19 +141,19 @@ def test_a_print_only_job_with_agents_gets_detection_and_rendezvous_and_one_span
               {**e, "source": Source.PROGRESS} for e in events
               if e["event"] not in (Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)]
     [b] = recovery_breakdowns(events, [fault])
-    names = [name for name, _ in b["phases"]]
+    names = [name for name, _ in b.phases]
     assert names == [DETECTION, RENDEZVOUS, f"{WORKER_START} + {WORKER_INIT} + {LOAD} + {FIRST_STEP}"]
-    assert "no probe" in b["not_measured"][0]["why"]
-    assert b["largest"]["phase"] == names[-1] and "the lever of each part" in b["advice"]
+    assert "no probe" in b.not_measured[0]["why"]
+    assert b.largest["phase"] == names[-1] and "the lever of each part" in b.advice
     # with the storage layer: its first read of the new round marks where the load began
     t_f = fault["t_injected"]
     events.append({"t": t_f + 5.7, "source": Source.STORAGE, "event": Ev.CHECKPOINT_LOADED, "node": "node0",
                    "pid": 99, "path": "step_30.pt", "step": 30, "sha256": "x"})
     [b] = recovery_breakdowns(sorted(events, key=lambda e: e["t"]), [fault])
-    assert [name for name, _ in b["phases"]] == [DETECTION, RENDEZVOUS, f"{WORKER_START} + {WORKER_INIT}",
+    assert [name for name, _ in b.phases] == [DETECTION, RENDEZVOUS, f"{WORKER_START} + {WORKER_INIT}",
                                                  f"{LOAD} + {FIRST_STEP}"]
-    assert dict(b["phases"])[f"{WORKER_START} + {WORKER_INIT}"] == pytest.approx(5.7 - 2.6)
-    assert "first read" in b["not_measured"][-1]["why"]
+    assert dict(b.phases)[f"{WORKER_START} + {WORKER_INIT}"] == pytest.approx(5.7 - 2.6)
+    assert "first read" in b.not_measured[-1]["why"]
 
 
 def test_the_report_shows_the_phases_what_was_not_measured_and_the_advice(tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_the_report_shows_the_phases_what_was_not_measured_and_the_advice(tmp_pa
     rows = breakdown_rows(b)
     assert rows[1] == (RENDEZVOUS, "2.10 s", f"{100 * 2.1 / fault['recovery_s']:.0f}%")
     notes = breakdown_notes(b)
-    assert notes[0].startswith(f"not measured separately: {WORKER_INIT}") and notes[-1] == b["advice"]
+    assert notes[0].startswith(f"not measured separately: {WORKER_INIT}") and notes[-1] == b.advice
 
 
 def test_compare_names_the_phase_that_differs_most_with_its_numbers() -> None:

@@ -117,23 +117,26 @@ def test_breakdown_phases_add_up_to_the_recovery_and_skip_non_disruptive_faults(
     events = h.end()
     faults = [m.to_dict() for m in fault_metrics(events)]
     [b] = recovery_breakdowns(events, faults)
-    assert b["fault"] == 1
-    assert [name for name, _ in b["phases"]] == ["detection + rendezvous + worker start",
+    assert b.fault == 1
+    assert [name for name, _ in b.phases] == ["detection + rendezvous + worker start",
                                                  "worker init (imports, process group) + checkpoint load", "first step"]
-    assert sum(v for _, v in b["phases"]) == pytest.approx(faults[1]["recovery_s"])
+    assert sum(v for _, v in b.phases) == pytest.approx(faults[1]["recovery_s"])
 
 
 def test_throughput_figures_come_from_the_fault_free_steps() -> None:
+    from chaos.analysis.result_model import ResultModel
     from chaos.analysis.throughput import throughput
 
     h = H(dt=0.1).start(ranks=2).steps(1, 30).fault(0)
     h.start(ranks=2, at=h.t + 3, load=30).steps(31, 40)
     events = h.end()
     result = build_result(Path("run"), parse_scenario("name: x\nworkload: {name: ddp-mlp}\n"), events, None)
-    figures = throughput(events, result, nodes=2)
-    assert figures["steps_per_s"] == pytest.approx(10.0)
-    assert figures["recovery_s"] == result["faults"][0]["recovery_s"] > 3
-    assert figures["node_seconds_per_step"] == pytest.approx(2 * result["duration_s"] / 40)
+    model = ResultModel.from_dict(result)
+    figures = throughput(events, model, nodes=2)
+    assert figures.steps_per_s == pytest.approx(10.0)
+    assert figures.recovery_s == model.faults[0].recovery_s
+    assert figures.recovery_s is not None and figures.recovery_s > 3
+    assert figures.node_seconds_per_step == pytest.approx(2 * result["duration_s"] / 40)
 
 
 def test_the_documented_result_schema_version_is_the_written_one() -> None:

@@ -77,7 +77,7 @@ def test_the_band_is_k_times_the_floor_between_its_floor_and_ceiling() -> None:
 def test_bitwise_needs_no_control_run() -> None:
     events = history()
     v = matches_golden(events, golden())
-    assert v["ok"] and v["mode"] == "bitwise"
+    assert v.ok and v.get("mode") == "bitwise"
     assert control_request(events, golden(), None) is None  # the reference workload never pays for a control
 
 
@@ -86,21 +86,21 @@ def test_a_clean_resume_within_the_measured_noise_passes() -> None:
     assert first_resume_step(events) == RESUMED
     assert control_request(events, golden(), None) == RESUMED  # not bitwise, below the ceiling: measure
     v = matches_golden(events, golden(), control=control(1e-6))
-    assert v["ok"] and v["mode"] == "within_noise", v
-    assert v["noise_floor_rel"] == pytest.approx(1e-6)
-    assert v["band_rel"] == pytest.approx(BAND_FACTOR * 1e-6) and v["tolerance_source"] == "measured"
-    assert v["times_noise_floor"] == pytest.approx(1.0)
-    assert v["first_differing_step"] == RESUMED + 2 and v["control_resumed_from"] == RESUMED
-    assert "within the band 1e-05" in v["why"] and "noise floor 1e-06" in v["why"]
+    assert v.ok and v.get("mode") == "within_noise", v
+    assert v.get("noise_floor_rel") == pytest.approx(1e-6)
+    assert v.get("band_rel") == pytest.approx(BAND_FACTOR * 1e-6) and v.get("tolerance_source") == "measured"
+    assert v.get("times_noise_floor") == pytest.approx(1.0)
+    assert v.get("first_differing_step") == RESUMED + 2 and v.get("control_resumed_from") == RESUMED
+    assert "within the band 1e-05" in v.why and "noise floor 1e-06" in v.why
 
 
 def test_a_small_real_bug_beyond_the_band_fails_with_its_size_in_floors() -> None:
     bug = noisy(1e-6) | {s: loss(s) * (1 + 2e-4) for s in range(50, N + 1)}  # e.g. a learning rate restored wrong
     v = matches_golden(history(bug), golden(), control=control(1e-6))
-    assert v["ok"] is False and v["mode"] == "diverged", v
-    assert v["first_divergent_step"] == 50
-    assert v["times_noise_floor"] == pytest.approx(200, rel=1e-3)
-    assert "beyond the noise band at step 50" in v["why"] and "200x the noise floor" in v["why"]
+    assert v.ok is False and v.get("mode") == "diverged", v
+    assert v.get("first_divergent_step") == 50
+    assert v.get("times_noise_floor") == pytest.approx(200, rel=1e-3)
+    assert "beyond the noise band at step 50" in v.why and "200x the noise floor" in v.why
 
 
 def test_a_bug_beyond_the_ceiling_fails_without_a_control_run() -> None:
@@ -108,40 +108,40 @@ def test_a_bug_beyond_the_ceiling_fails_without_a_control_run() -> None:
     events = history(bug)
     assert control_request(events, golden(), None) is None
     v = matches_golden(events, golden())
-    assert v["ok"] is False and v["mode"] == "diverged" and v["first_divergent_step"] == RESUMED + 2
-    assert "beyond any resume noise" in v["why"] and v["tolerance_rel"] == BAND_CEILING
+    assert v.ok is False and v.get("mode") == "diverged" and v.get("first_divergent_step") == RESUMED + 2
+    assert "beyond any resume noise" in v.why and v.get("tolerance_rel") == BAND_CEILING
 
 
 def test_a_control_that_stayed_bitwise_leaves_the_band_floor() -> None:
-    assert matches_golden(history(noisy(5e-7)), golden(), control=control(0.0))["mode"] == "within_noise"
+    assert matches_golden(history(noisy(5e-7)), golden(), control=control(0.0)).get("mode") == "within_noise"
     v = matches_golden(history(noisy(5e-6)), golden(), control=control(0.0))
-    assert v["mode"] == "diverged" and v["band_rel"] == BAND_FLOOR and v["times_noise_floor"] is None
-    assert "measured bitwise" in v["why"]
+    assert v.get("mode") == "diverged" and v.get("band_rel") == BAND_FLOOR and v.get("times_noise_floor") is None
+    assert "measured bitwise" in v.why
 
 
 def test_without_a_trusted_control_the_comparison_is_not_checked_and_says_why() -> None:
     events = history(noisy(1e-6))
     missing = matches_golden(events, golden())
-    assert missing["ok"] is None and missing["mode"] == "not_checked"
-    assert "no control run measured" in missing["why"]
+    assert missing.ok is None and missing.get("mode") == "not_checked"
+    assert "no control run measured" in missing.why
     untrusted = matches_golden(events, golden(), control=control(
         1e-6, trusted=False, untrusted_why="the control run restarted 2 time(s) during training and 0 after it"))
-    assert untrusted["ok"] is None and "cannot be trusted: the control run restarted 2" in untrusted["why"]
+    assert untrusted.ok is None and "cannot be trusted: the control run restarted 2" in untrusted.why
 
 
 def test_a_pinned_tolerance_replaces_the_measurement() -> None:
     events = history(noisy(1e-6))
     assert control_request(events, golden(), 1e-5) is None
     v = matches_golden(events, golden(), rtol=1e-5)
-    assert v["ok"] and v["mode"] == "within_tolerance" and v["tolerance_source"] == "checks.loss_rtol"
-    assert matches_golden(events, golden(), rtol=1e-7)["mode"] == "diverged"
+    assert v.ok and v.get("mode") == "within_tolerance" and v.get("tolerance_source") == "checks.loss_rtol"
+    assert matches_golden(events, golden(), rtol=1e-7).get("mode") == "diverged"
 
 
 def test_a_difference_without_any_restart_is_not_resume_noise() -> None:
     events = history(noisy(1e-6), restart=False)
     assert first_resume_step(events) is None and control_request(events, golden(), None) is None
     v = matches_golden(events, golden(), control=control(1e-6))
-    assert v["ok"] is False and "no worker restarted" in v["why"]
+    assert v.ok is False and "no worker restarted" in v.why
 
 
 # ---------------------------------------------------------------- on recorded real runs (tests/data/histories)

@@ -209,7 +209,7 @@ def test_helper_finds_signals_and_spares_the_agent(tmp_path: Path) -> None:
 
 def test_scheduler_part_of_the_recovery_breakdown() -> None:
     """Slurm's own part beside the phases: its detection of a lost host, the replacement's srun and step start."""
-    from chaos.analysis.breakdown import breakdown_for_result, scheduler_part
+    from chaos.analysis.breakdown import RecoveryBreakdown, breakdown_for_result, scheduler_part
 
     fault = {"id": 0, "t_injected": 100.0, "target": "node1"}
     events = [
@@ -236,9 +236,9 @@ def test_scheduler_part_of_the_recovery_breakdown() -> None:
     later = scheduler_part(events, fault, until=115.0)
     assert later is not None and "host_down" not in later and later["replacement_host"] == "c3"
     assert scheduler_part([], fault) is None
-    shown = breakdown_for_result({"phases": [], "not_measured": [], "largest": None, "scheduler": part})
+    shown = breakdown_for_result(RecoveryBreakdown(0, "crash", 20.0, [], scheduler=part))
     assert shown["scheduler"] == part
-    assert "scheduler" not in breakdown_for_result({"phases": [], "not_measured": [], "largest": None})
+    assert "scheduler" not in breakdown_for_result(RecoveryBreakdown(0, "crash", 20.0, []))
 
 
 def test_a_host_is_lost_when_slurm_says_it_does_not_respond() -> None:

@@ -21,6 +21,7 @@ import pytest
 from chaos import probe
 from chaos.analysis.load import load_events
 from chaos.analysis.result_json import RESULT_SCHEMA_VERSION, build_result
+from chaos.analysis.result_model import FaultResult, ResultModel
 from chaos.analysis.step_timing import step_timings
 from chaos.events import Ev, Source, required_fields
 from chaos.faults import straggler
@@ -103,7 +104,7 @@ def test_the_rank_starved_of_cpu_is_named_from_its_wait_for_a_cpu() -> None:
     assert ranks[0]["during"]["step_s"] == pytest.approx(0.3) and ranks[0]["after"]["step_s"] == pytest.approx(0.1)
     assert [n["node"] for n in st["nodes"]] == ["node0", "node1", "node2"]
     assert fault["slowdown"] == pytest.approx(3.0, rel=0.05)  # the job's: every rank's step took 3× as long
-    line = slow_node_line(fault)
+    line = slow_node_line(FaultResult.from_dict(fault))
     assert line is not None and line.startswith("node1 rank 1 (the fault's target)") and "0.70 s per second" in line
     rows = step_timing_rows(st)
     assert rows[1][0] == "1 ◀ slow" and rows[1][3] == "0.05 / 0.70 / 0.05" and rows[0][2] == "100.0 / 300.0 / 100.0"
@@ -118,7 +119,8 @@ def test_without_the_probe_s_cpu_figures_the_time_outside_the_collectives_names_
 def test_step_durations_alone_name_no_one_and_say_why() -> None:
     st = timing(history(STARVED, fields=()))["step_timing"]
     assert st["slow_node"] is None and st["signal"] is None and st["why"].startswith("not measured")
-    assert "no slow node named" in (slow_node_line({"id": 0, "kind": "straggler", "step_timing": st}) or "")
+    assert "no slow node named" in (slow_node_line(FaultResult(0, "straggler", "node1", extra={"step_timing": st}))
+                                    or "")
 
 
 def test_no_rank_stands_out_when_all_wait_alike() -> None:
@@ -405,7 +407,7 @@ def test_result_and_report_say_what_became_of_the_cap_on_a_replaced_node() -> No
 
     from types import SimpleNamespace
 
-    rows = replaced_rows(SimpleNamespace(result={"faults": [fault]}))  # type: ignore[arg-type]
+    rows = replaced_rows(SimpleNamespace(result=ResultModel.from_dict({"verdict": "pass", "faults": [fault]})))  # type: ignore[arg-type]
     assert rows[0] == ("straggler #0: node1 replaced", "put on the replacement too, 0.25 s after it started")
     assert rows[1][1] == "ended early: the runtime could not cap it"
 

@@ -13,6 +13,7 @@ import pytest
 
 from chaos.analysis.checkpoints import digests_ok, exactly_once, golden_summary, matches_golden
 from chaos.analysis.result_json import build_result
+from chaos.analysis.verdict import Verdict
 from chaos.events import EndReason, Ev, Source
 from chaos.loading import parse_scenario
 from tests.histories import H
@@ -33,16 +34,16 @@ def test_digests_ok_with_nothing_loaded_is_not_checked() -> None:
     for s in range(1, 5):
         j.step(s)
     v = digests_ok(j.save(4).finish(4))  # the probe reports checkpoint events: loads are visible, none happened
-    assert v["ok"] is None and v["why"] == "not checked: no checkpoint was loaded", v
+    assert v.ok is None and v.why == "not checked: no checkpoint was loaded", v
 
 
 def test_exactly_once_over_no_complete_epoch_is_not_checked() -> None:
     j = Job().start("a").step(1)  # half of epoch 0 (2 steps per epoch): nothing can be said about skips
     v = exactly_once(j.finish(1))
-    assert v["ok"] is None and v["why"].startswith("not checked: no epoch was completed"), v
-    assert "0 complete epoch" not in v["why"]
+    assert v.ok is None and v.why.startswith("not checked: no epoch was completed"), v
+    assert "0 complete epoch" not in v.why
     j = Job().start("a").step(1, ids=[0, 1, 2, 0])  # a sample twice inside that half epoch is still seen: fails
-    assert exactly_once(j.finish(1))["ok"] is False
+    assert exactly_once(j.finish(1)).ok is False
 
 
 def printed(losses: dict[int, float], end: str = EndReason.COMPLETED, nodes: int = 1,
@@ -71,12 +72,12 @@ def printed(losses: dict[int, float], end: str = EndReason.COMPLETED, nodes: int
 def test_a_print_only_run_that_did_not_finish_is_not_diverged() -> None:
     golden = golden_summary(printed({s: 1.0 / s for s in range(1, 301)}))
     v = matches_golden(printed({s: 1.0 / s for s in range(1, 151)}, end=EndReason.HUNG), golden)
-    assert v["ok"] is None and v["mode"] == "not_checked", v
-    assert v["why"] == ("not checked: the run did not finish (it ended hung; 150 of the golden run's 300 steps are "
+    assert v.ok is None and v.get("mode") == "not_checked", v
+    assert v.why == ("not checked: the run did not finish (it ended hung; 150 of the golden run's 300 steps are "
                         "in the surviving lineage)")
     # one that finished with steps missing did diverge
     v = matches_golden(printed({s: 1.0 / s for s in range(1, 151)}), golden)
-    assert v["ok"] is False and "only 150 of the golden run's 300 steps" in v["why"]
+    assert v.ok is False and "only 150 of the golden run's 300 steps" in v.why
 
 
 def not_fired() -> list[dict[str, Any]]:
@@ -175,7 +176,8 @@ def test_the_tolerance_source_is_the_tolerance_used() -> None:
     golden = golden_summary(printed({s: 1.0 / s for s in range(1, 11)}))
     diverged = {s: (1.0 / s) * (1.1 if s > 5 else 1.0) for s in range(1, 11)}  # beyond any noise band
     v = matches_golden(printed(diverged), golden)
-    assert v["mode"] == "diverged" and v["tolerance_rel"] == 1e-3 and v["tolerance_source"] == "band_ceiling", v
+    assert v.get("mode") == "diverged" and v.get("tolerance_rel") == 1e-3, v
+    assert v.get("tolerance_source") == "band_ceiling", v
 
 
 def test_world_sizes_come_from_the_rendezvous_rounds_and_the_plan() -> None:
@@ -189,28 +191,28 @@ def test_world_sizes_come_from_the_rendezvous_rounds_and_the_plan() -> None:
     events.sort(key=lambda e: e["t"])
     assert golden_summary(events)["world_sizes"] == [2, 3]
     v = matches_golden(events, golden_summary(printed(losses, nodes=3)), rtol=None)
-    assert v["world_sizes"] == [2, 3] and v["world_size_changed"] and v["mode"] == "within_tolerance", v
+    assert v.get("world_sizes") == [2, 3] and v.get("world_size_changed") and v.get("mode") == "within_tolerance", v
     # a golden.json from before (no world_size_basis: 1 where a step did not say) is compared by its own rule
     old = {**golden_summary(printed(losses, nodes=2)), "world_sizes": [1]}
     del old["world_size_basis"]
     v = matches_golden(printed(losses, nodes=2), old)
-    assert not v["world_size_changed"] and v["world_sizes"] == [2], v
+    assert not v.get("world_size_changed") and v.get("world_sizes") == [2], v
 
 
 def test_printed_losses_are_equal_at_their_precision_not_bitwise() -> None:
     four = {s: round(1.0 / s, 4) for s in range(1, 11)}  # printed with :.4f
     v = matches_golden(printed(four), golden_summary(printed(four)))
-    assert v["ok"] is True and v["mode"] == "equal_as_printed" and v["printed_decimals"] == 4, v
-    assert "equal at the printed precision (4 decimals)" in v["why"] and "bitwise" not in v["why"].split(";")[0]
+    assert v.ok is True and v.get("mode") == "equal_as_printed" and v.get("printed_decimals") == 4, v
+    assert "equal at the printed precision (4 decimals)" in v.why and "bitwise" not in v.why.split(";")[0]
     whole = {s: 0.6759000619252523 / s for s in range(1, 11)}  # printed whole (a float's repr): bitwise
     v = matches_golden(printed(whole), golden_summary(printed(whole)))
-    assert v["mode"] == "bitwise", v
+    assert v.get("mode") == "bitwise", v
 
 
 def test_an_expected_bitwise_is_not_met_by_equal_as_printed() -> None:
     from chaos.analysis.result_json import evaluate_checkpoint_expectations
 
-    verdicts = {"matches_golden": {"ok": True, "mode": "equal_as_printed"}}
+    verdicts = {"matches_golden": Verdict(True, "", {"mode": "equal_as_printed"})}
     for limit, ok in (("bitwise", False), ("within_noise", True), ("within_tolerance", True)):
         s = parse_scenario("name: s\nworkload: {name: ddp-mlp}\n"
                            f"expect: {{checkpoint: {{matches_golden: {limit}}}}}\n")

@@ -18,10 +18,13 @@ settings that shrink it (``largest``, ``advice``), citing the measured number an
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.analysis.ckpt_source import checkpoint_events
 from chaos.analysis.load import of_kind, of_kinds
+from chaos.analysis.result_model import FaultResult
 from chaos.events import Ev, Source
 from chaos.history import Event
 
@@ -35,29 +38,60 @@ COMPARE_TIMEOUTS = ("chaos compare scenarios/compare/elastic-torchrun-defaults.y
                     "scenarios/compare/elastic-tuned.yaml")
 
 
-def recovery_breakdowns(events: list[Event], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+@dataclass
+class RecoveryBreakdown:
+    """One disruptive fault's ``recovery_s`` split into phases (see the module's docstring)."""
+
+    fault: int  # the fault's id
+    kind: str
+    recovery_s: float | None
+    phases: list[tuple[str, float | None]]  # (phase, or phases joined by " + " where a mark is missing; seconds)
+    not_measured: list[dict[str, str]] = field(default_factory=list)  # {phase, why}: a boundary that is missing
+    largest: dict[str, Any] | None = None  # {phase, seconds, share}
+    advice: str | None = None  # the settings that shrink the largest phase, with the values in force
+    agent_rounds: int | None = None  # rendezvous rounds the agents completed during the recovery
+    scheduler: dict[str, Any] | None = None  # what Slurm did beside the phases (scheduler_part)
+    restarted: bool = True  # False: the job did not restart, so there are no phases (one span to the next step)
+
+    def to_dict(self) -> dict[str, Any]:
+        """report.json's spelling (result.json carries :func:`breakdown_for_result`'s)."""
+        return {"fault": self.fault, "kind": self.kind, "recovery_s": self.recovery_s,
+                **({"agent_rounds": self.agent_rounds} if self.restarted else {}),
+                "phases": self.phases, "not_measured": self.not_measured,
+                "largest": self.largest, "advice": self.advice,
+                **({"scheduler": self.scheduler} if self.scheduler else {})}
+
+
+def as_fault(fault: FaultResult | Mapping[str, Any]) -> FaultResult:
+    """A fault as the typed model, from result.json's entry where that is what the caller has."""
+    return fault if isinstance(fault, FaultResult) else FaultResult.from_dict(fault)
+
+
+def recovery_breakdowns(events: list[Event],
+                        faults: Sequence[FaultResult | Mapping[str, Any]]) -> list[RecoveryBreakdown]:
     """One breakdown per disruptive fault of ``faults`` (result.json's entries)."""
+    typed = [as_fault(f) for f in faults]
     # The job's own marks. The storage layer's checkpoint_loaded is a load's first read, not its end: it only
     # marks where a load began, for a script without the probe (recovery_breakdown keeps it apart).
     marks = of_kinds(events, *_AGENT_EVENTS) + of_kind(events, Ev.PROCESS_STARTED) + [
         e for e in checkpoint_events(events, *_JOB_EVENTS[1:]) if e.get("source") != Source.STORAGE] + [
         e for e in of_kind(events, Ev.CHECKPOINT_LOADED) if e.get("source") == Source.STORAGE]
     settings = _settings(events)
-    out = [recovery_breakdown(marks, f, settings) for f in faults
-           if f.get("disruptive", True) and f.get("injected", True)]
-    by_id = {f["id"]: f for f in faults}
-    starts = sorted(f["t_injected"] for f in faults if f.get("disruptive", True) and f.get("injected", True)
-                    and f.get("t_injected") is not None)
+    out = [recovery_breakdown(marks, f, settings) for f in typed if f.counts_for_recovery]
+    by_id = {f.id: f for f in typed}
+    starts = sorted(f.t_injected for f in typed if f.counts_for_recovery and f.t_injected is not None)
     for b in out:
-        fault = by_id[b["fault"]]
-        until = next((t for t in starts if fault.get("t_injected") is not None and t > fault["t_injected"]), None)
+        fault = by_id[b.fault]
+        t_f = fault.t_injected
+        until = next((t for t in starts if t_f is not None and t > t_f), None)
         part = scheduler_part(events, fault, until)
         if part:
-            b["scheduler"] = part
+            b.scheduler = part
     return out
 
 
-def scheduler_part(events: list[Event], fault: dict[str, Any], until: float | None = None) -> dict[str, Any] | None:
+def scheduler_part(events: list[Event], fault: FaultResult | Mapping[str, Any],
+                   until: float | None = None) -> dict[str, Any] | None:
     """What the scheduler itself did after the fault (the slurm runtime's ``slurm_*`` events), beside the phases:
     it overlaps them rather than splitting them (Slurm may mark a lost host down after the survivors recovered).
 
@@ -71,8 +105,8 @@ def scheduler_part(events: list[Event], fault: dict[str, Any], until: float | No
     ``replacement_srun_after_s``: from the fault until the engine ran the replacement's srun (the restart policy's
     delay, the engine's part); ``replacement_step_s``: from that srun until Slurm listed the step as running (the
     scheduler's part of starting it). None without such Slurm events after the fault."""
-    t_f = fault.get("t_injected")
-    node = fault.get("target")
+    fault = as_fault(fault)
+    t_f, node = fault.t_injected, fault.target
     if t_f is None or node is None:
         return None
     end = until if until is not None else float("inf")
@@ -116,17 +150,18 @@ def _settings(events: list[Event]) -> dict[str, Any]:
     return {}
 
 
-def recovery_breakdown(events: list[Event], fault: dict[str, Any],
-                       settings: dict[str, Any] | None = None) -> dict[str, Any]:
+def recovery_breakdown(events: list[Event], fault: FaultResult,
+                       settings: dict[str, Any] | None = None) -> RecoveryBreakdown:
     """Split one fault's recovery_s at the marks of ``events`` (agent, process and checkpoint events)."""
     settings = settings or {}
-    t_f = fault["t_injected"]
-    out: dict[str, Any] = {"fault": fault["id"], "kind": fault["kind"], "recovery_s": fault["recovery_s"]}
-    if not fault["restarted"] or fault["recovery_s"] is None:
-        out["phases"] = [("no restart: until the next step", fault["recovery_s"])]
-        out["not_measured"], out["largest"], out["advice"] = [], None, None
+    recovery_s = fault.recovery_s
+    out = RecoveryBreakdown(fault.id, fault.kind, recovery_s, [("no restart: until the next step", recovery_s)],
+                            restarted=False)
+    if not fault.restarted or recovery_s is None or fault.t_injected is None:
         return out
-    end = t_f + fault["recovery_s"]
+    out.restarted = True
+    t_f = fault.t_injected
+    end = t_f + recovery_s
 
     def times(*names: Ev, source: str | None = None) -> list[float]:
         """``source`` None: any writer but the storage layer."""
@@ -134,16 +169,16 @@ def recovery_breakdown(events: list[Event], fault: dict[str, Any],
                       and (e.get("source") != Source.STORAGE if source is None else e.get("source") == source))
 
     agent = times(*_AGENT_EVENTS)
-    out["agent_rounds"] = _rounds(events, t_f, end)
+    out.agent_rounds = _rounds(events, t_f, end)
     if not agent:
-        out["phases"] = _legacy_phases(times, t_f, end, settings.get("mode"))
+        out.phases = _legacy_phases(times, t_f, end, settings.get("mode"))
         second = RESTART if settings.get("mode") == "centralized" else RENDEZVOUS
-        out["not_measured"] = [{"phase": f"{DETECTION}, {second}", "why": _no_agent_why(settings, events)}]
+        out.not_measured = [{"phase": f"{DETECTION}, {second}", "why": _no_agent_why(settings, events)}]
         if not times(Ev.PROCESS_STARTED, source=Source.WORKLOAD):
-            out["not_measured"].append({"phase": "worker start", "why": "the script reports no process_started "
-                                        "(no probe): its workers' start is not marked"})
-        out["largest"] = _largest(out["phases"], fault["recovery_s"])
-        out["advice"] = _advice(out["largest"], settings, out["agent_rounds"]) if out["largest"] else None
+            out.not_measured.append({"phase": "worker start", "why": "the script reports no process_started "
+                                     "(no probe): its workers' start is not marked"})
+        out.largest = _largest(out.phases, recovery_s)
+        out.advice = _advice(out.largest, settings, out.agent_rounds) if out.largest else None
         return out
 
     # Each boundary: (phase it ends, its time or None, why it is missing).
@@ -185,17 +220,17 @@ def recovery_breakdown(events: list[Event], fault: dict[str, Any],
         phases.append((" + ".join(pending), mark - t))
         pending, t = [], mark
     phases.append((" + ".join([*pending, FIRST_STEP]), end - t))
-    out["phases"], out["not_measured"] = phases, not_measured
-    out["largest"] = _largest(phases, fault["recovery_s"])
-    out["advice"] = _advice(out["largest"], settings, out["agent_rounds"]) if out["largest"] else None
+    out.phases, out.not_measured = phases, not_measured
+    out.largest = _largest(phases, recovery_s)
+    out.advice = _advice(out.largest, settings, out.agent_rounds) if out.largest else None
     return out
 
 
-def breakdown_for_result(b: dict[str, Any]) -> dict[str, Any]:
+def breakdown_for_result(b: RecoveryBreakdown) -> dict[str, Any]:
     """A breakdown as result.json carries it: phases as objects, the advice left to the reports."""
-    return {"phases": [{"phase": name, "seconds": s} for name, s in b["phases"]],
-            "not_measured": b["not_measured"], "largest": b["largest"], "agent_rounds": b.get("agent_rounds"),
-            **({"scheduler": b["scheduler"]} if b.get("scheduler") else {})}
+    return {"phases": [{"phase": name, "seconds": s} for name, s in b.phases],
+            "not_measured": b.not_measured, "largest": b.largest, "agent_rounds": b.agent_rounds,
+            **({"scheduler": b.scheduler} if b.scheduler else {})}
 
 
 def _legacy_phases(times: Any, t_f: float, end: float, mode: str | None) -> list[tuple[str, float | None]]:

@@ -21,6 +21,7 @@ from array import array
 from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from itertools import groupby
 from typing import Any, NamedTuple
@@ -43,6 +44,7 @@ from chaos.analysis.noise import (
 )
 from chaos.analysis.rounds import intended_step, restart_checks, step_continuity
 from chaos.analysis.steps import MISSING, StepTable
+from chaos.analysis.verdict import Compose, Verdict
 from chaos.events import EndReason, Ev, Source
 from chaos.history import Event
 
@@ -61,8 +63,8 @@ def worker_steps(events: list[Event]) -> StepTable:
     return memo(events, "workload:steps", compute)
 
 
-def _verdict(ok: bool | None, why: str, **details: Any) -> dict[str, Any]:
-    return {"ok": ok, "why": why, **details}
+def _verdict(ok: bool | None, why: str, **details: Any) -> Verdict:
+    return Verdict(ok, why, details)
 
 
 # ------------------------------------------------------------------------------------------ availability
@@ -140,7 +142,7 @@ def _load_problem(events: list[Event], load: dict[str, Any]) -> tuple[str | None
     return recorded, None
 
 
-def digests_ok(events: list[Event]) -> dict[str, Any]:
+def digests_ok(events: list[Event]) -> Verdict:
     visible, how = loads_visible(events)
     if not visible:
         return _verdict(None, f"not checked: {how}", loads=[])
@@ -179,7 +181,7 @@ def _restarts(events: list[Event]) -> list[dict[str, Any]]:
     return [{"incarnation": k, "t": t, "load": loads.get(k)} for k, t in ordered[1:]]
 
 
-def resumed_from_newest_valid(events: list[Event]) -> dict[str, Any]:
+def resumed_from_newest_valid(events: list[Event]) -> Verdict:
     if checkpoint_source(events) != Source.WORKLOAD and not any(worker_steps(events).values("incarnation")):
         return _resumed_print_only(events)
     if not any(worker_steps(events).values("incarnation")):
@@ -211,7 +213,7 @@ def resumed_from_newest_valid(events: list[Event]) -> dict[str, Any]:
                     restarts=checked)
 
 
-def _resumed_print_only(events: list[Event]) -> dict[str, Any]:
+def _resumed_print_only(events: list[Event]) -> Verdict:
     """A job without the probe's incarnations: its rounds (inferred restarts) and the storage layer's loads."""
     visible, how = loads_visible(events)
     if not visible:
@@ -355,7 +357,7 @@ def _each_rank_advances(rows: Sequence[int], step_no: Sequence[Any], ranks: Sequ
     return True
 
 
-def exactly_once(events: list[Event]) -> dict[str, Any]:
+def exactly_once(events: list[Event]) -> Verdict:
     chain, problem = lineage(events)
     if not chain:
         return _verdict(None, f"not checked: {problem}")
@@ -493,7 +495,7 @@ PROBE_CALL = ("one probe call per step, chaos.probe.step_completed(step, sample_
               "dataset_size=...), would check every sample")
 
 
-def _steps_once(events: list[Event]) -> dict[str, Any]:
+def _steps_once(events: list[Event]) -> Verdict:
     """Without sample ids: the step-level half of the question for a job judged from the storage layer (was a
     step trained twice or skipped at a restart?). A failure is proven; a pass is not claimed for the samples."""
     if any(worker_steps(events).values("incarnation")) or checkpoint_source(events) == Source.WORKLOAD:
@@ -657,7 +659,7 @@ def control_request(events: list[Event], golden: dict[str, Any] | None, rtol: fl
 
 
 def matches_golden(events: list[Event], golden: dict[str, Any] | None, rtol: float | None = None,
-                   control: dict[str, Any] | None = None) -> dict[str, Any]:
+                   control: dict[str, Any] | None = None) -> Verdict:
     """The run's losses (and final state) against the fault-free run's: ``bitwise``; ``within_noise`` of a clean
     resume measured by the control run (same world size, no pinned ``rtol``); ``within_tolerance`` of ``rtol``
     (pinned by the user, or CHANGED_WORLD_RTOL when the world size changed); else ``diverged``. See
@@ -752,7 +754,7 @@ def printed_precision(*series: Iterable[float]) -> int | None:
 
 
 def _equal_losses(as_printed: str | None, precision: int | None, details: dict[str, Any],
-                  printed: bool) -> dict[str, Any]:
+                  printed: bool) -> Verdict:
     """Every loss equal to the fault-free run's and no state digest to compare: ``bitwise`` when the losses are
     whole floats (the probe's, or printed whole), else equal only as far as the job printed them."""
     if as_printed is None:
@@ -765,7 +767,7 @@ def _equal_losses(as_printed: str | None, precision: int | None, details: dict[s
 
 
 def _against_noise(events: list[Event], cmp: LossComparison, control: dict[str, Any] | None,
-                   golden_losses: dict[int, float], details: dict[str, Any]) -> dict[str, Any]:
+                   golden_losses: dict[int, float], details: dict[str, Any]) -> Verdict:
     """Same world size, no pinned tolerance, losses not bitwise equal: judge them against the measured noise."""
     first_diff = cmp.first_above(0.0)
     assert first_diff is not None
@@ -800,7 +802,7 @@ def _against_noise(events: list[Event], cmp: LossComparison, control: dict[str, 
 
 
 def _noise_verdict(cmp: LossComparison, control: dict[str, Any], golden_losses: dict[int, float],
-                   details: dict[str, Any]) -> dict[str, Any]:
+                   details: dict[str, Any]) -> Verdict:
     """The faulted run's divergence against the band its control run's measured floor sets."""
     floor = compare_losses(int_losses(control["losses"]), golden_losses).max_rel
     tol = band(floor)
@@ -822,11 +824,64 @@ def _noise_verdict(cmp: LossComparison, control: dict[str, Any], golden_losses: 
                     mode="diverged", first_divergent_step=first_bad, **details)
 
 
+# ------------------------------------------------------------------------------------------ the checkers
+
+class DigestsOk:
+    """Every checkpoint the job loaded was one whose save finished, with the digest recorded at save time."""
+
+    def check(self, history: list[Event]) -> Verdict:
+        return digests_ok(history)
+
+
+class ResumedFromNewestValid:
+    """At each restart the job loaded the newest checkpoint complete and intact at that moment."""
+
+    def check(self, history: list[Event]) -> Verdict:
+        return resumed_from_newest_valid(history)
+
+
+class ExactlyOnce:
+    """In the surviving lineage every sample of a complete epoch was consumed exactly once."""
+
+    def check(self, history: list[Event]) -> Verdict:
+        return exactly_once(history)
+
+
+@dataclass(frozen=True)
+class MatchesGolden:
+    """The run's losses and final state against the fault-free run's summary (``golden``; None = none to compare
+    with, ``no_golden_why`` says why when the scenario asked for one), with the control run's when one measured
+    the noise of a clean resume. ``no_steps_why`` is set when the job recorded no step at all (a print-only job
+    whose progress_regex matched nothing): there is then nothing to compare, said as such."""
+
+    golden: dict[str, Any] | None
+    rtol: float | None = None
+    control: dict[str, Any] | None = None
+    no_golden_why: str | None = None
+    no_steps_why: str | None = None
+
+    def check(self, history: list[Event]) -> Verdict:
+        if self.golden is None and self.no_golden_why is not None:
+            verdict = Verdict.not_checked(self.no_golden_why, mode="not_checked")
+        else:
+            verdict = matches_golden(history, self.golden, self.rtol, self.control)
+        if self.no_steps_why is not None and verdict.get("mode") == "not_checked":
+            return Verdict(None, f"not checked: {self.no_steps_why}", verdict.details)
+        return verdict
+
+
+def checkpoint_checkers(golden: dict[str, Any] | None, rtol: float | None, control: dict[str, Any] | None = None,
+                        no_golden_why: str | None = None, no_steps_why: str | None = None) -> Compose:
+    """The four checkpoint checks result.json's ``checkpoint`` holds, in its order."""
+    return Compose({
+        "digests_ok": DigestsOk(),
+        "resumed_from_newest_valid": ResumedFromNewestValid(),
+        "matches_golden": MatchesGolden(golden, rtol, control, no_golden_why, no_steps_why),
+        "exactly_once": ExactlyOnce(),
+    })
+
+
 def checkpoint_verdicts(events: list[Event], golden: dict[str, Any] | None, rtol: float | None,
-                        control: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "digests_ok": digests_ok(events),
-        "resumed_from_newest_valid": resumed_from_newest_valid(events),
-        "matches_golden": matches_golden(events, golden, rtol, control),
-        "exactly_once": exactly_once(events),
-    }
+                        control: dict[str, Any] | None = None) -> dict[str, Verdict]:
+    """Each checkpoint verdict of a run (see :func:`checkpoint_checkers`)."""
+    return checkpoint_checkers(golden, rtol, control).check_each(events)

@@ -36,6 +36,7 @@ from chaos.analysis.interval import daly, young
 from chaos.spec import parse_duration
 
 if TYPE_CHECKING:
+    from chaos.analysis.result_model import FaultResult
     from chaos.analysis.run import RunAnalysis
 
 HOUR = 3600.0
@@ -151,6 +152,16 @@ def failure_model(nodes: int, mtbf_node: str | None = None, preset: str | None =
 
 
 @dataclass(frozen=True)
+class LostWork:
+    """What one restarted fault of the run lost: the steps trained again and their time, and where it resumed."""
+
+    fault: int
+    lost_steps: int | None
+    lost_work_s: float | None
+    resumed_from: int | None
+
+
+@dataclass(frozen=True)
 class Measured:
     """The run's figures the projection rests on, each with where it came from."""
 
@@ -163,7 +174,7 @@ class Measured:
     step_s: float | None  # median step time of the run
     interval_s: float | None  # the job's checkpoint interval (seconds of training between saves), if known
     interval_source: str
-    lost: tuple[dict[str, Any], ...] = ()  # per restarted fault: lost_steps, lost_work_s, checkpoint_every
+    lost: tuple[LostWork, ...] = ()  # per restarted fault
     lost_check: str = ""  # whether the run's losses match "resume from the newest checkpoint"
 
 
@@ -172,15 +183,15 @@ def measured_inputs(analysis: RunAnalysis, checkpoint_cost: str | None = None, r
     """Read R, C, step time and the current interval from a run's analysis; options override (and say so)."""
     from chaos.scenario import ShippedWorkload
 
-    result = analysis.result
-    restarted = [f for f in result["faults"] if f.get("restarted") and f.get("recovery_s") is not None]
+    result = analysis.model
+    restarted = [f for f in result.faults if f.restarted and f.recovery_s is not None]
     if recovery is not None:
         r = parse_duration_s(recovery, "--recovery")
         r_source = f"given (--recovery {recovery})"
         if restarted:
             r_source += f"; measured: {_seconds(restarted)}"
     elif restarted:
-        r = max(f["recovery_s"] for f in restarted)
+        r = max(f.recovery_s for f in restarted if f.recovery_s is not None)
         r_source = (f"measured: the longest recovery_s of {len(restarted)} restart(s) in this run "
                     f"({_seconds(restarted)})")
     else:
@@ -201,20 +212,19 @@ def measured_inputs(analysis: RunAnalysis, checkpoint_cost: str | None = None, r
         raise ProjectionError(f"{analysis.run_dir}: checkpoint cost not measured (no checkpoint_save_started/"
                               "finished pair in the history); give --checkpoint-cost DURATION")
 
-    step = result.get("median_step_s")
+    step = result.median_step_s
     every = None
     if isinstance(analysis.scenario.workload, ShippedWorkload):
         every = int(analysis.scenario.workload.args.get("checkpoint_every", 25))
     interval, i_source = _interval(checkpoint_interval, every, step)
-    lost = tuple({"fault": f["id"], "lost_steps": f.get("lost_steps"), "lost_work_s": f.get("lost_work_s"),
-                  "resumed_from": f.get("resumed_from")} for f in restarted)
+    lost = tuple(LostWork(f.id, f.lost_steps, f.lost_work_s, f.resumed_from) for f in restarted)
     return Measured(run_dir=str(analysis.run_dir), run_nodes=analysis.scenario.cluster.nodes, recovery_s=r,
                     recovery_source=r_source, checkpoint_cost_s=c, checkpoint_cost_source=c_source, step_s=step,
                     interval_s=interval, interval_source=i_source, lost=lost, lost_check=_lost_check(lost, every))
 
 
-def _seconds(faults: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{f['recovery_s']:.2f} s" for f in faults)
+def _seconds(faults: list[FaultResult]) -> str:
+    return ", ".join(f"{f.recovery_s:.2f} s" for f in faults if f.recovery_s is not None)
 
 
 def _interval(option: str | None, every: int | None, step: float | None) -> tuple[float | None, str]:
@@ -235,11 +245,11 @@ def _interval(option: str | None, every: int | None, step: float | None) -> tupl
     return None, "not known (the workload is not a shipped one): give --checkpoint-interval to project it"
 
 
-def _lost_check(lost: tuple[dict[str, Any], ...], every: int | None) -> str:
+def _lost_check(lost: tuple[LostWork, ...], every: int | None) -> str:
     """The model resumes from the newest checkpoint: at most one interval lost per failure. Did the run?"""
     if not lost or every is None:
         return "not checked: " + ("no restart measured" if not lost else "checkpoint interval in steps not known")
-    worst = max((f["lost_steps"] or 0) for f in lost)
+    worst = max((f.lost_steps or 0) for f in lost)
     if worst <= every:
         return (f"lost at most {worst} step(s) per restart ≤ checkpoint_every {every}: consistent with resuming "
                 "from the newest checkpoint, as the model assumes")

@@ -1,11 +1,9 @@
 """``result.json``: a run's metrics, expectations and verdict, built from its analysed history and written.
 
-``result.json`` is the public contract CI users parse; ``RESULT_SCHEMA_VERSION`` changes whenever a field's
-meaning does (4: each fault says whether it is ``disruptive``, as its kind declared it; 7: each disruptive
-fault's ``recovery_breakdown``; 8: ``resources``, the cores each node was pinned to, a hang's ``hang`` outcome;
-9: a lasting fault's ``node_replaced``, whether it was put on its node's replacement; 12: not checked where
-the evidence is empty, ``equal_as_printed``, ``goodput_why``). Reads the run directory
-and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()`` returns.)
+``result.json`` is the public contract CI users parse; this module is its one serializer, and
+``chaos.analysis.result_model`` its one loader (with ``RESULT_SCHEMA_VERSION`` and what each version changed).
+Reads the run directory and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()``
+returns.)
 """
 
 from __future__ import annotations
@@ -16,13 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from chaos.analysis.breakdown import breakdown_for_result, recovery_breakdowns
 from chaos.analysis.channel import channel_summary
-from chaos.analysis.checkpoints import checkpoint_verdicts, restart_loop_cause
+from chaos.analysis.checkpoints import checkpoint_checkers, restart_loop_cause
 from chaos.analysis.hangs import add_hangs, done_but_not_exited, failed_after_last_step, hung_cause
 from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
 from chaos.analysis.planned import missing_promises, never_acted, not_injected
 from chaos.analysis.progress_lines import unmatched_progress
+from chaos.analysis.result_model import RESULT_SCHEMA_VERSION
 from chaos.analysis.step_timing import step_timings
+from chaos.analysis.verdict import Compose, RequiresFaultsFired, Verdict
 from chaos.events import EndReason, Ev
 from chaos.history import Event
 from chaos.paths import write_output
@@ -31,7 +31,6 @@ from chaos.scenario import Bound, CommandWorkload, Scenario
 if TYPE_CHECKING:
     from chaos.analysis.run import RunAnalysis
 
-RESULT_SCHEMA_VERSION = 12
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
@@ -77,7 +76,7 @@ def evaluate_expectations(scenario: Scenario, summary: dict[str, Any],
     return out
 
 
-def evaluate_checkpoint_expectations(scenario: Scenario, verdicts: dict[str, Any]) -> list[dict[str, Any]]:
+def evaluate_checkpoint_expectations(scenario: Scenario, verdicts: dict[str, Verdict]) -> list[dict[str, Any]]:
     """Expected checkpoint verdicts; a verdict that failed counts against the run even when not expected."""
     wanted = scenario.expect.checkpoint
     out = []
@@ -90,8 +89,8 @@ def evaluate_checkpoint_expectations(scenario: Scenario, verdicts: dict[str, Any
             ok = v.get("mode") in accepted
             out.append({"name": f"checkpoint.{name}", "limit": limit, "value": v.get("mode"), "ok": ok})
         elif limit is not None:
-            out.append({"name": f"checkpoint.{name}", "limit": limit, "value": v["ok"], "ok": v["ok"] is limit})
-        elif v["ok"] is False:
+            out.append({"name": f"checkpoint.{name}", "limit": limit, "value": v.ok, "ok": v.ok is limit})
+        elif v.ok is False:
             out.append({"name": f"checkpoint.{name}", "limit": True, "value": False, "ok": False, "implicit": True})
     return out
 
@@ -160,27 +159,18 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         "restarts": worker_restarts(events),
         "faults_injected": sum(1 for f in faults if f.get("injected")),
     }
-    checkpoint = checkpoint_verdicts(events, golden, scenario.checks.loss_rtol, control)
-    if not_fired:
-        unproven(checkpoint, not_fired)
-    if golden is None and scenario.checks.golden:  # asked for, but no summary: never "checks.golden is off"
-        from chaos.golden import no_golden_why  # the engine's rule for when it makes none (golden imports analysis)
-
-        why = no_golden_why(scenario)
-        if not why and (run_dir / "golden.json").exists():  # there, but not a readable summary (a damaged copy)
-            why = ("golden.json in the run directory is damaged (not the summary of a fault-free run), so there is "
-                   "nothing to compare with")
-        checkpoint["matches_golden"]["why"] = f"not checked: {why}" if why else (
-            "not checked: the golden run did not finish (interrupted or failed before its summary was written)")
-    expectations = evaluate_expectations(scenario, summary, faults)
-    expectations += evaluate_checkpoint_expectations(scenario, checkpoint)
     reason = end.get("reason", EndReason.ERROR)
     # a print-only job whose progress_regex matched nothing it printed: said as such, whatever else happened
     # (not a job that never started: its failure is the finding)
     unmatched = unmatched_progress(run_dir, scenario.workload.progress_regex, events) if isinstance(
         scenario.workload, CommandWorkload) and reason != EndReason.FAILED_TO_START else None
-    if unmatched and completed and checkpoint["matches_golden"].get("mode") == "not_checked":
-        checkpoint["matches_golden"]["why"] = "not checked: the run recorded no step to compare (see why)"
+    checkers = checkpoint_checkers(
+        golden, scenario.checks.loss_rtol, control, no_golden_why=_no_golden_why(run_dir, scenario, golden),
+        no_steps_why="the run recorded no step to compare (see why)" if unmatched and completed else None)
+    checkpoint = Compose({name: RequiresFaultsFired(checker, not_fired)
+                          for name, checker in checkers.checkers.items()}).check_each(events)
+    expectations = evaluate_expectations(scenario, summary, faults)
+    expectations += evaluate_checkpoint_expectations(scenario, checkpoint)
     if reason in _END_VERDICTS:
         verdict, why = _END_VERDICTS[reason], end.get("why", reason)
         cause = restart_loop_cause(events) if reason in (EndReason.RESTART_LOOP, EndReason.HUNG) else None
@@ -214,7 +204,7 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     t0 = started.get("t")
     for f in faults:
         f["t_injected_rel_s"] = f["t_injected"] - t0 if t0 and f["t_injected"] is not None else None
-    breakdowns = {b["fault"]: b for b in recovery_breakdowns(events, faults)}
+    breakdowns = {b.fault: b for b in recovery_breakdowns(events, faults)}
     for f in faults:
         if f["id"] in breakdowns:  # injected and disruptive: its recovery split into phases
             f["recovery_breakdown"] = breakdown_for_result(breakdowns[f["id"]])
@@ -239,7 +229,7 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         "restarts": summary["restarts"],
         "restarts_after_completion": restarts_after_completion(events),
         "node_replacements": sum(1 for e in of_kind(events, Ev.NODE_STARTED) if e.get("replacement")),
-        "checkpoint": checkpoint,
+        "checkpoint": {name: v.to_dict() for name, v in checkpoint.items()},
         "golden_run": golden.get("run_dir") if golden else None,
         "control_run": control.get("run_dir") if control else None,
         "environment": started.get("environment", {}),
@@ -248,6 +238,20 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         # what the history channel measured (clock skew) and carried; absent for a history written without it
         **({"channel": ch} if (ch := channel_summary(events)) is not None else {}),
     }
+
+
+def _no_golden_why(run_dir: Path, scenario: Scenario, golden: dict[str, Any] | None) -> str | None:
+    """Why there is no golden summary to compare with although the scenario asked for one (None when there is one,
+    or none was asked for: the checker then says checks.golden is off)."""
+    if golden is not None or not scenario.checks.golden:
+        return None
+    from chaos.golden import no_golden_why  # the engine's rule for when it makes none (golden imports analysis)
+
+    why = no_golden_why(scenario)
+    if not why and (run_dir / "golden.json").exists():  # there, but not a readable summary (a damaged copy)
+        why = ("golden.json in the run directory is damaged (not the summary of a fault-free run), so there is "
+               "nothing to compare with")
+    return why or "the golden run did not finish (interrupted or failed before its summary was written)"
 
 
 def planned_steps(scenario: Scenario, golden: dict[str, Any] | None) -> int | None:
@@ -269,18 +273,6 @@ def _not_fired_why(missing: list[dict[str, Any]]) -> str:
     said = ", ".join(f"#{f['id']} {f['kind']}" + (f" on {f['target']}" if f.get("target") not in (None, "None")
                                                    else "") + f": {f['outcome']}" for f in missing)
     return f"the planned fault{'s' if len(missing) > 1 else ''} never fired ({said})"
-
-
-def unproven(checkpoint: dict[str, Any], not_fired: str) -> None:
-    """Each checkpoint verdict that would say ok becomes not checked: it saw a run without the fault it exists to
-    test, which proves nothing about surviving it. A failed verdict stays failed (what it saw is wrong whatever
-    fired), and what it saw stays in ``seen``."""
-    for verdict in checkpoint.values():
-        if verdict.get("ok") is True:
-            verdict["seen"] = verdict["why"]
-            verdict.update(ok=None, why=f"not checked: {not_fired}")
-            if "mode" in verdict:
-                verdict["mode"] = "not_checked"
 
 
 def _plain_why(missing: list[dict[str, Any]]) -> str:

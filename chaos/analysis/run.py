@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.analysis.breakdown import recovery_breakdowns
+from chaos.analysis.breakdown import RecoveryBreakdown, recovery_breakdowns
 from chaos.analysis.interval import interval_advice, save_cost_s
 from chaos.analysis.load import History, first_t, load_events, of_kind
 from chaos.analysis.replacements import replacement_causes
 from chaos.analysis.result_json import build_result
+from chaos.analysis.result_model import ResultModel
 from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
-from chaos.analysis.throughput import final_loss, throughput, time_to_result
+from chaos.analysis.throughput import Throughput, final_loss, throughput, time_to_result
 from chaos.events import Ev
 from chaos.paths import read_small
 from chaos.scenario import Scenario, ShippedWorkload
@@ -31,11 +32,12 @@ class RunAnalysis:
 
     run_dir: Path
     scenario: Scenario
-    result: dict[str, Any]  # result.json's content
+    result: dict[str, Any]  # result.json's content, as written (readers use ``model``)
+    model: ResultModel  # the same, typed (chaos.analysis.result_model)
     golden: dict[str, Any] | None  # golden.json (the fault-free run's summary), if any
     t0: float  # time of the first event: the plots' origin
-    breakdowns: list[dict[str, Any]] = field(default_factory=list)  # per disruptive fault
-    throughput: dict[str, Any] = field(default_factory=dict)  # see chaos.analysis.throughput
+    breakdowns: list[RecoveryBreakdown] = field(default_factory=list)  # per disruptive fault
+    throughput: Throughput = field(default_factory=Throughput)  # see chaos.analysis.throughput
     save_cost_s: float | None = None  # median checkpoint save
     progress: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # node → (s since t0, step)
     worker_starts: list[float] = field(default_factory=list)  # s since t0 of each rank-0 worker start
@@ -50,9 +52,9 @@ class RunAnalysis:
         every = None
         if isinstance(self.scenario.workload, ShippedWorkload):
             every = int(self.scenario.workload.args.get("checkpoint_every", 25))
-        recoveries = [f["recovery_s"] for f in self.result["faults"] if f.get("recovery_s") is not None]
+        recoveries = [f.recovery_s for f in self.model.faults if f.recovery_s is not None]
         return interval_advice(self.save_cost_s, mtbf_s or self.scenario.checks.mtbf_s, every,
-                               self.result["median_step_s"], max(recoveries) if recoveries else None)
+                               self.model.median_step_s, max(recoveries) if recoveries else None)
 
 
 def history_health(events: History) -> dict[str, Any]:
@@ -96,11 +98,12 @@ def analyze_run(run_dir: str | Path) -> RunAnalysis:
     events = load_events(run_dir / "events.jsonl")
     result = build_result(run_dir, scenario, events, golden, control)
     result["history"] = history_health(events)
+    model = ResultModel.from_dict(result)
     t0 = first_t(events)
     return RunAnalysis(
-        run_dir=run_dir, scenario=scenario, result=result, golden=golden, t0=t0,
-        breakdowns=recovery_breakdowns(events, result["faults"]),
-        throughput=throughput(events, result, scenario.cluster.nodes),
+        run_dir=run_dir, scenario=scenario, result=result, model=model, golden=golden, t0=t0,
+        breakdowns=recovery_breakdowns(events, model.faults),
+        throughput=throughput(events, model, scenario.cluster.nodes),
         save_cost_s=save_cost_s(events),
         progress=progress_by_node(events, t0),
         worker_starts=worker_round_starts(events, t0),

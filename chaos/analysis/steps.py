@@ -19,7 +19,7 @@ from itertools import accumulate, chain, islice
 from operator import itemgetter, le
 from typing import Any
 
-Event = dict[str, Any]
+from chaos.history import Event
 
 
 class _Missing:

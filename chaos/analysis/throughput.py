@@ -3,17 +3,34 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 from chaos.analysis.load import of_kind, step_table
 from chaos.analysis.metrics import first_disruptive_fault_t, step_intervals
+from chaos.analysis.result_model import ResultModel
 from chaos.events import Ev
 from chaos.history import Event
 
 
-def throughput(events: list[Event], result: dict[str, Any], nodes: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Throughput:
+    """Fault-free pace, start-up time, the first disruptive fault's cost and the cost per useful step (None: not
+    measured)."""
+
+    steps_per_s: float | None = None
+    samples_per_s: float | None = None
+    comm_share: float | None = None  # median communication share of a rank-0 step
+    time_to_first_step_s: float | None = None
+    recovery_s: float | None = None  # the first disruptive fault's
+    lost_work_s: float | None = None
+    lost_steps: int | None = None
+    node_seconds_per_step: float | None = None
+
+
+def throughput(events: list[Event], result: ResultModel, nodes: int) -> Throughput:
     """Fault-free pace (steps/s, samples/s, communication share), start-up time, the first disruptive fault's
-    cost, and node-seconds per useful step. ``result`` is the run's result.json content (median step, faults)."""
+    cost, and node-seconds per useful step. ``result`` is the run's result (median step, faults)."""
     before = first_disruptive_fault_t(events)
     samples_per_step: dict[tuple[Any, int], int] = {}
     shares: list[float] = []
@@ -30,22 +47,22 @@ def throughput(events: list[Event], result: dict[str, Any], nodes: int) -> dict[
         samples_per_step[key] = samples_per_step.get(key, 0) + int(samples or 0)
         if rank == 0 and comm is not None and duration:
             shares.append(comm / duration)
-    median = result["median_step_s"]
-    disruptive = [f for f in result["faults"] if f.get("disruptive", True) and f.get("injected", True)]
-    first = disruptive[0] if disruptive else {}
-    duration = result["duration_s"]
-    useful = result["steps_completed"]
-    return {
-        "steps_per_s": (1 / median) if median else None,
-        "samples_per_s": (statistics.median(samples_per_step.values()) / median)
+    median = result.median_step_s
+    disruptive = result.disruptive_faults
+    first = disruptive[0] if disruptive else None
+    duration = result.duration_s
+    useful = result.steps_completed
+    return Throughput(
+        steps_per_s=(1 / median) if median else None,
+        samples_per_s=(statistics.median(samples_per_step.values()) / median)
         if median and samples_per_step else None,
-        "comm_share": statistics.median(shares) if shares else None,
-        "time_to_first_step_s": (first_step - started) if first_step is not None and started is not None else None,
-        "recovery_s": first.get("recovery_s"),
-        "lost_work_s": first.get("lost_work_s"),
-        "lost_steps": first.get("lost_steps"),
-        "node_seconds_per_step": (nodes * duration / useful) if duration and useful else None,
-    }
+        comm_share=statistics.median(shares) if shares else None,
+        time_to_first_step_s=(first_step - started) if first_step is not None and started is not None else None,
+        recovery_s=first.recovery_s if first else None,
+        lost_work_s=first.lost_work_s if first else None,
+        lost_steps=first.lost_steps if first else None,
+        node_seconds_per_step=(nodes * duration / useful) if duration and useful else None,
+    )
 
 
 def time_to_result(events: list[Event]) -> float | None:

@@ -8,7 +8,6 @@ must be decided live; every figure in the result is computed afterwards from the
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
@@ -17,6 +16,7 @@ import os
 import platform
 import re
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -285,7 +285,7 @@ class Engine:
                 end = End(EndReason.ERROR, str(exc))
                 self.note(end.why)
             except Exception as exc:  # an engine bug must still end in teardown and a result
-                end = End(EndReason.ERROR, f"engine error: {type(exc).__name__}: {exc}")
+                end = End(EndReason.ERROR, f"engine error: {type(exc).__name__}: {exc}", traceback.format_exc())
                 self.note(end.why)
             finally:
                 self._finish(parts, end)
@@ -385,25 +385,38 @@ class Engine:
         return end
 
     def _finish(self, parts: RunParts, end: End) -> None:
+        """Teardown, each step on its own: one that raises (a runtime's teardown, a storage layer that will not
+        unmount) is noted and recorded in the history, and the steps after it still run, so that storage,
+        heartbeat, channel and history are always closed and the run always gets its result."""
+        failed: list[dict[str, str]] = []
+
+        def step(name: str, action: Callable[[], Any], quiet: bool = False) -> Any:
+            try:
+                return action()
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                if not quiet:
+                    failed.append({"step": name, "why": why, "traceback": traceback.format_exc()})
+                    self.note(f"teardown: {name} failed ({why})")
+                return None
+
         # Further interrupts are ignored while cleaning: a second Ctrl-C must not leave faults or processes behind.
         with signals_ignored():
-            with contextlib.suppress(Exception):
-                parts.progress.drain(final=True)  # bounded: stop signals are ignored from here on
-            with contextlib.suppress(Exception):
-                parts.faults.abandon_pending()
-            parts.history.write(Ev.RUN_ENDED, reason=end.reason.value, why=end.why, max_step=parts.progress.max_step)
-            parts.faults.heal_all()
-            cleaned = parts.runtime.teardown()
-            with contextlib.suppress(Exception):
-                parts.record_runtime()  # what teardown saw (the allocation released)
-            try:
-                parts.storage.stop()  # after the nodes are gone: nothing holds a file open on the mount
-            except Exception as exc:
-                self.note(f"storage layer: {type(exc).__name__}: {exc} (`chaos cleanup` unmounts it)")
-            parts.heartbeat.stop()
-            parts.close_channel()  # the nodes are gone: what they sent is in, or in their spools
-            parts.history.write(Ev.TEARDOWN, killed=len(cleaned))
-            parts.history.close()
+            step("drain", lambda: parts.progress.drain(final=True), quiet=True)  # bounded: stop signals are ignored
+            step("abandon pending faults", parts.faults.abandon_pending, quiet=True)
+            step("record run_ended", lambda: parts.history.write(
+                Ev.RUN_ENDED, reason=end.reason.value, why=end.why, max_step=parts.progress.max_step,
+                **({"traceback": end.traceback} if end.traceback else {})))
+            step("heal faults", parts.faults.heal_all)
+            cleaned = step("runtime teardown", parts.runtime.teardown) or []
+            step("record runtime", parts.record_runtime, quiet=True)  # what teardown saw (the allocation released)
+            # after the nodes are gone: nothing holds a file open on the mount (`chaos cleanup` unmounts one left)
+            step("storage layer stop (`chaos cleanup` unmounts it)", parts.storage.stop)
+            step("heartbeat", parts.heartbeat.stop)
+            step("close channel", parts.close_channel)  # the nodes are gone: what they sent is in, or in their spools
+            step("record teardown", lambda: parts.history.write(
+                Ev.TEARDOWN, killed=len(cleaned), **({"failed": failed} if failed else {})))
+            step("close history", parts.history.close)
             self._enter(Phase.FINISHED)
             self._update(parts)
 

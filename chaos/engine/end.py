@@ -18,6 +18,8 @@ FINISH_GRACE_S = 30.0
 class End:
     reason: EndReason
     why: str
+    # the engine's own failure (an engine bug): its traceback, kept in the history for whoever debugs it
+    traceback: str | None = None
 
 
 class EndDetector:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,7 +158,8 @@ class FaultScheduler:
             raise  # Ctrl-C / SIGTERM while injecting: stop the run (a network fault undid its own half)
         except Exception as exc:  # recorded, never hidden: the fault did not happen
             f.move_to(FaultStatus.FAILED)
-            self._history.write(Ev.FAULT_FAILED, **base, why=f"{type(exc).__name__}: {exc}")
+            self._history.write(Ev.FAULT_FAILED, **base, why=f"{type(exc).__name__}: {exc}",
+                                traceback=traceback.format_exc())
             self._note(f"{f.spec.kind} failed: {exc}")
             return
         now = time.time()
@@ -277,7 +279,8 @@ class FaultScheduler:
         except Interrupted:
             raise  # still active: teardown heals it
         except Exception as exc:
-            self._history.write(Ev.FAULT_HEAL_FAILED, fault_id=f.index, why=f"{type(exc).__name__}: {exc}")
+            self._history.write(Ev.FAULT_HEAL_FAILED, fault_id=f.index, why=f"{type(exc).__name__}: {exc}",
+                                traceback=traceback.format_exc())
         f.move_to(FaultStatus.HEALED)
         self._nodes.resumed(f.node)
         self._note(f"healed {f.spec.kind} on {f.node}")

@@ -3,12 +3,14 @@
 A green PASS beside an 85 s recovery reads as "85 s is fine"; it only means the scenario set no bound on
 recovery. Every report (and the terminal summary) says which bounds held and flags the figures no bound gated,
 naming the scenario field that would (``expect.recovery_s: {max: ...}``, ``chaos.scenario.Expect``). Works on
-result.json's content alone, so the terminal can use it without the analysis.
+the result alone (``chaos.analysis.result_model``), so the terminal can use it without the analysis.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from chaos.analysis.result_model import ResultModel
 
 # expect field → (what it measures, unit, the side a bound usually takes); the per-fault figures take the worst
 # value over the disruptive faults that happened, as chaos.analysis.result_json's expectations do
@@ -36,37 +38,36 @@ def _unit(name: str) -> str:
     return PER_FAULT.get(name, ("", "", ""))[1]
 
 
-def held_bounds(result: dict[str, Any]) -> list[str]:
+def held_bounds(result: ResultModel) -> list[str]:
     """Each expectation that held, as ``recovery_s 6.23 s ≤ 30`` (implicit ones say so)."""
     out = []
-    for x in result.get("expectations", []):
-        if not x.get("ok"):
+    for x in result.expectations:
+        if not x.ok:
             continue
-        name, limit, value = x["name"], x["limit"], x.get("value")
+        name, limit, value = x.name, x.limit, x.value
         if isinstance(limit, dict):
             text = f"{name} {_num(value, _unit(name))} {_limit(limit)}"
         elif isinstance(limit, bool):
             text = name if limit else f"not {name}"
         else:  # a named mode (checkpoint.matches_golden: bitwise ...): what was found, what was accepted
             text = f"{name} {value} (expected {limit} or closer)"
-        out.append(text + (" (implicit)" if x.get("implicit") else ""))
+        out.append(text + (" (implicit)" if x.implicit else ""))
     return out
 
 
-def failed_bounds(result: dict[str, Any]) -> list[str]:
+def failed_bounds(result: ResultModel) -> list[str]:
     """Each expectation that did not hold, with the measured value."""
-    return [f"{x['name']} {_num(x.get('value'), _unit(x['name']))}, expected "
-            f"{_limit(x['limit']) if isinstance(x['limit'], dict) else str(x['limit']).lower()}"
-            for x in result.get("expectations", []) if x.get("ok") is False]
+    return [f"{x.name} {_num(x.value, _unit(x.name))}, expected "
+            f"{_limit(x.limit) if isinstance(x.limit, dict) else str(x.limit).lower()}"
+            for x in result.expectations if not x.ok]
 
 
-def unbounded(result: dict[str, Any]) -> list[str]:
+def unbounded(result: ResultModel) -> list[str]:
     """The measured per-fault figures no ``expect`` bound gated, worst value first named, with the field to add."""
-    gated = {x["name"] for x in result.get("expectations", [])}
-    disruptive = [f for f in result.get("faults", []) if f.get("disruptive", True) and f.get("injected", True)]
+    gated = {x.name for x in result.expectations}
     out = []
     for name, (what, unit, side) in PER_FAULT.items():
-        values = [f[name] for f in disruptive if isinstance(f.get(name), (int, float))]
+        values = [v for f in result.disruptive_faults if isinstance(v := f.figure(name), (int, float))]
         if name in gated or not values:
             continue
         worst = max(values) if side == "max" else min(values)
@@ -75,11 +76,11 @@ def unbounded(result: dict[str, Any]) -> list[str]:
     return out
 
 
-def bounds_lines(result: dict[str, Any]) -> list[str]:
+def bounds_lines(result: ResultModel) -> list[str]:
     """The lines under a verdict: what it held (or failed), then what it did not look at."""
     lines = []
     if held := held_bounds(result):
-        lines.append(("PASS held: " if result.get("verdict") == "pass" else "held: ") + "; ".join(held))
+        lines.append(("PASS held: " if result.verdict == "pass" else "held: ") + "; ".join(held))
     if failed := failed_bounds(result):
         lines.append("failed: " + "; ".join(failed))
     lines += unbounded(result)

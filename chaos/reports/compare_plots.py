@@ -54,9 +54,9 @@ def throughput(columns: list[Column], analyses: list[RunAnalysis]) -> Figure:
         if curve:
             ax.step([t for t, _ in curve], [r for _, r in curve], where="pre", color=colour, linewidth=1.4,
                     label=c.tag)
-        for f in a.result["faults"]:
-            if f.get("t_injected") is not None:
-                ax.axvline(f["t_injected"] - a.t0, color=colour, linestyle="--", linewidth=1, alpha=0.8)
+        for f in a.model.faults:
+            if f.t_injected is not None:
+                ax.axvline(f.t_injected - a.t0, color=colour, linestyle="--", linewidth=1, alpha=0.8)
     ax.set_xlabel("seconds since the run started")
     ax.set_ylabel("steps/s")
     ax.set_title("throughput over time (each column's faults dashed in its colour)")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from html import escape
-from typing import Any
 
+from chaos.analysis.verdict import Verdict
 from chaos.paths import shown
 from chaos.reports.bounds import bounds_lines
 from chaos.reports.markup import render_description
@@ -56,7 +56,7 @@ def _ok(ok: bool | None) -> str:
     return '<span class="ok">ok</span>' if ok else '<span class="bad">FAILED</span>'
 
 
-def _mode(verdict: dict[str, Any]) -> str:
+def _mode(verdict: Verdict) -> str:
     """Which comparison a verdict made (``bitwise``, ``within_noise``, ...), beside its outcome."""
     mode = verdict.get("mode")
     return f" ({escape(mode)})" if mode and mode != "not_checked" else ""
@@ -70,11 +70,11 @@ def _bound_class(line: str) -> str:
 def render_html(report: Report) -> str:
     r = report.result
     figs = {name: to_svg(fig) for name, fig in figures(report).items()}
-    parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>torch-chaos: {escape(r['scenario'])}"
+    parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>torch-chaos: {escape(r.scenario)}"
              f"</title><style>{CSS}</style></head><body>",
-             f"<h1>torch-chaos resilience report: {escape(r['scenario'])}</h1>",
-             f"<div class='banner {escape(r['verdict'])}'>{escape(r['verdict'].upper())} — {escape(r['why'])}</div>",
-             f"<p>run <code>{escape(r['run_id'])}</code> · {escape(report.scenario.cluster.mode)} · "
+             f"<h1>torch-chaos resilience report: {escape(r.scenario)}</h1>",
+             f"<div class='banner {escape(r.verdict)}'>{escape(r.verdict.upper())} — {escape(r.why)}</div>",
+             f"<p>run <code>{escape(r.run_id)}</code> · {escape(report.scenario.cluster.mode)} · "
              f"{report.scenario.cluster.nodes} node(s) × {report.scenario.cluster.procs_per_node} process(es) · "
              f"runtime {escape(report.scenario.cluster.runtime)}</p>",
              *(f"<p class='bound {_bound_class(line)}'>{escape(line)}</p>" for line in bounds_lines(r)),
@@ -92,26 +92,26 @@ def render_html(report: Report) -> str:
         parts.append(f"<h2>Recovery breakdown</h2><p>{escape(BREAKDOWN_INTRO)}</p>")
         for b in report.breakdowns:
             notes = "".join(f"<li>{escape(line)}</li>" for line in breakdown_notes(b))
-            parts.append(f"<p>fault {b['fault']} ({escape(b['kind'])}): recovery {fmt(b['recovery_s'], ' s')}</p>"
+            parts.append(f"<p>fault {b.fault} ({escape(b.kind)}): recovery {fmt(b.recovery_s, ' s')}</p>"
                          + _table(("phase", "seconds", "share"), breakdown_rows(b))
                          + (f"<ul>{notes}</ul>" if notes else ""))
-    timed = [f for f in r["faults"] if f.get("step_timing")]
+    timed = [f for f in r.faults if f.extra.get("step_timing")]
     if timed:
         parts.append(f"<h2>Per-rank step timing</h2><p>{escape(STEP_TIMING_INTRO)}</p>")
         for f in timed:
-            parts.append(f"<p>fault {f['id']} ({escape(f['kind'])} on {escape(str(f['target']))}): "
+            parts.append(f"<p>fault {f.id} ({escape(f.kind)} on {escape(str(f.target))}): "
                          f"{escape(slow_node_line(f) or '')}</p>"
-                         + _table(STEP_TIMING_COLUMNS, step_timing_rows(f["step_timing"]))
+                         + _table(STEP_TIMING_COLUMNS, step_timing_rows(f.extra["step_timing"]))
                          + (_table(("node", *STEP_TIMING_COLUMNS[2:]), node_rows)
-                            if (node_rows := step_timing_node_rows(f["step_timing"])) else ""))
-    exp_rows = "".join(f"<tr><td>{escape(x['name'])}{' (implicit)' if x.get('implicit') else ''}</td>"
-                       f"<td>{escape(limit_text(x['limit']))}</td><td>{escape(fmt(x['value']))}</td>"
-                       f"<td>{_ok(x['ok'])}</td></tr>" for x in r["expectations"])
+                            if (node_rows := step_timing_node_rows(f.extra["step_timing"])) else ""))
+    exp_rows = "".join(f"<tr><td>{escape(x.name)}{' (implicit)' if x.implicit else ''}</td>"
+                       f"<td>{escape(limit_text(x.limit))}</td><td>{escape(fmt(x.value))}</td>"
+                       f"<td>{_ok(x.ok)}</td></tr>" for x in r.expectations)
     parts.append("<h2>Expectations</h2><table><thead><tr><th>expectation</th><th>limit</th><th>measured</th>"
                  f"<th>outcome</th></tr></thead><tbody>{exp_rows}</tbody></table>")
-    ck_rows = "".join(f"<tr><td>{escape(name)}</td><td>{_ok(v.get('ok'))}{_mode(v)}</td>"
-                      f"<td>{escape(v.get('why', ''))}</td>"
-                      "</tr>" for name, v in r.get("checkpoint", {}).items())
+    ck_rows = "".join(f"<tr><td>{escape(name)}</td><td>{_ok(v.ok)}{_mode(v)}</td>"
+                      f"<td>{escape(v.why)}</td>"
+                      "</tr>" for name, v in r.checkpoint.items())
     parts.append("<h2>Checkpoint correctness</h2><table><thead><tr><th>verdict</th><th>result</th><th>why</th>"
                  f"</tr></thead><tbody>{ck_rows}</tbody></table>")
     advice = advice_lines(report)

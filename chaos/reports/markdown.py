@@ -41,9 +41,9 @@ def _table(header: tuple[str, ...] | list[str], rows: list[list[str]] | list[tup
 
 def render_markdown(report: Report, directory: Path, stem: str) -> str:
     r = report.result
-    out = [f"# torch-chaos resilience report: {r['scenario']}", "",
-           f"**{r['verdict'].upper()}** — {r['why']}", "", *[f"- {line}" for line in bounds_lines(r)], "",
-           f"run `{r['run_id']}` · {report.scenario.cluster.mode} · {report.scenario.cluster.nodes} node(s) · "
+    out = [f"# torch-chaos resilience report: {r.scenario}", "",
+           f"**{r.verdict.upper()}** — {r.why}", "", *[f"- {line}" for line in bounds_lines(r)], "",
+           f"run `{r.run_id}` · {report.scenario.cluster.mode} · {report.scenario.cluster.nodes} node(s) · "
            f"runtime {report.scenario.cluster.runtime}", "", report.scenario.description.strip(), "",
            "## Summary", "", _table(("figure", "value"), summary_rows(report)), ""]
     for name, fig in figures(report).items():
@@ -57,23 +57,23 @@ def render_markdown(report: Report, directory: Path, stem: str) -> str:
     if report.breakdowns:
         out += ["## Recovery breakdown", "", BREAKDOWN_INTRO, ""]
         for b in report.breakdowns:
-            out += [f"fault {b['fault']} ({b['kind']}): recovery {fmt(b['recovery_s'], ' s')}", "",
+            out += [f"fault {b.fault} ({b.kind}): recovery {fmt(b.recovery_s, ' s')}", "",
                     _table(("phase", "seconds", "share"), breakdown_rows(b)), ""]
             out += [*(f"- {line}" for line in breakdown_notes(b)), ""] if breakdown_notes(b) else []
-    timed = [f for f in r["faults"] if f.get("step_timing")]
+    timed = [f for f in r.faults if f.extra.get("step_timing")]
     if timed:
         out += ["## Per-rank step timing", "", STEP_TIMING_INTRO, ""]
         for f in timed:
-            out += [f"fault {f['id']} ({f['kind']} on {f['target']}): {slow_node_line(f)}", "",
-                    _table(STEP_TIMING_COLUMNS, step_timing_rows(f["step_timing"])), ""]
-            if node_rows := step_timing_node_rows(f["step_timing"]):
+            out += [f"fault {f.id} ({f.kind} on {f.target}): {slow_node_line(f)}", "",
+                    _table(STEP_TIMING_COLUMNS, step_timing_rows(f.extra["step_timing"])), ""]
+            if node_rows := step_timing_node_rows(f.extra["step_timing"]):
                 out += [_table(("node", *STEP_TIMING_COLUMNS[2:]), node_rows), ""]
     out += ["## Expectations", "", _table(("expectation", "limit", "measured", "outcome"), [
-        [x["name"], limit_text(x["limit"]), fmt(x["value"]), "ok" if x["ok"] else "FAILED"]
-        for x in r["expectations"]]), ""]
+        [x.name, limit_text(x.limit), fmt(x.value), "ok" if x.ok else "FAILED"]
+        for x in r.expectations]), ""]
     out += ["## Checkpoint correctness", "", _table(("verdict", "result", "why"), [
-        [name, verdict_text(v), v.get("why", "")]
-        for name, v in r.get("checkpoint", {}).items()]), ""]
+        [name, verdict_text(v), v.why]
+        for name, v in r.checkpoint.items()]), ""]
     advice = advice_lines(report)
     if advice:
         out += ["## Checkpoint interval", "", *[f"- {line}" for line in advice], ""]

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.analysis.breakdown import RecoveryBreakdown
 from chaos.analysis.projection import Projection
+from chaos.analysis.result_model import ResultModel
 from chaos.analysis.run import RunAnalysis, analyze_run
 from chaos.scenario import Scenario
 
@@ -29,19 +31,20 @@ class Report:
         return self.analysis.scenario
 
     @property
-    def result(self) -> dict[str, Any]:
-        return self.analysis.result
+    def result(self) -> ResultModel:
+        return self.analysis.model
 
     @property
     def golden(self) -> dict[str, Any] | None:
         return self.analysis.golden
 
     @property
-    def breakdowns(self) -> list[dict[str, Any]]:
+    def breakdowns(self) -> list[RecoveryBreakdown]:
         return self.analysis.breakdowns
 
     def to_json(self) -> dict[str, Any]:
-        return {"result": self.result, "recovery_breakdown": self.breakdowns, "checkpoint_interval": self.advice,
+        return {"result": self.analysis.result, "recovery_breakdown": [b.to_dict() for b in self.breakdowns],
+                "checkpoint_interval": self.advice,
                 "scenario": self.scenario.model_dump(mode="json", exclude_none=True),
                 **({"projection": self.projection.to_dict()} if self.projection is not None else {})}
 

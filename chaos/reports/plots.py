@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from chaos.analysis.series import downsample
+from chaos.analysis.verdict import Verdict
 from chaos.registry import fault_colour
 from chaos.reports.model import Report
 
@@ -24,14 +25,16 @@ from chaos.reports.model import Report
 def _fault_windows(report: Report, ax: Any, label: bool) -> None:
     """Each injected fault's window (shaded), injection (a line) and recovery (hatched) on one lane."""
     t0 = report.analysis.t0
-    for f in [f for f in report.result["faults"] if f.get("t_injected") is not None]:
-        start = f["t_injected"] - t0
-        colour = fault_colour(f["kind"])
-        if f.get("t_healed"):
-            ax.axvspan(start, f["t_healed"] - t0, color=colour, alpha=0.18)
-        ax.axvline(start, color=colour, linewidth=1.5, label=f"{f['kind']} {f['target']}" if label else None)
-        if f.get("recovery_s") is not None:
-            ax.axvspan(start, start + f["recovery_s"], color=colour, alpha=0.08, hatch="//")
+    for f in report.result.faults:
+        if f.t_injected is None:
+            continue
+        start = f.t_injected - t0
+        colour = fault_colour(f.kind)
+        if f.t_healed:
+            ax.axvspan(start, f.t_healed - t0, color=colour, alpha=0.18)
+        ax.axvline(start, color=colour, linewidth=1.5, label=f"{f.kind} {f.target}" if label else None)
+        if f.recovery_s is not None:
+            ax.axvspan(start, start + f.recovery_s, color=colour, alpha=0.08, hatch="//")
     for t in report.analysis.worker_starts[1:]:
         ax.axvline(t, color="black", linestyle=":", linewidth=1)
 
@@ -98,7 +101,7 @@ def loss_vs_golden(report: Report) -> Figure | None:
     if not run:
         return None
     golden = _golden_losses(report)
-    verdict = (report.result.get("checkpoint") or {}).get("matches_golden") or {}
+    verdict = report.result.checkpoint.get("matches_golden") or Verdict(None, "")
     compared = bool(golden) and bool(verdict.get("steps_compared"))
     diverged_at = verdict.get("first_divergent_step")
     if compared:

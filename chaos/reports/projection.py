@@ -35,9 +35,9 @@ def input_rows(p: Projection) -> list[tuple[str, str, str]]:
             ("checkpoint cost C", duration(m.checkpoint_cost_s), m.checkpoint_cost_source),
             ("step time", duration(m.step_s) if m.step_s else "not measured", "median step of the run"),
             ("checkpoint interval τ", duration(m.interval_s) if m.interval_s else "—", m.interval_source)]
-    rows += [(f"lost work, fault {f['fault']}", f"{f['lost_steps']} steps, "
-              + (duration(f["lost_work_s"]) if f["lost_work_s"] is not None else "—"),
-              f"measured; resumed from step {f['resumed_from']}") for f in m.lost]
+    rows += [(f"lost work, fault {f.fault}", f"{f.lost_steps} steps, "
+              + (duration(f.lost_work_s) if f.lost_work_s is not None else "—"),
+              f"measured; resumed from step {f.resumed_from}") for f in m.lost]
     rows += [("nodes N", f"{p.model.nodes:,}", "given (--nodes)"),
              ("per-node MTBF", f"{p.model.node_mtbf_s / HOUR:,.0f} h", p.model.source),
              ("job MTBF M", f"{p.model.job_mtbf_s / HOUR:.3g} h", "per-node MTBF / N"),

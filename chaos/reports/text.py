@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from chaos.analysis.breakdown import RecoveryBreakdown
 from chaos.analysis.channel import skew_sentence
 from chaos.analysis.replacements import explain_replacements
+from chaos.analysis.result_model import FaultResult
+from chaos.analysis.verdict import Verdict
 from chaos.reports.model import Report
 
 
@@ -29,39 +33,39 @@ FAULT_COLUMNS = ("#", "kind", "target", "mechanism", "at step", "restart", "reco
                  "lost work", "slowdown", "resumed from")
 
 
-def verdict_text(verdict: dict[str, Any]) -> str:
+def verdict_text(verdict: Verdict) -> str:
     """A checkpoint verdict's outcome, with its mode where it has one (``ok (within_noise)``, ``FAILED
     (diverged)``): which comparison was made matters as much as its outcome."""
-    ok = verdict.get("ok")
+    ok = verdict.ok
     text = "not checked" if ok is None else ("ok" if ok else "FAILED")
     mode = verdict.get("mode")
     return f"{text} ({mode})" if mode and mode != "not_checked" else text
 
 
 def fault_rows(report: Report) -> list[list[str]]:
-    return [[str(f["id"]), f["kind"], f["target"], f["mechanism"] or f"not injected ({f.get('outcome', '?')}: "
-             f"{f.get('why_not_injected', '')})", fmt(f["highest_step_before"]),
-             fmt(f["restarted"]), fmt(f["recovery_s"], " s"), fmt(f["catch_up_s"], " s"), fmt(f["lost_steps"]),
-             fmt(f["lost_work_s"], " s"), fmt(f["slowdown"], "×"), fmt(f["resumed_from"])]
-            for f in report.result["faults"]]
+    return [[str(f.id), f.kind, str(f.target), f.mechanism or f"not injected ({f.outcome or '?'}: "
+             f"{f.why_not_injected or ''})", fmt(f.highest_step_before),
+             fmt(f.restarted), fmt(f.recovery_s, " s"), fmt(f.catch_up_s, " s"), fmt(f.lost_steps),
+             fmt(f.lost_work_s, " s"), fmt(f.slowdown, "×"), fmt(f.resumed_from)]
+            for f in report.result.faults]
 
 
 def summary_rows(report: Report) -> list[tuple[str, str]]:
     r = report.result
-    return [("steps completed", fmt(r["steps_completed"])), ("step executions", fmt(r["step_executions"])),
-            ("goodput", r["goodput_why"] if r.get("goodput_why") else fmt(r["goodput"])),
-            ("median step", fmt(r["median_step_s"], " s", 4)),
-            ("worker restarts", fmt(r["restarts"])),
-            ("restarts after the job finished", fmt(r.get("restarts_after_completion", 0))),
+    return [("steps completed", fmt(r.steps_completed)), ("step executions", fmt(r.step_executions)),
+            ("goodput", r.goodput_why if r.goodput_why else fmt(r.goodput)),
+            ("median step", fmt(r.median_step_s, " s", 4)),
+            ("worker restarts", fmt(r.restarts)),
+            ("restarts after the job finished", fmt(r.restarts_after_completion or 0)),
             ("node replacements", replacements_text(report)),
-            ("run duration", fmt(r["duration_s"], " s", 1)), ("end", r["end_reason"]), *oom_rows(report),
+            ("run duration", fmt(r.duration_s, " s", 1)), ("end", r.end_reason), *oom_rows(report),
             *slow_node_rows(report), *hang_rows(report), *replaced_rows(report)]
 
 
 def replacements_text(report: Report) -> str:
     """The replacement count with what each replacement followed (chaos.analysis.replacements): "3" for one crash
     reads like a miscount when two of them were the replaced node exiting again by itself."""
-    return explain_replacements(report.analysis.replacements) or fmt(report.result["node_replacements"])
+    return explain_replacements(report.analysis.replacements) or fmt(report.result.node_replacements)
 
 
 def lanes_note(report: Report) -> str | None:
@@ -75,10 +79,10 @@ def lanes_note(report: Report) -> str | None:
 
 def divergence_line(report: Report) -> str | None:
     """Where the loss left the golden's, as the loss plot marks it; None when matches_golden found no divergence."""
-    v = (report.result.get("checkpoint") or {}).get("matches_golden") or {}
+    v = report.result.checkpoint.get("matches_golden") or Verdict(None, "")
     if v.get("first_divergent_step") is None:
         return None
-    return (f"The loss diverges from the golden run's at step {v['first_divergent_step']} (dashed line); the lower "
+    return (f"The loss diverges from the golden run's at step {v.get('first_divergent_step')} (dashed line); the lower "
             f"panel is this run's loss minus the golden's per step (largest difference "
             f"{v.get('max_abs_loss_diff', 0):.3g}, {v.get('max_rel_loss_diff', 0):.3g} relative, over "
             f"{v.get('steps_compared')} steps compared).")
@@ -87,23 +91,23 @@ def divergence_line(report: Report) -> str | None:
 def replaced_rows(report: Report) -> list[tuple[str, str]]:
     """A lasting fault whose node was replaced meanwhile: put on the replacement too, or ended early for it."""
     rows = []
-    for f in report.result["faults"]:
-        for r in f.get("node_replaced") or []:
+    for f in report.result.faults:
+        for r in f.extra.get("node_replaced") or []:
             text = (f"put on the replacement too, {r['after_s']:.2f} s after it started" if r.get("reapplied")
                     and r.get("after_s") is not None else "put on the replacement too" if r.get("reapplied")
                     else f"ended early: {r.get('why', '')}")
-            rows.append((f"{f['kind']} #{f['id']}: {r.get('node')} replaced", text))
+            rows.append((f"{f.kind} #{f.id}: {r.get('node')} replaced", text))
     return rows
 
 
 def oom_rows(report: Report) -> list[tuple[str, str]]:
     """The kernel's OOM kills (its own record, not an exit code: a SIGKILL crash also says -9)."""
     rows = []
-    for f in report.result["faults"]:
-        for k in f.get("oom_kills") or []:
+    for f in report.result.faults:
+        for k in f.extra.get("oom_kills") or []:
             who = k.get("role", "process") + "".join(f" {n} {k[n]}" for n in ("rank", "local_rank") if n in k)
-            rows.append(("OOM-killed by the kernel", f"{k.get('node')} pid {k.get('pid')} ({who}), fault #{f['id']} "
-                         f"{f['kind']}" + (f", {k['after_injection_s']:+.2f} s from its injection"
+            rows.append(("OOM-killed by the kernel", f"{k.get('node')} pid {k.get('pid')} ({who}), fault #{f.id} "
+                         f"{f.kind}" + (f", {k['after_injection_s']:+.2f} s from its injection"
                                            if k.get("after_injection_s") is not None else "")))
     return rows
 
@@ -111,32 +115,32 @@ def oom_rows(report: Report) -> list[tuple[str, str]]:
 def hang_rows(report: Report) -> list[tuple[str, str]]:
     """Each hang: whether the job noticed the stuck rank (and how fast) or hung (chaos.analysis.hangs)."""
     rows = []
-    for f in report.result["faults"]:
-        h = f.get("hang")
+    for f in report.result.faults:
+        h = f.extra.get("hang")
         if h:
             why = str(h.get("why", ""))
             text = why if why.startswith((h["outcome"], "not checked")) else f"{h['outcome']}: {why}"
-            rows.append((f"hang #{f['id']} ({h.get('mode')})", text))
+            rows.append((f"hang #{f.id} ({h.get('mode')})", text))
     return rows
 
 
-def slow_node_line(f: dict[str, Any]) -> str | None:
+def slow_node_line(f: FaultResult) -> str | None:
     """Which node the per-rank step timing names as slow during a fault, and on what evidence (analysis wrote it)."""
-    st = f.get("step_timing")
+    st = f.extra.get("step_timing")
     if not st:
         return None
     if st.get("slow_node") is None:
-        return f"fault #{f['id']} {f['kind']}: no slow node named: {st['why']}"
+        return f"fault #{f.id} {f.kind}: no slow node named: {st['why']}"
     target = "" if st.get("slow_is_target") is None else (" (the fault's target)" if st["slow_is_target"]
                                                            else f" (NOT the fault's target, {st['target']})")
     ran = [f"got {x:.2f}× less of the CPU it asked for" if (x := st.get("cpu_slowdown")) else None,
            f"spent {x:.2f}× as long outside the collectives" if (x := st.get("compute_slowdown")) else None]
-    return (f"{st['slow_node']} rank {st['slow_rank']}{target}, fault #{f['id']} {f['kind']}: {st['why']}"
+    return (f"{st['slow_node']} rank {st['slow_rank']}{target}, fault #{f.id} {f.kind}: {st['why']}"
             + (f"; against before the fault it {' and '.join(r for r in ran if r)}" if any(ran) else ""))
 
 
 def slow_node_rows(report: Report) -> list[tuple[str, str]]:
-    return [("slow node (per-rank step timing)", line) for f in report.result["faults"]
+    return [("slow node (per-rank step timing)", line) for f in report.result.faults
             if (line := slow_node_line(f)) is not None]
 
 
@@ -179,13 +183,13 @@ def step_timing_node_rows(st: dict[str, Any]) -> list[list[str]]:
 
 
 def environment_rows(report: Report) -> list[tuple[str, str]]:
-    env = dict(report.result.get("environment", {}))
+    env = dict(report.result.environment)
     settings = env.pop("elastic_settings", {})
     rows = [(k, str(v)) for k, v in env.items()]
     rows += [(f"elastic: {k}", str(v)) for k, v in settings.items()]
-    mechanisms = sorted({f["mechanism"] for f in report.result["faults"] if f.get("mechanism")})
+    mechanisms = sorted({f.mechanism for f in report.result.faults if f.mechanism})
     rows += [("fault mechanism", m) for m in mechanisms]
-    skew = skew_sentence(report.result.get("channel"))
+    skew = skew_sentence(dict(report.result.channel) if report.result.channel is not None else None)
     if skew:  # the nodes' clocks against the engine's, as the history channel measured them
         rows.append(("history channel", skew))
     return rows
@@ -217,19 +221,19 @@ BREAKDOWN_INTRO = ("Each phase ends at a mark in the history: torchrun's agent (
                    "A missing mark merges its phase into the next.")
 
 
-def breakdown_rows(b: dict[str, Any]) -> list[tuple[str, str, str]]:
+def breakdown_rows(b: RecoveryBreakdown) -> list[tuple[str, str, str]]:
     """(phase, seconds, share of the recovery) rows of one breakdown."""
-    total = b.get("recovery_s")
+    total = b.recovery_s
     return [(name, fmt(s, " s"), f"{100 * s / total:.0f}%" if s is not None and total else "—")
-            for name, s in b["phases"]]
+            for name, s in b.phases]
 
 
-def breakdown_notes(b: dict[str, Any]) -> list[str]:
+def breakdown_notes(b: RecoveryBreakdown) -> list[str]:
     """What was not measured and why, then what would shrink the largest part (analysis wrote the advice)."""
-    lines = [f"not measured separately: {x['phase']} ({x['why']})" for x in b.get("not_measured", [])]
-    if b.get("agent_rounds"):
-        lines.append(f"rendezvous rounds the agents completed during the recovery: {b['agent_rounds']}")
-    sched = b.get("scheduler") or {}
+    lines = [f"not measured separately: {x['phase']} ({x['why']})" for x in b.not_measured]
+    if b.agent_rounds:
+        lines.append(f"rendezvous rounds the agents completed during the recovery: {b.agent_rounds}")
+    sched: Mapping[str, Any] = b.scheduler or {}
     if "host_not_responding_after_s" in sched:
         lines.append(f"Slurm said a host does not respond {sched['host_not_responding_after_s']:.1f} s after the "
                      "fault")
@@ -240,6 +244,6 @@ def breakdown_notes(b: dict[str, Any]) -> list[str]:
         lines.append(f"replacement step on {sched.get('replacement_host')}: srun "
                      f"{sched['replacement_srun_after_s']:.1f} s after the fault, running "
                      f"{sched['replacement_step_s']:.2f} s later (Slurm's part)")
-    if b.get("advice"):
-        lines.append(b["advice"])
+    if b.advice:
+        lines.append(b.advice)
     return lines

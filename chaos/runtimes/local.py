@@ -75,7 +75,6 @@ class LocalRuntime(Runtime):
         super().__init__(run_id, run_dir)
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs = NodeLogs(self.log_path)
-        self._frozen: set[str] = set()
         # Per-node memory cgroups, made only for a run with a memory fault (chaos/faults/membase.py says why).
         self._cgroups: dict[str, Path] = {}
 
@@ -138,7 +137,6 @@ class LocalRuntime(Runtime):
         if not procs:  # a crash that acts on nothing must not be credited with what follows
             raise RuntimeError(f"no process of {name} was alive: the crash acted on nothing")
         signal_all(procs, signal.SIGKILL)
-        self._frozen.discard(name)
         self._reap(name)
         return f"SIGKILL to the node's whole process tree ({len(procs)} processes)"
 
@@ -163,12 +161,10 @@ class LocalRuntime(Runtime):
 
     def freeze(self, name: str) -> str:
         procs = self._stop_tree(name)
-        self._frozen.add(name)
         return f"SIGSTOP to the node's whole process tree ({len(procs)} processes)"
 
     def thaw(self, name: str) -> None:
         signal_all(self._tree(name), signal.SIGCONT)
-        self._frozen.discard(name)
 
     def _reap(self, name: str, timeout: float = 2.0) -> None:
         proc = self._procs.get(name)
