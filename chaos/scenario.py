@@ -346,6 +346,7 @@ class CheckpointExpect(Strict):
         "job's rounded losses) or within the measured noise of a clean resume; within_tolerance: any of those or "
         "within checks.loss_rtol")
     exactly_once: bool | None = None
+    one_writer_per_file: bool | None = None
 
 
 class Checks(Strict):

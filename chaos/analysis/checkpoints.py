@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from itertools import groupby
+from itertools import groupby, pairwise
 from typing import Any, NamedTuple
 
 from chaos.analysis.ckpt_source import (
@@ -824,6 +824,52 @@ def _noise_verdict(cmp: LossComparison, control: dict[str, Any], golden_losses: 
                     mode="diverged", first_divergent_step=first_bad, **details)
 
 
+# Two completed saves of one file by different writers this close together are concurrent: each rank writing the
+# same path (not a failover: a replaced worker starts in seconds, not in one save's time).
+CONCURRENT_SAVE_WINDOW_S = 1.0
+
+
+def _writer(e: Event) -> tuple[Any, Any]:
+    return e.get("node"), e.get("pid")
+
+
+def one_writer_per_file(events: list[Event]) -> Verdict:
+    """No checkpoint file was saved by two writers at once with different bytes: when every rank saves to one path,
+    the file keeps one rank's state and the others' is lost, whatever the loss curve shows (a script that prints no
+    loss would pass every other check). Identical bytes from several ranks (replicated state) are not a clash."""
+    saves = [e for e in checkpoint_events(events, Ev.CHECKPOINT_SAVE_FINISHED)
+             if e.get("path") and isinstance(e.get("sha256"), str)]
+    if not saves:
+        visible, how = loads_visible(events)
+        return _verdict(None, "not checked: no completed checkpoint save with its digest was seen" +
+                        ("" if visible else f" ({how})"), clashes=[])
+    by_path: dict[str, list[Event]] = {}
+    for e in saves:
+        by_path.setdefault(str(e["path"]), []).append(e)
+    clashes = []
+    for path, group in by_path.items():
+        group.sort(key=lambda e: float(e["t"]))
+        for a, b in pairwise(group):
+            if _writer(a) != _writer(b) and float(b["t"]) - float(a["t"]) <= CONCURRENT_SAVE_WINDOW_S \
+                    and a["sha256"] != b["sha256"]:
+                clashes.append({"path": path, "writers": [f"{a.get('node')} (pid {a.get('pid')})",
+                                                          f"{b.get('node')} (pid {b.get('pid')})"],
+                                "apart_s": round(float(b["t"]) - float(a["t"]), 4), "step": b.get("step")})
+    if clashes:
+        first = clashes[0]
+        return _verdict(False, f"concurrent_writers: {first['writers'][0]} and {first['writers'][1]} both completed "
+                        f"saves of {os.path.basename(first['path'])} {first['apart_s'] * 1000:.0f} ms apart, with "
+                        "different bytes: the file holds one writer's state and the other's is lost (every rank "
+                        f"saving to one path; save from one rank, or one file per rank){_more(clashes)}",
+                        clashes=clashes, verdict="concurrent_writers")
+    return _verdict(True, f"each of the {len(by_path)} checkpoint file(s) had one writer at a time "
+                    f"({len(saves)} completed save(s))", clashes=[])
+
+
+def _more(clashes: list[dict[str, Any]]) -> str:
+    return f"; {len(clashes) - 1} more such save(s)" if len(clashes) > 1 else ""
+
+
 # ------------------------------------------------------------------------------------------ the checkers
 
 class DigestsOk:
@@ -845,6 +891,13 @@ class ExactlyOnce:
 
     def check(self, history: list[Event]) -> Verdict:
         return exactly_once(history)
+
+
+class OneWriterPerFile:
+    """No checkpoint file was saved by two writers at once with different bytes (concurrent writers)."""
+
+    def check(self, history: list[Event]) -> Verdict:
+        return one_writer_per_file(history)
 
 
 @dataclass(frozen=True)
@@ -872,12 +925,13 @@ class MatchesGolden:
 
 def checkpoint_checkers(golden: dict[str, Any] | None, rtol: float | None, control: dict[str, Any] | None = None,
                         no_golden_why: str | None = None, no_steps_why: str | None = None) -> Compose:
-    """The four checkpoint checks result.json's ``checkpoint`` holds, in its order."""
+    """The checkpoint checks result.json's ``checkpoint`` holds, in its order."""
     return Compose({
         "digests_ok": DigestsOk(),
         "resumed_from_newest_valid": ResumedFromNewestValid(),
         "matches_golden": MatchesGolden(golden, rtol, control, no_golden_why, no_steps_why),
         "exactly_once": ExactlyOnce(),
+        "one_writer_per_file": OneWriterPerFile(),
     })
 
 

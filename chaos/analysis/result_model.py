@@ -21,7 +21,7 @@ from chaos.analysis.verdict import Verdict
 # it; 7: each disruptive fault's ``recovery_breakdown``; 8: ``resources``, the cores each node was pinned to, a
 # hang's ``hang`` outcome; 9: a lasting fault's ``node_replaced``, whether it was put on its node's replacement;
 # 12: not checked where the evidence is empty, ``equal_as_printed``, ``goodput_why``).
-RESULT_SCHEMA_VERSION = 12
+RESULT_SCHEMA_VERSION = 13
 
 # The per-fault figures (chaos.analysis.metrics.FaultMetrics computes them; ``expect`` bounds gate four of them).
 FAULT_FIGURES = ("recovery_s", "catch_up_s", "lost_steps", "lost_work_s", "slowdown", "effect_latency_s")

@@ -39,7 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-BUGS = ("stale-by-name", "no-optimizer-state", "off-by-one", "no-rng-state", "non-atomic", "save-before-step")
+BUGS = ("stale-by-name", "no-optimizer-state", "off-by-one", "no-rng-state", "non-atomic", "save-before-step",
+        "every-rank-saves")
 CKPT = re.compile(r"^ckpt_(\d+)\.pt$")
 
 
@@ -92,11 +93,12 @@ def list_checkpoints(ckpt_dir: Path, by_name: bool) -> list[Path]:
     return sorted(files, key=lambda p: int(CKPT.match(p.name).group(1)))  # type: ignore[union-attr]
 
 
-def save_checkpoint(path: Path, state: dict[str, Any], atomic: bool) -> None:
+def save_checkpoint(path: Path, state: dict[str, Any], atomic: bool, own_tmp: bool = False) -> None:
     if not atomic:
         torch.save(state, path)
         return
-    tmp = path.with_name(path.name + ".tmp")
+    # several processes saving one path each need a temporary file of their own (else they write into each other's)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp" if own_tmp else path.name + ".tmp")
     with open(tmp, "wb") as f:
         torch.save(state, f)
         f.flush()
@@ -120,10 +122,13 @@ def gather_rng(world: int) -> list[torch.Tensor]:
 def checkpoint(model: nn.Module, opt: torch.optim.Optimizer, step: int, args: argparse.Namespace, rank: int,
                world: int, ckpt_dir: Path) -> None:
     rng = gather_rng(world)  # a collective: every rank takes part
-    if rank != 0:
+    if args.bug == "every-rank-saves":  # the bug: each rank saves its own RNG state to the one file (the last wins)
+        rng = [torch.get_rng_state()]
+    elif rank != 0:
         return
     state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "rng": rng}
-    save_checkpoint(ckpt_dir / f"ckpt_{step}.pt", state, atomic=args.bug != "non-atomic")
+    save_checkpoint(ckpt_dir / f"ckpt_{step}.pt", state, atomic=args.bug != "non-atomic",
+                    own_tmp=args.bug == "every-rank-saves")
     for old in list_checkpoints(ckpt_dir, by_name=False)[:-args.keep]:
         old.unlink(missing_ok=True)
 

@@ -121,3 +121,21 @@ def test_a_marker_written_before_its_sharded_save_is_a_restart_loop_naming_the_m
     assert "it_000120/.metadata" in result["why"], result["why"]
     # each restart loaded the marker and died before a step: what it resumed from is not judged, never "ok"
     assert result["checkpoint"]["resumed_from_newest_valid"]["ok"] is None, result["checkpoint"]
+
+
+def test_every_rank_saving_to_one_file_is_named_concurrent_writers() -> None:
+    """Every rank saves its own RNG state to the same ckpt_N.pt (each through its own temporary file): the storage
+    layer sees two completed saves of one file milliseconds apart with different bytes, named as concurrent
+    writers from the saves alone (no golden run: the loss is not what shows it)."""
+    result, run_dir = run_scenario(byo("per-step-every-rank-saves", golden=False))
+    clash = result["checkpoint"]["one_writer_per_file"]
+    assert result["verdict"] == "fail" and clash["ok"] is False, verdicts(result, run_dir)
+    assert clash["verdict"] == "concurrent_writers" and "node0" in clash["why"] and "node1" in clash["why"], clash
+    assert result["checkpoint"]["digests_ok"]["ok"] is True  # each load matched a completed save: not torn
+
+
+def test_the_correct_script_has_one_writer_per_file() -> None:
+    """The same crash with the correct script (rank 0 saves): each file one writer, no false alarm."""
+    result, run_dir = run_scenario(byo("per-step-node-crash", golden=False))
+    assert result["verdict"] == "pass", verdicts(result, run_dir)
+    assert result["checkpoint"]["one_writer_per_file"]["ok"] is True, result["checkpoint"]["one_writer_per_file"]
