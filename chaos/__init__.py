@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from chaos.version import __version__
+
+__all__ = ["__version__", "run"]
 
 
 def run(scenario: Any, out_dir: str = "runs", on_update: Any = None) -> Any:

@@ -265,8 +265,7 @@ def engine_run_plain(engine: Any, quiet: bool) -> dict[str, Any]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from chaos.analysis.projection import ProjectionError
-    from chaos.analysis.result_json import write_result
-    from chaos.analysis.run import analyze_run
+    from chaos.analysis.run import analyze_run, write_result
     from chaos.console import summary
     from chaos.scenario import parse_duration
 
@@ -754,7 +753,7 @@ def _version() -> str:
     try:
         return version("torch-chaos")
     except PackageNotFoundError:
-        from chaos import __version__
+        from chaos.version import __version__
 
         return __version__
 

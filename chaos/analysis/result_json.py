@@ -10,9 +10,8 @@ and nothing else. (Not to be confused with the ``Result`` handle ``chaos.run()``
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chaos.analysis.breakdown import breakdown_for_result, recovery_breakdowns
 from chaos.analysis.channel import channel_summary
@@ -25,11 +24,7 @@ from chaos.analysis.progress_lines import unmatched_progress
 from chaos.analysis.step_timing import step_timings
 from chaos.events import EndReason, Ev
 from chaos.history import Event
-from chaos.paths import write_output
 from chaos.scenario import Bound, CommandWorkload, Scenario
-
-if TYPE_CHECKING:
-    from chaos.analysis.run import RunAnalysis
 
 RESULT_SCHEMA_VERSION = 12
 
@@ -296,19 +291,3 @@ def resources_of(started: dict[str, Any]) -> dict[str, Any] | None:
     resources = plan.get("resources") if isinstance(plan, dict) else None
     return resources if isinstance(resources, dict) and resources else None
 
-
-def analyze(run_dir: str | Path) -> dict[str, Any]:
-    """result.json's content, recomputed from the run directory (without writing it)."""
-    from chaos.analysis.run import analyze_run
-
-    return analyze_run(run_dir).result
-
-
-def write_result(run: str | Path | RunAnalysis) -> dict[str, Any]:
-    """Write ``result.json`` into the run directory; ``run`` is the directory or its analysis (not redone)."""
-    from chaos.analysis.run import RunAnalysis, analyze_run
-
-    analysis = run if isinstance(run, RunAnalysis) else analyze_run(run)
-    path = analysis.run_dir / "result.json"
-    write_output(path, json.dumps(analysis.result, indent=2, default=str) + "\n")
-    return analysis.result

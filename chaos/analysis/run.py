@@ -21,7 +21,7 @@ from chaos.analysis.result_json import build_result
 from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
 from chaos.analysis.throughput import final_loss, throughput, time_to_result
 from chaos.events import Ev
-from chaos.paths import read_small
+from chaos.paths import read_small, write_output
 from chaos.scenario import Scenario, ShippedWorkload
 
 
@@ -109,3 +109,16 @@ def analyze_run(run_dir: str | Path) -> RunAnalysis:
         time_to_result_s=time_to_result(events),
         replacements=replacement_causes(events),
     )
+
+
+def analyze(run_dir: str | Path) -> dict[str, Any]:
+    """result.json's content, recomputed from the run directory (without writing it)."""
+    return analyze_run(run_dir).result
+
+
+def write_result(run: str | Path | RunAnalysis) -> dict[str, Any]:
+    """Write ``result.json`` into the run directory; ``run`` is the directory or its analysis (not redone)."""
+    analysis = run if isinstance(run, RunAnalysis) else analyze_run(run)
+    path = analysis.run_dir / "result.json"
+    write_output(path, json.dumps(analysis.result, indent=2, default=str) + "\n")
+    return analysis.result

@@ -23,11 +23,9 @@ from typing import Any
 
 import yaml
 
-from chaos import __version__
 from chaos.analysis.checkpoints import control_request
 from chaos.analysis.load import load_events
-from chaos.analysis.result_json import write_result
-from chaos.analysis.run import RunAnalysis, analyze_run
+from chaos.analysis.run import RunAnalysis, analyze_run, write_result
 from chaos.channel import ChannelServer, parse_address
 from chaos.engine.end import End, EndDetector
 from chaos.engine.heartbeat import Heartbeat
@@ -55,6 +53,7 @@ from chaos.runtimes.base import Runtime
 from chaos.scenario import CommandWorkload, Scenario
 from chaos.storage.layer import StorageLayer, why_layer
 from chaos.storage.layer import choose as choose_layer
+from chaos.version import __version__
 
 log = logging.getLogger(__name__)
 POLL_S = 0.02

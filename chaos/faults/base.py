@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from chaos.registry import FAULTS, register_base
 from chaos.spec import FaultSpec
 
 if TYPE_CHECKING:
@@ -214,3 +215,18 @@ def local_rank_problems(field_name: str, ranks: list[int | None], scenario: Scen
     procs = scenario.cluster.procs_per_node
     return [f"{field_name}: {r} does not exist (cluster.procs_per_node is {procs})" for r in ranks
             if r is not None and r >= procs]
+
+
+def _check_kind(name: str, cls: type[FaultKind]) -> str | None:
+    """A kind's entry point and options model agree on its name (the scenario's ``kind`` selects the model)."""
+    if getattr(cls, "kind", None) != name:
+        return f"its kind is {getattr(cls, 'kind', None)!r}, the entry point names it {name!r}"
+    options = getattr(cls, "options", None)
+    if not (isinstance(options, type) and issubclass(options, FaultSpec)):
+        return "its `options` is not a chaos.plugin.FaultSpec subclass"
+    if options.model_fields["kind"].annotation is str:
+        return f"its options model must declare kind: Literal[{name!r}]"
+    return None
+
+
+register_base(FAULTS, FaultKind, _check_kind)

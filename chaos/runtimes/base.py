@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from chaos.events import NODE_BANNER
+from chaos.machine import Check
 from chaos.plan import Addressing, NodePlan, Plan
+from chaos.registry import RUNTIMES, fault_plugins, register_base
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from chaos.machine import Check
     from chaos.scenario import Scenario
 
 # What a fault kind may need from a runtime (FaultKind.needs), and what each means.
@@ -112,8 +113,6 @@ class Runtime(ABC):
     @classmethod
     def capability_check(cls, capability: str, options: Any = None) -> Check:
         """Whether this machine gives one of :attr:`conditional_capabilities` (a required check of the run)."""
-        from chaos.machine import Check
-
         return Check(f"{cls.name}: {capability}", False, f"the {cls.name} runtime cannot tell whether it has it", "")
 
     def __init__(self, run_id: str, run_dir: str | Path):
@@ -275,7 +274,12 @@ class NodeLogs:
 
 def plan_needs(plan: Plan, capability: str) -> bool:
     """Whether a fault of the plan's scenario needs ``capability`` (a runtime sets it up only then)."""
-    from chaos.registry import fault_plugins
-
     plugins = fault_plugins()
     return any(capability in getattr(plugins.get(f.kind), "needs", ()) for f in plan.scenario.faults)
+
+
+def _check_runtime(name: str, cls: type[Runtime]) -> str | None:
+    return None if getattr(cls, "name", None) == name else f"not a chaos.plugin.Runtime subclass named {name!r}"
+
+
+register_base(RUNTIMES, Runtime, _check_runtime)

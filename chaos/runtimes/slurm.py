@@ -633,7 +633,7 @@ class SlurmRuntime(Runtime):
         lines.append(f"# host_loss: the cluster agent ({agent_file()}) docker-kills HOST's container; teardown "
                      "returns it (docker start)")
         lines.append(f"# network faults: iptables/tc in HOST's network namespace, run by the cluster agent "
-                     f"({agent_file()}; python -m chaos.cluster.netexec --host HOST -- iptables ...)")
+                     f"({agent_file()}; python -m chaos.cluster.netcmd --host HOST -- iptables ...)")
         lines.append(f"# teardown: scancel J; chaos cleanup: squeue --user=$USER --name={job_name(self.run_id)}")
         return lines
 
@@ -995,7 +995,7 @@ class SlurmRuntime(Runtime):
         """The prefix that runs a host tool in ``name``'s host's network namespace: the agent runs it there (as
         ``nsenter --net``) when it is one of the shapes network faults issue (chaos.cluster.netexec). The namespace
         is the host's, not the node's: every process of the host shares it, as on a real machine."""
-        from chaos.cluster.netexec import prefix
+        from chaos.cluster.netcmd import prefix
 
         self._agent()  # Unsupported, with why, where there is no agent
         return prefix(agent_file(), self.host_of[name])
