@@ -24,9 +24,15 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from chaos.cluster.spec import REPO_ROOT_DEFAULT, check_name, check_nodes
+from chaos.image import ImageBuildError, build_image, image_tag
 from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path, shipped_scenarios_dir
 from chaos.paths import shown
+from chaos.plan import PlanError, build_plan
+from chaos.registry import fault_plugins, load_errors, rendezvous_plugins, runtime_plugins
 from chaos.run_result import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, exit_code_for
+from chaos.runtimes import create_runtime
+from chaos.scenario import Scenario, parse_duration
 from chaos.terminal import SafeConsole
 
 EXIT_INTERRUPTED = 130
@@ -93,8 +99,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from chaos.scenario import Scenario
-
     print(json.dumps(Scenario.model_json_schema(), indent=2))
     return EXIT_PASS
 
@@ -151,7 +155,6 @@ def _list_long() -> int:
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     """Every installed plug-in, where it comes from and what it needs: what a scenario may name."""
-    from chaos.registry import fault_plugins, load_errors, rendezvous_plugins, runtime_plugins
 
     rows: list[dict[str, Any]] = []
     for name, f in fault_plugins().items():
@@ -187,8 +190,6 @@ def _exit_for(result: dict[str, Any]) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from chaos.engine import Engine, new_run_id
-    from chaos.plan import PlanError, build_plan
-    from chaos.runtimes import create_runtime
 
     # A dry run executes nothing, so it needs nothing of the machine: a plan for a Slurm cluster can be reviewed
     # off the cluster (the machine checks still stop a real run).
@@ -267,7 +268,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     from chaos.analysis.projection import ProjectionError
     from chaos.analysis.run import analyze_run, write_result
     from chaos.console import summary
-    from chaos.scenario import parse_duration
 
     run_dir = Path(args.run_dir)
     if not _is_run_dir(run_dir):
@@ -561,8 +561,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([c.__dict__ for c in checks], indent=2))
     else:
-        from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
-
         out.print(t)
         out.print(f"plug-ins loaded: {len(fault_plugins())} fault kinds, {len(runtime_plugins())} runtimes, "
                   f"{len(rendezvous_plugins())} rendezvous backends; `chaos plugins` lists each, where it comes "
@@ -571,8 +569,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    from chaos.image import ImageBuildError, build_image, image_tag
-
     if args.action == "tag":
         print(image_tag())
         return EXIT_PASS
@@ -589,7 +585,6 @@ def cmd_image(args: argparse.Namespace) -> int:
 def cmd_cluster(args: argparse.Namespace) -> int:
     """``chaos cluster up|down|status|build [slurm]``: a Slurm cluster in containers (chaos/cluster/slurm.py)."""
     from chaos.cluster import slurm
-    from chaos.cluster.spec import check_name, check_nodes
 
     def usage(message: str) -> int:
         _error(message)
@@ -609,7 +604,6 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         problems.append(f"--timeout {args.timeout:g}: expected seconds > 0 (at most a day)")
     if problems:
         return usage("; ".join(problems))
-    from chaos.cluster.spec import REPO_ROOT_DEFAULT
 
     repo = None if args.no_repo else REPO_ROOT_DEFAULT
     log = (lambda line: err.print(line, highlight=False)) if args.json else (lambda line: out.print(line,

@@ -36,9 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from chaos.analysis.checkpoints import first_resume_step, golden_summary
+from chaos.analysis.hangs import failed_after_last_step
 from chaos.events import EndReason, Ev, Source
 from chaos.history import Event, read_history
 from chaos.plan import SHIPPED_WORKLOADS
+from chaos.progress_regex import compile_progress
+from chaos.registry import runtime_class
 from chaos.scenario import Checks, CommandWorkload, Expect, NodeRestart, Scenario, ShippedWorkload, make_fault
 
 CACHE_ENV = "TORCH_CHAOS_GOLDEN_CACHE"
@@ -73,8 +76,6 @@ def wants_golden(scenario: Scenario) -> bool:
 
 def no_golden_why(scenario: Scenario) -> str | None:
     """Why a scenario that asks for a golden run (``checks.golden``) gets none; None when it gets one."""
-    from chaos.progress_regex import compile_progress
-    from chaos.registry import runtime_class
 
     w = scenario.workload
     if isinstance(w, CommandWorkload) and "loss" not in compile_progress(w.progress_regex).groupindex:
@@ -214,7 +215,6 @@ def _died_after_training(end_reason: str | None, events: list[Event]) -> str | N
     """Why a fault-free run that did not complete is run once more: its workers died after its last step (an
     exit-time crash of the job, which torchrun's agent turned into a hang), a transient failure a second run
     tells from a job that never completes; any other failure is reported as it is."""
-    from chaos.analysis.hangs import failed_after_last_step
 
     if end_reason != EndReason.HUNG:  # a job that failed or crash-looped does so again: reported as it is
         return None

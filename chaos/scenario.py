@@ -45,6 +45,7 @@ from chaos.spec import (
 )
 from chaos.workload import RESERVED_ENV, Arg, CommandWorkload, EnvValue, ShippedWorkload, Workload
 from chaos.workload_args import SHIPPED
+from chaos.workload_args import problems as arg_problems
 
 # The workload section and rendezvous_server_names live in chaos.workload and chaos.plan (plug-ins import them);
 # named here too, where the scenario's readers look for them.
@@ -510,8 +511,6 @@ class Scenario(Strict):
     def _workload_problems(self) -> list[str]:
         w = self.workload
         if isinstance(w, ShippedWorkload):
-            from chaos.workload_args import problems as arg_problems
-
             found = [f"workload.args.{name}: {why}" for name, why in arg_problems(SHIPPED[w.name], w.args).items()]
             directory = w.args.get("checkpoint_dir")
             if isinstance(directory, str) and (why := check_path(directory, self.allow_paths)):

@@ -12,6 +12,8 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
+from chaos.scenario import Scenario
+
 
 def closest(word: str, choices: Iterable[str], n: int = 1) -> list[str]:
     """The ``n`` choices nearest ``word`` (a ratio of 0.6 or more; case and ``-``/``_`` ignored), best first."""
@@ -34,8 +36,6 @@ def did_you_mean(word: Any, choices: Iterable[str]) -> str:
 
 @functools.cache
 def _schema() -> dict[str, Any]:
-    from chaos.scenario import Scenario
-
     return Scenario.model_json_schema()
 
 

@@ -69,7 +69,7 @@ class _Finder(ast.NodeVisitor):
         self.generic_visit(node)
         self.depth -= 1
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function  # noqa: N815
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 
     def visit_If(self, node: ast.If) -> None:
         test = ast.unparse(node.test)

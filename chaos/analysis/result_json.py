@@ -22,7 +22,9 @@ from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_comple
 from chaos.analysis.planned import missing_promises, never_acted, not_injected
 from chaos.analysis.progress_lines import unmatched_progress
 from chaos.analysis.step_timing import step_timings
+from chaos.analysis.throughput import training_setup
 from chaos.events import EndReason, Ev
+from chaos.golden import no_golden_why
 from chaos.history import Event
 from chaos.scenario import Bound, CommandWorkload, Scenario
 
@@ -159,7 +161,6 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
     if not_fired:
         unproven(checkpoint, not_fired)
     if golden is None and scenario.checks.golden:  # asked for, but no summary: never "checks.golden is off"
-        from chaos.golden import no_golden_why  # the engine's rule for when it makes none (golden imports analysis)
 
         why = no_golden_why(scenario)
         if not why and (run_dir / "golden.json").exists():  # there, but not a readable summary (a damaged copy)
@@ -248,7 +249,6 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
 def planned_steps(scenario: Scenario, golden: dict[str, Any] | None) -> int | None:
     """The steps the job trains when nothing goes wrong: a shipped workload's ``steps``, else the completed golden
     run's (a command workload's count is only known by running it); None when neither says."""
-    from chaos.analysis.throughput import training_setup
 
     setup = training_setup(scenario.workload)
     if setup is not None and isinstance(setup.get("steps"), int):

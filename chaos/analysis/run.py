@@ -21,6 +21,7 @@ from chaos.analysis.result_json import build_result
 from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
 from chaos.analysis.throughput import final_loss, throughput, time_to_result
 from chaos.events import Ev
+from chaos.loading import load_scenario
 from chaos.paths import read_small, write_output
 from chaos.scenario import Scenario, ShippedWorkload
 
@@ -86,8 +87,6 @@ def _is_summary(golden: Any) -> bool:
 
 
 def analyze_run(run_dir: str | Path) -> RunAnalysis:
-    from chaos.loading import load_scenario
-
     run_dir = Path(run_dir)
     scenario = load_scenario(run_dir / "scenario.yaml", stored=True)
     golden_path = run_dir / "golden.json"

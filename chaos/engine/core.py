@@ -27,6 +27,7 @@ from chaos.analysis.checkpoints import control_request
 from chaos.analysis.load import load_events
 from chaos.analysis.run import RunAnalysis, analyze_run, write_result
 from chaos.channel import ChannelServer, parse_address
+from chaos.doctor import require
 from chaos.engine.end import End, EndDetector
 from chaos.engine.heartbeat import Heartbeat
 from chaos.engine.nodes import NodeOrchestrator, NodeState
@@ -45,8 +46,10 @@ from chaos.golden import (
     wants_golden,
 )
 from chaos.history import HistoryWriter
+from chaos.loading import load_scenario, resolve_scenario_path
 from chaos.plan import Plan, build_plan
 from chaos.progress_regex import ProgressRegexTooSlow
+from chaos.reports import write_report
 from chaos.run_result import RunResult
 from chaos.runtimes import create_runtime
 from chaos.runtimes.base import Runtime
@@ -207,8 +210,6 @@ class Engine:
         self.log.append(f"{time.strftime('%H:%M:%S')} {text}")
 
     def run(self) -> RunResult:
-        from chaos.doctor import require
-
         require(self.scenario)  # before anything is created: a missing piece is advice, not a half-run
         parts = RunParts(self.scenario, self.run_id, self.run_dir, self.note)
         self.started = time.time()
@@ -264,7 +265,6 @@ class Engine:
         """report.html beside result.json, so that every run has one to open (before, none existed until `chaos
         report --format html`). The verdict is result.json's: a report that cannot be drawn (a plot library
         error, a full disk) is logged and never fails the run."""
-        from chaos.reports import write_report
 
         try:
             return write_report(analysis, "html", out_named_by_user=False)
@@ -373,7 +373,5 @@ def run(scenario: Scenario | str | Path, out_dir: str | Path = "runs",
         on_update: Callable[[Snapshot], None] | None = None) -> RunResult:
     """Run a scenario (a model, or a path to its YAML) and return its result (as written to result.json)."""
     if not isinstance(scenario, Scenario):
-        from chaos.loading import load_scenario, resolve_scenario_path
-
         scenario = load_scenario(resolve_scenario_path(str(scenario)))
     return Engine(scenario, out_dir=out_dir, on_update=on_update).run()

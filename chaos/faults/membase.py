@@ -37,6 +37,7 @@ from typing import Any
 import psutil
 
 from chaos.events import Ev
+from chaos.machine import Check
 from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, engine_mark, leftover_owner_files
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -559,7 +560,6 @@ class OomWatch:
 
 def machine_checks() -> list[Any]:
     """``chaos doctor`` for the memory faults: a memory controller this process can make cgroups in."""
-    from chaos.machine import Check
 
     lay = layout()
     if lay is None:

@@ -44,6 +44,7 @@ from pydantic import Field, model_validator
 
 from chaos.events import Ev
 from chaos.faults.base import FaultContext, FaultKind, draw_duration, tenths
+from chaos.machine import Check
 from chaos.marks import leftover_owner_files
 from chaos.runtimes.base import CPU_QUOTA, Unsupported
 from chaos.spec import FaultSpec, Strict
@@ -523,8 +524,6 @@ class Straggler(FaultKind):
 
     @classmethod
     def machine_checks(cls) -> list[Check]:
-        from chaos.machine import Check
-
         lay = cpu_layout()
         if lay is None:
             return [Check("cpu cgroup", False, "no cpu cgroup controller (neither cgroup v2 cpu nor v1 cpu)",

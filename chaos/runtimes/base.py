@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
+from chaos.channel import listen
 from chaos.events import NODE_BANNER
 from chaos.machine import Check
 from chaos.plan import Addressing, NodePlan, Plan
@@ -196,7 +197,6 @@ class Runtime(ABC):
         """The history channel's listening socket on ``host:port`` (the plan's ``channel``, from
         :meth:`addressing`), made after :meth:`prepare`: a runtime whose nodes live on a network of their own
         makes it where that network's host side is, never on every interface of the machine."""
-        from chaos.channel import listen
 
         return listen(host, port)
 

@@ -23,6 +23,7 @@ import psutil
 from pydantic import Field
 
 from chaos.events import NODE_BANNER
+from chaos.faults.membase import layout, proc_cgroup
 from chaos.image import VENV, image_tag
 from chaos.machine import APT, Check
 from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, with_local_rank
@@ -320,8 +321,6 @@ class DockerRuntime(Runtime):
         return [init.pid] + [p.pid for p in init.children(recursive=True)]
 
     def memory_cgroup(self, name: str) -> Path:
-        from chaos.faults.membase import layout, proc_cgroup
-
         lay = layout()
         if lay is None:
             raise RuntimeError("no memory cgroup controller on this machine")

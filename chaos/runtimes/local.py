@@ -18,6 +18,8 @@ from typing import Any
 
 import psutil
 
+from chaos.faults import membase
+from chaos.faults.membase import make_node_cgroups
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, signal_all, with_local_rank
 from chaos.plan import NodePlan, Plan
 from chaos.runtimes.base import (
@@ -66,8 +68,6 @@ class LocalRuntime(Runtime):
 
     @classmethod
     def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
-        from chaos.faults import membase
-
         killed = [f"process {p.pid}" for p in kill_marked(run_id, only_orphans=only_orphans)]
         return killed + membase.cleanup(run_id, only_orphans)
 
@@ -81,8 +81,6 @@ class LocalRuntime(Runtime):
 
     def prepare(self, plan: Plan) -> None:
         if plan_needs(plan, MEMORY_CGROUP):
-            from chaos.faults.membase import make_node_cgroups
-
             names = [n.name for n in plan.nodes] + ([plan.store.name] if plan.store is not None else [])
             self._cgroups = make_node_cgroups(self.run_id, names)
 
@@ -184,8 +182,6 @@ class LocalRuntime(Runtime):
             self._reap(name, timeout=1)
         self._logs.close()
         if self._cgroups:
-            from chaos.faults import membase
-
             cleaned += membase.cleanup(self.run_id, only_orphans=False)
             self._cgroups.clear()
         return cleaned
