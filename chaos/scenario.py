@@ -25,12 +25,12 @@ from pydantic import (
     model_validator,
 )
 
+from chaos.capabilities import CAPABILITIES, STORAGE_LAYER
 from chaos.events import ExploreTriggerEvent
 from chaos.faults.base import launch_layout, layout_problem
 from chaos.paths import check_allowed, check_path
 from chaos.plan import rendezvous_server_names
 from chaos.registry import fault_plugins, raised_by, rendezvous_plugins, runtime_plugins
-from chaos.runtimes.base import CAPABILITIES, STORAGE_LAYER
 from chaos.spec import (
     SERVER_PREFIXES,
     EventTrigger,

@@ -90,8 +90,10 @@ class _Finder(ast.NodeVisitor):
         target = _resolve(name, self.modules)
         if target is None or target == self.module:
             return
-        line = self.lines[node.lineno - 1]
-        comment = line.partition("#")[2].strip()
+        # the reason of a lazy import: a comment on its line, or on the line above it
+        above = self.lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+        comment = self.lines[node.lineno - 1].partition("#")[2].strip() or (above[1:].strip() if above.startswith("#")
+                                                                            else "")
         imp = Import(self.module, target, node.lineno, self.depth > 0, comment)
         if imp not in self.found:  # `from m import a, b` is one import of m
             self.found.append(imp)

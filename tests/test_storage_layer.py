@@ -109,8 +109,8 @@ def test_a_checkpoint_dir_that_is_the_runs_own_files_is_refused(directory: str, 
 def test_a_fault_through_the_layer_is_refused_without_fuse(monkeypatch: pytest.MonkeyPatch) -> None:
     from chaos import registry
     from chaos import scenario as scenario_module
+    from chaos.capabilities import STORAGE_LAYER
     from chaos.faults.crash import Crash
-    from chaos.runtimes.base import STORAGE_LAYER
     from chaos.storage import layer as layer_module
 
     class ThroughTheLayer(Crash):

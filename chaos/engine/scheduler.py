@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from chaos.capabilities import NODE_NETWORK
 from chaos.channel import ChannelServer
 from chaos.engine.nodes import NodeOrchestrator
 from chaos.engine.progress import ProgressObserver
@@ -22,7 +23,7 @@ from chaos.events import Ev, Source
 from chaos.faults import FaultContext, fault_kind
 from chaos.history import Event, HistoryWriter
 from chaos.plan import STORE_NODE, Plan
-from chaos.runtimes.base import NODE_NETWORK, Runtime
+from chaos.runtimes.base import Runtime
 from chaos.scenario import Fault, ShippedWorkload
 from chaos.spec import SERVER_PREFIXES
 from chaos.storage.layer import StorageLayer

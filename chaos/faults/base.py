@@ -88,7 +88,7 @@ class FaultKind(ABC):
     kind: ClassVar[str]
     options: ClassVar[type[FaultSpec]]
     summary: ClassVar[str] = ""
-    # Runtime capabilities the kind needs (chaos.runtimes.base.CAPABILITIES); validation refuses a runtime that
+    # Runtime capabilities the kind needs (chaos.capabilities.CAPABILITIES); validation refuses a runtime that
     # lacks one, naming the runtimes that have it.
     needs: ClassVar[frozenset[str]] = frozenset()
     # False for faults that do not interrupt training by themselves (a damaged checkpoint shows at the next restart):

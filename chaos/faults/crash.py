@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from chaos.capabilities import KILL
 from chaos.faults.base import FaultContext, FaultKind
-from chaos.runtimes.base import KILL
 from chaos.spec import FaultSpec
 
 

@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
+from chaos.capabilities import KILL_WORKERS
 from chaos.events import Ev
 from chaos.faults.base import FaultContext, FaultKind, draw_duration, local_rank_problems
-from chaos.runtimes.base import KILL_WORKERS
 from chaos.spec import FaultSpec, Strict
 from chaos.workload import ShippedWorkload
 

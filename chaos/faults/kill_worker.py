@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from chaos.capabilities import KILL_WORKERS
 from chaos.faults.base import FaultContext, FaultKind
-from chaos.runtimes.base import KILL_WORKERS
 from chaos.spec import FaultSpec
 
 

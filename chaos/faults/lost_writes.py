@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from chaos.capabilities import KILL, STORAGE_LAYER
 from chaos.faults.base import FaultContext, FaultKind
 from chaos.faults.storagebase import RelativeGlob, install, storage_of, withdraw
-from chaos.runtimes.base import KILL, STORAGE_LAYER
 from chaos.spec import FaultSpec, Seconds
 
 

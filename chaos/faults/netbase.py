@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
+from chaos.capabilities import NODE_NETWORK
 from chaos.faults.base import FaultContext, FaultKind
 from chaos.machine import net_checks
 from chaos.net.impair import Impairment
-from chaos.runtimes.base import NODE_NETWORK
 from chaos.spec import FaultSpec, Seconds
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 class RendezvousBackend(ABC):
     name: ClassVar[str]
     summary: ClassVar[str] = ""
-    # Runtime capabilities the backend needs (chaos.runtimes.base.CAPABILITIES): servers of its own need
+    # Runtime capabilities the backend needs (chaos.capabilities.CAPABILITIES): servers of its own need
     # RENDEZVOUS_SERVERS. Validation refuses a runtime that lacks one, naming the runtimes that have it.
     needs: ClassVar[frozenset[str]] = frozenset()
     # Whether torchrun's c10d store (rendezvous.store: node0 | dedicated) is what it rendezvous through.

@@ -22,8 +22,19 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from pydantic import Field
 
+from chaos.capabilities import (
+    CHECKPOINT_STORAGE,
+    CPU_QUOTA,
+    FREEZE,
+    KILL,
+    KILL_WORKERS,
+    MEMORY_CGROUP,
+    NODE_NETWORK,
+    RENDEZVOUS_SERVERS,
+    STORAGE_LAYER,
+)
+from chaos.cgroup import layout, proc_cgroup
 from chaos.events import NODE_BANNER
-from chaos.faults.membase import layout, proc_cgroup
 from chaos.image import VENV, image_tag
 from chaos.machine import APT, Check
 from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, with_local_rank
@@ -38,18 +49,7 @@ from chaos.plan import (
     node_names,
     rendezvous_server_names,
 )
-from chaos.runtimes.base import (
-    CHECKPOINT_STORAGE,
-    CPU_QUOTA,
-    FREEZE,
-    KILL,
-    KILL_WORKERS,
-    MEMORY_CGROUP,
-    NODE_NETWORK,
-    RENDEZVOUS_SERVERS,
-    STORAGE_LAYER,
-    Runtime,
-)
+from chaos.runtimes.base import Runtime
 from chaos.spec import Strict
 
 if TYPE_CHECKING:

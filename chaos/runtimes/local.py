@@ -18,11 +18,8 @@ from typing import Any
 
 import psutil
 
-from chaos.faults import membase
-from chaos.faults.membase import make_node_cgroups
-from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, signal_all, with_local_rank
-from chaos.plan import NodePlan, Plan
-from chaos.runtimes.base import (
+from chaos import cgroup
+from chaos.capabilities import (
     CHECKPOINT_STORAGE,
     CPU_QUOTA,
     FREEZE,
@@ -31,10 +28,11 @@ from chaos.runtimes.base import (
     MEMORY_CGROUP,
     RENDEZVOUS_SERVERS,
     STORAGE_LAYER,
-    NodeLogs,
-    Runtime,
-    plan_needs,
 )
+from chaos.cgroup import make_node_cgroups
+from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, signal_all, with_local_rank
+from chaos.plan import NodePlan, Plan
+from chaos.runtimes.base import NodeLogs, Runtime, plan_needs
 
 # Without taskset (util-linux), the same in Python: set the affinity, then exec the node (same pid).
 _SET_AFFINITY = ("import os, sys; os.sched_setaffinity(0, [int(c) for c in sys.argv[1].split(',')]); "
@@ -69,14 +67,14 @@ class LocalRuntime(Runtime):
     @classmethod
     def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
         killed = [f"process {p.pid}" for p in kill_marked(run_id, only_orphans=only_orphans)]
-        return killed + membase.cleanup(run_id, only_orphans)
+        return killed + cgroup.cleanup(run_id, only_orphans)
 
     def __init__(self, run_id: str, run_dir: str | Path):
         super().__init__(run_id, run_dir)
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs = NodeLogs(self.log_path)
         self._frozen: set[str] = set()
-        # Per-node memory cgroups, made only for a run with a memory fault (chaos/faults/membase.py says why).
+        # Per-node memory cgroups, made only for a run with a memory fault (chaos/cgroup.py says why).
         self._cgroups: dict[str, Path] = {}
 
     def prepare(self, plan: Plan) -> None:
@@ -182,7 +180,7 @@ class LocalRuntime(Runtime):
             self._reap(name, timeout=1)
         self._logs.close()
         if self._cgroups:
-            cleaned += membase.cleanup(self.run_id, only_orphans=False)
+            cleaned += cgroup.cleanup(self.run_id, only_orphans=False)
             self._cgroups.clear()
         return cleaned
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from chaos.capabilities import CHECKPOINT_STORAGE, FREEZE, HOST_LOSS, KILL, KILL_WORKERS, NODE_NETWORK, STORAGE_LAYER
 from chaos.channel import listen
 from chaos.cluster.agent import AgentError, ask, read_config
 from chaos.cluster.netcmd import prefix
@@ -48,18 +49,7 @@ from chaos.machine import Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, leftover_owner_files
 from chaos.plan import OWN_STACK_STORE_PORT, REPO_ROOT, Addressing, NodePlan, Plan, node_names
 from chaos.registry import fault_plugins
-from chaos.runtimes.base import (
-    CHECKPOINT_STORAGE,
-    FREEZE,
-    HOST_LOSS,
-    KILL,
-    KILL_WORKERS,
-    NODE_NETWORK,
-    STORAGE_LAYER,
-    NodeLogs,
-    Runtime,
-    Unsupported,
-)
+from chaos.runtimes.base import NodeLogs, Runtime, Unsupported
 from chaos.spec import Strict
 from chaos.storage.layer import choose
 

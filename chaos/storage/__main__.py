@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     pause_on = frozenset(e for e in getattr(args, "pause_on", "").split(",") if e)
     if args.command == "serve":
+        # lazy: mfusepy, only for the server (the other subcommands run where FUSE may be absent)
         from chaos.storage.server import serve
 
         try:

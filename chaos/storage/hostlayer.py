@@ -201,6 +201,7 @@ def serve_host(mount: str, events: str, run_id: str, parent: int, pause_on: froz
                progress_regex: str | None) -> None:
     """The server on a node's host: connected before it mounts, so the rules standing now apply from the first
     operation; blocks until unmounted."""
+    # lazy: mfusepy: the host layer is imported on hosts that may lack it until it serves
     from chaos.storage.server import serve
 
     link = link_from_environment()

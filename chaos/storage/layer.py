@@ -3,7 +3,7 @@
 :func:`choose` decides (``storage.layer`` in the scenario: ``auto`` = FUSE where this machine has it, else the
 inotify watcher; ``fuse``; ``inotify``; ``off``) for runs with a checkpoint directory torch-chaos should watch: a
 ``command:`` workload's ``checkpoint_dir``, or any run with a fault kind that needs the storage layer
-(:data:`chaos.runtimes.base.STORAGE_LAYER`). :class:`StorageLayer` mounts before the first node starts and
+(:data:`chaos.capabilities.STORAGE_LAYER`). :class:`StorageLayer` mounts before the first node starts and
 unmounts after the last one is gone, always (the engine calls :meth:`StorageLayer.stop` in its teardown). The
 bytes never move: the server serves the directory's own contents from underneath its mount, so after the unmount
 (or after ``chaos cleanup`` removed the mount of a crashed engine) the files are simply there.
@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Literal
 
 import psutil
 
+from chaos.capabilities import STORAGE_LAYER
 from chaos.events import Ev
 from chaos.machine import APT, Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, orphaned
 from chaos.plan import PlanError
 from chaos.registry import fault_plugins
-from chaos.runtimes.base import STORAGE_LAYER
 from chaos.storage.control import ChannelStorageControl, StorageControl
 from chaos.storage.hostlayer import wrap
 from chaos.storage.mounts import chaos_mounts, fuse_problem, is_mounted, unmount
