@@ -13,6 +13,7 @@ MEMORY_CGROUP = "memory_cgroup"
 CPU_QUOTA = "cpu_quota"
 RENDEZVOUS_SERVERS = "rendezvous_servers"
 HOST_LOSS = "host_loss"
+LAYER_OUTLIVES_NODE = "layer_outlives_node"
 CAPABILITIES = {
     KILL: "SIGKILL a node's whole process tree",
     KILL_WORKERS: "kill a node's worker processes and leave its launcher alive",
@@ -25,5 +26,7 @@ CAPABILITIES = {
                "a container's), or host processes (node_pids) the engine moves into a cpu cgroup of its own",
     RENDEZVOUS_SERVERS: "runs a rendezvous backend's servers (etcd members) where every node reaches them: on the "
     "loopback the nodes share (local), or each with an address of its own on the nodes' network (netns, docker)",
+    LAYER_OUTLIVES_NODE: "the storage layer, which holds a node's writes not yet synced, outlives a crash of the node "
+    "(it runs beside the node, not inside the node's Slurm step)",
     HOST_LOSS: "lose a node's whole host at once (and return it), which needs root on the host or on what runs it",
 }

@@ -301,7 +301,8 @@ class ExploreBase(Strict):
     """Bounds for ``chaos explore``: which fault plans hypothesis may generate (and shrink) for this scenario."""
 
     kinds: list[_names(_EXPLORABLE)] = Field(  # type: ignore[valid-type]
-        default_factory=lambda: ["crash"], min_length=1, description="fault kinds whose plug-in can generate "
+        default_factory=lambda: [k for k, p in _EXPLORABLE.items() if p.explore_default], min_length=1,
+        description="fault kinds whose plug-in can generate "
         f"plans: {', '.join(_EXPLORABLE)} (the others are not generated yet)")
     targets: list[int | Literal["rendezvous_host", "event_node", "store"] | ServerName] = Field(
         default_factory=lambda: [0], min_length=1, description="event_node applies to event-triggered faults; "

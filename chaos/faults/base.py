@@ -113,6 +113,14 @@ class FaultKind(ABC):
     # takes them as ``explore.<kind>`` and :meth:`generate` reads them through :meth:`explore_bounds`. None: the
     # kind draws nothing of its own beyond the shared bounds (targets, triggers, durations).
     explore_options: ClassVar[type[Any] | None] = None
+    # Whether ``explore.kinds`` holds this kind when a scenario names none (the built-ins: crash).
+    explore_default: ClassVar[bool] = False
+    # The layouts in which one fault of this kind right after a step is a clean resume from that step's
+    # checkpoint: the golden runner's control run draws it to measure the noise of a resume (chaos.golden).
+    clean_resume_layouts: ClassVar[frozenset[str]] = frozenset()
+    # A network kind that acts by iptables DROP rules alone (no qdisc, no queue process): the only network
+    # impairments the Slurm runtime's cluster agent carries out (chaos.cluster.netexec).
+    drop_rules_only: ClassVar[bool] = False
 
     @abstractmethod
     def inject(self, ctx: FaultContext) -> str:

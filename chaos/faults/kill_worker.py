@@ -18,6 +18,8 @@ class KillWorker(FaultKind):
     options = KillWorkerOptions
     summary = "the node's worker processes are SIGKILLed; its launcher lives and restarts them"
     needs = frozenset({KILL_WORKERS})
+    # torchrun restarts the workers it lost, which resume from the checkpoint
+    clean_resume_layouts = frozenset({"elastic"})
     colour = "#ff7f0e"
 
     def inject(self, ctx: FaultContext) -> str:

@@ -28,6 +28,7 @@ from chaos.capabilities import (
     FREEZE,
     KILL,
     KILL_WORKERS,
+    LAYER_OUTLIVES_NODE,
     MEMORY_CGROUP,
     NODE_NETWORK,
     RENDEZVOUS_SERVERS,
@@ -158,7 +159,7 @@ class DockerRuntime(Runtime):
     name = "docker"
     summary = "one container per node on an internal network (needs dockerd and `chaos image build`)"
     capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, NODE_NETWORK, CHECKPOINT_STORAGE, STORAGE_LAYER,
-                              MEMORY_CGROUP, CPU_QUOTA, RENDEZVOUS_SERVERS})
+                              LAYER_OUTLIVES_NODE, MEMORY_CGROUP, CPU_QUOTA, RENDEZVOUS_SERVERS})
     options = DockerOptions
     cleanup_order = 10  # containers first: their processes carry marks too, a paused one dies only with it
 

@@ -25,6 +25,7 @@ from chaos.capabilities import (
     FREEZE,
     KILL,
     KILL_WORKERS,
+    LAYER_OUTLIVES_NODE,
     MEMORY_CGROUP,
     RENDEZVOUS_SERVERS,
     STORAGE_LAYER,
@@ -60,8 +61,8 @@ _LEAVES_IT_RUNNING = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, 
 class LocalRuntime(Runtime):
     name = "local"
     summary = "process trees on this machine, sharing its loopback (no daemon, no root)"
-    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE, STORAGE_LAYER, MEMORY_CGROUP,
-                              CPU_QUOTA, RENDEZVOUS_SERVERS})
+    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE, STORAGE_LAYER, LAYER_OUTLIVES_NODE,
+                              MEMORY_CGROUP, CPU_QUOTA, RENDEZVOUS_SERVERS})
     cleanup_order = 60  # after containers, whose processes carry marks too
 
     @classmethod

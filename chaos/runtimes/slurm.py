@@ -72,10 +72,10 @@ HELPER_TIMEOUT_S = 30.0
 AGENT_FILE_ENV = "TORCH_CHAOS_AGENT_FILE"  # where the cluster agent's address is, if not the container cluster's
 NO_ROOT = ("losing a host needs root on it: a user on a real cluster has none; the container cluster's agent "
            "provides it (chaos cluster up)")
-# The network faults the slurm runtime takes (through the cluster agent): DROP rules, measured on the container
-# cluster. The qdisc/NFQUEUE ones would pass the agent's allowlist (netem, tbf) or not (the delayer is a process in
-# the namespace, which the agent never starts), and none is measured there: refused at validation.
-NET_KINDS = ("partition", "isolate")
+# The network faults the slurm runtime takes (through the cluster agent) are those of DROP rules alone
+# (FaultKind.drop_rules_only), measured on the container cluster. The qdisc/NFQUEUE ones would pass the agent's
+# allowlist (netem, tbf) or not (the delayer is a process in the namespace, which the agent never starts), and none
+# is measured there: refused at validation.
 NO_ROOT_NET = ("network faults need root on the hosts (iptables/tc in their network): a user on a real cluster has "
                "none; the container cluster's agent provides it (chaos cluster up)")
 
@@ -437,12 +437,9 @@ class SlurmRuntime(Runtime):
         plugins = fault_plugins()
         for i, fault in enumerate(scenario.faults):
             kind = plugins.get(fault.kind)
-            if fault.kind == "lost_writes":
-                problems.append(f"faults[{i}].kind: lost_writes on slurm: the power loss crashes the node's step, "
-                                "and the storage layer on its host, which holds the writes not yet synced, dies "
-                                "with it; use cluster.runtime: local, netns or docker")
-            if kind is not None and NODE_NETWORK in kind.needs and fault.kind not in NET_KINDS:
-                problems.append(f"faults[{i}].kind: {fault.kind} on slurm: only {' and '.join(NET_KINDS)} go through "
+            net_kinds = sorted(k for k, p in plugins.items() if p.drop_rules_only)
+            if kind is not None and NODE_NETWORK in kind.needs and not kind.drop_rules_only:
+                problems.append(f"faults[{i}].kind: {fault.kind} on slurm: only {' and '.join(net_kinds)} go through "
                                 "the cluster agent (iptables DROP rules); qdisc and queue impairments (delay, loss, "
                                 "bandwidth) are not measured there yet; use cluster.runtime: docker")
         return problems
