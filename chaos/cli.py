@@ -24,6 +24,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from chaos import scenario as scenario_model
 from chaos.cluster.spec import REPO_ROOT_DEFAULT, check_name, check_nodes
 from chaos.image import ImageBuildError, build_image, image_tag
 from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path, shipped_scenarios_dir
@@ -32,7 +33,7 @@ from chaos.plan import PlanError, build_plan
 from chaos.registry import fault_plugins, load_errors, rendezvous_plugins, runtime_plugins
 from chaos.run_result import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, exit_code_for
 from chaos.runtimes import create_runtime
-from chaos.scenario import Scenario, parse_duration
+from chaos.scenario import parse_duration
 from chaos.terminal import SafeConsole
 from chaos.version import __version__
 
@@ -100,7 +101,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    print(json.dumps(Scenario.model_json_schema(), indent=2))
+    print(json.dumps(scenario_model.model().model_json_schema(), indent=2))
     return EXIT_PASS
 
 

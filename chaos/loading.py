@@ -9,14 +9,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
+from chaos import scenario as scenario_model
 from chaos.paths import TooLarge, read_small
 from chaos.registry import fault_plugins, load_errors
-from chaos.scenario import Scenario
+
+if TYPE_CHECKING:
+    from chaos.scenario import Scenario
 from chaos.spec import STORED_RUN
 from chaos.suggest import closest, did_you_mean, fields_at
 
@@ -285,7 +288,7 @@ def parse_scenario(text: str, file: str = "<scenario>", runtime: str | None = No
         _anchor_scripts(data, Path(file).resolve().parent)
     lines = _line_index(root) if root is not None else {}
     try:
-        return Scenario.model_validate(data, context={STORED_RUN: True} if stored else None)
+        return scenario_model.model().model_validate(data, context={STORED_RUN: True} if stored else None)
     except ValidationError as exc:
         errors = []
         seen = set()
