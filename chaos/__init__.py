@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from chaos.version import __version__
+
+__all__ = ["__version__", "run"]
 
 
 def run(scenario: Any, out_dir: str = "runs", on_update: Any = None) -> Any:
     """Run a scenario (a path, a shipped name or a :class:`chaos.scenario.Scenario`); returns a
     :class:`chaos.run_result.RunResult` (result.json's content, ``result.verdict`` etc., ``result.run_dir``)."""
+    # lazy: `import chaos` must stay light (the probe runs in training processes); run() is the engine's entry
     from chaos.engine import run as _run
 
     return _run(scenario, out_dir=out_dir, on_update=on_update)

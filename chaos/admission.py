@@ -14,7 +14,9 @@ import os
 import shutil
 from pathlib import Path
 
+from chaos.doctor import advice, unmet
 from chaos.loading import ScenarioError, ScenarioInvalid, locate, parse_scenario, read_scenario_text
+from chaos.plan import Addressing, PlanError, build_plan
 from chaos.scenario import CommandWorkload, Scenario
 
 # Where a judged plan pretends to run: only its shape matters (no directory is created).
@@ -60,7 +62,6 @@ def program_problem(scenario: Scenario) -> str | None:
 
 def judge_scenario(scenario: Scenario, file: str, text: str, machine: bool = True) -> list[ScenarioError]:
     """Every problem a valid-by-schema scenario still has on this machine, each placed at its field's line."""
-    from chaos.plan import Addressing, PlanError, build_plan
 
     problems: list[str] = []
     try:
@@ -71,8 +72,6 @@ def judge_scenario(scenario: Scenario, file: str, text: str, machine: bool = Tru
         problems.append(f"workload.command: {why}")
     errors = [locate(file, text, p) for p in problems]
     if machine:
-        from chaos.doctor import advice, unmet
-
         unfit = unmet(scenario)
         if unfit:
             errors.append(locate(file, text, f"cluster.runtime: {advice(unfit)}"))

@@ -24,6 +24,7 @@ import threading
 from typing import Any
 
 from chaos.events import Ev, Source
+from chaos.probe import write_record
 
 # The loggers that speak for the agent (their names are their modules': torch's get_logger(__name__)).
 AGENT_LOGGERS = ("torch.distributed.elastic.agent.server.api",)
@@ -78,7 +79,6 @@ class AgentEvents(logging.Handler):
     def _write(self, line: dict[str, Any]) -> None:
         """Through the probe's writer: over the run's history channel when it has one (the agent is one more
         sender), else one write on the history file's ``O_APPEND`` descriptor, whole lines among the others'."""
-        from chaos.probe import write_record
 
         try:
             with self._write_lock:

@@ -445,8 +445,6 @@ class ChannelServer:
     def __init__(self, sock: socket.socket, write: Callable[[dict[str, Any]], None],
                  record: Callable[..., Any], token: str | None = None,
                  on_limit: Callable[[str, str], None] | None = None):
-        from chaos.gate import Gate, Limits
-
         self.sock = sock
         self.token = token  # when set, a connection whose hello does not show it is closed unheard
         self.sock.listen(512)
@@ -466,6 +464,8 @@ class ChannelServer:
         self._orders: dict[str, tuple[str, dict[str, Any]]] = {}  # standing order name → (who, spec)
         self._stopping = False
         self._counts = {"connections": 0, "events": 0, "duplicates": 0, "acks": 0}
+        from chaos.gate import Gate, Limits  # lazy: the probe imports this module and loads nothing of the server
+
         self._gate = Gate(sock, admit=self._admit, serve=self._serve, name="torch-chaos-channel",
                           limits=Limits(first_line_max=HELLO_MAX, first_line_s=HELLO_TIMEOUT_S,
                                         max_pending=MAX_PENDING, max_served=MAX_CONNECTIONS),

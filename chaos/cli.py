@@ -24,10 +24,18 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from chaos import scenario as scenario_model
+from chaos.cluster.spec import REPO_ROOT_DEFAULT, check_name, check_nodes, engine_run_argv
+from chaos.image import ImageBuildError, build_image, image_tag
 from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path, shipped_scenarios_dir
 from chaos.paths import shown
+from chaos.plan import PlanError, build_plan
+from chaos.registry import fault_plugins, load_errors, rendezvous_plugins, runtime_plugins
 from chaos.run_result import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, exit_code_for
+from chaos.runtimes import create_runtime
+from chaos.scenario import parse_duration
 from chaos.terminal import SafeConsole
+from chaos.version import __version__
 
 EXIT_INTERRUPTED = 130
 
@@ -73,7 +81,7 @@ def _scenario_errors(exc: ScenarioInvalid) -> None:
 
 def _load(path: str, runtime: str | None = None, machine: bool = True) -> Any:
     """The one judgement validate and run share (chaos.admission): schema, plan, program, machine."""
-    from chaos.admission import admit
+    from chaos.admission import admit  # lazy: the machine checks, only when a run is validated against this machine
 
     return admit(resolve_scenario_path(path), runtime=runtime, machine=machine)
 
@@ -93,9 +101,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from chaos.scenario import Scenario
-
-    print(json.dumps(Scenario.model_json_schema(), indent=2))
+    print(json.dumps(scenario_model.model().model_json_schema(), indent=2))
     return EXIT_PASS
 
 
@@ -151,7 +157,6 @@ def _list_long() -> int:
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     """Every installed plug-in, where it comes from and what it needs: what a scenario may name."""
-    from chaos.registry import fault_plugins, load_errors, rendezvous_plugins, runtime_plugins
 
     rows: list[dict[str, Any]] = []
     for name, f in fault_plugins().items():
@@ -186,9 +191,8 @@ def _exit_for(result: dict[str, Any]) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # lazy: the engine, analysis and reports (matplotlib): not for validate, schema, list, --help
     from chaos.engine import Engine, new_run_id
-    from chaos.plan import PlanError, build_plan
-    from chaos.runtimes import create_runtime
 
     # A dry run executes nothing, so it needs nothing of the machine: a plan for a Slurm cluster can be reviewed
     # off the cluster (the machine checks still stop a real run).
@@ -211,6 +215,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             print(yaml.safe_dump(shown, sort_keys=False, width=200))
         return EXIT_PASS
+    # lazy: the engine, analysis and reports (matplotlib): not for validate, schema, list, --help
     from chaos.engine import RunInterrupted
 
     try:
@@ -218,6 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.json or not out.is_terminal:
             result = engine_run_plain(engine, quiet=args.json)
         else:
+            # lazy: the analysis behind the summary, only for the commands that print one
             from chaos.console import live_view
 
             with Live(console=out, refresh_per_second=4, transient=True) as live:
@@ -240,7 +246,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     else:
-        from chaos.console import summary
+        from chaos.console import summary  # lazy: the analysis behind the summary, only for the commands that print one
 
         summary(result, out)
         out.print(f"run directory: {engine.run_dir}", highlight=False)
@@ -264,11 +270,11 @@ def engine_run_plain(engine: Any, quiet: bool) -> dict[str, Any]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from chaos.analysis.projection import ProjectionError
-    from chaos.analysis.result_json import write_result
-    from chaos.analysis.run import analyze_run
-    from chaos.console import summary
-    from chaos.scenario import parse_duration
+    from chaos.analysis.projection import ProjectionError  # lazy: numpy, only for the commands that project
+
+    # lazy: the whole analysis, only for the commands that analyse a run
+    from chaos.analysis.run import analyze_run, write_result
+    from chaos.console import summary  # lazy: the analysis behind the summary, only for the commands that print one
 
     run_dir = Path(args.run_dir)
     if not _is_run_dir(run_dir):
@@ -303,17 +309,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.format == "text":
             summary(result, out)
             if mtbf is not None:  # the interval advice the other formats carry, for the MTBF asked about
-                from chaos.reports.model import build_report
-                from chaos.reports.text import advice_lines
+                from chaos.reports.model import build_report  # lazy: numpy, only for reports
+                from chaos.reports.text import advice_lines  # lazy: numpy, only for reports
 
                 for line in advice_lines(build_report(analysis, mtbf_s=mtbf)):
                     out.print(line, highlight=False)
             if projection is not None:
-                from chaos.reports.projection import render_text
+                from chaos.reports.projection import render_text  # lazy: numpy, only for the commands that project
 
                 out.print(render_text(projection), highlight=False, markup=False)
         else:
-            from chaos.reports import write_report
+            from chaos.reports import write_report  # lazy: matplotlib, only for reports
 
             try:
                 path = write_report(analysis, args.format, args.output, mtbf_s=mtbf, projection=projection)
@@ -359,7 +365,7 @@ def _format_name(aliases: dict[str, str]) -> Callable[[str], str]:
 
 def _projection(args: argparse.Namespace, analysis: Any, nodes: int) -> Any:
     """The projection of an analysed run for ``chaos project`` / ``chaos report --project-nodes``."""
-    from chaos.analysis.projection import project_run
+    from chaos.analysis.projection import project_run  # lazy: numpy, only for the commands that project
 
     return project_run(analysis, nodes, mtbf_node=args.mtbf_node, preset=args.preset, job_days=args.job_days,
                        checkpoint_cost=args.checkpoint_cost, recovery=args.recovery,
@@ -369,7 +375,7 @@ def _projection(args: argparse.Namespace, analysis: Any, nodes: int) -> Any:
 def _analysed(run_dir: Path) -> Any:
     """The run's analysis, or None after saying why it could not be made (a damaged history gets a message, never
     a traceback); a damaged scenario.yaml is raised for its file:line errors (exit 2)."""
-    from chaos.analysis.run import analyze_run
+    from chaos.analysis.run import analyze_run  # lazy: the whole analysis, only for the commands that analyse a run
 
     try:
         return analyze_run(run_dir)
@@ -383,7 +389,7 @@ def _analysed(run_dir: Path) -> Any:
 
 def cmd_project(args: argparse.Namespace) -> int:
     """Project a run's measured recovery and checkpoint cost to N nodes under a failure model."""
-    from chaos.analysis.projection import ProjectionError
+    from chaos.analysis.projection import ProjectionError  # lazy: numpy, only for the commands that project
 
     run_dir = Path(args.run_dir)
     if not _is_run_dir(run_dir):
@@ -399,18 +405,18 @@ def cmd_project(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(projection.to_dict(), indent=2, default=str))
     elif args.format == "markdown":
-        from chaos.reports.projection import render_markdown
+        from chaos.reports.projection import render_markdown  # lazy: numpy, only for the commands that project
 
         print(render_markdown(projection, level=1, full=args.all_intervals))
     else:
-        from chaos.reports.projection import render_text
+        from chaos.reports.projection import render_text  # lazy: numpy, only for the commands that project
 
         print(render_text(projection, full=args.all_intervals), end="")
     return EXIT_PASS
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    from chaos.explore import explore
+    from chaos.explore import explore  # lazy: hypothesis, only for explore
 
     scenario = _load(args.scenario, args.runtime)
     if scenario.explore is None:
@@ -432,6 +438,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
                             (str(summary["minimal_plan"]), "bold"), f"\nreproducer: {summary['reproducer']}"),
               highlight=False)
     if not args.no_confirm:
+        # lazy: the engine, analysis and reports (matplotlib): not for validate, schema, list, --help
         from chaos.engine import run
 
         replay = run(summary["reproducer"], out_dir=Path(summary["reproducer"]).parent / "replay")
@@ -440,7 +447,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from chaos.compare import same_runs, write_comparison
+    from chaos.compare import same_runs, write_comparison  # lazy: matplotlib, only for compare
 
     if args.sweep:
         return _compare_sweep(args)
@@ -455,6 +462,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             _error(clash)
             return EXIT_USAGE
     else:
+        # lazy: the engine, analysis and reports (matplotlib): not for validate, schema, list, --help
         from chaos.engine import Engine
 
         scenarios = [_load(p, args.runtime) for p in args.items]  # every file validated before anything runs
@@ -490,7 +498,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _compare_sweep(args: argparse.Namespace) -> int:
     """``compare --sweep KIND=V1,V2,...``: the one-node scenario once without faults, each multi-node one per value
     with every node's link impaired (chaos.sweep)."""
+    # lazy: the engine, analysis and reports (matplotlib): not for validate, schema, list, --help
     from chaos.engine import Engine
+
+    # lazy: matplotlib, only for compare --sweep
     from chaos.sweep import baseline_scenario, fit_steps, measure_point, parse_sweep, swept_scenario, write_sweep
 
     try:
@@ -535,7 +546,9 @@ def _compare_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from chaos.cleanup import cleanup
+    from chaos.cleanup import cleanup  # lazy: the engine, only for cleanup
+
+    # lazy: the engine, analysis and reports (matplotlib): not for validate, schema, list, --help
     from chaos.engine.core import RUN_ID
 
     if args.run_id is not None and not RUN_ID.fullmatch(args.run_id):
@@ -550,7 +563,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from chaos.doctor import machine_checks
+    from chaos.doctor import machine_checks  # lazy: the engine's checks, only for doctor
 
     checks = machine_checks()
     t = Table(title="what this machine supports")
@@ -562,8 +575,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([c.__dict__ for c in checks], indent=2))
     else:
-        from chaos.registry import fault_plugins, rendezvous_plugins, runtime_plugins
-
         out.print(t)
         out.print(f"plug-ins loaded: {len(fault_plugins())} fault kinds, {len(runtime_plugins())} runtimes, "
                   f"{len(rendezvous_plugins())} rendezvous backends; `chaos plugins` lists each, where it comes "
@@ -572,8 +583,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    from chaos.image import ImageBuildError, build_image, image_tag
-
     if args.action == "tag":
         print(image_tag())
         return EXIT_PASS
@@ -589,8 +598,7 @@ def cmd_image(args: argparse.Namespace) -> int:
 
 def cmd_cluster(args: argparse.Namespace) -> int:
     """``chaos cluster up|down|status|build [slurm]``: a Slurm cluster in containers (chaos/cluster/slurm.py)."""
-    from chaos.cluster import slurm
-    from chaos.cluster.spec import check_name, check_nodes, engine_run_argv
+    from chaos.cluster import slurm  # lazy: the cluster builder, only for chaos cluster
 
     def usage(message: str) -> int:
         _error(message)
@@ -610,7 +618,6 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         problems.append(f"--timeout {args.timeout:g}: expected seconds > 0 (at most a day)")
     if problems:
         return usage("; ".join(problems))
-    from chaos.cluster.spec import REPO_ROOT_DEFAULT
 
     repo = None if args.no_repo else REPO_ROOT_DEFAULT
     log = (lambda line: err.print(line, highlight=False)) if args.json else (lambda line: out.print(line,
@@ -710,7 +717,7 @@ GOLDEN_CACHE_HELP = ("where golden runs are cached by content (default: $TORCH_C
 def _golden_cache(directory: str | None) -> Iterator[None]:
     """``--golden-cache DIR`` is ``TORCH_CHAOS_GOLDEN_CACHE=DIR`` for this command (explore and compare create their
     engines themselves; the golden cache reads the variable)."""
-    from chaos.golden import CACHE_ENV
+    from chaos.golden import CACHE_ENV  # lazy: the engine, only with --golden-cache
 
     if directory is None:
         yield
@@ -727,7 +734,7 @@ def _golden_cache(directory: str | None) -> Iterator[None]:
 
 
 def _projection_options(p: argparse.ArgumentParser) -> None:
-    from chaos.analysis.projection import PRESETS
+    from chaos.analysis.projection import PRESETS  # lazy: numpy, only for the commands that project
 
     p.add_argument("--mtbf-node", default=None, metavar="DURATION",
                    help="per-node mean time between failures, e.g. 10000h (job MTBF = this / nodes)")
@@ -753,8 +760,6 @@ def _version() -> str:
     try:
         return version("torch-chaos")
     except PackageNotFoundError:
-        from chaos import __version__
-
         return __version__
 
 

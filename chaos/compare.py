@@ -22,6 +22,10 @@ from chaos.analysis.run import RunAnalysis, analyze_run
 from chaos.analysis.throughput import training_setup
 from chaos.loading import ScenarioInvalid, load_bounded_yaml
 from chaos.paths import read_small, write_output
+from chaos.reports import write_report
+from chaos.reports.compare_plots import figures
+from chaos.reports.html import CSS
+from chaos.reports.plots import to_svg
 
 # The final loss of a column may differ from the one-worker column's by this much, relative: the shipped workload
 # trains on the same global batches at any world size, so only the order of every sum changes (the tolerance the
@@ -646,7 +650,6 @@ def render_html(columns: list[Column], base: Path | None = None, plots: dict[str
                      for tag, label, verdict, report, run in legend_rows(columns, base))
     figs = "".join(f"<h2>{escape(PLOT_TITLES.get(name, name))}</h2><figure id=plot-{escape(name)}>{svg}</figure>"
                    for name, svg in (plots or {}).items())
-    from chaos.reports.html import CSS
 
     return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>torch-chaos comparison</title>"
             f"<style>{CSS}</style></head><body><h1>torch-chaos comparison: {escape(comparison_title(columns))}</h1>"
@@ -661,7 +664,6 @@ def render_html(columns: list[Column], base: Path | None = None, plots: dict[str
 def write_comparison(runs: list[Path] | list[RunAnalysis], output: Path) -> dict[str, Path]:
     """The comparison (HTML, Markdown, JSON) plus each run's own HTML report beside it, linked from the table.
     Runs given as directories are analysed here, all before anything is written."""
-    from chaos.reports import write_report
 
     analyses = [r if isinstance(r, RunAnalysis) else analyze_run(r) for r in runs]  # one per run: column, report
     columns = with_short([measure(analysis) for analysis in analyses])
@@ -670,8 +672,6 @@ def write_comparison(runs: list[Path] | list[RunAnalysis], output: Path) -> dict
         # a name chosen here, in a directory that may hold anything: a link under it is replaced, never followed
         write_report(analysis, "html", output / run_report_name(analysis.run_dir), out_named_by_user=False)
     paths = {"md": output / "compare.md", "html": output / "compare.html", "json": output / "compare.json"}
-    from chaos.reports.compare_plots import figures
-    from chaos.reports.plots import to_svg
 
     svgs: dict[str, str] = {}
     files: dict[str, str] = {}

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from chaos.capabilities import NODE_NETWORK
 from chaos.cluster.slurm import machine_checks as cluster_checks
 from chaos.machine import Check, merge
 from chaos.plan import PlanError
 from chaos.registry import fault_plugins, load_errors, raised_by, rendezvous_plugins, runtime_plugins
-from chaos.runtimes.base import NODE_NETWORK
 from chaos.scenario import Scenario
 from chaos.storage.layer import machine_checks as storage_checks
 from chaos.storage.layer import needs_fuse

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import NoSuchExample
 
+from chaos.engine import Engine
 from chaos.registry import fault_plugins
 from chaos.scenario import EventTrigger, Explore, Scenario, explore_targets
 
@@ -87,7 +88,6 @@ class Exploration:
 
     def _run_plan(self, faults: list[Any]) -> bool:
         """True when the plan breaks the scenario (any verdict but pass, or any failed checkpoint verdict)."""
-        from chaos.engine import Engine
 
         key = json.dumps([f.model_dump(mode="json", exclude_none=True) for f in faults], sort_keys=True)
         if key in self.cache:

@@ -36,10 +36,14 @@ from pathlib import Path
 from typing import Any, get_args
 
 from chaos.analysis.checkpoints import first_resume_step, golden_summary
+from chaos.analysis.hangs import failed_after_last_step
 from chaos.analysis.progress_lines import unmatched_progress
 from chaos.events import WRITE_PROGRESS_FIRST_BYTES, EndReason, Ev, Source, TriggerEvent
+from chaos.faults.base import LAYOUTS, launch_layout
 from chaos.history import Event, read_history
 from chaos.plan import SHIPPED_WORKLOADS
+from chaos.progress_regex import compile_progress
+from chaos.registry import PluginError, fault_plugins, runtime_class
 from chaos.scenario import Checks, CommandWorkload, Expect, NodeRestart, Scenario, ShippedWorkload, make_fault
 
 CACHE_ENV = "TORCH_CHAOS_GOLDEN_CACHE"
@@ -74,8 +78,6 @@ def wants_golden(scenario: Scenario) -> bool:
 
 def no_golden_why(scenario: Scenario) -> str | None:
     """Why a scenario that asks for a golden run (``checks.golden``) gets none; None when it gets one."""
-    from chaos.progress_regex import compile_progress
-    from chaos.registry import runtime_class
 
     w = scenario.workload
     if isinstance(w, CommandWorkload) and "loss" not in compile_progress(w.progress_regex).groupindex:
@@ -156,16 +158,26 @@ def _locked(path: Path, on_wait: Callable[[str], None] | None = None) -> Iterato
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def resume_kind(layout: str) -> str:
+    """The fault kind whose one fault is a clean resume in ``layout`` (FaultKind.clean_resume_layouts)."""
+    able = sorted(k for k, p in fault_plugins().items() if layout in p.clean_resume_layouts)
+    if not able:
+        raise PluginError(f"no installed fault kind makes a clean resume in {LAYOUTS.get(layout, layout)} "
+                          "(FaultKind.clean_resume_layouts), which the control run needs")
+    return able[0]
+
+
 def control_scenario(scenario: Scenario, resume_step: int) -> Scenario:
     """The golden job with one clean resume from the checkpoint of ``resume_step``: a kill right after step
     ``resume_step + 1`` (held there by the probe, or as soon as the engine reads it from a print-only job)."""
     base = golden_scenario(scenario)
     c = base.cluster
+    layout = launch_layout(c)
+    kind = resume_kind(layout)
+    fault = make_fault(kind=kind, target=0, at_step=resume_step + 1)
     if c.mode == "centralized":
-        fault = make_fault(kind="crash", target=0, at_step=resume_step + 1)
         cluster = c.model_copy(update={"node_restart": NodeRestart(policy="on-failure", delay_s=0.5, max_restarts=1)})
     else:
-        fault = make_fault(kind="kill_worker", target=0, at_step=resume_step + 1)
         cluster = c.model_copy(update={"max_restarts": 1}) if c.max_restarts == 0 else c
     return base.model_copy(update={"name": f"{scenario.name}-control", "faults": [fault], "cluster": cluster})
 
@@ -215,7 +227,6 @@ def _died_after_training(end_reason: str | None, events: list[Event]) -> str | N
     """Why a fault-free run that did not complete is run once more: its workers died after its last step (an
     exit-time crash of the job, which torchrun's agent turned into a hang), a transient failure a second run
     tells from a job that never completes; any other failure is reported as it is."""
-    from chaos.analysis.hangs import failed_after_last_step
 
     if end_reason != EndReason.HUNG:  # a job that failed or crash-looped does so again: reported as it is
         return None

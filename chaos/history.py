@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.events import Source
+from chaos.events import FIELDS, STORAGE_FIELDS, Source, WorkloadLine
 from chaos.paths import open_regular
 
 try:  # a history of 300k lines is parsed ~3x faster by orjson (same values; a line it refuses is re-read by json)
@@ -221,7 +221,6 @@ def _field_checks() -> dict[str, list[tuple[str, bool, tuple[type, ...]]]]:
     all be present; an engine event missing a field (an older engine) is still used, its present fields typed."""
     import typing
 
-    from chaos.events import FIELDS, STORAGE_FIELDS, WorkloadLine
 
     workload_keys = WorkloadLine.__required_keys__  # type: ignore[attr-defined]
     checks: dict[str, list[tuple[str, bool, tuple[type, ...]]]] = {}

@@ -9,13 +9,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
+from chaos import scenario as scenario_model
 from chaos.paths import TooLarge, read_small
-from chaos.scenario import Scenario
+from chaos.registry import fault_plugins, load_errors
+
+if TYPE_CHECKING:
+    from chaos.scenario import Scenario
 from chaos.spec import STORED_RUN
 from chaos.suggest import closest, did_you_mean, fields_at
 
@@ -105,20 +109,17 @@ def _explain(err: dict[str, Any]) -> str:
     if kind == "missing":
         return "required field is missing"
     if kind == "fault_kind":  # an unknown or missing fault kind (the union in chaos/scenario.py)
-        from chaos.registry import load_errors
 
         got = err.get("input", {}).get("kind") if isinstance(err.get("input"), dict) else None
         broken = [e for e in load_errors() if e.group == "torch_chaos.faults" and e.name == got]
         if broken:
             return f"the plug-in for {got!r} is installed but failed to load ({broken[0].target}: {broken[0].error})"
-        from chaos.registry import fault_plugins
 
         return msg.removeprefix("kind: ") + (f", got {_shown(got)}{did_you_mean(got, fault_plugins())}"
                                              if got is not None else ", got none")
     if kind == "literal_error":
         group = _PLUGIN_FIELDS.get(str(err.get("loc", ("",))[-1]))
         if group is not None:  # cluster.runtime / rendezvous.backend naming a plug-in that is there but broken
-            from chaos.registry import load_errors
 
             broken = [e for e in load_errors() if e.group == group and e.name == err.get("input")]
             if broken:
@@ -287,7 +288,7 @@ def parse_scenario(text: str, file: str = "<scenario>", runtime: str | None = No
         _anchor_scripts(data, Path(file).resolve().parent)
     lines = _line_index(root) if root is not None else {}
     try:
-        return Scenario.model_validate(data, context={STORED_RUN: True} if stored else None)
+        return scenario_model.model().model_validate(data, context={STORED_RUN: True} if stored else None)
     except ValidationError as exc:
         errors = []
         seen = set()

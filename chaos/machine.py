@@ -2,13 +2,14 @@
 
 Plug-ins (fault kinds, runtimes, rendezvous backends) return :class:`Check` objects from their
 ``machine_checks``; ``chaos doctor`` shows the union, and a run stops at validation with the same advice when one
-it needs fails. The network and docker probes live here because several plug-ins share them.
+it needs fails. The network probes live here because several plug-ins share them.
 """
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
+
+from chaos.net.capabilities import delay_mechanism, kernel_features, loss_mechanism
 
 APT = "apt-get install -y"
 
@@ -25,8 +26,6 @@ class Check:
 def net_checks(*wanted: str) -> list[Check]:
     """The network-fault probes (root, iproute2, nsenter, iptables, netem, NFQUEUE, statistic, tbf, mechanisms);
     with names given, only those."""
-    from chaos.net.capabilities import delay_mechanism, kernel_features, loss_mechanism
-
     f = kernel_features()
     checks = [
         Check("root", f["root"], "running as root" if f["root"] else "not root: namespaces and iptables need it",
@@ -53,33 +52,6 @@ def net_checks(*wanted: str) -> list[Check]:
                   "modprobe sch_netem, or a kernel with the iptables statistic match"),
         ]
     return [c for c in checks if c.name in wanted] if wanted else checks
-
-
-def docker_checks(image: str | None = None) -> list[Check]:
-    """The engine, the node image, and debootstrap (needed only while the image is not built)."""
-    from chaos.image import image_tag
-    from chaos.runtimes.docker import DockerUnavailable, client
-
-    tag = image or image_tag()
-    have_debootstrap = shutil.which("debootstrap") is not None
-    try:
-        c = client()
-    except DockerUnavailable as exc:
-        # without an engine the image cannot be looked up, so debootstrap may well be needed: say so now
-        return [Check("docker engine", False, str(exc).split(";")[0],
-                      f"{APT} docker.io && (dockerd > /var/log/dockerd.log 2>&1 &)"),
-                Check("docker image", False, f"{tag}: cannot tell without an engine", "chaos image build"),
-                Check("debootstrap (offline image build)", have_debootstrap,
-                      "present" if have_debootstrap else "missing (needed unless the image is built)",
-                      f"{APT} debootstrap")]
-    version = c.version().get("Version", "?")
-    present = bool(c.api.images(name=tag))
-    return [Check("docker engine", True, f"reachable, version {version}"),
-            Check("docker image", present, f"{tag} {'built' if present else 'not built'}",
-                  "" if present else "chaos image build"),
-            Check("debootstrap (offline image build)", have_debootstrap or present,
-                  "present" if have_debootstrap else "missing (not needed: the image is built)" if present
-                  else "missing", f"{APT} debootstrap")]
 
 
 def merge(checks: list[Check]) -> list[Check]:

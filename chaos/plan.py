@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # run-time imports are local: runtime plug-ins import this module while the schema is built
+from chaos.agent_log import launcher as agent_launcher
+from chaos.paths import confine, not_a_directory
+from chaos.registry import rendezvous_backend, rendezvous_plugins
+from chaos.workload import CommandWorkload, ShippedWorkload
+from chaos.workload_args import as_text
+
+# Plug-ins import this module while the scenario model is built from them, so it imports chaos.scenario for types only.
+if TYPE_CHECKING:
     from chaos.scenario import Scenario
     from chaos.spec import FaultSpec
 
@@ -186,14 +193,10 @@ def elastic_settings(scenario: Scenario) -> dict[str, Any]:
 
 
 def fmt_arg(v: Any) -> str:
-    from chaos.workload_args import as_text
-
     return as_text(v)
 
 
 def workload_argv(scenario: Scenario, checkpoint_dir: Path | None, settings: dict[str, Any]) -> list[str]:
-    from chaos.scenario import CommandWorkload, ShippedWorkload
-
     w = scenario.workload
     if isinstance(w, CommandWorkload):
         return list(w.command)
@@ -237,11 +240,18 @@ def _python_script(argv: list[str]) -> list[str]:
                     "write command: [python, train.py, ...]")
 
 
+def rendezvous_server_names(cluster: Any) -> list[str]:
+    """The names of the servers the cluster's rendezvous backend runs (``etcd0``..), none for c10d or a
+    centralized job: fault targets, and endpoints with an address of their own on netns and docker."""
+    backend = rendezvous_plugins()[cluster.rendezvous.backend]
+    if cluster.mode == "centralized" or not backend.server_prefix:
+        return []
+    return [f"{backend.server_prefix}{i}" for i in range(cluster.rendezvous.members or backend.default_members)]
+
+
 def node_names(scenario: Scenario) -> list[str]:
     """Every network endpoint a run has: its nodes, then the dedicated store when there is one, then the
     rendezvous backend's servers (etcd members)."""
-    from chaos.scenario import rendezvous_server_names
-
     c = scenario.cluster
     names = [f"node{i}" for i in range(c.nodes)]
     if c.mode == "elastic" and c.rendezvous.store == "dedicated":
@@ -281,11 +291,6 @@ class Addressing:
 
 
 def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing | None = None) -> Plan:
-    from chaos.agent_log import launcher as agent_launcher
-    from chaos.paths import confine, not_a_directory
-    from chaos.registry import rendezvous_backend
-    from chaos.scenario import CommandWorkload, ShippedWorkload
-
     c = scenario.cluster
     net = net or Addressing.loopback(scenario)
     python = net.python

@@ -10,12 +10,7 @@ the interface is described in docs/design.md, "Extension points".
 
 from __future__ import annotations
 
-from chaos.faults.base import FaultContext, FaultKind, draw_duration, local_rank_problems
-from chaos.machine import Check
-from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, marked_processes, signal_all
-from chaos.plan import Addressing, NodePlan, Plan
-from chaos.rendezvous.base import RendezvousBackend
-from chaos.runtimes.base import (
+from chaos.capabilities import (
     CAPABILITIES,
     CHECKPOINT_STORAGE,
     CPU_QUOTA,
@@ -27,9 +22,13 @@ from chaos.runtimes.base import (
     NODE_NETWORK,
     RENDEZVOUS_SERVERS,
     STORAGE_LAYER,
-    Runtime,
-    Unsupported,
 )
+from chaos.faults.base import FaultContext, FaultKind, draw_duration, local_rank_problems
+from chaos.machine import Check
+from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, marked_processes, signal_all
+from chaos.plan import Addressing, NodePlan, Plan
+from chaos.rendezvous.base import RendezvousBackend
+from chaos.runtimes.base import Runtime, Unsupported
 from chaos.spec import EventTrigger, FaultSpec, PositiveSeconds, Seconds, Strict
 
 # The process marks (chaos.marks): a runtime whose nodes run on this host marks every tree it starts with TREE_VAR

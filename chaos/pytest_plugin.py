@@ -51,6 +51,7 @@ class ChaosRunner:
         self.results: list[RunResult] = []
 
     def run(self, scenario: Any) -> RunResult:
+        # lazy: pytest loads this plug-in in every session; the engine only when a test runs one
         from chaos.engine import run
 
         result = run(scenario, out_dir=self.out_dir)
@@ -63,6 +64,7 @@ class ChaosRunner:
 
 def _attach_report(node: pytest.Item, result: RunResult) -> None:
     try:
+        # lazy: pytest loads this plug-in in every session; the engine only when a test runs one
         from chaos.reports import write_report
     except ImportError:
         return
@@ -87,6 +89,7 @@ class ChaosVerdict(Exception):
 
 class ChaosScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
+        # lazy: pytest loads this plug-in in every session; the engine only when a test runs one
         from chaos.loading import ScenarioInvalid, load_scenario
 
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,35 +59,26 @@ def _not_classmethods(cls: type, base: type) -> str | None:
     return f"{', '.join(wrong)} must be @classmethod, as in {base.__name__}" if wrong else None
 
 
+# What a plug-in of each group must be: its base class and the group's own checks, registered by the module that
+# defines the base (chaos.faults.base, chaos.runtimes.base, chaos.rendezvous.base). The registry imports none of
+# them: they import it, and a plug-in's class has imported its base before the registry looks at it.
+_BASES: dict[str, tuple[type, Callable[[str, Any], str | None]]] = {}
+
+
+def register_base(group: str, base: type, check: Callable[[str, Any], str | None] | None = None) -> None:
+    """Declare ``base`` as the class every plug-in of ``group`` subclasses; ``check(name, cls)`` says what else is
+    wrong with one (or None)."""
+    _BASES[group] = (base, check or (lambda name, obj: None))
+
+
 def _check(group: str, name: str, obj: Any) -> str | None:
     """What is wrong with a loaded plug-in object, or None (a wrong entry point must not break every scenario)."""
-    if group == FAULTS:
-        from chaos.faults.base import FaultKind
-        from chaos.spec import FaultSpec
-
-        if not (isinstance(obj, type) and issubclass(obj, FaultKind)):
-            return "not a chaos.plugin.FaultKind subclass"
-        if getattr(obj, "kind", None) != name:
-            return f"its kind is {getattr(obj, 'kind', None)!r}, the entry point names it {name!r}"
-        options = getattr(obj, "options", None)
-        if not (isinstance(options, type) and issubclass(options, FaultSpec)):
-            return "its `options` is not a chaos.plugin.FaultSpec subclass"
-        if options.model_fields["kind"].annotation is str:
-            return f"its options model must declare kind: Literal[{name!r}]"
-        return _not_classmethods(obj, FaultKind)
-    elif group == RUNTIMES:
-        from chaos.runtimes.base import Runtime
-
-        if not (isinstance(obj, type) and issubclass(obj, Runtime)) or getattr(obj, "name", None) != name:
-            return f"not a chaos.plugin.Runtime subclass named {name!r}"
-        return _not_classmethods(obj, Runtime)
-    elif group == RENDEZVOUS:
-        from chaos.rendezvous.base import RendezvousBackend
-
-        if not (isinstance(obj, type) and issubclass(obj, RendezvousBackend)) or getattr(obj, "name", None) != name:
-            return f"not a chaos.plugin.RendezvousBackend subclass named {name!r}"
-        return _not_classmethods(obj, RendezvousBackend)
-    return None
+    if group not in _BASES:
+        return f"not a chaos.plugin subclass for {group} (it imports none of the plug-in base classes)"
+    base, check = _BASES[group]
+    if not (isinstance(obj, type) and issubclass(obj, base)):
+        return f"not a chaos.plugin.{base.__name__} subclass" + ("" if group == FAULTS else f" named {name!r}")
+    return check(name, obj) or _not_classmethods(obj, base)
 
 
 def raised_by(plugin: Any, hook: str, exc: BaseException) -> str:

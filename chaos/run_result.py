@@ -77,6 +77,7 @@ class RunResult(dict[str, Any]):
         """The terminal summary as plain text (used as the failure message in pytest)."""
         from rich.console import Console
 
+        # lazy: the engine and analysis behind the console summary, only when a result is printed
         from chaos.console import summary
 
         console = Console(width=120, record=True, file=io.StringIO(), color_system=None, markup=False, emoji=False)

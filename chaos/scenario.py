@@ -4,7 +4,7 @@ Defaults live here and nowhere else, so ``chaos run --dry-run`` and ``chaos sche
 will do. The elastic settings default to the ones measured to recover fast; ``elastic.preset:
 torchrun-defaults`` drops every override so torchrun's own defaults can be measured side by side.
 
-The parts that plug-ins add are generated from the registry when this module is imported: ``faults`` is a
+The parts that plug-ins add are generated from the registry on first use (:func:`model`), not at import: ``faults`` is a
 discriminated union (on ``kind``) of every fault kind's options model, ``cluster.runtime`` and
 ``rendezvous.backend`` accept the registered names, and each runtime with options gets ``cluster.<name>``.
 See docs/design.md, "Extension points".
@@ -12,30 +12,26 @@ See docs/design.md, "Extension points".
 
 from __future__ import annotations
 
-import re
+import functools
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
-    AfterValidator,
-    BeforeValidator,
     Discriminator,
     Field,
     Tag,
     TypeAdapter,
     ValidationInfo,
-    WithJsonSchema,
     create_model,
     model_validator,
 )
 
+from chaos.capabilities import CAPABILITIES, STORAGE_LAYER
 from chaos.events import ExploreTriggerEvent
 from chaos.faults.base import launch_layout, layout_problem
 from chaos.paths import check_allowed, check_path
-from chaos.progress_regex import compile_progress
-from chaos.progress_regex import error as progress_error
+from chaos.plan import rendezvous_server_names
 from chaos.registry import fault_plugins, raised_by, rendezvous_plugins, runtime_plugins
-from chaos.runtimes.base import CAPABILITIES, STORAGE_LAYER
 from chaos.spec import (
     SERVER_PREFIXES,
     EventTrigger,
@@ -48,49 +44,23 @@ from chaos.spec import (
     stored,
     time_fields,
 )
+from chaos.workload import RESERVED_ENV, Arg, CommandWorkload, EnvValue, ShippedWorkload, Workload
 from chaos.workload_args import SHIPPED
+from chaos.workload_args import problems as arg_problems
 
-__all__ = ["EventTrigger", "Fault", "FaultSpec", "Scenario", "Seconds", "make_fault", "parse_duration"]
+# The workload section and rendezvous_server_names live in chaos.workload and chaos.plan (plug-ins import them);
+# named here too, where the scenario's readers look for them.
+__all__ = ["RESERVED_ENV", "Arg", "CommandWorkload", "EnvValue", "EventTrigger", "Fault", "FaultSpec", "Scenario",
+           "Seconds", "ShippedWorkload", "Workload", "make_fault", "parse_duration", "rendezvous_server_names"]
 
-# YAML reads `[python, train.py, --epochs, 10]` with an int in it; a command line is strings.
-# A command's argument: YAML reads `[train.py, --steps, 40]` with a number in it, which is taken as its text; the
-# schema says so too (an editor must not flag what the loader accepts).
-Arg = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
-                                     else v), WithJsonSchema({"type": ["string", "number"]})]
-
-
-def _no_nul(value: str) -> str:
-    """A NUL cannot be carried by a command line or an environment (the OS ends the string there, and Python's
-    ``subprocess`` refuses it with a ValueError deep in the engine): refused at the field instead."""
-    if "\0" in value:
-        raise ValueError("contains a NUL character, which no environment variable can carry")
-    return value
-
-
-# A workload.env value: as Arg (a number is taken as its text), and never a NUL (its error names workload.env.NAME).
-EnvValue = Annotated[Arg, AfterValidator(_no_nul)]
+# Made from the plug-ins on first use (model(), at the end of this module); declared here for the functions above it.
+Scenario: Any
+Fault: Any
 
 
 def _names(plugins: dict[str, Any]) -> Any:
     """A Literal of the registered names, so a wrong one is answered with the list of right ones."""
     return Literal[tuple(plugins)]  # type: ignore[valid-type]
-
-
-class Rendezvous(Strict):
-    backend: _names(rendezvous_plugins()) = Field(  # type: ignore[valid-type]
-        "c10d", description="; ".join(f"{n}: {p.summary}" for n, p in rendezvous_plugins().items()))
-    store: Literal["node0", "dedicated"] = Field(
-        "node0", description="node0: the store lives in node 0's agent (torchrun's layout, a single point of "
-        "failure); dedicated: a separate store process that faults leave alone unless they target it")
-    members: Literal[1, 3] | None = Field(
-        None, description="how many servers a backend with servers of its own runs (etcd, etcd-v2: 1 or 3 etcd "
-        "members etcd0.., default 1); not for c10d")
-    join_timeout_s: Seconds | None = None
-    last_call_timeout_s: Seconds | None = None
-    close_timeout_s: Seconds | None = None
-    keep_alive_interval_s: Seconds | None = None
-    keep_alive_max_attempt: int | None = Field(None, ge=1)
-    read_timeout_s: Seconds | None = None
 
 
 class NodeRestart(Strict):
@@ -114,122 +84,9 @@ class Resources(Strict):
         "some, and the run (and any comparison of it) is flagged oversubscribed")
 
 
-class ClusterBase(Strict):
-    runtime: _names(runtime_plugins()) = Field(  # type: ignore[valid-type]
-        "local", description="; ".join(f"{n}: {p.summary}" for n, p in runtime_plugins().items()))
-    mode: Literal["elastic", "centralized"] = "elastic"
-    nodes: int = Field(3, ge=1, le=64)
-    min_nodes: int | None = Field(None, ge=1, description="defaults to nodes")
-    procs_per_node: int = Field(1, ge=1, le=64)
-    preset: Literal["tuned", "torchrun-defaults"] = Field(
-        "tuned", description="tuned: the settings measured to recover fast; torchrun-defaults: torchrun's own")
-    rendezvous: Rendezvous = Field(default_factory=Rendezvous)
-    max_restarts: int | None = Field(None, ge=0, description="torchrun --max-restarts (per agent)")
-    process_group_timeout_s: Seconds | None = None
-    share_rendezvous_store: bool | None = Field(
-        None, description="false sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1")
-    node_restart: NodeRestart = Field(default_factory=NodeRestart)
-    threads_per_proc: int = Field(1, ge=1, description="OMP_NUM_THREADS for each worker")
-    resources: Resources = Field(default_factory=Resources, description="pinned resources per node")
-
-    @model_validator(mode="after")
-    def _check(self) -> ClusterBase:
-        if self.min_nodes is not None and self.min_nodes > self.nodes:
-            raise ValueError(f"min_nodes ({self.min_nodes}) must not exceed nodes ({self.nodes})")
-        if self.mode == "centralized" and self.nodes != 1:
-            raise ValueError("a centralized job runs on exactly 1 node (set nodes: 1)")
-        return self
-
-
-# Each runtime with options of its own gets `cluster.<name>: {...}` (e.g. cluster.docker.image).
-Cluster = create_model(  # type: ignore[call-overload]
-    "Cluster", __base__=ClusterBase,
-    **{name: (p.options, Field(default_factory=p.options, description=f"options of the {name} runtime"))
-       for name, p in runtime_plugins().items() if p.options is not None})
-
-
-def _args_schema(schema: dict[str, Any]) -> None:
-    """``workload.args`` in ``chaos schema``: the shipped workload's declared arguments (chaos.workload_args)."""
-    schema.pop("additionalProperties", None)
-    declared = SHIPPED["ddp-mlp"]
-    schema["properties"] = {name: arg.json_schema() for name, arg in declared.items()}
-    schema["additionalProperties"] = False
-
-
-class ShippedWorkload(Strict):
-    name: Literal["ddp-mlp"] = Field(description="a reference workload shipped in workloads/")
-    args: dict[str, str | int | float | bool] = Field(
-        default_factory=dict, json_schema_extra=_args_schema,
-        description="command-line arguments, e.g. {steps: 800, checkpoint_every: 50}; declared in "
-        "chaos/workload_args.py")
-
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# What torch-chaos sets in every node's environment itself (beside CHAOS_*), and where a scenario sets it instead.
-RESERVED_ENV = {
-    "OMP_NUM_THREADS": "cluster.threads_per_proc",
-    "PYTHONUNBUFFERED": "always 1, so progress lines arrive as printed",
-    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "cluster.share_rendezvous_store",
-    "GLOO_SOCKET_IFNAME": "the runtime's interface, on netns and docker",
-    "NCCL_SOCKET_IFNAME": "the runtime's interface, on netns and docker",
-}
-
-
-class CommandWorkload(Strict):
-    """A user's own training command; the plan runs it in the run directory (relative paths start there)."""
-
-    command: list[Arg] = Field(min_length=1, description="the training command; torchrun wraps it in elastic mode")
-    progress_regex: str = Field(description="regex with a named group 'step' (and optionally 'loss')")
-    checkpoint_dir: str | None = None
-    env: dict[str, EnvValue] = Field(
-        default_factory=dict, description="environment variables for every worker, on top of the engine's own "
-        "environment (local, netns) and of what torch-chaos sets (CHAOS_*, OMP_NUM_THREADS, ...), which they may "
-        "not replace; part of the golden cache key")
-
-    @model_validator(mode="after")
-    def _check(self) -> CommandWorkload:
-        try:
-            pattern = compile_progress(self.progress_regex)
-        except progress_error as exc:
-            raise ValueError(f"progress_regex is not a valid regular expression: {exc}") from None
-        if "step" not in pattern.groupindex:
-            raise ValueError("progress_regex needs a named group 'step', e.g. 'step (?P<step>\\d+)'")
-        for name in self.env:
-            if not _ENV_NAME.fullmatch(name):
-                raise ValueError(f"env: {name!r} is not an environment variable name (letters, digits, _"
-                                 + ("; it contains a NUL character)" if "\0" in name else ")"))
-            if name.startswith("CHAOS_") or name in RESERVED_ENV:
-                raise ValueError(f"env: {name} is set by torch-chaos ({RESERVED_ENV.get(name, 'its own marks')}) "
-                                 "and cannot be given here")
-        return self
-
-
-def _workload_kind(value: Any) -> str:
-    """Pick the workload form from its keys, so errors speak of one form instead of both."""
-    if isinstance(value, dict):
-        return "CommandWorkload" if "command" in value else "ShippedWorkload"
-    return "CommandWorkload" if isinstance(value, CommandWorkload) else "ShippedWorkload"
-
-
-Workload = Annotated[
-    Annotated[ShippedWorkload, Tag("ShippedWorkload")] | Annotated[CommandWorkload, Tag("CommandWorkload")],
-    Discriminator(_workload_kind),
-]
-
-
 def _fault_tag(value: Any) -> str | None:
     kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
     return f"Fault[{kind}]" if isinstance(kind, str) else None
-
-
-# One options model per registered fault kind, chosen by `kind`; the tag is capitalised so error paths drop it
-# (chaos/loading.py). An unknown or missing kind is answered with the list of installed ones.
-_KINDS = ", ".join(repr(k) for k in fault_plugins())
-Fault = Annotated[
-    Union[tuple(Annotated[p.options, Tag(f"Fault[{name}]")] for name, p in fault_plugins().items())],  # noqa: UP007
-    Discriminator(_fault_tag, custom_error_type="fault_kind",
-                  custom_error_message=f"kind: expected one of {_KINDS} (`chaos plugins` describes each)"),
-]
 
 
 def _conditional(runtime: Any) -> frozenset[str]:
@@ -258,15 +115,6 @@ def _store_target_problems(kind: str, cluster: Any, plugins: dict[str, Any]) -> 
         problems.append(f"{kind} cannot act on the rendezvous store (it has no workers, checkpoints or memory "
                         f"cgroup of its own); kinds that can: {', '.join(able)} (and partition with a 'store' group)")
     return problems
-
-
-def rendezvous_server_names(cluster: Any) -> list[str]:
-    """The names of the servers the cluster's rendezvous backend runs (``etcd0``..), none for c10d or a
-    centralized job: fault targets, and endpoints with an address of their own on netns and docker."""
-    backend = rendezvous_plugins()[cluster.rendezvous.backend]
-    if cluster.mode == "centralized" or not backend.server_prefix:
-        return []
-    return [f"{backend.server_prefix}{i}" for i in range(cluster.rendezvous.members or backend.default_members)]
 
 
 def _server_target_problems(fault: Any, cluster: Any, plugins: dict[str, Any]) -> list[str]:
@@ -318,7 +166,7 @@ def explore_targets(plugin: Any, bounds: Any, nodes: int, trigger: str = "on") -
 
 def make_fault(**fields: Any) -> Any:
     """A validated fault spec of whichever kind ``fields["kind"]`` names (``Fault`` is a union, not a class)."""
-    return TypeAdapter(Fault).validate_python(fields)
+    return TypeAdapter(_part("Fault")).validate_python(fields)
 
 
 class Bound(Strict):
@@ -392,49 +240,6 @@ def _can_generate(plugin: Any) -> bool:
         return False
 
 
-_EXPLORABLE = {name: p for name, p in fault_plugins().items() if _can_generate(p)}
-
-
-class ExploreBase(Strict):
-    """Bounds for ``chaos explore``: which fault plans hypothesis may generate (and shrink) for this scenario."""
-
-    kinds: list[_names(_EXPLORABLE)] = Field(  # type: ignore[valid-type]
-        default_factory=lambda: ["crash"], min_length=1, description="fault kinds whose plug-in can generate "
-        f"plans: {', '.join(_EXPLORABLE)} (the others are not generated yet)")
-    targets: list[int | Literal["rendezvous_host", "event_node", "store"] | ServerName] = Field(
-        default_factory=lambda: [0], min_length=1, description="event_node applies to event-triggered faults; "
-        "store (the dedicated rendezvous store) and etcdN (a rendezvous server) to the kinds that can act on them")
-    max_faults: int = Field(2, ge=1, le=8)
-    step_window: tuple[int, int] = Field((1, 100), description="at_step triggers are drawn from this range")
-    events: list[ExploreTriggerEvent] = Field(
-        default_factory=list, description="workload events faults may be triggered on")
-    occurrences: tuple[int, int] = Field((1, 5), description="which occurrence of the event")
-    durations: tuple[Seconds, Seconds] = Field((1.0, 5.0), description="durations of the faults that last a while "
-                                               "(seconds)")
-
-    @model_validator(mode="after")
-    def _check(self) -> ExploreBase:
-        for name in ("step_window", "occurrences", "durations"):
-            low, high = getattr(self, name)
-            if low > high or low < (0 if name == "durations" else 1):
-                raise ValueError(f"{name}: expected [low, high] with 1 <= low <= high, got [{low}, {high}]")
-        if self.targets == ["event_node"] and not self.events:
-            raise ValueError("targets: event_node alone needs events to trigger on")
-        given = [k for k, p in _EXPLORABLE.items() if p.explore_options is not None
-                 and getattr(self, k, None) is not None and k not in self.kinds]
-        if given:
-            raise ValueError(f"{', '.join(given)}: bounds for a kind that is not in kinds (add it to kinds or drop "
-                             "the section)")
-        return self
-
-
-# Each kind with explore bounds of its own gets `explore.<kind>: {...}` (e.g. explore.straggler.slowdowns).
-Explore = create_model(  # type: ignore[call-overload]
-    "Explore", __base__=ExploreBase,
-    **{name: (p.explore_options | None, Field(None, description=f"bounds of generated {name} faults"))
-       for name, p in _EXPLORABLE.items() if p.explore_options is not None})
-
-
 class Limits(Strict):
     deadline_s: PositiveSeconds = Field(300.0, description="the run is stopped after this long")
     stall_timeout_s: PositiveSeconds = Field(90.0, description="no step for this long = hung")
@@ -444,178 +249,310 @@ class Limits(Strict):
     startup_timeout_s: PositiveSeconds = Field(120.0, description="no first step within this long = hung")
 
 
-class Scenario(Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    description: str = ""
-    cluster: Cluster = Field(default_factory=Cluster)
-    workload: Workload
-    faults: list[Fault] = Field(default_factory=list, max_length=MAX_FAULTS)
-    expect: Expect = Field(default_factory=Expect)
-    checks: Checks = Field(default_factory=Checks)
-    explore: Explore | None = Field(None, description="bounds for generated fault plans (chaos explore)")
-    limits: Limits = Field(default_factory=Limits)
-    storage: Storage = Field(default_factory=Storage)
-    allow_paths: list[str] = Field(
-        default_factory=list, description="absolute directories outside the run directory that torch-chaos may "
-        "write and damage files in (e.g. a checkpoint_dir elsewhere); everything else stays in the run directory")
+# ------------------------------------------------------------------ the parts made from the plug-ins
+# Built on first use (model()), not at import: the plug-ins import the modules this one imports, and a command that
+# reads no scenario (--help, a report) loads none of them.
+_BUILT = ("Rendezvous", "ClusterBase", "Cluster", "_KINDS", "Fault", "_EXPLORABLE", "ExploreBase", "Explore",
+          "Scenario")
 
-    @model_validator(mode="after")
-    def _check(self, info: ValidationInfo) -> Scenario:
-        """What one section cannot know alone: whether a fault's node exists, whether the runtime can do it,
-        whether the workload's arguments are ones it takes, and whether its paths stay in the blast radius.
-        Not asked of a run directory's stored copy (chaos.spec.STORED_RUN): it was judged when it ran."""
-        if stored(info):
+
+def _build() -> dict[str, Any]:
+    class Rendezvous(Strict):
+        __qualname__ = "Rendezvous"
+        backend: _names(rendezvous_plugins()) = Field(  # type: ignore[valid-type]
+            "c10d", description="; ".join(f"{n}: {p.summary}" for n, p in rendezvous_plugins().items()))
+        store: Literal["node0", "dedicated"] = Field(
+            "node0", description="node0: the store lives in node 0's agent (torchrun's layout, a single point of "
+            "failure); dedicated: a separate store process that faults leave alone unless they target it")
+        members: Literal[1, 3] | None = Field(
+            None, description="how many servers a backend with servers of its own runs (etcd, etcd-v2: 1 or 3 etcd "
+            "members etcd0.., default 1); not for c10d")
+        join_timeout_s: Seconds | None = None
+        last_call_timeout_s: Seconds | None = None
+        close_timeout_s: Seconds | None = None
+        keep_alive_interval_s: Seconds | None = None
+        keep_alive_max_attempt: int | None = Field(None, ge=1)
+        read_timeout_s: Seconds | None = None
+    class ClusterBase(Strict):
+        __qualname__ = "ClusterBase"
+        runtime: _names(runtime_plugins()) = Field(  # type: ignore[valid-type]
+            "local", description="; ".join(f"{n}: {p.summary}" for n, p in runtime_plugins().items()))
+        mode: Literal["elastic", "centralized"] = "elastic"
+        nodes: int = Field(3, ge=1, le=64)
+        min_nodes: int | None = Field(None, ge=1, description="defaults to nodes")
+        procs_per_node: int = Field(1, ge=1, le=64)
+        preset: Literal["tuned", "torchrun-defaults"] = Field(
+            "tuned", description="tuned: the settings measured to recover fast; torchrun-defaults: torchrun's own")
+        rendezvous: Rendezvous = Field(default_factory=Rendezvous)
+        max_restarts: int | None = Field(None, ge=0, description="torchrun --max-restarts (per agent)")
+        process_group_timeout_s: Seconds | None = None
+        share_rendezvous_store: bool | None = Field(
+            None, description="false sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1")
+        node_restart: NodeRestart = Field(default_factory=NodeRestart)
+        threads_per_proc: int = Field(1, ge=1, description="OMP_NUM_THREADS for each worker")
+        resources: Resources = Field(default_factory=Resources, description="pinned resources per node")
+
+        @model_validator(mode="after")
+        def _check(self) -> ClusterBase:
+            if self.min_nodes is not None and self.min_nodes > self.nodes:
+                raise ValueError(f"min_nodes ({self.min_nodes}) must not exceed nodes ({self.nodes})")
+            if self.mode == "centralized" and self.nodes != 1:
+                raise ValueError("a centralized job runs on exactly 1 node (set nodes: 1)")
             return self
-        c = self.cluster
-        runtime = runtime_plugins()[c.runtime]
-        plugins = fault_plugins()
-        problems = [f"allow_paths[{i}]: {p}" for i, entry in enumerate(self.allow_paths)
-                    if (p := check_allowed(entry))]
-        problems += self._workload_problems()
-        problems += self._rendezvous_problems(runtime)
-        problems += _problems_from(runtime, "scenario_problems", self)
-        for i, fault in enumerate(self.faults):
-            if isinstance(fault.target, int) and fault.target >= c.nodes:
-                problems.append(f"faults[{i}].target: node {fault.target} does not exist "
-                                f"(the cluster has nodes 0..{c.nodes - 1})")
-            if fault.target == "rendezvous_host" and c.mode == "centralized":
-                problems.append(f"faults[{i}].target: a centralized job has no rendezvous host")
-            plugin = plugins[fault.kind]
-            if fault.target == "store":
-                problems += [f"faults[{i}].target: {why}" for why in _store_target_problems(fault.kind, c, plugins)]
-            elif isinstance(fault.target, str) and fault.target.startswith(SERVER_PREFIXES):
-                problems += [f"faults[{i}].target: {why}" for why in _server_target_problems(fault, c, plugins)]
-            for need in sorted(plugin.needs - runtime.capabilities - _conditional(runtime)):
-                able = _able(need)
-                problems.append(f"faults[{i}].kind: {fault.kind} needs {CAPABILITIES.get(need, need)}, which the "
-                                f"{c.runtime} runtime does not give; set cluster.runtime: {' or '.join(able)}"
-                                if able else f"faults[{i}].kind: {fault.kind} needs {need}, which no installed "
-                                "runtime gives")
-            if STORAGE_LAYER in plugin.needs and self.storage.layer in ("inotify", "off"):
-                problems.append(f"faults[{i}].kind: {fault.kind} acts through the storage layer's FUSE mount, which "
-                                f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")
-            problems += [f"faults[{i}].{problem}" for problem in _problems_from(plugin, "check", fault, self)]
-            problems += [f"faults[{i}].{why}" for why in self._time_problems(fault)]
-            if (layout := launch_layout(c)) not in plugin.layouts:
-                problems.append(f"faults[{i}].kind: {layout_problem(plugin, layout)}")
-        deadline = self.limits.deadline_s
-        if c.node_restart.delay_s > deadline:
-            problems.append(f"cluster.node_restart.delay_s: {c.node_restart.delay_s:g}s is longer than the run's "
-                            f"deadline (limits.deadline_s: {deadline:g}s): no node would ever be replaced; shorten it "
-                            "or raise limits.deadline_s")
-        if self.explore is not None:
-            problems += self._explore_problems(runtime)
-        if problems:
-            raise ValueError("\n".join(problems))
-        return self
 
-    def _time_problems(self, fault: Any) -> list[str]:
-        """A fault's lengths of time (its duration, a latency, a wait: every ``Seconds`` field but the trigger
-        ``at``) longer than the run's deadline: the engine or a stalled operation would still be waiting on them
-        when the run must end (slow_io latency: 1e300s held every checkpoint operation past the heal). Said with
-        the field; a time of the kind's default is said so."""
-        deadline = self.limits.deadline_s
-        problems = []
-        for name in time_fields(type(fault)):
-            value = getattr(fault, name)
-            if name == "at" or not isinstance(value, (int, float)) or value <= deadline:
-                continue  # at: a trigger after the deadline is one the run reports as never reached
-            default = "" if name in fault.model_fields_set else " (the kind's default)"
-            hint = (" (leave duration out for a fault that lasts until the run ends)"
-                    if name == "duration" and getattr(fault, "DURATION", "none") == "optional" else "")
-            problems.append(f"{name}: {value:g}s{default} is longer than the run's deadline (limits.deadline_s: "
-                            f"{deadline:g}s), which every time of a fault must fit in; shorten it{hint} or raise "
-                            "limits.deadline_s")
-        return problems
 
-    def _explore_problems(self, runtime: Any) -> list[str]:
-        """The explore bounds judged like a plan's faults: every plan drawn from them must be one this scenario
-        accepts (a kind the runtime can do, a target that exists and that the kind can act on)."""
-        c, bounds, plugins = self.cluster, self.explore, fault_plugins()
-        assert bounds is not None
-        problems = []
-        for target in bounds.targets:
-            if isinstance(target, int) and target >= c.nodes:
-                problems.append(f"explore.targets: node {target} does not exist (the cluster has nodes "
-                                f"0..{c.nodes - 1})")
-            elif target == "rendezvous_host" and c.mode == "centralized":
-                problems.append("explore.targets: a centralized job has no rendezvous host")
-            elif target == "store" or (isinstance(target, str) and target.startswith(SERVER_PREFIXES)):
-                able = [k for k in bounds.kinds if getattr(plugins[k], "acts_on_store", False)]
-                if not able:
-                    problems.append(f"explore.targets: {target}: none of explore.kinds can act on it; kinds that "
-                                    "can: " + ", ".join(sorted(k for k, p in plugins.items()
-                                                               if getattr(p, "acts_on_store", False))))
+    # Each runtime with options of its own gets `cluster.<name>: {...}` (e.g. cluster.docker.image).
+    Cluster = create_model(  # type: ignore[call-overload]
+        "Cluster", __base__=ClusterBase,
+        **{name: (p.options, Field(default_factory=p.options, description=f"options of the {name} runtime"))
+           for name, p in runtime_plugins().items() if p.options is not None})
+    # One options model per registered fault kind, chosen by `kind`; the tag is capitalised so error paths drop it
+    # (chaos/loading.py). An unknown or missing kind is answered with the list of installed ones.
+    _KINDS = ", ".join(repr(k) for k in fault_plugins())
+    Fault = Annotated[
+        Union[tuple(Annotated[p.options, Tag(f"Fault[{name}]")] for name, p in fault_plugins().items())],  # noqa: UP007
+        Discriminator(_fault_tag, custom_error_type="fault_kind",
+                      custom_error_message=f"kind: expected one of {_KINDS} (`chaos plugins` describes each)"),
+    ]
+    _EXPLORABLE = {name: p for name, p in fault_plugins().items() if _can_generate(p)}
+
+
+    class ExploreBase(Strict):
+        __qualname__ = "ExploreBase"
+        """Bounds for ``chaos explore``: which fault plans hypothesis may generate (and shrink) for this scenario."""
+
+        kinds: list[_names(_EXPLORABLE)] = Field(  # type: ignore[valid-type]
+            default_factory=lambda: [k for k, p in _EXPLORABLE.items() if p.explore_default], min_length=1,
+            description="fault kinds whose plug-in can generate "
+            f"plans: {', '.join(_EXPLORABLE)} (the others are not generated yet)")
+        targets: list[int | Literal["rendezvous_host", "event_node", "store"] | ServerName] = Field(
+            default_factory=lambda: [0], min_length=1, description="event_node applies to event-triggered faults; "
+            "store (the dedicated rendezvous store) and etcdN (a rendezvous server) to the kinds that can act on them")
+        max_faults: int = Field(2, ge=1, le=8)
+        step_window: tuple[int, int] = Field((1, 100), description="at_step triggers are drawn from this range")
+        events: list[ExploreTriggerEvent] = Field(
+            default_factory=list, description="workload events faults may be triggered on")
+        occurrences: tuple[int, int] = Field((1, 5), description="which occurrence of the event")
+        durations: tuple[Seconds, Seconds] = Field((1.0, 5.0), description="durations of the faults that last a while "
+                                                   "(seconds)")
+
+        @model_validator(mode="after")
+        def _check(self) -> ExploreBase:
+            for name in ("step_window", "occurrences", "durations"):
+                low, high = getattr(self, name)
+                if low > high or low < (0 if name == "durations" else 1):
+                    raise ValueError(f"{name}: expected [low, high] with 1 <= low <= high, got [{low}, {high}]")
+            if self.targets == ["event_node"] and not self.events:
+                raise ValueError("targets: event_node alone needs events to trigger on")
+            given = [k for k, p in _EXPLORABLE.items() if p.explore_options is not None
+                     and getattr(self, k, None) is not None and k not in self.kinds]
+            if given:
+                raise ValueError(f"{', '.join(given)}: bounds for a kind that is not in kinds (add it to kinds or drop "
+                                 "the section)")
+            return self
+
+
+    # Each kind with explore bounds of its own gets `explore.<kind>: {...}` (e.g. explore.straggler.slowdowns).
+    Explore = create_model(  # type: ignore[call-overload]
+        "Explore", __base__=ExploreBase,
+        **{name: (p.explore_options | None, Field(None, description=f"bounds of generated {name} faults"))
+           for name, p in _EXPLORABLE.items() if p.explore_options is not None})
+    class Scenario(Strict):
+        __qualname__ = "Scenario"
+        name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+        description: str = ""
+        cluster: Cluster = Field(default_factory=Cluster)
+        workload: Workload
+        faults: list[Fault] = Field(default_factory=list, max_length=MAX_FAULTS)
+        expect: Expect = Field(default_factory=Expect)
+        checks: Checks = Field(default_factory=Checks)
+        explore: Explore | None = Field(None, description="bounds for generated fault plans (chaos explore)")
+        limits: Limits = Field(default_factory=Limits)
+        storage: Storage = Field(default_factory=Storage)
+        allow_paths: list[str] = Field(
+            default_factory=list, description="absolute directories outside the run directory that torch-chaos may "
+            "write and damage files in (e.g. a checkpoint_dir elsewhere); everything else stays in the run directory")
+
+        @model_validator(mode="after")
+        def _check(self, info: ValidationInfo) -> Scenario:
+            """What one section cannot know alone: whether a fault's node exists, whether the runtime can do it,
+            whether the workload's arguments are ones it takes, and whether its paths stay in the blast radius.
+            Not asked of a run directory's stored copy (chaos.spec.STORED_RUN): it was judged when it ran."""
+            if stored(info):
+                return self
+            c = self.cluster
+            runtime = runtime_plugins()[c.runtime]
+            plugins = fault_plugins()
+            problems = [f"allow_paths[{i}]: {p}" for i, entry in enumerate(self.allow_paths)
+                        if (p := check_allowed(entry))]
+            problems += self._workload_problems()
+            problems += self._rendezvous_problems(runtime)
+            problems += _problems_from(runtime, "scenario_problems", self)
+            for i, fault in enumerate(self.faults):
+                if isinstance(fault.target, int) and fault.target >= c.nodes:
+                    problems.append(f"faults[{i}].target: node {fault.target} does not exist "
+                                    f"(the cluster has nodes 0..{c.nodes - 1})")
+                if fault.target == "rendezvous_host" and c.mode == "centralized":
+                    problems.append(f"faults[{i}].target: a centralized job has no rendezvous host")
+                plugin = plugins[fault.kind]
+                if fault.target == "store":
+                    problems += [f"faults[{i}].target: {why}" for why in _store_target_problems(fault.kind, c, plugins)]
+                elif isinstance(fault.target, str) and fault.target.startswith(SERVER_PREFIXES):
+                    problems += [f"faults[{i}].target: {why}" for why in _server_target_problems(fault, c, plugins)]
+                for need in sorted(plugin.needs - runtime.capabilities - _conditional(runtime)):
+                    able = _able(need)
+                    problems.append(f"faults[{i}].kind: {fault.kind} needs {CAPABILITIES.get(need, need)}, which the "
+                                    f"{c.runtime} runtime does not give; set cluster.runtime: {' or '.join(able)}"
+                                    if able else f"faults[{i}].kind: {fault.kind} needs {need}, which no installed "
+                                    "runtime gives")
+                if STORAGE_LAYER in plugin.needs and self.storage.layer in ("inotify", "off"):
+                    problems.append(f"faults[{i}].kind: {fault.kind} acts through the storage layer's FUSE mount, "
+                                    "which "
+                                    f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")
+                problems += [f"faults[{i}].{problem}" for problem in _problems_from(plugin, "check", fault, self)]
+                problems += [f"faults[{i}].{why}" for why in self._time_problems(fault)]
+                if (layout := launch_layout(c)) not in plugin.layouts:
+                    problems.append(f"faults[{i}].kind: {layout_problem(plugin, layout)}")
+            deadline = self.limits.deadline_s
+            if c.node_restart.delay_s > deadline:
+                problems.append(f"cluster.node_restart.delay_s: {c.node_restart.delay_s:g}s is longer than the run's "
+                                f"deadline (limits.deadline_s: {deadline:g}s): no node would ever be replaced; "
+                                "shorten it "
+                                "or raise limits.deadline_s")
+            if self.explore is not None:
+                problems += self._explore_problems(runtime)
+            if problems:
+                raise ValueError("\n".join(problems))
+            return self
+
+        def _time_problems(self, fault: Any) -> list[str]:
+            """A fault's lengths of time (its duration, a latency, a wait: every ``Seconds`` field but the trigger
+            ``at``) longer than the run's deadline: the engine or a stalled operation would still be waiting on them
+            when the run must end (slow_io latency: 1e300s held every checkpoint operation past the heal). Said with
+            the field; a time of the kind's default is said so."""
+            deadline = self.limits.deadline_s
+            problems = []
+            for name in time_fields(type(fault)):
+                value = getattr(fault, name)
+                if name == "at" or not isinstance(value, (int, float)) or value <= deadline:
+                    continue  # at: a trigger after the deadline is one the run reports as never reached
+                default = "" if name in fault.model_fields_set else " (the kind's default)"
+                hint = (" (leave duration out for a fault that lasts until the run ends)"
+                        if name == "duration" and getattr(fault, "DURATION", "none") == "optional" else "")
+                problems.append(f"{name}: {value:g}s{default} is longer than the run's deadline (limits.deadline_s: "
+                                f"{deadline:g}s), which every time of a fault must fit in; shorten it{hint} or raise "
+                                "limits.deadline_s")
+            return problems
+
+        def _explore_problems(self, runtime: Any) -> list[str]:
+            """The explore bounds judged like a plan's faults: every plan drawn from them must be one this scenario
+            accepts (a kind the runtime can do, a target that exists and that the kind can act on)."""
+            c, bounds, plugins = self.cluster, self.explore, fault_plugins()
+            assert bounds is not None
+            problems = []
+            for target in bounds.targets:
+                if isinstance(target, int) and target >= c.nodes:
+                    problems.append(f"explore.targets: node {target} does not exist (the cluster has nodes "
+                                    f"0..{c.nodes - 1})")
+                elif target == "rendezvous_host" and c.mode == "centralized":
+                    problems.append("explore.targets: a centralized job has no rendezvous host")
+                elif target == "store" or (isinstance(target, str) and target.startswith(SERVER_PREFIXES)):
+                    able = [k for k in bounds.kinds if getattr(plugins[k], "acts_on_store", False)]
+                    if not able:
+                        problems.append(f"explore.targets: {target}: none of explore.kinds can act on it; kinds that "
+                                        "can: " + ", ".join(sorted(k for k, p in plugins.items()
+                                                                   if getattr(p, "acts_on_store", False))))
+                        continue
+                    probe = _Target(kind=able[0], target=target)
+                    why = (_store_target_problems(able[0], c, plugins) if target == "store"
+                           else _server_target_problems(probe, c, plugins))
+                    problems += [f"explore.targets: {target}: {w}" for w in why]
+            if bounds.durations[1] > self.limits.deadline_s:
+                problems.append(f"explore.durations: {bounds.durations[1]:g}s is longer than the run's deadline "
+                                f"(limits.deadline_s: {self.limits.deadline_s:g}s), which every generated fault must "
+                                "fit in; lower it or raise limits.deadline_s")
+            layout = launch_layout(c)
+            for kind in bounds.kinds:
+                plugin = plugins[kind]
+                if layout not in plugin.layouts:
+                    problems.append(f"explore.kinds: {layout_problem(plugin, layout)}")
+                for name in time_fields(plugin.options):  # a kind's own default time, which every generated fault has
+                    default = plugin.options.model_fields[name].get_default(call_default_factory=True)
+                    if name not in ("at", "duration") and isinstance(default, (int, float)) and (
+                            default > self.limits.deadline_s):
+                        problems.append(f"explore.kinds: {kind}'s {name} ({default:g}s, its default) is longer "
+                                        "than the "
+                                        f"run's deadline (limits.deadline_s: {self.limits.deadline_s:g}s); raise "
+                                        "limits.deadline_s")
+                for need in sorted(plugin.needs - runtime.capabilities - _conditional(runtime)):
+                    able = _able(need)
+                    problems.append(f"explore.kinds: {kind} needs {CAPABILITIES.get(need, need)}, which the "
+                                    f"{c.runtime} runtime does not give"
+                                    + (f"; set cluster.runtime: {' or '.join(able)}"
+                                                                           if able else ""))
+                if STORAGE_LAYER in plugin.needs and self.storage.layer in ("inotify", "off"):
+                    problems.append(f"explore.kinds: {kind} acts through the storage layer's FUSE mount, which "
+                                    f"storage.layer: {self.storage.layer} turns off")
+                if plugin.options.TARGET == "node" and not explore_targets(plugin, bounds, c.nodes):
+                    problems.append(f"explore.kinds: {kind} can take none of explore.targets "
+                                    f"({', '.join(map(str, bounds.targets))})")
+                try:
+                    section = plugin.explore_bounds(bounds)
+                except Exception as exc:  # as in _problems_from
+                    problems.append(f"explore.kinds: {raised_by(plugin, 'explore_bounds', exc)}")
                     continue
-                probe = _Target(kind=able[0], target=target)
-                why = (_store_target_problems(able[0], c, plugins) if target == "store"
-                       else _server_target_problems(probe, c, plugins))
-                problems += [f"explore.targets: {target}: {w}" for w in why]
-        if bounds.durations[1] > self.limits.deadline_s:
-            problems.append(f"explore.durations: {bounds.durations[1]:g}s is longer than the run's deadline "
-                            f"(limits.deadline_s: {self.limits.deadline_s:g}s), which every generated fault must "
-                            "fit in; lower it or raise limits.deadline_s")
-        layout = launch_layout(c)
-        for kind in bounds.kinds:
-            plugin = plugins[kind]
-            if layout not in plugin.layouts:
-                problems.append(f"explore.kinds: {layout_problem(plugin, layout)}")
-            for name in time_fields(plugin.options):  # a kind's own default time, which every generated fault has
-                default = plugin.options.model_fields[name].get_default(call_default_factory=True)
-                if name not in ("at", "duration") and isinstance(default, (int, float)) and (
-                        default > self.limits.deadline_s):
-                    problems.append(f"explore.kinds: {kind}'s {name} ({default:g}s, its default) is longer than the "
-                                    f"run's deadline (limits.deadline_s: {self.limits.deadline_s:g}s); raise "
-                                    "limits.deadline_s")
-            for need in sorted(plugin.needs - runtime.capabilities - _conditional(runtime)):
-                able = _able(need)
-                problems.append(f"explore.kinds: {kind} needs {CAPABILITIES.get(need, need)}, which the "
-                                f"{c.runtime} runtime does not give" + (f"; set cluster.runtime: {' or '.join(able)}"
-                                                                       if able else ""))
-            if STORAGE_LAYER in plugin.needs and self.storage.layer in ("inotify", "off"):
-                problems.append(f"explore.kinds: {kind} acts through the storage layer's FUSE mount, which "
-                                f"storage.layer: {self.storage.layer} turns off")
-            if plugin.options.TARGET == "node" and not explore_targets(plugin, bounds, c.nodes):
-                problems.append(f"explore.kinds: {kind} can take none of explore.targets "
-                                f"({', '.join(map(str, bounds.targets))})")
-            try:
-                section = plugin.explore_bounds(bounds)
-            except Exception as exc:  # as in _problems_from
-                problems.append(f"explore.kinds: {raised_by(plugin, 'explore_bounds', exc)}")
-                continue
-            problems += [f"explore.{kind}.{why}" for why in _problems_from(plugin, "check_explore", section, self)]
-        return problems
+                problems += [f"explore.{kind}.{why}" for why in _problems_from(plugin, "check_explore", section, self)]
+            return problems
 
-    def _rendezvous_problems(self, runtime: Any) -> list[str]:
-        c = self.cluster
-        backend = rendezvous_plugins()[c.rendezvous.backend]
-        if c.mode == "centralized":
+        def _rendezvous_problems(self, runtime: Any) -> list[str]:
+            c = self.cluster
+            backend = rendezvous_plugins()[c.rendezvous.backend]
+            if c.mode == "centralized":
+                return []
+            problems = []
+            for need in sorted(backend.needs - runtime.capabilities):
+                able = [n for n, r in runtime_plugins().items() if need in r.capabilities]
+                problems.append(f"cluster.rendezvous.backend: {backend.name} needs {CAPABILITIES.get(need, need)}, "
+                                f"which the {c.runtime} runtime does not give"
+                                + (f"; set cluster.runtime: {' or '.join(able)}" if able else ""))
+            if not backend.uses_c10d_store and c.rendezvous.store != "node0":
+                problems.append(f"cluster.rendezvous.store: {backend.name} keeps the rendezvous in its own servers, "
+                                "not in a c10d store; store applies to backend: c10d only")
+            if backend.server_prefix is None and c.rendezvous.members is not None:
+                problems.append(f"cluster.rendezvous.members: {backend.name} runs no servers of its own; members "
+                                "applies to backends that do (" + ", ".join(
+                                    n for n, b in rendezvous_plugins().items() if b.server_prefix) + ")")
+            return problems
+
+        def _workload_problems(self) -> list[str]:
+            w = self.workload
+            if isinstance(w, ShippedWorkload):
+                found = [f"workload.args.{name}: {why}" for name, why in arg_problems(SHIPPED[w.name], w.args).items()]
+                directory = w.args.get("checkpoint_dir")
+                if isinstance(directory, str) and (why := check_path(directory, self.allow_paths)):
+                    found.append(f"workload.args.checkpoint_dir: {why}")
+                return found
+            if w.checkpoint_dir is not None and (why := check_path(w.checkpoint_dir, self.allow_paths)):
+                return [f"workload.checkpoint_dir: {why}"]
             return []
-        problems = []
-        for need in sorted(backend.needs - runtime.capabilities):
-            able = [n for n, r in runtime_plugins().items() if need in r.capabilities]
-            problems.append(f"cluster.rendezvous.backend: {backend.name} needs {CAPABILITIES.get(need, need)}, "
-                            f"which the {c.runtime} runtime does not give"
-                            + (f"; set cluster.runtime: {' or '.join(able)}" if able else ""))
-        if not backend.uses_c10d_store and c.rendezvous.store != "node0":
-            problems.append(f"cluster.rendezvous.store: {backend.name} keeps the rendezvous in its own servers, "
-                            "not in a c10d store; store applies to backend: c10d only")
-        if backend.server_prefix is None and c.rendezvous.members is not None:
-            problems.append(f"cluster.rendezvous.members: {backend.name} runs no servers of its own; members "
-                            "applies to backends that do (" + ", ".join(
-                                n for n, b in rendezvous_plugins().items() if b.server_prefix) + ")")
-        return problems
 
-    def _workload_problems(self) -> list[str]:
-        w = self.workload
-        if isinstance(w, ShippedWorkload):
-            from chaos.workload_args import problems as arg_problems
+    return {name: value for name, value in locals().items() if name in _BUILT}
 
-            found = [f"workload.args.{name}: {why}" for name, why in arg_problems(SHIPPED[w.name], w.args).items()]
-            directory = w.args.get("checkpoint_dir")
-            if isinstance(directory, str) and (why := check_path(directory, self.allow_paths)):
-                found.append(f"workload.args.checkpoint_dir: {why}")
-            return found
-        if w.checkpoint_dir is not None and (why := check_path(w.checkpoint_dir, self.allow_paths)):
-            return [f"workload.checkpoint_dir: {why}"]
-        return []
+
+@functools.cache
+def model() -> Any:
+    """The scenario model, built from the registered plug-ins once; its parts become attributes of this module."""
+    globals().update(_build())
+    return globals()["Scenario"]
+
+
+def _part(name: str) -> Any:
+    model()
+    return globals()[name]
+
+
+def __getattr__(name: str) -> Any:
+    """``chaos.scenario.Scenario`` and the other parts made from the plug-ins, built on first use (PEP 562)."""
+    if name in _BUILT:
+        return _part(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

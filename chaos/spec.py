@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from chaos.events import WRITE_PROGRESS_EVERY_BYTES, WRITE_PROGRESS_FIRST_BYTES, TriggerEvent
+from chaos.registry import fault_plugins
 
 # Validation context key: the scenario being read is a run directory's stored copy (chaos.loading.parse_scenario).
 # That copy is read for the run's analysis, not judged again: rules added since it was written (a bound, a
@@ -293,8 +294,6 @@ class FaultSpec(Strict):
 
 def _is_foreign_default(field: str, value: Any) -> bool:
     """Whether ``value`` is the default of ``field`` in every fault kind that has it (and some kind has it)."""
-    from chaos.registry import fault_plugins
-
     owners = [p.options.model_fields[field] for p in fault_plugins().values() if field in p.options.model_fields]
     return bool(owners) and all(not f.is_required() and f.get_default(call_default_factory=True) == value
                                 for f in owners)
@@ -302,8 +301,6 @@ def _is_foreign_default(field: str, value: Any) -> bool:
 
 def _owners_of(field: str) -> list[str]:
     """The fault kinds whose options include ``field`` (for "rate applies to kind: bandwidth only")."""
-    from chaos.registry import fault_plugins
-
     shared = set(FaultSpec.model_fields)
     if field in shared:
         return []

@@ -10,7 +10,12 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from chaos import scenario as scenario_model
+
+if TYPE_CHECKING:
+    pass
 
 
 def closest(word: str, choices: Iterable[str], n: int = 1) -> list[str]:
@@ -34,9 +39,7 @@ def did_you_mean(word: Any, choices: Iterable[str]) -> str:
 
 @functools.cache
 def _schema() -> dict[str, Any]:
-    from chaos.scenario import Scenario
-
-    return Scenario.model_json_schema()
+    return scenario_model.model().model_json_schema()
 
 
 def fields_at(loc: tuple[Any, ...]) -> set[str]:

@@ -23,7 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from chaos.compare import Column, fairness, resources_text, where
+from chaos.analysis.load import load_events
+from chaos.analysis.throughput import impaired_pace, training_setup
+from chaos.compare import Column, fairness, measure, resources_text, where
+from chaos.registry import fault_plugins
+from chaos.reports.plots import plt
 from chaos.scenario import Scenario
 from chaos.spec import parse_duration
 
@@ -87,7 +91,6 @@ def _as_fault(kind: str, value: str) -> None:
     """Refuse a value the kind's own options refuse, before any point of the sweep runs (ValueError: the why)."""
     from pydantic import ValidationError
 
-    from chaos.registry import fault_plugins
 
     field = {"delay": "delay", "bandwidth": "rate"}[kind]
     try:
@@ -125,9 +128,6 @@ def measure_point(run_dir: Path) -> Column:
     """A sweep run's column, its steps/s and communication share taken under the impairment (``impaired_pace``)."""
     from dataclasses import replace
 
-    from chaos.analysis.load import load_events
-    from chaos.analysis.throughput import impaired_pace
-    from chaos.compare import measure
 
     pace, share, _ = impaired_pace(load_events(Path(run_dir) / "events.jsonl"))
     return replace(measure(run_dir), steps_per_s=pace, comm_share=share)
@@ -148,7 +148,6 @@ def fit_steps(scenario: Scenario, kind: str, previous: tuple[str, Column] | None
     previous (better) point's measured pace, slowed by ``slowdown``, says they would not fit ``DEADLINE_SHARE`` of
     the deadline after its start-up; then fewer, never below ``MIN_STEPS``. None: keep the scenario's (no previous
     pace, not a shipped workload, or they fit)."""
-    from chaos.analysis.throughput import training_setup
 
     setup = training_setup(scenario.workload)
     if previous is None or setup is None:
@@ -234,8 +233,6 @@ def _x(kind: str, p: Point) -> float:
 
 
 def plot(baseline: Column, found: list[Curve], path: Path, kind: str = "bandwidth") -> None:
-    from chaos.reports.plots import plt
-
     fig, ax = plt.subplots(figsize=(7, 3.8), dpi=100)
     xs = [_x(kind, p) for c in found for p in c.points if p.speedup is not None]
     worse_side = (min(xs) / 2, max(xs) * 2) if kind == "bandwidth" and xs else (0.0, max(xs or [1.0]) * 1.05)

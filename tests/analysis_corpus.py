@@ -138,7 +138,7 @@ def loaded(events: list[Event]) -> list[Event]:
 def recorded_figures(run_dir: Path) -> dict[str, Any]:
     """A recorded real run's figures (its history read as a plain list and as loaded) and its result.json content."""
     from chaos.analysis.load import load_events
-    from chaos.analysis.result_json import analyze
+    from chaos.analysis.run import analyze
     from chaos.history import read_history
 
     return {"figures": figures(read_history(run_dir / "events.jsonl")),

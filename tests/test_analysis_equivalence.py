@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from chaos.analysis.result_json import analyze
+from chaos.analysis.run import analyze
 from chaos.loading import ScenarioInvalid
 from tests.analysis_corpus import figures, load_corpus, loaded, recorded_history_figures
 from tests.data.recorded import expand, recorded_names

@@ -194,9 +194,7 @@ def test_missing_node_image_says_to_build_it(monkeypatch: pytest.MonkeyPatch) ->
         slurm._docker()
     except slurm.ClusterError as exc:
         pytest.skip(f"needs a Docker engine: {exc}")
-    import chaos.image
-
-    monkeypatch.setattr(chaos.image, "image_tag", lambda: "torch-chaos:no-such-image")
+    monkeypatch.setattr(slurm, "image_tag", lambda: "torch-chaos:no-such-image")
     with pytest.raises(slurm.ClusterError, match=r"node image torch-chaos:no-such-image is not built.*chaos image "
                        r"build"):
         slurm.build_slurm_image(log=lambda line: None)

@@ -173,7 +173,7 @@ def test_an_output_named_by_the_user_is_written_through_a_link_or_fifo_and_keeps
 
 def test_output_problems_are_named_as_such_and_a_read_only_run_still_reports(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import chaos.analysis.result_json
+    import chaos.analysis.run
     from tests.data.recorded import expand
 
     run_dir = expand("quickstart", tmp_path)
@@ -194,7 +194,7 @@ def test_output_problems_are_named_as_such_and_a_read_only_run_still_reports(
     def read_only(analysis: object) -> dict:
         raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr(chaos.analysis.result_json, "write_result", read_only)
+    monkeypatch.setattr(chaos.analysis.run, "write_result", read_only)
     assert main(["report", str(run_dir), "--format", "json", "-o", str(tmp_path / "r.json")]) == 0
     assert "result.json not rewritten (Read-only file system)" in capsys.readouterr().err
     assert json.loads((tmp_path / "r.json").read_text())

@@ -256,6 +256,42 @@ def test_what_an_active_fault_observes_is_written_between_its_injection_and_its_
     assert Observes.seen == 4  # healed: no longer asked
 
 
+class Remembers(Observes):
+    """A kind that keeps what it did on ``self``: the object that injected is the one asked to observe and heal."""
+
+    selves: ClassVar[list[tuple[str, int]]] = []
+
+    def inject(self, ctx: Any) -> str:
+        self.selves.append(("inject", id(self)))
+        return super().inject(ctx)
+
+    def observe(self, ctx: Any) -> list[dict[str, Any]]:
+        self.selves.append(("observe", id(self)))
+        return []
+
+    def heal(self, ctx: Any) -> dict[str, Any]:
+        self.selves.append(("heal", id(self)))
+        return super().heal(ctx)
+
+
+def test_one_kind_instance_per_planned_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    Remembers.selves, Remembers.healed, Remembers.fail = [], [], False
+    monkeypatch.setattr(scheduler_module, "fault_kind", lambda kind: Remembers())  # a new object on every call
+    run = Run(tmp_path, [make_fault(kind="freeze", target=0, at_step=1, duration=5.0),
+                         make_fault(kind="freeze", target=1, at_step=1, duration=5.0)])
+    run.nodes.start_cluster()
+    run.job("step_completed", step=1)
+    run.tick(now=1.0)
+    run.faults.heal_all()
+    one, two = (f.impl for f in run.faults.faults)
+    assert one is not two
+    assert {hook for hook, _ in Remembers.selves} == {"inject", "observe", "heal"}
+    assert {who for _, who in Remembers.selves} == {id(one), id(two)}
+    for impl in (one, two):
+        hooks = [hook for hook, who in Remembers.selves if who == id(impl)]
+        assert hooks[0] == "inject" and hooks[-1] == "heal" and "observe" in hooks
+
+
 @pytest.mark.usefixtures("stand_in")
 def test_on_event_fires_on_the_given_occurrence(tmp_path: Path) -> None:
     run = Run(tmp_path, [make_fault(kind="crash", target="event_node", on={"event": "checkpoint_save_started",

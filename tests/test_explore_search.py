@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import chaos.engine
+import chaos.explore
 from chaos.explore import explore
 from chaos.loading import load_scenario, shipped_scenarios_dir
 from chaos.scenario import Scenario
@@ -43,7 +43,7 @@ class ModelEngine:
 
 @pytest.fixture
 def model(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(chaos.engine, "Engine", ModelEngine)
+    monkeypatch.setattr(chaos.explore, "Engine", ModelEngine)
 
 
 @pytest.mark.usefixtures("model")

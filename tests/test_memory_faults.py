@@ -16,10 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chaos import cgroup
 from chaos.analysis.result_json import add_oom_kills
+from chaos.cgroup import V1, V2, NodeMemory
 from chaos.events import Ev, Source, required_fields
 from chaos.faults import membase
-from chaos.faults.membase import V1, V2, Kill, NodeMemory, OomWatch
+from chaos.faults.membase import Kill, OomWatch
 from chaos.faults.memory_pressure import MemoryPressure
 from chaos.faults.oom_kill import OomKill
 from chaos.loading import ScenarioInvalid, parse_scenario
@@ -111,11 +113,11 @@ def test_kernel_lines_are_parsed() -> None:
 def test_counters_and_limits_of_both_versions(tmp_path: Path) -> None:
     (tmp_path / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
     (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\noom_group_kill 0\n")
-    assert membase.read_counter(tmp_path / V1.events, "oom_kill") == 3
-    assert membase.read_counter(tmp_path / V2.events, "oom_kill") == 2
-    assert membase.read_counter(tmp_path / V2.events, "absent") == 0
-    assert membase.parse_limit("9223372036854771712\n", V1) is None and membase.parse_limit("max\n", V2) is None
-    assert membase.parse_limit("1048576", V2) == 1 << 20
+    assert cgroup.read_counter(tmp_path / V1.events, "oom_kill") == 3
+    assert cgroup.read_counter(tmp_path / V2.events, "oom_kill") == 2
+    assert cgroup.read_counter(tmp_path / V2.events, "absent") == 0
+    assert cgroup.parse_limit("9223372036854771712\n", V1) is None and cgroup.parse_limit("max\n", V2) is None
+    assert cgroup.parse_limit("1048576", V2) == 1 << 20
 
 
 class FakeLog:
@@ -154,7 +156,7 @@ def bump(mem: NodeMemory, n: int) -> None:
 
 def test_each_counted_kill_is_one_event_with_the_victim_from_the_kernel_line(tmp_path: Path,
                                                                                monkeypatch: Any) -> None:
-    monkeypatch.setattr(membase, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(cgroup, "CGROUP_ROOT", tmp_path)
     mem = fake_cgroup(tmp_path)
     log = FakeLog()
     watch = OomWatch(mem, FakeRuntime(), klog=log)  # type: ignore[arg-type]
@@ -215,7 +217,7 @@ def test_each_counted_kill_is_one_event_with_the_victim_from_the_kernel_line(tmp
 
 
 def test_a_limit_is_set_with_swap_and_restored_exactly(tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr(membase, "OWNERS_DIR", tmp_path / "owners")
+    monkeypatch.setattr(cgroup, "OWNERS_DIR", tmp_path / "owners")
     mem = fake_cgroup(tmp_path)
     (mem.path / V1.swap).write_text(V1.unlimited + "\n")
     mem.owner = tmp_path / "owners" / "limit.json"
@@ -228,7 +230,7 @@ def test_a_limit_is_set_with_swap_and_restored_exactly(tmp_path: Path, monkeypat
 
 def test_a_cgroup_gone_with_its_node_took_the_limit_with_it(tmp_path: Path, monkeypatch: Any) -> None:
     """A docker node whose launcher was OOM-killed: its container and cgroup ended; nothing of the limit is left."""
-    monkeypatch.setattr(membase, "OWNERS_DIR", tmp_path / "owners")
+    monkeypatch.setattr(cgroup, "OWNERS_DIR", tmp_path / "owners")
     mem = fake_cgroup(tmp_path)
     mem.owner = tmp_path / "owners" / "limit.json"
     mem.set_limit(400 << 20, "run-abcdef")
@@ -243,9 +245,9 @@ def test_a_restore_that_does_not_read_back_says_so(tmp_path: Path) -> None:
     path = tmp_path / "cg"
     path.mkdir()
     (path / V2.limit).write_text("max")
-    assert membase.restore_limits(tmp_path / "gone", {V2.limit: "max"}) == [f"{tmp_path / 'gone'} is gone (the "
+    assert cgroup.restore_limits(tmp_path / "gone", {V2.limit: "max"}) == [f"{tmp_path / 'gone'} is gone (the "
                                                                              "node was replaced or removed)"]
-    problems = membase.restore_limits(path, {V2.limit: "max", "memory.swap.max": "max"})
+    problems = cgroup.restore_limits(path, {V2.limit: "max", "memory.swap.max": "max"})
     assert problems == [] and (path / "memory.swap.max").read_text() == "max"
 
 
@@ -254,7 +256,7 @@ def test_a_restore_that_does_not_read_back_says_so(tmp_path: Path) -> None:
 def test_cleanup_restores_limits_of_dead_engines_only(tmp_path: Path, monkeypatch: Any) -> None:
     owners = tmp_path / "owners"
     owners.mkdir()
-    monkeypatch.setattr(membase, "OWNERS_DIR", owners)
+    monkeypatch.setattr(cgroup, "OWNERS_DIR", owners)
     cgroups = {}
     for name, engine in (("dead", 2**22 + 12345), ("live", os.getpid())):
         path = tmp_path / name
@@ -264,19 +266,19 @@ def test_cleanup_restores_limits_of_dead_engines_only(tmp_path: Path, monkeypatc
         (owners / f"limit-{name}.json").write_text(json.dumps(
             {"run_id": name, "engine_pid": engine, "path": str(path), "before": {V1.limit: V1.unlimited},
              "created": False}))
-    removed = membase.cleanup(None, only_orphans=True)
+    removed = cgroup.cleanup(None, only_orphans=True)
     assert removed == [f"memory limit on {cgroups['dead']} restored"]
     assert (cgroups["dead"] / V1.limit).read_text() == V1.unlimited
     assert (cgroups["live"] / V1.limit).read_text() == "1000"
     assert [p.name for p in owners.iterdir()] == ["limit-live.json"]
-    assert membase.cleanup("live", only_orphans=False) == [f"memory limit on {cgroups['live']} restored"]
+    assert cgroup.cleanup("live", only_orphans=False) == [f"memory limit on {cgroups['live']} restored"]
 
 
 def test_cleanup_forgets_a_container_that_is_gone(tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr(membase, "OWNERS_DIR", tmp_path)
+    monkeypatch.setattr(cgroup, "OWNERS_DIR", tmp_path)
     (tmp_path / "limit-x.json").write_text(json.dumps({"run_id": "x", "engine_pid": 2**22 + 1, "created": False,
                                                        "path": str(tmp_path / "removed"), "before": {}}))
-    assert membase.cleanup(None, only_orphans=True) == [] and not list(tmp_path.iterdir())
+    assert cgroup.cleanup(None, only_orphans=True) == [] and not list(tmp_path.iterdir())
 
 
 # ------------------------------------------------------------------------------------------ the report

@@ -38,7 +38,8 @@ def test_importing_the_probe_loads_nothing_else_of_chaos_nor_any_third_party_mod
     code = ("import sys; before = set(sys.modules); import chaos.probe; "
             "print('\\n'.join(sorted(set(sys.modules) - before)))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert {m for m in loaded if m.startswith("chaos")} == {"chaos", "chaos.probe", "chaos.events", "chaos.channel"}
+    assert {m for m in loaded if m.startswith("chaos")} == {"chaos", "chaos.version", "chaos.probe", "chaos.events",
+                                                            "chaos.channel"}
     assert {m.split(".")[0] for m in loaded} - set(sys.stdlib_module_names) == {"chaos"}, loaded
 
 

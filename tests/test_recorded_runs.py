@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.analysis.result_json import analyze
+from chaos.analysis.run import analyze
 from chaos.cli import main
 from chaos.compare import write_comparison
 from chaos.history import read_history

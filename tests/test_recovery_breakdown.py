@@ -186,7 +186,7 @@ def test_compare_names_the_phase_that_differs_most_with_its_numbers() -> None:
 def test_a_recorded_quickstart_splits_its_recovery_from_torchruns_own_agent_events(tmp_path: Path) -> None:
     """A real run (tests/data/histories/quickstart): the agents' lines are in the history, every phase is measured,
     and result.json carries the same split."""
-    from chaos.analysis.result_json import analyze
+    from chaos.analysis.run import analyze
     from tests.data.recorded import expand
 
     run_dir = expand("quickstart", tmp_path)

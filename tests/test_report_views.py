@@ -158,14 +158,13 @@ def test_chaos_run_writes_report_html_and_prints_its_path(tmp_path: Path, capsys
 @pytest.mark.usefixtures("no_leftovers")
 def test_a_report_that_fails_is_logged_and_never_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
-    from chaos import reports
-    from chaos.engine import Engine
+    from chaos.engine import Engine, core
     from chaos.loading import parse_scenario
 
     def broken(*args: object, **kwargs: object) -> Path:
         raise RuntimeError("no plots today")
 
-    monkeypatch.setattr(reports, "write_report", broken)
+    monkeypatch.setattr(core, "write_report", broken)
     with caplog.at_level(logging.WARNING, logger="chaos.engine.core"):
         result = Engine(parse_scenario(TOY.format(script=BROKEN / "print_steps.py")), out_dir=tmp_path).run()
     assert result["verdict"] == "pass", result["why"]

@@ -14,7 +14,8 @@ import pytest
 
 from chaos.analysis.checkpoints import control_request, first_resume_step, matches_golden
 from chaos.analysis.noise import BAND_CEILING, BAND_FACTOR, BAND_FLOOR, band
-from chaos.analysis.result_json import RESULT_SCHEMA_VERSION, analyze
+from chaos.analysis.result_json import RESULT_SCHEMA_VERSION
+from chaos.analysis.run import analyze
 from chaos.events import EndReason, Ev, Source
 from chaos.reports import write_report
 from tests.data.recorded import expand

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
+from chaos.capabilities import STORAGE_LAYER
 from chaos.events import EndReason
 from chaos.explore import fault_strategy
 from chaos.faults.base import FaultContext
 from chaos.loading import parse_scenario
 from chaos.registry import fault_kind, fault_plugins
-from chaos.runtimes.base import STORAGE_LAYER
 from chaos.scenario import Explore, Limits, make_fault
 from chaos.storage import control
 from chaos.storage.control import APPLIED_FILE, RULES_FILE, StorageControl, StorageNotAcknowledged

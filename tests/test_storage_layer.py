@@ -109,8 +109,9 @@ def test_a_checkpoint_dir_that_is_the_runs_own_files_is_refused(directory: str, 
 def test_a_fault_through_the_layer_is_refused_without_fuse(monkeypatch: pytest.MonkeyPatch) -> None:
     from chaos import registry
     from chaos import scenario as scenario_module
+    from chaos.capabilities import STORAGE_LAYER
     from chaos.faults.crash import Crash
-    from chaos.runtimes.base import STORAGE_LAYER
+    from chaos.storage import layer as layer_module
 
     class ThroughTheLayer(Crash):
         needs = Crash.needs | {STORAGE_LAYER}
@@ -118,6 +119,7 @@ def test_a_fault_through_the_layer_is_refused_without_fuse(monkeypatch: pytest.M
     plugins = {**registry.fault_plugins(), "crash": ThroughTheLayer}
     monkeypatch.setattr(scenario_module, "fault_plugins", lambda: plugins)
     monkeypatch.setattr(registry, "fault_plugins", lambda: plugins)
+    monkeypatch.setattr(layer_module, "fault_plugins", lambda: plugins)
     fault = "faults: [{kind: crash, target: 0, at_step: 3}]\n"
     with pytest.raises(ScenarioInvalid) as exc:
         scenario(fault + "storage: {layer: inotify}\n")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from chaos.analysis.checkpoints import last_new_step
 from chaos.analysis.load import of_kind
 from chaos.events import EndReason, Ev, Source
 from chaos.history import Event
@@ -148,7 +149,6 @@ def failed_after_last_step(events: list[Event]) -> str | None:
     exception", exit -6, after its last step and the final save) is restarted by its agent, which then waits in a
     new rendezvous round for nodes that finished and will never join: the job hangs although training ended. Said
     so, the hang reads as the job's exit-time crash it is, not as torch-chaos stopping it."""
-    from chaos.analysis.checkpoints import last_new_step
 
     last = last_new_step(events)
     if last is None:
@@ -172,7 +172,6 @@ def done_but_not_exited(events: list[Event], total: int | None) -> str | None:
     Such a run is stopped by the stall timeout ("no step for 60s"), which alone reads as a job stuck in training:
     it is a job that trained to the end and then did not exit (a crash at exit restarted into a rendezvous round
     nobody joins, a process group never destroyed)."""
-    from chaos.analysis.checkpoints import last_new_step
 
     last = last_new_step(events)
     if last is None or total is None or last[0] < total:

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from chaos.analysis.load import of_kind
+from chaos.analysis.metrics import steps
 from chaos.events import NODE_BANNER, Ev
 from chaos.history import Event
 from chaos.progress_regex import LINE_TIMEOUT_S, Budget, compile_progress, search
@@ -54,7 +55,6 @@ def unmatched_progress(run_dir: Path, regex: str, events: list[Event]) -> str | 
     """When no step was recorded and no line of the job's output matches ``regex``: that, with the regex and a
     sample line (one the regex matches when case is ignored, else the job's most repeated line shape, which is
     usually its progress line). None when a step was recorded, or a line matches (the job did print progress)."""
-    from chaos.analysis.metrics import steps
 
     if len(steps(events)):
         return None

@@ -34,6 +34,7 @@ import numpy as np
 
 from chaos.analysis.interval import daly, young
 from chaos.spec import parse_duration
+from chaos.workload import ShippedWorkload
 
 if TYPE_CHECKING:
     from chaos.analysis.result_model import FaultResult
@@ -181,7 +182,6 @@ class Measured:
 def measured_inputs(analysis: RunAnalysis, checkpoint_cost: str | None = None, recovery: str | None = None,
                     checkpoint_interval: str | None = None) -> Measured:
     """Read R, C, step time and the current interval from a run's analysis; options override (and say so)."""
-    from chaos.scenario import ShippedWorkload
 
     result = analysis.model
     restarted = [f for f in result.faults if f.restarted and f.recovery_s is not None]

@@ -8,9 +8,8 @@ returns.)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chaos.analysis.breakdown import breakdown_for_result, recovery_breakdowns
 from chaos.analysis.channel import channel_summary
@@ -22,15 +21,12 @@ from chaos.analysis.planned import missing_promises, never_acted, not_injected
 from chaos.analysis.progress_lines import unmatched_progress
 from chaos.analysis.result_model import RESULT_SCHEMA_VERSION
 from chaos.analysis.step_timing import step_timings
+from chaos.analysis.throughput import training_setup
 from chaos.analysis.verdict import Compose, RequiresFaultsFired, Verdict
 from chaos.events import EndReason, Ev
+from chaos.golden import no_golden_why
 from chaos.history import Event
-from chaos.paths import write_output
 from chaos.scenario import Bound, CommandWorkload, Scenario
-
-if TYPE_CHECKING:
-    from chaos.analysis.run import RunAnalysis
-
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
@@ -245,7 +241,6 @@ def _no_golden_why(run_dir: Path, scenario: Scenario, golden: dict[str, Any] | N
     or none was asked for: the checker then says checks.golden is off)."""
     if golden is not None or not scenario.checks.golden:
         return None
-    from chaos.golden import no_golden_why  # the engine's rule for when it makes none (golden imports analysis)
 
     why = no_golden_why(scenario)
     if not why and (run_dir / "golden.json").exists():  # there, but not a readable summary (a damaged copy)
@@ -257,7 +252,6 @@ def _no_golden_why(run_dir: Path, scenario: Scenario, golden: dict[str, Any] | N
 def planned_steps(scenario: Scenario, golden: dict[str, Any] | None) -> int | None:
     """The steps the job trains when nothing goes wrong: a shipped workload's ``steps``, else the completed golden
     run's (a command workload's count is only known by running it); None when neither says."""
-    from chaos.analysis.throughput import training_setup
 
     setup = training_setup(scenario.workload)
     if setup is not None and isinstance(setup.get("steps"), int):
@@ -288,19 +282,3 @@ def resources_of(started: dict[str, Any]) -> dict[str, Any] | None:
     resources = plan.get("resources") if isinstance(plan, dict) else None
     return resources if isinstance(resources, dict) and resources else None
 
-
-def analyze(run_dir: str | Path) -> dict[str, Any]:
-    """result.json's content, recomputed from the run directory (without writing it)."""
-    from chaos.analysis.run import analyze_run
-
-    return analyze_run(run_dir).result
-
-
-def write_result(run: str | Path | RunAnalysis) -> dict[str, Any]:
-    """Write ``result.json`` into the run directory; ``run`` is the directory or its analysis (not redone)."""
-    from chaos.analysis.run import RunAnalysis, analyze_run
-
-    analysis = run if isinstance(run, RunAnalysis) else analyze_run(run)
-    path = analysis.run_dir / "result.json"
-    write_output(path, json.dumps(analysis.result, indent=2, default=str) + "\n")
-    return analysis.result

@@ -22,7 +22,8 @@ from chaos.analysis.result_model import ResultModel
 from chaos.analysis.series import lineage_losses, progress_by_node, worker_round_starts
 from chaos.analysis.throughput import Throughput, final_loss, throughput, time_to_result
 from chaos.events import Ev
-from chaos.paths import read_small
+from chaos.loading import load_scenario
+from chaos.paths import read_small, write_output
 from chaos.scenario import Scenario, ShippedWorkload
 
 
@@ -88,8 +89,6 @@ def _is_summary(golden: Any) -> bool:
 
 
 def analyze_run(run_dir: str | Path) -> RunAnalysis:
-    from chaos.loading import load_scenario
-
     run_dir = Path(run_dir)
     scenario = load_scenario(run_dir / "scenario.yaml", stored=True)
     golden_path = run_dir / "golden.json"
@@ -112,3 +111,16 @@ def analyze_run(run_dir: str | Path) -> RunAnalysis:
         time_to_result_s=time_to_result(events),
         replacements=replacement_causes(events),
     )
+
+
+def analyze(run_dir: str | Path) -> dict[str, Any]:
+    """result.json's content, recomputed from the run directory (without writing it)."""
+    return analyze_run(run_dir).result
+
+
+def write_result(run: str | Path | RunAnalysis) -> dict[str, Any]:
+    """Write ``result.json`` into the run directory; ``run`` is the directory or its analysis (not redone)."""
+    analysis = run if isinstance(run, RunAnalysis) else analyze_run(run)
+    path = analysis.run_dir / "result.json"
+    write_output(path, json.dumps(analysis.result, indent=2, default=str) + "\n")
+    return analysis.result

@@ -6,11 +6,13 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from chaos.analysis.checkpoints import _lineage_losses
 from chaos.analysis.load import of_kind, step_table
 from chaos.analysis.metrics import first_disruptive_fault_t, step_intervals
 from chaos.analysis.result_model import ResultModel
 from chaos.events import Ev
 from chaos.history import Event
+from chaos.workload_args import SHIPPED
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,6 @@ def time_to_result(events: list[Event]) -> float | None:
 
 def final_loss(events: list[Event]) -> tuple[int | None, float | None]:
     """Rank 0's loss at the highest step of the surviving lineage (the model the run ended with): (step, loss)."""
-    from chaos.analysis.checkpoints import _lineage_losses
 
     losses = _lineage_losses(events)[0]
     if not losses:
@@ -96,7 +97,6 @@ TRAINING_ARGS = ("steps", "global_batch", "dataset_size", "features", "hidden", 
 def training_setup(workload: Any) -> dict[str, Any] | None:
     """The shipped workload's model-deciding arguments with defaults filled in (None for a command workload, whose
     global batch torch-chaos cannot know)."""
-    from chaos.workload_args import SHIPPED
 
     declared = SHIPPED.get(getattr(workload, "name", None) or "")
     if declared is None or getattr(workload, "command", None) is not None:

@@ -53,6 +53,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from chaos.cluster.netexec import Refused, nsenter_run, validate
+from chaos.cluster.spec import CLUSTER_LABEL, ID_LABEL, ROLE_LABEL
+from chaos.gate import Gate, Limits
+from chaos.image import _client
+
 ACTIONS = ("lose", "return", "net", "ping")
 HOST_RE = re.compile(r"^c[1-9][0-9]{0,2}$")
 MAX_CONNECTIONS = 16  # handler threads at once (token-bearing requests); more are closed unanswered
@@ -90,13 +95,9 @@ class SdkDocker:
     """The docker SDK behind :class:`Docker`: containers are found by this cluster's labels, then by name."""
 
     def __init__(self) -> None:
-        from chaos.image import _client
-
         self.client = _client(timeout=30)
 
     def _containers(self, cluster: str, cluster_id: str, role: str) -> list[dict[str, Any]]:
-        from chaos.cluster.spec import CLUSTER_LABEL, ID_LABEL, ROLE_LABEL
-
         return list(self.client.api.containers(all=True, filters={"label": [
             f"{CLUSTER_LABEL}={cluster}", f"{ID_LABEL}={cluster_id}", f"{ROLE_LABEL}={role}"]}))
 
@@ -126,15 +127,12 @@ NetRunner = Callable[[int, list[str], Callable[[], int | None]], tuple[int, str,
 
 
 def _nsenter_run(pid: int, argv: list[str], pid_now: Callable[[], int | None]) -> tuple[int, str, str]:
-    from chaos.cluster.netexec import nsenter_run
-
     return nsenter_run(pid, argv, pid_now)
 
 
 def handle(request: bytes, *, token: str, cluster: str, cluster_id: str, docker: Docker,
            runner: NetRunner = _nsenter_run) -> dict[str, Any]:
     """One request to its answer; refuses anything that is not exactly a request this agent takes."""
-    from chaos.cluster.netexec import Refused, validate
 
     refused = check_token(request, token)
     if refused is not None:
@@ -219,8 +217,6 @@ class AgentServer:
 
     def __init__(self, address: tuple[str, int], *, token: str, cluster: str, cluster_id: str, docker: Docker,
                  log: Any = None, runner: NetRunner = _nsenter_run, subnet: str | None = None):
-        from chaos.gate import Gate, Limits
-
         self.token, self.cluster, self.cluster_id, self.docker = token, cluster, cluster_id, docker
         self.runner = runner
         self.subnet = ipaddress.ip_network(subnet) if subnet else None  # who may connect (None: anyone)

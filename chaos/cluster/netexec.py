@@ -21,20 +21,17 @@ namespace> -- TOOL ...`` where the namespace is the one of *this* cluster's comp
 descriptor opened before its pid is checked again), so it can only ever change the network of a compute host of
 its own cluster, and only in the ways above.
 
-The engine's side is :func:`main` (``python -m chaos.cluster.netexec --config FILE --host cN -- TOOL ARGS``): a
-command prefix, like ``nsenter ... --``, that :class:`~chaos.net.impair.Impairment` puts before each tool, so the
-fault kinds run unchanged.
+The engine's side is :mod:`chaos.cluster.netcmd` (``python -m chaos.cluster.netcmd --config FILE --host cN -- TOOL
+ARGS``): a command prefix, like ``nsenter ... --``, that :class:`~chaos.net.impair.Impairment` puts before each
+tool, so the fault kinds run unchanged.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import os
 import re
 import shlex
 import subprocess
-import sys
 from collections.abc import Callable
 
 TOOLS = ("iptables", "iptables-save", "tc")
@@ -171,38 +168,3 @@ def leftover_rules(saved: str) -> list[tuple[str, list[str]]]:
         if COMMENT_RE.match(comment):
             found.append((comment.split(":")[1], ["iptables", "-w", "-D", *words[1:]]))
     return found
-
-
-# --- the engine's side: a command prefix, like ``nsenter --net=... --`` ------------------------------------------
-
-
-def prefix(config_path: str, host: str) -> list[str]:
-    """What :meth:`chaos.runtimes.slurm.SlurmRuntime.net_enter` returns: tools after it run on ``host``."""
-    return [sys.executable, "-m", "chaos.cluster.netexec", "--config", config_path, "--host", host, "--"]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Send one command to the agent; print its stdout/stderr and exit with its status (2: the agent refused it
-    or could not be reached, with the reason on stderr)."""
-    from chaos.cluster.agent import AgentError, ask, read_config
-
-    parser = argparse.ArgumentParser(prog="python -m chaos.cluster.netexec")
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--host", required=True)
-    parser.add_argument("argv", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-    try:
-        answer = ask(read_config(args.config), "net", args.host, argv=command, timeout=EXEC_TIMEOUT_S + 5)
-    except AgentError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    with contextlib.suppress(BrokenPipeError):
-        sys.stdout.write(str(answer.get("stdout", "")))
-        sys.stderr.write(str(answer.get("stderr", "")))
-    rc = answer.get("rc")
-    return rc if isinstance(rc, int) and 0 <= rc < 256 else 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -59,6 +59,10 @@ from chaos.cluster.spec import (
     state,
     state_path,
 )
+from chaos.image import VENV, ImageBuildError, _build_lock, _client, image_tag
+from chaos.machine import APT, Check
+from chaos.plan import REPO_ROOT
+from chaos.runtimes.docker import pick_subnet, used_subnets
 
 SLURM_REPO = "torch-chaos-slurm"
 # fuse3 (fusermount3, setuid) and libfuse3: the storage layer on each compute host mounts as the cluster's user.
@@ -130,8 +134,6 @@ class UpResult:
 
 
 def slurm_image_inputs() -> dict[str, str]:
-    from chaos.image import image_tag
-
     return {"base": image_tag(), "packages": ",".join(SLURM_PACKAGES), "recipe": SLURM_RECIPE_VERSION,
             "dockerfile": hashlib.sha256(DOCKERFILE.encode()).hexdigest()[:16],
             "entrypoint": hashlib.sha256(ENTRY_SCRIPT.encode()).hexdigest()[:16]}
@@ -143,8 +145,6 @@ def slurm_image_tag() -> str:
 
 
 def _docker() -> Any:
-    from chaos.image import ImageBuildError, _client
-
     try:
         return _client()
     except ImageBuildError as exc:
@@ -236,7 +236,6 @@ def _context_tar(base: str, debs: list[Path]) -> bytes:
 
 def build_slurm_image(log: Callable[[str], None] = print, force: bool = False) -> tuple[str, str, float]:
     """Make sure the Slurm image exists; returns (tag, "cached" | "built", seconds)."""
-    from chaos.image import _build_lock, image_tag
 
     start = time.monotonic()
     client = _docker()
@@ -403,8 +402,6 @@ def _config_tar(conf: str, munge_key: bytes) -> bytes:
 
 
 def new_spec(client: Any | None, name: str, nodes: int) -> ClusterSpec:
-    from chaos.runtimes.docker import pick_subnet, used_subnets
-
     used = used_subnets(client) if client is not None else []
     # Keyed by the name only: a dry run shows the subnet `up` will take (unless another network takes it meanwhile).
     return ClusterSpec(name, nodes, pick_subnet(f"cluster-{name}", used))
@@ -474,8 +471,6 @@ def up(name: str = "slurm", nodes: int = 3, timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 def _python() -> str:
-    from chaos.image import VENV
-
     return f"{VENV}/bin/python"
 
 
@@ -604,7 +599,6 @@ def start_agent(client: Any, spec: ClusterSpec, cluster_id: str) -> dict[str, An
     """Start the cluster's agent on the network's gateway address (the host's side of the internal bridge), wait
     until it listens, and put its address and token into the controller at AGENT_FILE, readable by the cluster's
     user only. Returns the state file's ``agent`` entry (never the token)."""
-    from chaos.plan import REPO_ROOT
 
     config = agent_config_path(spec.name)
     config.parent.mkdir(parents=True, exist_ok=True)
@@ -816,8 +810,6 @@ def cleanup(run_id: str | None, only_orphans: bool) -> list[str]:
 
 def machine_checks() -> list[Any]:
     """``chaos doctor``: can this machine bring a Slurm cluster up? Optional (nothing else needs it)."""
-    from chaos.image import image_tag
-    from chaos.machine import APT, Check
 
     name = "slurm cluster (chaos cluster up slurm)"
     try:

@@ -25,12 +25,11 @@ from typing import Any
 
 import yaml
 
-from chaos import __version__
 from chaos.analysis.checkpoints import control_request
 from chaos.analysis.load import load_events
-from chaos.analysis.result_json import write_result
-from chaos.analysis.run import RunAnalysis, analyze_run
+from chaos.analysis.run import RunAnalysis, analyze_run, write_result
 from chaos.channel import ChannelServer, parse_address
+from chaos.doctor import require
 from chaos.engine.end import End, EndDetector
 from chaos.engine.heartbeat import Heartbeat
 from chaos.engine.nodes import NodeOrchestrator, NodeState
@@ -52,14 +51,17 @@ from chaos.golden import (
     wants_golden,
 )
 from chaos.history import HistoryWriter
+from chaos.loading import load_scenario, resolve_scenario_path
 from chaos.plan import Plan, build_plan
 from chaos.progress_regex import ProgressRegexMissed, ProgressRegexTooSlow
+from chaos.reports import write_report
 from chaos.run_result import RunResult
 from chaos.runtimes import create_runtime
 from chaos.runtimes.base import Runtime
 from chaos.scenario import CommandWorkload, Scenario
 from chaos.storage.layer import StorageLayer, why_layer
 from chaos.storage.layer import choose as choose_layer
+from chaos.version import __version__
 
 log = logging.getLogger(__name__)
 POLL_S = 0.02
@@ -244,8 +246,6 @@ class Engine:
                                                log=self.log[-8:], reference=self._reference_name()))
 
     def run(self) -> RunResult:
-        from chaos.doctor import require
-
         require(self.scenario)  # before anything is created: a missing piece is advice, not a half-run
         parts = RunParts(self.scenario, self.run_id, self.run_dir, self.note, self.warn)
         self.started = time.time()
@@ -304,7 +304,6 @@ class Engine:
         """report.html beside result.json, so that every run has one to open (before, none existed until `chaos
         report --format html`). The verdict is result.json's: a report that cannot be drawn (a plot library
         error, a full disk) is logged and never fails the run."""
-        from chaos.reports import write_report
 
         try:
             return write_report(analysis, "html", out_named_by_user=False)
@@ -451,7 +450,5 @@ def run(scenario: Scenario | str | Path, out_dir: str | Path = "runs",
         on_update: Callable[[Snapshot], None] | None = None) -> RunResult:
     """Run a scenario (a model, or a path to its YAML) and return its result (as written to result.json)."""
     if not isinstance(scenario, Scenario):
-        from chaos.loading import load_scenario, resolve_scenario_path
-
         scenario = load_scenario(resolve_scenario_path(str(scenario)))
     return Engine(scenario, out_dir=out_dir, on_update=on_update).run()

@@ -14,16 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from chaos.capabilities import NODE_NETWORK
 from chaos.channel import ChannelServer
 from chaos.engine.nodes import NodeOrchestrator
 from chaos.engine.progress import ProgressObserver
 from chaos.engine.signals import Interrupted
 from chaos.engine.states import FAULT_TRANSITIONS, FaultStatus, NodeStatus, move
 from chaos.events import WRITE_PROGRESS_EVERY_BYTES, WRITE_PROGRESS_FIRST_BYTES, Ev, Source
-from chaos.faults import FaultContext, fault_kind
+from chaos.faults import FaultContext, FaultKind, fault_kind
 from chaos.history import Event, HistoryWriter
 from chaos.plan import STORE_NODE, Plan
-from chaos.runtimes.base import NODE_NETWORK, Runtime
+from chaos.runtimes.base import Runtime
 from chaos.scenario import Fault, ShippedWorkload
 from chaos.spec import SERVER_PREFIXES
 from chaos.storage.layer import StorageLayer
@@ -40,6 +41,9 @@ class FaultState:
 
     index: int
     spec: Fault
+    # The kind's one instance for this planned fault: inject, observe and heal act through the same object, so a
+    # kind may keep what it did on ``self`` as well as in ``ctx``.
+    impl: FaultKind
     status: FaultStatus = FaultStatus.PENDING
     node: str | None = None
     t_injected: float | None = None
@@ -76,7 +80,7 @@ class FaultScheduler:
         self._trigger_sources = TRIGGER_SOURCES_PROBE if shipped else TRIGGER_SOURCES
         self._trigger_counts: dict[str, int] = {}
         self.not_started: str | None = None  # why the faulted run was not started (every fault's why_not_injected)
-        self.faults = [FaultState(i, f) for i, f in enumerate(specs)]
+        self.faults = [FaultState(i, f, fault_kind(f.kind)) for i, f in enumerate(specs)]
 
     # ------------------------------------------------------------------ triggers
     def fire_due(self, now: float, new_events: list[Event]) -> None:
@@ -117,7 +121,7 @@ class FaultScheduler:
     # ------------------------------------------------------------------ inject
     def _resolve_target(self, f: FaultState, trigger_event: Event | None) -> str | None:
         target = f.spec.target
-        if not fault_kind(f.spec.kind).targets_node:
+        if not f.impl.targets_node:
             return None
         if isinstance(target, int):
             return f"node{target}"
@@ -134,7 +138,7 @@ class FaultScheduler:
 
     def _inject(self, f: FaultState, trigger_event: Event | None) -> None:
         t_decided = time.time()
-        impl = fault_kind(f.spec.kind)
+        impl = f.impl
         node = self._resolve_target(f, trigger_event)
         f.node = node
         where = node or ("network" if NODE_NETWORK in impl.needs else "storage")
@@ -211,7 +215,7 @@ class FaultScheduler:
             f.move_to(FaultStatus.SKIPPED)
             where = f"node{spec.target}" if isinstance(spec.target, int) else spec.target
             self._history.write(Ev.FAULT_NOT_REACHED, fault_id=f.index, kind=spec.kind, target=where,
-                                disruptive=fault_kind(spec.kind).disruptive, why=why)
+                                disruptive=f.impl.disruptive, why=why)
             self._note(f"{spec.kind} never happened: {why}")
 
     def _no_event_why(self, event: str) -> str:
@@ -250,7 +254,7 @@ class FaultScheduler:
         """Write what an acting fault saw (FaultKind.observe); a failure to look is noted, never fatal."""
         if f.ctx is None:
             return
-        observe = getattr(fault_kind(f.spec.kind), "observe", None)
+        observe = getattr(f.impl, "observe", None)
         if observe is None:
             return
         try:
@@ -273,7 +277,7 @@ class FaultScheduler:
         f.ctx.closing = True  # the last look: nothing may stay held back
         self._observe(f)
         try:
-            healed = fault_kind(f.spec.kind).heal(f.ctx) or {}
+            healed = f.impl.heal(f.ctx) or {}
             self._history.write(Ev.FAULT_HEALED, fault_id=f.index, kind=f.spec.kind, target=f.node,
                                 at_teardown=at_teardown, **healed)
         except Interrupted:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from chaos.registry import FAULTS, register_base
 from chaos.spec import FaultSpec
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class FaultKind(ABC):
     kind: ClassVar[str]
     options: ClassVar[type[FaultSpec]]
     summary: ClassVar[str] = ""
-    # Runtime capabilities the kind needs (chaos.runtimes.base.CAPABILITIES); validation refuses a runtime that
+    # Runtime capabilities the kind needs (chaos.capabilities.CAPABILITIES); validation refuses a runtime that
     # lacks one, naming the runtimes that have it.
     needs: ClassVar[frozenset[str]] = frozenset()
     # False for faults that do not interrupt training by themselves (a damaged checkpoint shows at the next restart):
@@ -112,6 +113,14 @@ class FaultKind(ABC):
     # takes them as ``explore.<kind>`` and :meth:`generate` reads them through :meth:`explore_bounds`. None: the
     # kind draws nothing of its own beyond the shared bounds (targets, triggers, durations).
     explore_options: ClassVar[type[Any] | None] = None
+    # Whether ``explore.kinds`` holds this kind when a scenario names none (the built-ins: crash).
+    explore_default: ClassVar[bool] = False
+    # The layouts in which one fault of this kind right after a step is a clean resume from that step's
+    # checkpoint: the golden runner's control run draws it to measure the noise of a resume (chaos.golden).
+    clean_resume_layouts: ClassVar[frozenset[str]] = frozenset()
+    # A network kind that acts by iptables DROP rules alone (no qdisc, no queue process): the only network
+    # impairments the Slurm runtime's cluster agent carries out (chaos.cluster.netexec).
+    drop_rules_only: ClassVar[bool] = False
 
     @abstractmethod
     def inject(self, ctx: FaultContext) -> str:
@@ -214,3 +223,18 @@ def local_rank_problems(field_name: str, ranks: list[int | None], scenario: Scen
     procs = scenario.cluster.procs_per_node
     return [f"{field_name}: {r} does not exist (cluster.procs_per_node is {procs})" for r in ranks
             if r is not None and r >= procs]
+
+
+def _check_kind(name: str, cls: type[FaultKind]) -> str | None:
+    """A kind's entry point and options model agree on its name (the scenario's ``kind`` selects the model)."""
+    if getattr(cls, "kind", None) != name:
+        return f"its kind is {getattr(cls, 'kind', None)!r}, the entry point names it {name!r}"
+    options = getattr(cls, "options", None)
+    if not (isinstance(options, type) and issubclass(options, FaultSpec)):
+        return "its `options` is not a chaos.plugin.FaultSpec subclass"
+    if options.model_fields["kind"].annotation is str:
+        return f"its options model must declare kind: Literal[{name!r}]"
+    return None
+
+
+register_base(FAULTS, FaultKind, _check_kind)

@@ -22,8 +22,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from chaos.capabilities import CHECKPOINT_STORAGE
 from chaos.faults.base import FaultContext, FaultKind
-from chaos.runtimes.base import CHECKPOINT_STORAGE
 from chaos.spec import FaultSpec
 from chaos.storage.beneath import open_beneath, open_path, parent_of
 

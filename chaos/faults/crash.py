@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from chaos.capabilities import KILL
 from chaos.faults.base import FaultContext, FaultKind
-from chaos.runtimes.base import KILL
 from chaos.spec import FaultSpec
 
 
@@ -18,6 +18,9 @@ class Crash(FaultKind):
     options = CrashOptions
     summary = "the node's whole process tree is SIGKILLed (a machine losing power)"
     needs = frozenset({KILL})
+    explore_default = True
+    # a centralized job restarts from its checkpoint when its node is replaced (node_restart: on-failure)
+    clean_resume_layouts = frozenset({"standalone", "single"})
     colour = "#d62728"
     acts_on_store = True
 

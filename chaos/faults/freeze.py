@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
+from chaos.capabilities import FREEZE
 from chaos.faults.base import FaultContext, FaultKind
-from chaos.runtimes.base import FREEZE
 from chaos.spec import FaultSpec
 
 

@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
+from chaos.capabilities import KILL_WORKERS
 from chaos.events import Ev
 from chaos.faults.base import FaultContext, FaultKind, draw_duration, local_rank_problems
-from chaos.runtimes.base import KILL_WORKERS
 from chaos.spec import FaultSpec, Strict
+from chaos.workload import ShippedWorkload
 
 if TYPE_CHECKING:
     from chaos.scenario import Scenario
@@ -75,7 +76,6 @@ def resolved_mode(spec: Any, scenario: Any) -> str:
     """The mode a hang runs in: as written, else by whether the workload calls the probe."""
     if spec.mode is not None:
         return str(spec.mode)
-    from chaos.scenario import ShippedWorkload
 
     return "main_thread" if isinstance(getattr(scenario, "workload", None), ShippedWorkload) else "process"
 

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from chaos.capabilities import HOST_LOSS
 from chaos.faults.base import FaultContext, FaultKind
-from chaos.runtimes.base import HOST_LOSS
 from chaos.spec import FaultSpec, Seconds
 
 

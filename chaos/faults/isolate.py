@@ -19,6 +19,7 @@ class IsolateOptions(NetworkFaultSpec):
 
 class Isolate(NetworkFault):
     kind = "isolate"
+    drop_rules_only = True
     options = IsolateOptions
     summary = "the node loses its network entirely but keeps running (a pulled cable)"
     colour = "#17becf"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from chaos.capabilities import KILL_WORKERS
 from chaos.faults.base import FaultContext, FaultKind
-from chaos.runtimes.base import KILL_WORKERS
 from chaos.spec import FaultSpec
 
 
@@ -18,6 +18,8 @@ class KillWorker(FaultKind):
     options = KillWorkerOptions
     summary = "the node's worker processes are SIGKILLed; its launcher lives and restarts them"
     needs = frozenset({KILL_WORKERS})
+    # torchrun restarts the workers it lost, which resume from the checkpoint
+    clean_resume_layouts = frozenset({"elastic"})
     colour = "#ff7f0e"
 
     def inject(self, ctx: FaultContext) -> str:

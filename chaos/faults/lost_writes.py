@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from chaos.capabilities import KILL, LAYER_OUTLIVES_NODE, STORAGE_LAYER
 from chaos.faults.base import FaultContext, FaultKind
 from chaos.faults.storagebase import RelativeGlob, install, storage_of, withdraw
-from chaos.runtimes.base import KILL, STORAGE_LAYER
 from chaos.spec import FaultSpec, Seconds
 
 
@@ -37,7 +37,7 @@ class LostWrites(FaultKind):
     kind = "lost_writes"
     options = LostWritesOptions
     summary = "power loss of the node: its tree is SIGKILLed and data it never fsynced is cut away"
-    needs = frozenset({KILL, STORAGE_LAYER})
+    needs = frozenset({KILL, STORAGE_LAYER, LAYER_OUTLIVES_NODE})
     colour = "#ff7f0e"
 
     def inject(self, ctx: FaultContext) -> str:

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import psutil
 from pydantic import Field, model_validator
 
+from chaos.capabilities import MEMORY_CGROUP
+from chaos.cgroup import MiB, NodeMemory
+from chaos.cgroup import cleanup as memory_cleanup
+from chaos.cgroup import machine_checks as memory_checks
 from chaos.faults.base import FaultContext, FaultKind, draw_duration
-from chaos.faults.membase import MiB, NodeMemory, OomWatch, start_allocator, stop_allocator
-from chaos.faults.membase import cleanup as memory_cleanup
-from chaos.faults.membase import machine_checks as memory_checks
+from chaos.faults.membase import OomWatch, start_allocator, stop_allocator
 from chaos.faults.storagebase import Bytes, PositiveBytes
-from chaos.runtimes.base import MEMORY_CGROUP
 from chaos.spec import FaultSpec, Strict
 
 if TYPE_CHECKING:

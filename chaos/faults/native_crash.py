@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from chaos.capabilities import KILL_WORKERS
 from chaos.faults.base import FaultContext, FaultKind, local_rank_problems
-from chaos.runtimes.base import KILL_WORKERS
 from chaos.spec import FaultSpec, Strict
 
 

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
+from chaos.capabilities import NODE_NETWORK
 from chaos.faults.base import FaultContext, FaultKind
-from chaos.runtimes.base import NODE_NETWORK
+from chaos.machine import net_checks
+from chaos.net.impair import Impairment
 from chaos.spec import FaultSpec, Seconds
 
 if TYPE_CHECKING:
@@ -28,7 +30,6 @@ class NetworkFaultSpec(FaultSpec):
 
 def impairment(ctx: FaultContext, node: str, **details: Any) -> Impairment:
     """Snapshot the node's namespace and register the impairment, so heal can undo whatever follows."""
-    from chaos.net.impair import Impairment
 
     plan = ctx.plan
     run_id = plan.run_id if plan is not None else "run"
@@ -57,8 +58,6 @@ class NetworkFault(FaultKind):
 
     @classmethod
     def machine_checks(cls) -> list[Check]:
-        from chaos.machine import net_checks
-
         return net_checks(*BASE_CHECKS, *cls.mechanism_checks)
 
     def inject(self, ctx: FaultContext) -> str:
@@ -75,8 +74,6 @@ class NetworkFault(FaultKind):
         """Apply the impairment through :func:`impairment`; return the mechanism used."""
 
     def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
-        from chaos.net.impair import Impairment
-
         impairments: list[Impairment] = [h for h in ctx.handles if isinstance(h, Impairment)]
         ctx.handles.clear()
         results = {imp.comment + "@" + " ".join(imp.enter): imp.heal() for imp in impairments}

@@ -27,10 +27,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
+from chaos.capabilities import MEMORY_CGROUP
+from chaos.cgroup import MiB, NodeMemory
+from chaos.cgroup import cleanup as memory_cleanup
+from chaos.cgroup import machine_checks as memory_checks
 from chaos.faults.base import FaultContext, FaultKind, draw_duration, local_rank_problems
 from chaos.faults.membase import (
-    MiB,
-    NodeMemory,
     OomWatch,
     bias_victims,
     shield,
@@ -38,10 +40,7 @@ from chaos.faults.membase import (
     stop_allocator,
     unbias,
 )
-from chaos.faults.membase import cleanup as memory_cleanup
-from chaos.faults.membase import machine_checks as memory_checks
 from chaos.faults.storagebase import Bytes
-from chaos.runtimes.base import MEMORY_CGROUP
 from chaos.spec import FaultSpec, PositiveSeconds, Strict
 
 if TYPE_CHECKING:

@@ -57,6 +57,7 @@ def _name(member: int | str) -> str:
 
 class Partition(NetworkFault):
     kind = "partition"
+    drop_rules_only = True
     options = PartitionOptions
     summary = "two groups of nodes (or nodes and the rendezvous store) stop reaching each other"
     targets_node = False

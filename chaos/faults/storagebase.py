@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema
 
+from chaos.capabilities import STORAGE_LAYER
 from chaos.faults.base import FaultContext, FaultKind
-from chaos.runtimes.base import STORAGE_LAYER
 from chaos.spec import FaultSpec, Seconds
 
 if TYPE_CHECKING:

@@ -42,10 +42,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from chaos.capabilities import CPU_QUOTA
 from chaos.events import Ev
 from chaos.faults.base import FaultContext, FaultKind, draw_duration, tenths
+from chaos.machine import Check
 from chaos.marks import leftover_owner_files
-from chaos.runtimes.base import CPU_QUOTA, Unsupported
+from chaos.runtimes.base import Unsupported
 from chaos.spec import FaultSpec, Strict
 
 if TYPE_CHECKING:
@@ -523,8 +525,6 @@ class Straggler(FaultKind):
 
     @classmethod
     def machine_checks(cls) -> list[Check]:
-        from chaos.machine import Check
-
         lay = cpu_layout()
         if lay is None:
             return [Check("cpu cgroup", False, "no cpu cgroup controller (neither cgroup v2 cpu nor v1 cpu)",

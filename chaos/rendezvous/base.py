@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from chaos.registry import RENDEZVOUS, register_base
+
 if TYPE_CHECKING:
     from chaos.machine import Check
     from chaos.plan import NodePlan
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 class RendezvousBackend(ABC):
     name: ClassVar[str]
     summary: ClassVar[str] = ""
-    # Runtime capabilities the backend needs (chaos.runtimes.base.CAPABILITIES): servers of its own need
+    # Runtime capabilities the backend needs (chaos.capabilities.CAPABILITIES): servers of its own need
     # RENDEZVOUS_SERVERS. Validation refuses a runtime that lacks one, naming the runtimes that have it.
     needs: ClassVar[frozenset[str]] = frozenset()
     # Whether torchrun's c10d store (rendezvous.store: node0 | dedicated) is what it rendezvous through.
@@ -48,3 +50,12 @@ class RendezvousBackend(ABC):
     def endpoint(self, servers: list[NodePlan]) -> str:
         """The ``--rdzv-endpoint`` of a backend with servers of its own."""
         raise NotImplementedError
+
+
+def _check_backend(name: str, cls: type[RendezvousBackend]) -> str | None:
+    if getattr(cls, "name", None) != name:
+        return f"not a chaos.plugin.RendezvousBackend subclass named {name!r}"
+    return None
+
+
+register_base(RENDEZVOUS, RendezvousBackend, _check_backend)

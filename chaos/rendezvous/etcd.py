@@ -21,9 +21,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from chaos.capabilities import RENDEZVOUS_SERVERS
+from chaos.machine import Check
 from chaos.plan import NodePlan, fmt_arg, free_port
 from chaos.rendezvous.base import RendezvousBackend
-from chaos.runtimes.base import RENDEZVOUS_SERVERS
 
 if TYPE_CHECKING:
     from chaos.machine import Check
@@ -56,8 +57,6 @@ class EtcdBackend(RendezvousBackend):
 
     @classmethod
     def machine_checks(cls) -> list[Check]:
-        from chaos.machine import Check
-
         version = etcd_version()
         client = importlib.util.find_spec("etcd") is not None
         return [Check("etcd server", version is not None, version or "etcd is not installed",

@@ -25,16 +25,19 @@ def write_report(run: str | Path | RunAnalysis, fmt: str = "html", out: str | Pa
     written through (``-o /dev/stdout``); a name torch-chaos chose (compare's per-run reports) replaces a link.
     """
     by_user = out is not None if out_named_by_user is None else out_named_by_user
+    # lazy: matplotlib may be absent where the engine runs (a Slurm login node): the report fails, not the run
     from chaos.reports.model import build_report
 
     report = build_report(run, mtbf_s=mtbf_s, projection=projection)
     run_dir = report.run_dir
     if fmt == "html":
+        # lazy: matplotlib may be absent where the engine runs (a Slurm login node): the report fails, not the run
         from chaos.reports.html import render_html
 
         path = Path(out) if out else run_dir / "report.html"
         write_output(path, render_html(report), named_by_user=by_user)
     elif fmt == "md":
+        # lazy: matplotlib may be absent where the engine runs (a Slurm login node): the report fails, not the run
         from chaos.reports.markdown import render_markdown
 
         path = Path(out) if out else run_dir / "report.md"
@@ -46,6 +49,7 @@ def write_report(run: str | Path | RunAnalysis, fmt: str = "html", out: str | Pa
         path = Path(out) if out else run_dir / "report.json"
         write_output(path, json.dumps(report.to_json(), indent=2, default=str) + "\n", named_by_user=by_user)
     elif fmt == "junit":
+        # lazy: matplotlib may be absent where the engine runs (a Slurm login node): the report fails, not the run
         from chaos.reports.junit import render_junit
 
         path = Path(out) if out else run_dir / "report.junit.xml"

@@ -10,6 +10,7 @@ from chaos.reports.bounds import bounds_lines
 from chaos.reports.markup import render_description
 from chaos.reports.model import Report
 from chaos.reports.plots import figures, to_svg
+from chaos.reports.projection import render_html as projection_html
 from chaos.reports.text import (
     BREAKDOWN_INTRO,
     FAULT_COLUMNS,
@@ -118,8 +119,6 @@ def render_html(report: Report) -> str:
     if advice:
         parts.append("<h2>Checkpoint interval</h2>" + "".join(f"<p>{escape(line)}</p>" for line in advice))
     if report.projection is not None:
-        from chaos.reports.projection import render_html as projection_html
-
         parts.append(projection_html(report.projection))
     parts += ["<h2>Environment</h2>", _table(("setting", "value"), environment_rows(report)),
               f"<p class=na>Recomputed from <code>{escape(shown(report.run_dir))}</code> "

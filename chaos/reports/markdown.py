@@ -8,6 +8,7 @@ from chaos.paths import shown, write_output
 from chaos.reports.bounds import bounds_lines
 from chaos.reports.model import Report
 from chaos.reports.plots import figures, to_png
+from chaos.reports.projection import render_markdown as projection_markdown
 from chaos.reports.text import (
     BREAKDOWN_INTRO,
     FAULT_COLUMNS,
@@ -78,8 +79,6 @@ def render_markdown(report: Report, directory: Path, stem: str) -> str:
     if advice:
         out += ["## Checkpoint interval", "", *[f"- {line}" for line in advice], ""]
     if report.projection is not None:
-        from chaos.reports.projection import render_markdown as projection_markdown
-
         out += [projection_markdown(report.projection, level=2)]
     out += ["## Environment", "", _table(("setting", "value"), environment_rows(report)), "",
             f"_Recomputed from `{shown(report.run_dir)}` (events.jsonl) by torch-chaos._", ""]

@@ -19,41 +19,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
+from chaos.channel import listen
 from chaos.events import NODE_BANNER
+from chaos.machine import Check
 from chaos.plan import Addressing, NodePlan, Plan
+from chaos.registry import RUNTIMES, fault_plugins, register_base
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from chaos.machine import Check
     from chaos.scenario import Scenario
-
-# What a fault kind may need from a runtime (FaultKind.needs), and what each means.
-KILL = "kill"
-KILL_WORKERS = "kill_workers"
-FREEZE = "freeze"
-NODE_NETWORK = "node_network"
-CHECKPOINT_STORAGE = "checkpoint_storage"
-STORAGE_LAYER = "storage_layer"
-MEMORY_CGROUP = "memory_cgroup"
-CPU_QUOTA = "cpu_quota"
-RENDEZVOUS_SERVERS = "rendezvous_servers"
-HOST_LOSS = "host_loss"
-CAPABILITIES = {
-    KILL: "SIGKILL a node's whole process tree",
-    KILL_WORKERS: "kill a node's worker processes and leave its launcher alive",
-    FREEZE: "stop every process of a node and resume it later",
-    NODE_NETWORK: "a network stack per node (a namespace the engine can enter with host tools)",
-    CHECKPOINT_STORAGE: "the checkpoint directory is reachable from the engine's host",
-    STORAGE_LAYER: "the nodes see the storage layer's FUSE mount of the checkpoint directory",
-    MEMORY_CGROUP: "the node's processes are host processes the engine can put under a memory cgroup limit",
-    CPU_QUOTA: "the node's CPU time can be capped and given back exactly: its own CPU quota (cpu_quota/set_cpu_quota, "
-               "a container's), or host processes (node_pids) the engine moves into a cpu cgroup of its own",
-    RENDEZVOUS_SERVERS: "runs a rendezvous backend's servers (etcd members) where every node reaches them: on the "
-    "loopback the nodes share (local), or each with an address of its own on the nodes' network (netns, docker)",
-    HOST_LOSS: "lose a node's whole host at once (and return it), which needs root on the host or on what runs it",
-}
-
 
 class Unsupported(RuntimeError):
     """This runtime cannot do what a fault asked (the engine records it instead of pretending)."""
@@ -112,8 +87,6 @@ class Runtime(ABC):
     @classmethod
     def capability_check(cls, capability: str, options: Any = None) -> Check:
         """Whether this machine gives one of :attr:`conditional_capabilities` (a required check of the run)."""
-        from chaos.machine import Check
-
         return Check(f"{cls.name}: {capability}", False, f"the {cls.name} runtime cannot tell whether it has it", "")
 
     def __init__(self, run_id: str, run_dir: str | Path):
@@ -197,7 +170,6 @@ class Runtime(ABC):
         """The history channel's listening socket on ``host:port`` (the plan's ``channel``, from
         :meth:`addressing`), made after :meth:`prepare`: a runtime whose nodes live on a network of their own
         makes it where that network's host side is, never on every interface of the machine."""
-        from chaos.channel import listen
 
         return listen(host, port)
 
@@ -275,7 +247,12 @@ class NodeLogs:
 
 def plan_needs(plan: Plan, capability: str) -> bool:
     """Whether a fault of the plan's scenario needs ``capability`` (a runtime sets it up only then)."""
-    from chaos.registry import fault_plugins
-
     plugins = fault_plugins()
     return any(capability in getattr(plugins.get(f.kind), "needs", ()) for f in plan.scenario.faults)
+
+
+def _check_runtime(name: str, cls: type[Runtime]) -> str | None:
+    return None if getattr(cls, "name", None) == name else f"not a chaos.plugin.Runtime subclass named {name!r}"
+
+
+register_base(RUNTIMES, Runtime, _check_runtime)

@@ -22,7 +22,22 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from pydantic import Field
 
+from chaos.capabilities import (
+    CHECKPOINT_STORAGE,
+    CPU_QUOTA,
+    FREEZE,
+    KILL,
+    KILL_WORKERS,
+    LAYER_OUTLIVES_NODE,
+    MEMORY_CGROUP,
+    NODE_NETWORK,
+    RENDEZVOUS_SERVERS,
+    STORAGE_LAYER,
+)
+from chaos.cgroup import layout, proc_cgroup
 from chaos.events import NODE_BANNER
+from chaos.image import VENV, image_tag
+from chaos.machine import APT, Check
 from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, with_local_rank
 from chaos.plan import (
     OWN_STACK_ENV,
@@ -33,23 +48,12 @@ from chaos.plan import (
     NodePlan,
     Plan,
     node_names,
+    rendezvous_server_names,
 )
-from chaos.runtimes.base import (
-    CHECKPOINT_STORAGE,
-    CPU_QUOTA,
-    FREEZE,
-    KILL,
-    KILL_WORKERS,
-    MEMORY_CGROUP,
-    NODE_NETWORK,
-    RENDEZVOUS_SERVERS,
-    STORAGE_LAYER,
-    Runtime,
-)
+from chaos.runtimes.base import Runtime
 from chaos.spec import Strict
 
 if TYPE_CHECKING:
-    from chaos.machine import Check
     from chaos.scenario import Scenario
 
 LABEL = "torch-chaos"
@@ -155,7 +159,7 @@ class DockerRuntime(Runtime):
     name = "docker"
     summary = "one container per node on an internal network (needs dockerd and `chaos image build`)"
     capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, NODE_NETWORK, CHECKPOINT_STORAGE, STORAGE_LAYER,
-                              MEMORY_CGROUP, CPU_QUOTA, RENDEZVOUS_SERVERS})
+                              LAYER_OUTLIVES_NODE, MEMORY_CGROUP, CPU_QUOTA, RENDEZVOUS_SERVERS})
     options = DockerOptions
     cleanup_order = 10  # containers first: their processes carry marks too, a paused one dies only with it
 
@@ -165,8 +169,6 @@ class DockerRuntime(Runtime):
 
     @classmethod
     def machine_checks(cls, options: Any = None) -> list[Check]:
-        from chaos.machine import docker_checks
-
         return docker_checks(options.image if options is not None else None)
 
     @classmethod
@@ -175,8 +177,6 @@ class DockerRuntime(Runtime):
 
     def __init__(self, run_id: str, run_dir: str | Path, image: str | None = None):
         super().__init__(run_id, run_dir)
-        from chaos.image import image_tag
-
         self.image = image or image_tag()
         self.short = run_id[-6:]
         self.network_name = f"tchaos-{self.short}"
@@ -200,16 +200,12 @@ class DockerRuntime(Runtime):
         return {LABEL: self.run_id, ENGINE_LABEL: str(os.getpid())}
 
     def addressing(self, scenario: Scenario) -> Addressing:
-        from chaos.image import VENV
-
         try:
             used = used_subnets(self.docker)
         except DockerUnavailable:
             used = []  # a dry run on a machine without an engine still shows the plan
         self.subnet = pick_subnet(self.run_id, used)
         hosts = list(self.subnet.hosts())
-        from chaos.scenario import rendezvous_server_names
-
         names = node_names(scenario)
         servers = rendezvous_server_names(scenario.cluster)
         self.addresses = {n: str(hosts[249] if n == STORE_NODE else hosts[239 + servers.index(n)] if n in servers
@@ -326,8 +322,6 @@ class DockerRuntime(Runtime):
         return [init.pid] + [p.pid for p in init.children(recursive=True)]
 
     def memory_cgroup(self, name: str) -> Path:
-        from chaos.faults.membase import layout, proc_cgroup
-
         lay = layout()
         if lay is None:
             raise RuntimeError("no memory cgroup controller on this machine")
@@ -383,3 +377,27 @@ class DockerRuntime(Runtime):
         return {"runtime": self.name, "image": self.image, "network": f"{self.network_name} (internal, "
                 f"subnet {self.subnet})", "freeze_mechanism": "docker pause (cgroup freezer)",
                 "crash_mechanism": "docker kill (SIGKILL)"}
+
+
+def docker_checks(image: str | None = None) -> list[Check]:
+    """The engine, the node image, and debootstrap (needed only while the image is not built)."""
+    tag = image or image_tag()
+    have_debootstrap = shutil.which("debootstrap") is not None
+    try:
+        c = client()
+    except DockerUnavailable as exc:
+        # without an engine the image cannot be looked up, so debootstrap may well be needed: say so now
+        return [Check("docker engine", False, str(exc).split(";")[0],
+                      f"{APT} docker.io && (dockerd > /var/log/dockerd.log 2>&1 &)"),
+                Check("docker image", False, f"{tag}: cannot tell without an engine", "chaos image build"),
+                Check("debootstrap (offline image build)", have_debootstrap,
+                      "present" if have_debootstrap else "missing (needed unless the image is built)",
+                      f"{APT} debootstrap")]
+    version = c.version().get("Version", "?")
+    present = bool(c.api.images(name=tag))
+    return [Check("docker engine", True, f"reachable, version {version}"),
+            Check("docker image", present, f"{tag} {'built' if present else 'not built'}",
+                  "" if present else "chaos image build"),
+            Check("debootstrap (offline image build)", have_debootstrap or present,
+                  "present" if have_debootstrap else "missing (not needed: the image is built)" if present
+                  else "missing", f"{APT} debootstrap")]

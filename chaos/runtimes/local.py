@@ -18,21 +18,22 @@ from typing import Any
 
 import psutil
 
-from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, signal_all, with_local_rank
-from chaos.plan import NodePlan, Plan
-from chaos.runtimes.base import (
+from chaos import cgroup
+from chaos.capabilities import (
     CHECKPOINT_STORAGE,
     CPU_QUOTA,
     FREEZE,
     KILL,
     KILL_WORKERS,
+    LAYER_OUTLIVES_NODE,
     MEMORY_CGROUP,
     RENDEZVOUS_SERVERS,
     STORAGE_LAYER,
-    NodeLogs,
-    Runtime,
-    plan_needs,
 )
+from chaos.cgroup import make_node_cgroups
+from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, signal_all, with_local_rank
+from chaos.plan import NodePlan, Plan
+from chaos.runtimes.base import NodeLogs, Runtime, plan_needs
 
 # Without taskset (util-linux), the same in Python: set the affinity, then exec the node (same pid).
 _SET_AFFINITY = ("import os, sys; os.sched_setaffinity(0, [int(c) for c in sys.argv[1].split(',')]); "
@@ -60,28 +61,24 @@ _LEAVES_IT_RUNNING = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, 
 class LocalRuntime(Runtime):
     name = "local"
     summary = "process trees on this machine, sharing its loopback (no daemon, no root)"
-    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE, STORAGE_LAYER, MEMORY_CGROUP,
-                              CPU_QUOTA, RENDEZVOUS_SERVERS})
+    capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE, STORAGE_LAYER, LAYER_OUTLIVES_NODE,
+                              MEMORY_CGROUP, CPU_QUOTA, RENDEZVOUS_SERVERS})
     cleanup_order = 60  # after containers, whose processes carry marks too
 
     @classmethod
     def cleanup(cls, run_id: str | None, only_orphans: bool) -> list[str]:
-        from chaos.faults import membase
-
         killed = [f"process {p.pid}" for p in kill_marked(run_id, only_orphans=only_orphans)]
-        return killed + membase.cleanup(run_id, only_orphans)
+        return killed + cgroup.cleanup(run_id, only_orphans)
 
     def __init__(self, run_id: str, run_dir: str | Path):
         super().__init__(run_id, run_dir)
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs = NodeLogs(self.log_path)
-        # Per-node memory cgroups, made only for a run with a memory fault (chaos/faults/membase.py says why).
+        # Per-node memory cgroups, made only for a run with a memory fault (chaos/cgroup.py says why).
         self._cgroups: dict[str, Path] = {}
 
     def prepare(self, plan: Plan) -> None:
         if plan_needs(plan, MEMORY_CGROUP):
-            from chaos.faults.membase import make_node_cgroups
-
             names = [n.name for n in plan.nodes] + ([plan.store.name] if plan.store is not None else [])
             self._cgroups = make_node_cgroups(self.run_id, names)
 
@@ -180,9 +177,7 @@ class LocalRuntime(Runtime):
             self._reap(name, timeout=1)
         self._logs.close()
         if self._cgroups:
-            from chaos.faults import membase
-
-            cleaned += membase.cleanup(self.run_id, only_orphans=False)
+            cleaned += cgroup.cleanup(self.run_id, only_orphans=False)
             self._cgroups.clear()
         return cleaned
 

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from chaos.capabilities import NODE_NETWORK
 from chaos.channel import listen as channel_listen
+from chaos.machine import net_checks
 from chaos.plan import OWN_STACK_ENV, OWN_STACK_STORE_PORT, STORE_NODE, Addressing, NodePlan, Plan, node_names
-from chaos.runtimes.base import NODE_NETWORK
 from chaos.runtimes.local import LocalRuntime
 
 if TYPE_CHECKING:
@@ -107,8 +108,6 @@ class NetnsRuntime(LocalRuntime):
 
     @classmethod
     def machine_checks(cls, options: Any = None) -> list[Check]:
-        from chaos.machine import net_checks
-
         return net_checks("root", "iproute2 (ip, tc)", "nsenter")
 
     @classmethod

@@ -38,22 +38,20 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from chaos.capabilities import CHECKPOINT_STORAGE, FREEZE, HOST_LOSS, KILL, KILL_WORKERS, NODE_NETWORK, STORAGE_LAYER
+from chaos.channel import listen
+from chaos.cluster.agent import AgentError, ask, read_config
+from chaos.cluster.netcmd import prefix
+from chaos.cluster.netexec import leftover_rules
+from chaos.cluster.spec import AGENT_FILE, clusters_up, engine_run_argv, state_dir
 from chaos.events import Ev
-from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked
+from chaos.machine import Check
+from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, leftover_owner_files
 from chaos.plan import OWN_STACK_STORE_PORT, REPO_ROOT, Addressing, NodePlan, Plan, node_names
-from chaos.runtimes.base import (
-    CHECKPOINT_STORAGE,
-    FREEZE,
-    HOST_LOSS,
-    KILL,
-    KILL_WORKERS,
-    NODE_NETWORK,
-    STORAGE_LAYER,
-    NodeLogs,
-    Runtime,
-    Unsupported,
-)
+from chaos.registry import fault_plugins
+from chaos.runtimes.base import NodeLogs, Runtime, Unsupported
 from chaos.spec import Strict
+from chaos.storage.layer import choose
 
 if TYPE_CHECKING:
     from chaos.machine import Check
@@ -74,17 +72,15 @@ HELPER_TIMEOUT_S = 30.0
 AGENT_FILE_ENV = "TORCH_CHAOS_AGENT_FILE"  # where the cluster agent's address is, if not the container cluster's
 NO_ROOT = ("losing a host needs root on it: a user on a real cluster has none; the container cluster's agent "
            "provides it (chaos cluster up)")
-# The network faults the slurm runtime takes (through the cluster agent): DROP rules, measured on the container
-# cluster. The qdisc/NFQUEUE ones would pass the agent's allowlist (netem, tbf) or not (the delayer is a process in
-# the namespace, which the agent never starts), and none is measured there: refused at validation.
-NET_KINDS = ("partition", "isolate")
+# The network faults the slurm runtime takes (through the cluster agent) are those of DROP rules alone
+# (FaultKind.drop_rules_only), measured on the container cluster. The qdisc/NFQUEUE ones would pass the agent's
+# allowlist (netem, tbf) or not (the delayer is a process in the namespace, which the agent never starts), and none
+# is measured there: refused at validation.
 NO_ROOT_NET = ("network faults need root on the hosts (iptables/tc in their network): a user on a real cluster has "
                "none; the container cluster's agent provides it (chaos cluster up)")
 
 
 def agent_file() -> str:
-    from chaos.cluster.spec import AGENT_FILE
-
     return os.environ.get(AGENT_FILE_ENV) or AGENT_FILE
 
 
@@ -312,7 +308,6 @@ def comment_orphaned(comment: str) -> bool:
 def lost_hosts_dir() -> Path:
     """Where a run writes down the hosts it asked the cluster agent to lose, before asking: ``chaos cleanup``
     returns them when the engine died before its teardown could (``chaos.marks.leftover_owner_files``)."""
-    from chaos.cluster.spec import state_dir
 
     return state_dir() / "slurm-lost-hosts"
 
@@ -386,8 +381,6 @@ def _run(argv: list[str], timeout: float = 30.0, env: dict[str, str] | None = No
 def _login_node_advice() -> str:
     """Where to run the engine instead: a login node; when a container cluster is up on this host (``chaos cluster
     up``), the exact ``docker exec`` line that runs it on that cluster's login node."""
-    from chaos.cluster.spec import clusters_up, engine_run_argv
-
     advice = "run the engine on a login node of the cluster (where `srun hostname` works)"
     for state in clusters_up():
         repo = (state.get("repo") or {}).get("path")
@@ -420,8 +413,6 @@ class SlurmRuntime(Runtime):
 
     @classmethod
     def machine_checks(cls, options: Any = None) -> list[Check]:
-        from chaos.machine import Check
-
         missing = [t for t in TOOLS if shutil.which(t) is None]
         # Required for a Slurm scenario (``options`` given: its cluster.slurm); in the plain `chaos doctor` an
         # optional line, since a machine off any Slurm cluster is not a broken machine.
@@ -454,17 +445,13 @@ class SlurmRuntime(Runtime):
                             f"({scenario.limits.deadline_s:g} s) plus {TEARDOWN_MARGIN_S} s for teardown: Slurm "
                             f"would end the allocation mid-run, which reads as lost nodes; give at least "
                             f"\"{minutes // 60:02d}:{minutes % 60:02d}:00\", or a shorter deadline_s")
-        from chaos.registry import fault_plugins
 
         plugins = fault_plugins()
         for i, fault in enumerate(scenario.faults):
             kind = plugins.get(fault.kind)
-            if fault.kind == "lost_writes":
-                problems.append(f"faults[{i}].kind: lost_writes on slurm: the power loss crashes the node's step, "
-                                "and the storage layer on its host, which holds the writes not yet synced, dies "
-                                "with it; use cluster.runtime: local, netns or docker")
-            if kind is not None and NODE_NETWORK in kind.needs and fault.kind not in NET_KINDS:
-                problems.append(f"faults[{i}].kind: {fault.kind} on slurm: only {' and '.join(NET_KINDS)} go through "
+            net_kinds = sorted(k for k, p in plugins.items() if p.drop_rules_only)
+            if kind is not None and NODE_NETWORK in kind.needs and not kind.drop_rules_only:
+                problems.append(f"faults[{i}].kind: {fault.kind} on slurm: only {' and '.join(net_kinds)} go through "
                                 "the cluster agent (iptables DROP rules); qdisc and queue impairments (delay, loss, "
                                 "bandwidth) are not measured there yet; use cluster.runtime: docker")
         return problems
@@ -473,8 +460,6 @@ class SlurmRuntime(Runtime):
     def capability_check(cls, capability: str, options: Any = None) -> Check:
         """host_loss, node_network: the agent's address is readable here (the cluster's user only can) and the
         agent answers, and takes the action the capability needs (an agent from before ``net`` does not)."""
-        from chaos.cluster.agent import AgentError, ask, read_config
-        from chaos.machine import Check
 
         if capability not in (HOST_LOSS, NODE_NETWORK):
             return super().capability_check(capability, options)
@@ -535,8 +520,6 @@ class SlurmRuntime(Runtime):
         """The iptables rules of runs that could not heal (their engine killed mid-fault), on every host, through
         the cluster agent: a rule is left while its run's allocation is pending or running (``squeue``, any user),
         and removed once it is gone or being cancelled. Where there is no agent there are no rules (a real cluster)."""
-        from chaos.cluster.agent import AgentError, ask, read_config
-        from chaos.cluster.netexec import leftover_rules
 
         try:
             config = read_config(agent_file())
@@ -562,8 +545,6 @@ class SlurmRuntime(Runtime):
     @classmethod
     def _return_lost_hosts(cls, run_id: str | None, only_orphans: bool) -> list[str]:
         """Hosts an engine that is gone had the agent lose and never returned: the cluster as the run found it."""
-        from chaos.cluster.agent import AgentError, ask, read_config
-        from chaos.marks import leftover_owner_files
 
         out = []
         for owner, info in leftover_owner_files(lost_hosts_dir(), run_id, only_orphans):
@@ -635,7 +616,6 @@ class SlurmRuntime(Runtime):
             assert node is not None
             lines.append(shlex.join(srun_argv("J", HOST_PLACEHOLDER % node.name, f"{self.run_id[-6:]}-{node.name}-1",
                                               str(self.run_dir), node.argv)))
-        from chaos.storage.layer import choose
 
         if choose(plan.scenario, self.fuse_on_engine_host, self.fuse_on_node_hosts) == "fuse" and plan.checkpoint_dir:
             lines.append(f"# storage layer: every node's command runs as {self.python} -m chaos.storage host "
@@ -647,7 +627,7 @@ class SlurmRuntime(Runtime):
         lines.append(f"# host_loss: the cluster agent ({agent_file()}) docker-kills HOST's container; teardown "
                      "returns it (docker start)")
         lines.append(f"# network faults: iptables/tc in HOST's network namespace, run by the cluster agent "
-                     f"({agent_file()}; python -m chaos.cluster.netexec --host HOST -- iptables ...)")
+                     f"({agent_file()}; python -m chaos.cluster.netcmd --host HOST -- iptables ...)")
         lines.append(f"# teardown: scancel J; chaos cleanup: squeue --user=$USER --name={job_name(self.run_id)}")
         return lines
 
@@ -741,7 +721,6 @@ class SlurmRuntime(Runtime):
         """The channel listens on the engine's address towards the compute nodes (the interface the kernel routes
         to the first allocated host from), not on every interface: on a login node that is the cluster network,
         which the nodes reach; the run's token keeps out whatever else can reach that address."""
-        from chaos.channel import listen
 
         assert self.channel_bind is not None, "prepare() makes the allocation before the channel opens"
         return listen(self.channel_bind, port)
@@ -949,8 +928,6 @@ class SlurmRuntime(Runtime):
     # --- host loss, through the cluster agent ------------------------------------------------------------------
 
     def _agent(self) -> dict[str, Any]:
-        from chaos.cluster.agent import AgentError, read_config
-
         try:
             return read_config(agent_file())
         except AgentError as exc:
@@ -960,7 +937,6 @@ class SlurmRuntime(Runtime):
         """The agent docker-kills the container of ``name``'s host. srun learns it only from Slurm (it exits 0
         after "Node failure", once slurmctld marks the host down), and :meth:`_lost_host_code` reads that as
         killed; the host is never a spare again."""
-        from chaos.cluster.agent import ask
 
         host = self.host_of[name]
         config = self._agent()
@@ -995,7 +971,6 @@ class SlurmRuntime(Runtime):
     def return_host(self, host: str) -> dict[str, Any]:
         """The agent docker-starts the host's container: slurmd comes back (ReturnToService=2 makes it usable),
         but not into this run's allocation, and not as its spare."""
-        from chaos.cluster.agent import ask
 
         answer = ask(self._agent(), "return", host, timeout=AGENT_TIMEOUT_S)
         with self._lock:
@@ -1009,7 +984,6 @@ class SlurmRuntime(Runtime):
         """The prefix that runs a host tool in ``name``'s host's network namespace: the agent runs it there (as
         ``nsenter --net``) when it is one of the shapes network faults issue (chaos.cluster.netexec). The namespace
         is the host's, not the node's: every process of the host shares it, as on a real machine."""
-        from chaos.cluster.netexec import prefix
 
         self._agent()  # Unsupported, with why, where there is no agent
         return prefix(agent_file(), self.host_of[name])

@@ -15,6 +15,9 @@ import argparse
 import os
 import sys
 
+from chaos.storage import hostlayer
+from chaos.storage.mounts import fuse_problem
+
 
 def _common(s: argparse.ArgumentParser) -> None:
     s.add_argument("--mount", required=True, help="the directory the job uses (mounted over)")
@@ -46,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     pause_on = frozenset(e for e in getattr(args, "pause_on", "").split(",") if e)
     if args.command == "serve":
+        # lazy: mfusepy, only for the server (the other subcommands run where FUSE may be absent)
         from chaos.storage.server import serve
 
         try:
@@ -55,7 +59,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"storage layer: cannot serve {args.mount}: {exc}", file=sys.stderr)
             return 1
         return 0
-    from chaos.storage import hostlayer
 
     if args.command == "host":
         command = args.node_command[1:] if args.node_command[:1] == ["--"] else args.node_command
@@ -68,8 +71,6 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if args.command == "check-host":
-        from chaos.storage.mounts import fuse_problem
-
         problems = [p for p in (fuse_problem(),) if p]
         if args.visible and not os.path.exists(args.visible):
             problems.append(f"{args.visible} is not visible here")

@@ -20,6 +20,12 @@ RULES_FILE = "rules.json"
 APPLIED_FILE = "applied"
 MATCHED_FILE = "matched.json"  # {fault_id: operations its rule matched}, written by the server before ``applied``
 ACK_TIMEOUT_S = 5.0
+# The channel protocol between the engine and every host layer (chaos.storage.hostlayer):
+HOST_WHO = "storage"  # the ``who`` of every host layer's connection: the rules order goes to all of them
+RULES_ORDER = "storage_rules"  # the engine's standing order: {"version": n, "rules": [...]}
+RULES_STATE = "storage_rules"  # what a layer reports back: the version it enforces
+MATCHED_STATE = "storage_matched"  # and how many operations each fault's rule matched there: {"<fault_id>": n}
+
 
 
 class StorageNotAcknowledged(RuntimeError):
@@ -96,16 +102,12 @@ class ChannelStorageControl(StorageControl):
         """The operations the fault's rule matched on every node host's layer, those since gone included (each
         layer's last count, told when it applied a version and when the rule first matched there); None when no
         layer has said (none mounted yet, or one from before the counts were told)."""
-        from chaos.storage.hostlayer import HOST_WHO, MATCHED_STATE
-
         said = [c for c in self.channel.said(HOST_WHO, MATCHED_STATE) if isinstance(c, dict)]
         if not said:
             return None
         return sum(v for c in said if isinstance(v := c.get(str(fault_id), 0), int))
 
     def _publish(self) -> None:
-        from chaos.storage.hostlayer import HOST_WHO, RULES_ORDER, RULES_STATE
-
         self.version += 1
         self.channel.order(RULES_ORDER, HOST_WHO, {"version": self.version, "rules": list(self.rules.values())})
         deadline = time.monotonic() + ACK_TIMEOUT_S

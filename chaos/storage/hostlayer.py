@@ -37,12 +37,9 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos.channel import ENV_CHANNEL, ENV_SPOOL_DIR, ENV_TOKEN, ChannelClient
+from chaos.storage.control import HOST_WHO, MATCHED_STATE, RULES_ORDER, RULES_STATE
 from chaos.storage.mounts import chaos_mounts, is_mounted, served, unmount
 
-HOST_WHO = "storage"  # the ``who`` of every host layer's connection: the rules order goes to all of them
-RULES_ORDER = "storage_rules"  # the engine's standing order: {"version": n, "rules": [...]}
-RULES_STATE = "storage_rules"  # what a layer reports back: the version it enforces
-MATCHED_STATE = "storage_matched"  # and how many operations each fault's rule matched there: {"<fault_id>": n}
 TREE_VAR = "CHAOS_TREE"  # chaos.marks.TREE_VAR (not imported: chaos.marks needs psutil, absent on compute hosts)
 NODE_VAR = "CHAOS_NODE"
 MOUNT_WAIT_S = 10.0
@@ -204,6 +201,7 @@ def serve_host(mount: str, events: str, run_id: str, parent: int, pause_on: froz
                progress_regex: str | None) -> None:
     """The server on a node's host: connected before it mounts, so the rules standing now apply from the first
     operation; blocks until unmounted."""
+    # lazy: mfusepy: the host layer is imported on hosts that may lack it until it serves
     from chaos.storage.server import serve
 
     link = link_from_environment()

@@ -3,7 +3,7 @@
 :func:`choose` decides (``storage.layer`` in the scenario: ``auto`` = FUSE where this machine has it, else the
 inotify watcher; ``fuse``; ``inotify``; ``off``) for runs with a checkpoint directory torch-chaos should watch: a
 ``command:`` workload's ``checkpoint_dir``, or any run with a fault kind that needs the storage layer
-(:data:`chaos.runtimes.base.STORAGE_LAYER`). :class:`StorageLayer` mounts before the first node starts and
+(:data:`chaos.capabilities.STORAGE_LAYER`). :class:`StorageLayer` mounts before the first node starts and
 unmounts after the last one is gone, always (the engine calls :meth:`StorageLayer.stop` in its teardown). The
 bytes never move: the server serves the directory's own contents from underneath its mount, so after the unmount
 (or after ``chaos cleanup`` removed the mount of a crashed engine) the files are simply there.
@@ -21,12 +21,17 @@ from typing import TYPE_CHECKING, Literal
 
 import psutil
 
+from chaos.capabilities import STORAGE_LAYER
 from chaos.events import Ev
 from chaos.machine import APT, Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, orphaned
 from chaos.plan import PlanError
+from chaos.registry import fault_plugins
 from chaos.storage.control import ChannelStorageControl, StorageControl
+from chaos.storage.hostlayer import wrap
 from chaos.storage.mounts import chaos_mounts, fuse_problem, is_mounted, unmount
+from chaos.storage.watcher import InotifyWatcher
+from chaos.workload import CommandWorkload
 
 if TYPE_CHECKING:
     from chaos.channel import ChannelServer
@@ -52,9 +57,6 @@ def machine_checks() -> list[Check]:
 
 def wanted(scenario: Scenario) -> bool:
     """Whether the run has a checkpoint directory torch-chaos should watch through the layer."""
-    from chaos.registry import fault_plugins
-    from chaos.runtimes.base import STORAGE_LAYER
-    from chaos.scenario import CommandWorkload
 
     w = scenario.workload
     if isinstance(w, CommandWorkload) and w.checkpoint_dir is not None:
@@ -72,9 +74,6 @@ def needs_fuse(scenario: Scenario) -> bool:
     ``command:`` workload's fault is triggered on a checkpoint event the inotify watcher could not hold (it would
     fire late, after the save it was aimed at) or would never see (a load). ``storage.layer: inotify`` accepts that
     explicitly; ``off`` leaves checkpoint events to a script that calls the probe."""
-    from chaos.registry import fault_plugins
-    from chaos.runtimes.base import STORAGE_LAYER
-    from chaos.scenario import CommandWorkload
 
     asked = scenario.storage.layer
     if asked == "off":
@@ -144,8 +143,6 @@ class StorageLayer:
             self.kind = "off"
 
     def start(self, channel: ChannelServer | None = None) -> None:
-        from chaos.scenario import CommandWorkload
-
         if self.kind == "off":
             return
         assert self.directory is not None
@@ -157,8 +154,6 @@ class StorageLayer:
             self.control = ChannelStorageControl(channel, self.control_dir)
             return
         if self.kind == "inotify":
-            from chaos.storage.watcher import InotifyWatcher
-
             self.watcher = InotifyWatcher(self.directory, self.history)
             return
         self.control_dir.mkdir(exist_ok=True)
@@ -190,8 +185,6 @@ class StorageLayer:
 
     def node_command(self, python: str, command: list[str]) -> list[str]:
         """A node's command run through the layer on its host (the runtime calls this at every node start)."""
-        from chaos.scenario import CommandWorkload
-        from chaos.storage.hostlayer import wrap
 
         assert self.directory is not None
         workload = self.plan.scenario.workload

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from chaos.faults import membase
+from chaos import cgroup
 from chaos.history import read_history
 from chaos.marks import marked_processes
 from chaos.reports.model import build_report
@@ -38,14 +38,14 @@ GATE = {"process/oom-kill"}
 
 @pytest.fixture(autouse=True)
 def memory_cgroups(machine_for: Any) -> None:
-    problems = [c for c in membase.machine_checks() if not c.ok]
+    problems = [c for c in cgroup.machine_checks() if not c.ok]
     if problems:
         pytest.skip(problems[0].detail)
 
 
 def leftovers() -> list[str]:
     """Owner files of memory cgroups and limits torch-chaos made (each removed with what it names)."""
-    return sorted(p.name for p in membase.OWNERS_DIR.glob("*.json")) if membase.OWNERS_DIR.is_dir() else []
+    return sorted(p.name for p in cgroup.OWNERS_DIR.glob("*.json")) if cgroup.OWNERS_DIR.is_dir() else []
 
 
 def oom_events(run_dir: Path) -> list[dict[str, Any]]:
@@ -135,9 +135,9 @@ def test_cleanup_after_the_engine_is_sigkilled_with_a_limit_in_place(tmp_path: P
         cgroup = Path(injected["details"]["cgroup"])
         proc.kill()
         proc.wait(timeout=10)
-        lay = membase.layout()
+        lay = cgroup.layout()
         assert lay is not None and cgroup.is_dir(), "a SIGKILLed engine cannot heal: the limit is still there"
-        assert membase.parse_limit((cgroup / lay.limit).read_text(), lay) is not None
+        assert cgroup.parse_limit((cgroup / lay.limit).read_text(), lay) is not None
         assert [n for n in leftovers() if run_dir.name[-6:] in n], "the owner files name what is left"
         cleanup = subprocess.run([sys.executable, "-m", "chaos", "cleanup"], capture_output=True, text=True,
                                  timeout=60)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.analysis.result_json import analyze
+from chaos.analysis.run import analyze
 from chaos.history import read_history
 from tests.runs import run_shipped, steps_run
 from tests.tiers import FULL, tiered

@@ -1,0 +1,69 @@
+"""The import graph of chaos/ stays one that runs downwards (docs/design.md, "Extension points").
+
+Counted with the imports made inside functions, which Python lets a cycle hide behind: no cycle, few such lazy
+imports, each with its reason; the layers hold (import-linter's contracts in pyproject.toml); and no module a
+plug-in imports at import time reaches the scenario model, which is built from the plug-ins.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import tomllib
+
+from tests.import_graph import ROOT, imports, lazy, module_cycles
+
+# Function-level project imports left in chaos/ (each says why: the CLI's start, the probe, pytest's start, FUSE,
+# matplotlib where the engine runs without it).
+# Lower it when one goes; never raise it to let a new one in without its reason being one of those.
+MAX_LAZY = 41
+
+
+def test_no_import_cycle_counting_imports_inside_functions() -> None:
+    assert module_cycles(imports()) == []
+
+
+def test_few_lazy_imports_each_with_its_reason() -> None:
+    lazies = lazy(imports())
+    unexplained = [f"{i.module}:{i.line} -> {i.target}" for i in lazies if not i.comment.startswith("lazy:")]
+    assert unexplained == [], "a project import inside a function needs a `# lazy: <reason>` comment"
+    assert len(lazies) <= MAX_LAZY, [f"{i.module}:{i.line} -> {i.target}" for i in lazies]
+
+
+def _plugin_modules() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    groups = ("torch_chaos.faults", "torch_chaos.runtimes", "torch_chaos.rendezvous")
+    return sorted({target.split(":")[0] for group in groups for target in project["entry-points"][group].values()})
+
+
+def test_no_plugin_imports_the_scenario_model_at_import_time() -> None:
+    """The scenario model loads every plug-in while it is built: a plug-in that imported chaos.scenario at import
+    time would find it half made (an ImportError the registry reports as a broken plug-in)."""
+    graph: dict[str, set[str]] = {}
+    for imp in imports():
+        if not imp.in_function:
+            graph.setdefault(imp.module, set()).add(imp.target)
+    reach: dict[str, list[str]] = {}
+    for plugin in _plugin_modules():
+        seen, todo = set(), [plugin]
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo += graph.get(module, ())
+        bad = sorted(seen & {"chaos.scenario", "chaos.loading"})
+        if bad:
+            reach[plugin] = bad
+    assert reach == {}
+
+
+def test_the_layers_hold() -> None:
+    """import-linter checks the contracts in pyproject.toml ([tool.importlinter]); it counts imports inside
+    functions too."""
+    lint = shutil.which("lint-imports")
+    if lint is None:
+        pytest.fail("import-linter is not installed: pip install -e '.[test]'")
+    proc = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
