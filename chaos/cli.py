@@ -280,8 +280,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _error(f"--mtbf: {exc}")
         return EXIT_USAGE
-    if args.project_nodes is None and (args.mtbf_node or args.preset):
-        _error("--mtbf-node / --preset: a projection needs --project-nodes N")
+    if args.project_nodes is None and (args.mtbf_node or args.preset or args.incidents):
+        _error("--mtbf-node / --preset / --incidents: a projection needs --project-nodes N")
         return EXIT_USAGE
     if args.output and _is_run_record(Path(args.output), run_dir):
         _error(f"-o {args.output}: that is the run's own {Path(args.output).name}, which the report is computed "

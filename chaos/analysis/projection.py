@@ -144,6 +144,10 @@ class FailureModel:
         return self.node_mtbf_s / self.nodes
 
 
+ONE_RATE = ("give exactly one failure rate: --mtbf-node DURATION (per-node mean time between failures, e.g. "
+            f"10000h), --incidents FILE.csv (your failure history) or --preset NAME ({', '.join(sorted(PRESETS))})")
+
+
 def failure_model(nodes: int, mtbf_node: str | None = None, preset: str | None = None,
                   incidents: IncidentHistory | None = None) -> FailureModel:
     """The model for ``--nodes`` and exactly one of ``--mtbf-node`` / ``--preset`` / ``--incidents``."""
@@ -152,9 +156,7 @@ def failure_model(nodes: int, mtbf_node: str | None = None, preset: str | None =
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise ProjectionError(f"--nodes: must be a whole number of nodes ≥ 1, got {nodes!r}")
     if sum(x is not None for x in (mtbf_node, preset, incidents)) != 1:
-        raise ProjectionError("give exactly one failure rate: --mtbf-node DURATION (per-node mean time between "
-                              "failures, e.g. 10000h), --incidents FILE.csv (your failure history) or --preset NAME "
-                              f"({', '.join(sorted(PRESETS))})")
+        raise ProjectionError(ONE_RATE)
     if incidents is not None:
         if not MIN_DURATION_S <= incidents.node_mtbf_s <= MAX_DURATION_S:
             raise ProjectionError(f"--incidents {shown(incidents.path)}: a node MTBF of {incidents.node_mtbf_s:.3g} s "
@@ -657,6 +659,8 @@ def project_run(analysis: RunAnalysis, nodes: int, mtbf_node: str | None = None,
     from chaos.analysis.projection_incidents import IncidentError, read_incidents
 
     history = None
+    if incidents is not None and (mtbf_node is not None or preset is not None):
+        raise ProjectionError(ONE_RATE)  # before reading the file: its errors would hide this one
     if incidents is not None:
         if incidents_nodes is not None and incidents_nodes < 1:
             raise ProjectionError(f"--incidents-nodes: must be a whole number of nodes ≥ 1, got {incidents_nodes!r}")

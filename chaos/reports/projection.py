@@ -7,7 +7,7 @@ concludes something carries the number it rests on.
 from __future__ import annotations
 
 from chaos.analysis.projection import ASSUMED, HOUR, MEASURED, NEAR_BEST, SUPPLIED, IntervalFigures, Projection
-from chaos.analysis.projection_uncertainty import FACTORS, SensitivityRow
+from chaos.analysis.projection_uncertainty import FACTORS, JOB_DRAWS, SensitivityRow
 from chaos.paths import shown
 
 INPUT_COLUMNS = ("input", "value", "origin", "how")
@@ -84,7 +84,8 @@ def headline_lines(p: Projection) -> list[str]:
         lines.append("No interval on the expected value: no input here carries a known uncertainty ("
                      + ", ".join(h.exact) + " are single values). Several restarts, several saves, runs at several "
                      "node counts or an incident history (--incidents) give it one.")
-    lines.append(f"A single job (its own random failures on top of the inputs' uncertainty): 95% of jobs lose "
+    lines.append(f"A single job (its own random failures on top of the inputs' uncertainty; {JOB_DRAWS} simulated "
+                 "jobs): 95% of them lose "
                  f"{_span(*h.job_lost_hours_95)} h" + (f" ({h.skipped_draws} draws left out: the job barely "
                                                        "progresses with them)" if h.skipped_draws else "") + ".")
     if p.measured.scaling_note:
