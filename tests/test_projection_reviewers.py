@@ -254,7 +254,9 @@ def test_runs_at_several_node_counts_on_the_command_line(runs: dict[str, Path],
 def test_one_run_flags_recovery_taken_at_its_own_size(runs: dict[str, Path]) -> None:
     p = project_run(analyze_run(runs["quickstart"]), 1024, mtbf_node="10000h", trials=50)
     assert p.measured.recovery_origin == MEASURED and p.measured.scaling_note.startswith("FLAG")
-    assert "FLAG: recovery is taken as measured at the run's own size (3 node(s)), not at 1,024" in render_text(p)
+    text = render_text(p)
+    assert "FLAG: recovery is taken as measured at the run's own size (3 node(s)), not at 1,024" in text
+    assert "FLAG: taken as measured on this 3-node run, not at 1,024 nodes: recovery R (6.23 s)" in text
 
 
 # ---------------------------------------------------------------------------------------------- the interval

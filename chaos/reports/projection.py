@@ -67,16 +67,20 @@ def headline_lines(p: Projection) -> list[str]:
     h = p.headline
     if h is None:
         return []
-    def within(span: tuple[float, float], fmt: str = ".2f") -> str:
-        return f" (95% interval {_span(*span, fmt)})" if h.covers else ""
 
-    lines = [f"At {h.which}, {duration(h.interval_s)}{_steps(p, h.interval_s)}, a {p.job_days:g}-day job on "
-             f"{h.nodes:,} nodes loses {h.lost_hours:.2f} h expected{within(h.lost_hours_95)}: effective training "
-             f"time ratio {h.ettr:.4f}{within(h.ettr_95, '.4f')}.",
-             f"Lost GPU-hours per job: {h.gpu_hours:,.0f}{within(h.gpu_hours_95, ',.0f')} = lost hours × "
-             f"{h.nodes:,} nodes × {h.gpus_per_node} GPUs"
-             + (f"; their cost: {h.cost:,.0f}{within(h.cost_95, ',.0f')} at {h.price_per_gpu_hour:g} per GPU-hour."
-                if h.cost is not None and h.cost_95 is not None else "; give --price-per-gpu-hour for their cost.")]
+    def within(span: tuple[float, float], fmt: str = ".2f", suffix: str = "") -> str:
+        return f" (95% interval {_span(*span, fmt)}{suffix})" if h.covers else ""
+
+    mc = p.at(h.interval_s)
+    lines = toy_flag(p)
+    lines += [f"At {h.which}, {duration(h.interval_s)}{_steps(p, h.interval_s)}, a {p.job_days:g}-day job on "
+              f"{h.nodes:,} nodes loses {h.lost_hours:.2f} h expected{within(h.lost_hours_95, suffix=' h')}; "
+              f"effective training time ratio {h.ettr:.4f}{within(h.ettr_95, '.4f')}. (Daly's exact closed form"
+              + (f"; the Monte Carlo below gives {mc.lost_hours:.2f} h" if mc is not None else "") + ".)",
+              f"Lost GPU-hours per job: {h.gpu_hours:,.0f}{within(h.gpu_hours_95, ',.0f')} = lost hours × "
+              f"{h.nodes:,} nodes × {h.gpus_per_node} GPUs"
+              + (f"; their cost: {h.cost:,.0f}{within(h.cost_95, ',.0f')} at {h.price_per_gpu_hour:g} per GPU-hour."
+                 if h.cost is not None and h.cost_95 is not None else "; give --price-per-gpu-hour for their cost.")]
     if h.covers:
         lines.append(f"The 95% interval is the spread of the expected lost hours over {h.draws:,} draws of the "
                      f"uncertain inputs: {'; '.join(h.covers)}. Taken as exact: {', '.join(h.exact)}.")
@@ -88,9 +92,27 @@ def headline_lines(p: Projection) -> list[str]:
                  "jobs): 95% of them lose "
                  f"{_span(*h.job_lost_hours_95)} h" + (f" ({h.skipped_draws} draws left out: the job barely "
                                                        "progresses with them)" if h.skipped_draws else "") + ".")
-    if p.measured.scaling_note:
+    if p.measured.scaling_note and p.measured.recovery_origin != MEASURED:
         lines.append(p.measured.scaling_note + ".")
     return lines
+
+
+def toy_flag(p: Projection) -> list[str]:
+    """The inputs this run measured at its own size and the projection takes as is at N: said first, since a small
+    run's seconds read as a big job's measurement otherwise."""
+    m = p.measured
+    if p.model.nodes == m.run_nodes:
+        return []
+    taken = [f"{name} ({duration(value)})" for name, value, origin in (
+        ("recovery R", m.recovery_s, m.recovery_origin),
+        ("checkpoint cost C, at this run's model size and storage", m.checkpoint_cost_s, m.checkpoint_cost_origin),
+        ("step time", m.step_s, m.step_origin), ("checkpoint interval τ", m.interval_s, m.interval_origin))
+        if origin == MEASURED and value]
+    if not taken:
+        return []
+    return [f"FLAG: taken as measured on this {m.run_nodes}-node run, not at {p.model.nodes:,} nodes: "
+            + ", ".join(taken) + ". Supply yours (--recovery-s or runs at several node counts, --save-s, --step-s, "
+            "--checkpoint-interval) to project your job rather than this one."]
 
 
 SENSITIVITY_COLUMNS = ("input ×0.5 / ×2", "value used", *[f"lost h ×{f:g}" for f in FACTORS],
@@ -109,9 +131,8 @@ def scaling_lines(p: Projection) -> list[str]:
     """How recovery and rendezvous grow with N, from the runs given, or why that is not known."""
     m = p.measured
     if m.recovery_fit is None:
-        return [f"Recovery is taken as measured at the run's own size ({m.run_nodes} node(s)): one run says nothing "
-                "about how it grows with N (give runs at several node counts: chaos project RUN2 RUN4 RUN8 --nodes "
-                "N ...)." if m.recovery_origin == MEASURED else
+        return [(m.scaling_note or f"Recovery is measured at the run's own size ({m.run_nodes} node(s))")
+                + ". One run says nothing about how recovery grows with N." if m.recovery_origin == MEASURED else
                 f"Recovery as {m.recovery_origin}; no runs at several node counts were given to fit its growth."]
     lines = ["points (nodes, recovery s): " + ", ".join(f"({n}, {v:.2f})" for n, v in m.recovery_fit.points),
              m.recovery_fit.describe(p.model.nodes) + ("" if m.recovery_origin.startswith("extrapolated")
