@@ -249,13 +249,14 @@ def measured_inputs(analysis: RunAnalysis, checkpoint_cost: str | None = None, r
         if samples:
             r_source += f"; measured here on {run_nodes} node(s): {_seconds(restarted)}"
         samples = ()
-        scaling_note = "recovery supplied (--recovery-s): taken as the recovery at the projected size"
+        scaling_note = "Recovery R is supplied (--recovery-s) and taken as the recovery at the projected size"
     elif incidents is not None and incidents.downtimes_s:
         r = incidents.mean_downtime_s or 0.0
         r_origin = SUPPLIED
         r_source = f"mean downtime of {len(incidents.downtimes_s)} failure(s) in --incidents {shown(incidents.path)}"
         samples, samples_of = incidents.downtimes_s, "incident downtimes"
-        scaling_note = "recovery from the team's incident history (their own scale)"
+        scaling_note = ("Recovery R is the mean downtime of the team's incident history (their job's scale), not "
+                        "this run's")
     elif fit is not None:
         r = fit.at(target)
         if not r > 0:
@@ -263,8 +264,8 @@ def measured_inputs(analysis: RunAnalysis, checkpoint_cost: str | None = None, r
                                   "the runs do not say how recovery grows; give --recovery-s DURATION")
         r_origin, r_source = EXTRAPOLATED, fit.describe(target)
         samples, samples_of = tuple(v for _, v in points), "restarts of the runs"
-        scaling_note = (f"recovery extrapolated by a fit on runs at N = {', '.join(map(str, fit.node_counts))} to "
-                        f"{target:,} nodes: an extrapolation, not a measurement at that size")
+        scaling_note = (f"Recovery R is extrapolated by a fit on runs at N = {', '.join(map(str, fit.node_counts))} "
+                        f"to {target:,} nodes: an extrapolation, not a measurement at that size")
     elif restarted:
         r = sum(samples) / len(samples)
         r_origin = MEASURED
