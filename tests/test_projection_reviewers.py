@@ -4,6 +4,7 @@ Fast: recorded real runs (tests/data/histories/) and hand-computed synthetic inp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -20,15 +21,17 @@ from chaos.analysis.projection import (
     SUPPLIED,
     FailureModel,
     Measured,
+    ProjectionError,
     daly_wall_s,
     failure_model,
+    measured_inputs,
     project,
     project_run,
 )
 from chaos.analysis.projection_incidents import IncidentError, read_incidents
 from chaos.analysis.projection_scaling import fit_growth
 from chaos.analysis.projection_uncertainty import FACTORS, _mtbf_draws
-from chaos.analysis.run import analyze_run
+from chaos.analysis.run import RunAnalysis, analyze_run
 from chaos.cli import main
 from chaos.reports.projection import input_rows, render_text
 from tests.data.recorded import expand
@@ -319,3 +322,41 @@ def test_synthetic_recovery_spread_bootstraps_the_mean() -> None:
     lo, hi = p.headline.lost_hours_95
     assert lo < p.headline.lost_hours < hi
 
+
+
+def _at_nodes(analysis: RunAnalysis, nodes: int, recovery_s: float, rendezvous_s: float) -> RunAnalysis:
+    """The recorded quickstart as if its one restart had been measured at ``nodes`` nodes (synthetic: the numbers
+    are chosen by the test, so the fit has a known answer)."""
+    [fault] = [f for f in analysis.model.faults if f.restarted]
+    breakdown = {"phases": [{"phase": "rendezvous", "seconds": rendezvous_s}]}
+    synthetic = dataclasses.replace(fault, recovery_s=recovery_s,
+                                    extra={**fault.extra, "recovery_breakdown": breakdown})
+    cluster = analysis.scenario.cluster.model_copy(update={"nodes": nodes})
+    return dataclasses.replace(analysis, scenario=analysis.scenario.model_copy(update={"cluster": cluster}),
+                               model=dataclasses.replace(analysis.model, faults=(synthetic,)))
+
+
+def test_recovery_and_rendezvous_fitted_from_runs_at_2_4_8_nodes(runs: dict[str, Path]) -> None:
+    """Recovery 4 + 2·ln N and rendezvous 1 + 1.5·ln N, slightly off the law: ln N is chosen for both, the value at
+    1,024 nodes is the fit's, labelled an extrapolation, and the nodes row of the sensitivity moves R with N."""
+    base = analyze_run(runs["quickstart"])
+    wobble = {2: 0.05, 4: -0.05, 8: 0.03}
+    scaled = tuple(_at_nodes(base, n, 4 + 2 * math.log(n) + w, 1 + 1.5 * math.log(n) - w) for n, w in wobble.items())
+    m = measured_inputs(scaled[0], scaling=scaled, nodes=1024)
+    assert m.recovery_origin == EXTRAPOLATED and m.recovery_fit is not None and m.rendezvous_fit is not None
+    assert m.recovery_fit.law == m.rendezvous_fit.law == "a + b·ln N" and not m.recovery_fit.tie
+    assert m.recovery_s == pytest.approx(m.recovery_fit.at(1024)) and m.recovery_s == pytest.approx(
+        4 + 2 * math.log(1024), abs=0.5)
+    assert m.rendezvous_fit.at(1024) == pytest.approx(1 + 1.5 * math.log(1024), abs=0.5)
+    p = project(m, failure_model(1024, mtbf_node="10000h"), trials=50)
+    nodes_row = next(r for r in p.sensitivity if r.input.startswith("nodes N"))
+    assert "R follows the fit" in nodes_row.input
+    text = render_text(p)
+    assert "rendezvous_s(N) = " in text and "Recovery R is extrapolated by a fit on runs at N = 2, 4, 8" in text
+
+
+def test_a_fit_falling_to_zero_at_the_projected_size_is_refused(runs: dict[str, Path]) -> None:
+    base = analyze_run(runs["quickstart"])
+    shrinking = tuple(_at_nodes(base, n, 10 - n, 1.0) for n in (2, 4, 8))  # 8, 6, 2 s: linear, 0 at N = 10
+    with pytest.raises(ProjectionError, match=r"falls to .* at 1,024 nodes.*--recovery-s"):
+        measured_inputs(shrinking[0], scaling=shrinking, nodes=1024)
