@@ -81,7 +81,7 @@ def test_incident_history_hand_computed(incidents: Path) -> None:
 
 def test_incident_history_without_a_nodes_column(tmp_path: Path) -> None:
     path = tmp_path / "inc.csv"
-    path.write_text("timestamp\n0\n3600\n10800\n")
+    path.write_text("\ufeffTimestamp\n0\n3600\n10800\n", encoding="utf-8")  # a spreadsheet's export: BOM, capital
     with pytest.raises(IncidentError, match=r"inc.csv:1: no 'nodes' column.*--incidents-nodes"):
         read_incidents(path)
     h = read_incidents(path, default_nodes=10)  # 3 h × 10 nodes over 2 failures

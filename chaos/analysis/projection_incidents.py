@@ -102,7 +102,7 @@ def read_incidents(path: str | Path, default_nodes: int | None = None) -> Incide
     """Read and check the CSV; every problem is an IncidentError naming ``file:line``, the column and the value."""
     where = shown(path)
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
+        with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: a spreadsheet's export starts with a BOM
             table = list(csv.reader(handle))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise IncidentError(f"--incidents {where}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None

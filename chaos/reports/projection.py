@@ -6,6 +6,8 @@ concludes something carries the number it rests on.
 
 from __future__ import annotations
 
+import math
+
 from chaos.analysis.projection import ASSUMED, HOUR, MEASURED, NEAR_BEST, SUPPLIED, IntervalFigures, Projection
 from chaos.analysis.projection_uncertainty import FACTORS, JOB_DRAWS, SensitivityRow
 from chaos.paths import shown
@@ -88,10 +90,13 @@ def headline_lines(p: Projection) -> list[str]:
         lines.append("No interval on the expected value: no input here carries a known uncertainty ("
                      + ", ".join(h.exact) + " are single values). Several restarts, several saves, runs at several "
                      "node counts or an incident history (--incidents) give it one.")
-    lines.append(f"A single job (its own random failures on top of the inputs' uncertainty; {JOB_DRAWS} simulated "
-                 "jobs): 95% of them lose "
-                 f"{_span(*h.job_lost_hours_95)} h" + (f" ({h.skipped_draws} draws left out: the job barely "
-                                                       "progresses with them)" if h.skipped_draws else "") + ".")
+    if math.isnan(h.job_lost_hours_95[0]):
+        lines.append("Single jobs not simulated: with every draw of the inputs the job barely progresses.")
+    else:
+        lines.append(f"A single job (its own random failures on top of the inputs' uncertainty; {JOB_DRAWS} "
+                     f"simulated jobs): 95% of them lose {_span(*h.job_lost_hours_95)} h"
+                     + (f" ({h.skipped_draws} draws left out: the job barely progresses with them)"
+                        if h.skipped_draws else "") + ".")
     if p.measured.scaling_note and p.measured.recovery_origin != MEASURED:
         lines.append(p.measured.scaling_note + ".")
     return lines
