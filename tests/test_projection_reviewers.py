@@ -219,8 +219,8 @@ def test_fit_picks_ln_n_for_logarithmic_growth() -> None:
     assert fit.a == pytest.approx(2, abs=0.05) and fit.b == pytest.approx(3, abs=0.05)
     assert fit.residual_s is not None and fit.residual_s < 0.03 < (fit.other_residual_s or 0)
     assert fit.at(1024) == pytest.approx(2 + 3 * math.log(1024), abs=0.5)
-    se = fit.prediction_se(1024)
-    assert se is not None and se > fit.residual_s  # extrapolating far adds to the scatter
+    se = fit.mean_se(1024)
+    assert se is not None and se > fit.mean_se(4)  # the farther from the runs, the less the fit knows
     assert "EXTRAPOLATION" in fit.describe(1024) and "fitted worse" in fit.describe(1024)
 
 
@@ -232,7 +232,7 @@ def test_fit_picks_linear_growth() -> None:
 
 def test_fit_with_two_node_counts_says_the_data_do_not_choose() -> None:
     fit = fit_growth("recovery", [(2, 5.0), (8, 7.0)])
-    assert fit is not None and fit.tie and fit.residual_s is None and fit.prediction_se(1024) is None
+    assert fit is not None and fit.tie and fit.residual_s is None and fit.mean_se(1024) is None
     text = fit.describe(1024)
     assert "do not choose" in text and "no residual" in text
     assert fit.other_at(1024) == pytest.approx(5 + (7 - 5) / 6 * (1024 - 2))
@@ -248,7 +248,7 @@ def test_runs_at_several_node_counts_on_the_command_line(runs: dict[str, Path],
     text = capsys.readouterr().out
     assert EXTRAPOLATED in text and "EXTRAPOLATION" in text and "fitted on N = 1, 3" in text
     assert "do not choose" in text  # two node counts only
-    assert "recovery R: the fit's prediction error at N = 1,024" in text  # its residual feeds the interval
+    assert "recovery R: the fit's standard error at N = 1,024" in text  # its residual feeds the interval
     # the same job at one node count only: nothing to fit
     assert main(["project", three, three_again, "--nodes", "1024", "--mtbf-node", "10000h"]) == 2
     assert "two node counts at least" in capsys.readouterr().err

@@ -7,10 +7,10 @@ answers in log time) and ``a + b·N`` (anything that visits every node). The one
 used, the residual (RMS, seconds, over n − 2 degrees of freedom) is printed, and the value at the projected N is an
 *extrapolation*: the runs' node counts bound what was measured. With only two node counts both laws pass through the
 two groups' means equally well: nothing in the data chooses, so ``ln N`` is used and what ``N`` would give is
-printed beside it. The value at the projected N is an
-Its standard error (the OLS prediction error,
-s·√(1 + x₀ᵀ(XᵀX)⁻¹x₀)) feeds the projection's interval; with only two points there is no residual to estimate it
-from, and that is said rather than hidden.
+printed beside it. The standard error of the fitted mean recovery at the projected N (OLS, s·√(x₀ᵀ(XᵀX)⁻¹x₀): it
+grows with the distance of ln N or N from the runs') feeds the projection's interval, which is about the expected
+lost time, so about the mean recovery; with only two points there is no residual to estimate it from, and that is
+said rather than hidden.
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ class GrowthFit:
     def other_at(self, nodes: int) -> float:
         return self.other_ab[0] + self.other_ab[1] * LAWS[self.other_law](nodes)
 
-    def prediction_se(self, nodes: int) -> float | None:
-        """Standard error of one recovery at ``nodes`` under the fit (None when the residual is unknown)."""
+    def mean_se(self, nodes: int) -> float | None:
+        """Standard error of the fitted mean recovery at ``nodes`` (None when the residual is unknown)."""
         if self.residual_s is None:
             return None
         x = np.array([1.0, LAWS[self.law](nodes)])
-        return self.residual_s * math.sqrt(1 + float(x @ np.array(self.xtx_inv) @ x))
+        return self.residual_s * math.sqrt(float(x @ np.array(self.xtx_inv) @ x))
 
     @property
     def node_counts(self) -> list[int]:

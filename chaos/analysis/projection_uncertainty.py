@@ -6,8 +6,9 @@ uncertain the answer is because the inputs are: a recovery seen a handful of tim
 failures. Here the inputs are drawn from what is known about them and pushed through Daly's exact closed form
 (checked against the Monte Carlo in tests/test_projection.py):
 
-- recovery R: the fit's prediction error when it is extrapolated from runs at several node counts; else a bootstrap
-  of the mean over the measured restarts (or the incident downtimes) when there are two or more; else exact;
+- recovery R: the fit's standard error of the mean at N when it is extrapolated from runs at several node counts;
+  else a bootstrap of the mean over the measured restarts (or the incident downtimes) when there are two or more;
+  else exact;
 - node MTBF: from k counted failures over an exposure, the rate is Gamma(k, 1/exposure) (the exact chi-square
   interval of a Poisson count, failure-truncated): the incident CSV and the presets have a k; a supplied
   ``--mtbf-node`` has none and is taken as exact;
@@ -103,10 +104,10 @@ def _recovery_draws(measured: Measured, nodes: int, rng: np.random.Generator) ->
     r = measured.recovery_s
     fit = measured.recovery_fit
     if measured.recovery_origin.startswith("extrapolated") and fit is not None:
-        se = fit.prediction_se(nodes)
+        se = fit.mean_se(nodes)
         if se is None:
             return np.full(DRAWS, r), None
-        return np.maximum(rng.normal(r, se, DRAWS), 0.0), (f"recovery R: the fit's prediction error at N = {nodes:,} "
+        return np.maximum(rng.normal(r, se, DRAWS), 0.0), (f"recovery R: the fit's standard error at N = {nodes:,} "
                                                            f"(±{se:.3g} s, 1 s.e.)")
     samples = np.array(measured.recovery_samples, dtype=float)
     if len(samples) >= 2:
