@@ -248,6 +248,7 @@ def test_runs_at_several_node_counts_on_the_command_line(runs: dict[str, Path],
     text = capsys.readouterr().out
     assert EXTRAPOLATED in text and "EXTRAPOLATION" in text and "fitted on N = 1, 3" in text
     assert "do not choose" in text  # two node counts only
+    assert "WARNING: the runs are not the same job (modes centralized and elastic" in text
     assert "recovery R: the fit's standard error at N = 1,024" in text  # its residual feeds the interval
     # the same job at one node count only: nothing to fit
     assert main(["project", three, three_again, "--nodes", "1024", "--mtbf-node", "10000h"]) == 2

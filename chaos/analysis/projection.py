@@ -262,10 +262,11 @@ def measured_inputs(analysis: RunAnalysis, checkpoint_cost: str | None = None, r
         if not r > 0:
             raise ProjectionError(f"the fit {fit.law} of recovery against N falls to {r:.3g} s at {target:,} nodes: "
                                   "the runs do not say how recovery grows; give --recovery-s DURATION")
-        r_origin, r_source = EXTRAPOLATED, fit.describe(target)
+        mixed = _mixed_jobs(runs)
+        r_origin, r_source = EXTRAPOLATED, fit.describe(target) + mixed
         samples, samples_of = tuple(v for _, v in points), "restarts of the runs"
         scaling_note = (f"Recovery R is extrapolated by a fit on runs at N = {', '.join(map(str, fit.node_counts))} "
-                        f"to {target:,} nodes: an extrapolation, not a measurement at that size")
+                        f"to {target:,} nodes: an extrapolation, not a measurement at that size{mixed}")
     elif restarted:
         r = sum(samples) / len(samples)
         r_origin = MEASURED
@@ -324,6 +325,19 @@ def _save_samples(analysis: RunAnalysis) -> tuple[float, ...]:
         return tuple(save_costs(load_events(analysis.run_dir / "events.jsonl")))
     except (OSError, ValueError):
         return ()
+
+
+def _mixed_jobs(runs: tuple[RunAnalysis, ...]) -> str:
+    """A warning when the runs fitted together are not the same job (mode, workload): their recoveries differ for
+    reasons other than the node count, and the fit would blame N for it."""
+    modes = sorted({a.scenario.cluster.mode for a in runs})
+    workloads = sorted({a.scenario.workload.model_dump_json(exclude={"args"}) for a in runs})
+    if len(modes) == 1 and len(workloads) == 1:
+        return ""
+    what = [f"modes {' and '.join(modes)}"] if len(modes) > 1 else []
+    what += [f"{len(workloads)} different workloads"] if len(workloads) > 1 else []
+    return (f"; WARNING: the runs are not the same job ({', '.join(what)}), so the fit mixes differences between "
+            "jobs with growth in N")
 
 
 def _phase_s(fault: FaultResult, phase: str) -> float | None:
