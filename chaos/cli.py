@@ -286,8 +286,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _error(f"--mtbf: {exc}")
         return EXIT_USAGE
-    if args.project_nodes is None and (args.mtbf_node or args.preset):
-        _error("--mtbf-node / --preset: a projection needs --project-nodes N")
+    if args.project_nodes is None and (args.mtbf_node or args.preset or args.incidents):
+        _error("--mtbf-node / --preset / --incidents: a projection needs --project-nodes N")
         return EXIT_USAGE
     if args.output and _is_run_record(Path(args.output), run_dir):
         _error(f"-o {args.output}: that is the run's own {Path(args.output).name}, which the report is computed "
@@ -363,13 +363,16 @@ def _format_name(aliases: dict[str, str]) -> Callable[[str], str]:
     return lambda value: aliases.get(value, value)
 
 
-def _projection(args: argparse.Namespace, analysis: Any, nodes: int) -> Any:
-    """The projection of an analysed run for ``chaos project`` / ``chaos report --project-nodes``."""
+def _projection(args: argparse.Namespace, analysis: Any, nodes: int, scaling: tuple[Any, ...] = ()) -> Any:
+    """The projection of an analysed run for ``chaos project`` / ``chaos report --project-nodes``; ``scaling``: the
+    other runs ``chaos project`` was given, at other node counts."""
     from chaos.analysis.projection import project_run  # lazy: numpy, only for the commands that project
 
     return project_run(analysis, nodes, mtbf_node=args.mtbf_node, preset=args.preset, job_days=args.job_days,
                        checkpoint_cost=args.checkpoint_cost, recovery=args.recovery,
-                       checkpoint_interval=args.checkpoint_interval, trials=args.trials, seed=args.seed)
+                       checkpoint_interval=args.checkpoint_interval, trials=args.trials, seed=args.seed,
+                       step=args.step_s, incidents=args.incidents, incidents_nodes=args.incidents_nodes,
+                       scaling=scaling, gpus_per_node=args.gpus_per_node, price_per_gpu_hour=args.price_per_gpu_hour)
 
 
 def _analysed(run_dir: Path) -> Any:
@@ -391,14 +394,14 @@ def cmd_project(args: argparse.Namespace) -> int:
     """Project a run's measured recovery and checkpoint cost to N nodes under a failure model."""
     from chaos.analysis.projection import ProjectionError  # lazy: numpy, only for the commands that project
 
-    run_dir = Path(args.run_dir)
-    if not _is_run_dir(run_dir):
+    run_dirs = [Path(d) for d in args.run_dir]
+    if not all(_is_run_dir(d) for d in run_dirs):
         return EXIT_USAGE
-    analysis = _analysed(run_dir)
-    if analysis is None:
+    analyses = [_analysed(d) for d in run_dirs]
+    if any(a is None for a in analyses):
         return EXIT_FAIL
     try:
-        projection = _projection(args, analysis, args.nodes)
+        projection = _projection(args, analyses[0], args.nodes, tuple(analyses))
     except ProjectionError as exc:
         _error(str(exc))
         return EXIT_USAGE
@@ -738,6 +741,12 @@ def _projection_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--mtbf-node", default=None, metavar="DURATION",
                    help="per-node mean time between failures, e.g. 10000h (job MTBF = this / nodes)")
+    p.add_argument("--incidents", default=None, metavar="FILE.csv",
+                   help="your failure history instead of --mtbf-node: one row per failure, header timestamp"
+                        "[,nodes][,downtime]; gives the node MTBF (and its uncertainty) and, with downtimes, the "
+                        "recovery")
+    p.add_argument("--incidents-nodes", type=int, default=None, metavar="N",
+                   help="nodes the job of --incidents ran on, when the CSV has no nodes column")
     p.add_argument("--preset", default=None, choices=sorted(PRESETS),
                    help="a published failure rate instead of --mtbf-node (llama3: 419 unexpected interruptions in "
                         "54 days on 16,384 GPUs, The Llama 3 Herd of Models, 2024)")
@@ -745,10 +754,17 @@ def _projection_options(p: argparse.ArgumentParser) -> None:
                    "in days (default 30)")
     p.add_argument("--checkpoint-interval", default=None, metavar="DURATION|Nsteps",
                    help="the job's checkpoint interval, e.g. 30m or 500steps (default: the run's checkpoint_every)")
-    p.add_argument("--checkpoint-cost", default=None, metavar="DURATION",
-                   help="blocking cost of one checkpoint at scale (default: the run's measured median save)")
-    p.add_argument("--recovery", default=None, metavar="DURATION",
-                   help="cost of one recovery at scale (default: the run's longest measured recovery_s)")
+    p.add_argument("--save-s", "--checkpoint-cost", dest="checkpoint_cost", default=None, metavar="DURATION",
+                   help="blocking cost of one checkpoint at your model size and storage (default: the run's measured "
+                        "median save)")
+    p.add_argument("--recovery-s", "--recovery", dest="recovery", default=None, metavar="DURATION",
+                   help="cost of one recovery at scale (default: fitted from several runs, else the run's mean "
+                        "measured recovery_s)")
+    p.add_argument("--step-s", default=None, metavar="DURATION",
+                   help="your step time (default: the run's median step); converts Nsteps intervals")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node, for lost GPU-hours (default 8)")
+    p.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="PRICE",
+                   help="price of one GPU-hour, for the cost of the lost GPU-hours")
     p.add_argument("--trials", type=int, default=1000, help="Monte Carlo jobs per interval (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
 
@@ -801,7 +817,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=cmd_report)
     pj = sub.add_parser("project", help="project a run's measured recovery and checkpoint cost to N nodes: "
                         "effective training time, lost hours, best checkpoint interval (Monte Carlo + Young/Daly)")
-    pj.add_argument("run_dir")
+    pj.add_argument("run_dir", nargs="+", help="a run directory; several runs of the same job at different node "
+                    "counts fit how recovery grows with N (the first gives the checkpoint cost and step time)")
     pj.add_argument("--nodes", type=int, required=True, help="nodes of the projected job")
     _projection_options(pj)
     pj.add_argument("--format", type=_format_name({"md": "markdown"}), choices=["text", "json", "markdown"],

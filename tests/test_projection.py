@@ -204,7 +204,7 @@ def test_checkpoint_cost_not_measured(runs: dict[str, Path], capsys: pytest.Capt
     assert main(["project", run, "--nodes", "8", "--mtbf-node", "10h", "--checkpoint-cost", "2s",
                  "--trials", "100"]) == 0
     text = capsys.readouterr().out
-    assert "given (--checkpoint-cost 2s)" in text and "give --checkpoint-interval" in text
+    assert "--save-s 2s" in text and "give --checkpoint-interval" in text
 
 
 def test_report_section(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,12 +17,18 @@ from chaos.events import Ev
 from chaos.history import Event
 
 
-def save_cost_s(events: list[Event]) -> float | None:
-    """Median wall time of a checkpoint save (save started → save finished, same process and step)."""
+def save_costs(events: list[Event]) -> list[float]:
+    """Wall time of every checkpoint save (save started → save finished, same process and step): the projection
+    needs their spread, not only the median."""
     started = {(e.get("pid"), e.get("step")): e["t"] for e in checkpoint_events(events, Ev.CHECKPOINT_SAVE_STARTED)}
-    costs = [e["t"] - started[(e.get("pid"), e.get("step"))]
-             for e in checkpoint_events(events, Ev.CHECKPOINT_SAVE_FINISHED)
-             if (e.get("pid"), e.get("step")) in started]
+    return [e["t"] - started[(e.get("pid"), e.get("step"))]
+            for e in checkpoint_events(events, Ev.CHECKPOINT_SAVE_FINISHED)
+            if (e.get("pid"), e.get("step")) in started]
+
+
+def save_cost_s(events: list[Event]) -> float | None:
+    """Median wall time of a checkpoint save (:func:`save_costs`)."""
+    costs = save_costs(events)
     return statistics.median(costs) if costs else None
 
 

@@ -32,25 +32,44 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chaos.analysis.interval import daly, young
+from chaos.analysis.interval import daly, save_costs, young
+from chaos.analysis.load import load_events
+from chaos.analysis.projection_incidents import IncidentError, read_incidents
+from chaos.analysis.projection_math import (
+    DAY,
+    HOUR,
+    MAX_DRAWS,
+    ProjectionError,
+    Simulation,
+    daly_wall_s,
+    simulate,
+    young_ratio,
+)
+from chaos.analysis.projection_scaling import fit_growth
+from chaos.analysis.projection_uncertainty import headline, sensitivity
+from chaos.paths import shown
 from chaos.spec import parse_duration
 from chaos.workload import ShippedWorkload
 
 if TYPE_CHECKING:
+    from chaos.analysis.projection_incidents import IncidentHistory
+    from chaos.analysis.projection_scaling import GrowthFit
+    from chaos.analysis.projection_uncertainty import Headline, SensitivityRow
     from chaos.analysis.result_model import FaultResult
     from chaos.analysis.run import RunAnalysis
 
-HOUR = 3600.0
-DAY = 86400.0
 Z95 = 1.96  # normal quantile of a two-sided 95% interval
 FIRST_ORDER_LIMIT = 0.1  # (τ + C)/M and R/M below this: Young's first-order terms are "small" (stated, not hidden)
 NEAR_BEST = 0.001  # ETTR within 0.1 point of the best: the range of intervals as good as the best, in practice
 MAX_TRIALS = 100_000  # Monte Carlo jobs per interval: beyond it, memory for nothing (the CIs are already tight)
-MAX_DRAWS = 5_000_000  # failures drawn over all trials of one interval: beyond it the job barely progresses
 
 
-class ProjectionError(ValueError):
-    """Input the projection cannot use; the message names the option or the missing measurement."""
+# Where each input came from, printed beside its value: a reviewer must not read a supplied or assumed figure as a
+# measurement, nor a toy run's figure as one taken at scale.
+MEASURED = "measured here"
+SUPPLIED = "supplied"
+ASSUMED = "assumed"
+EXTRAPOLATED = "extrapolated from runs measured here"
 
 
 def parse_duration_s(value: str, option: str) -> float:
@@ -124,28 +143,41 @@ class FailureModel:
 
     nodes: int
     node_mtbf_s: float
-    source: str  # "given (--mtbf-node 10000h)" or "preset llama3"
+    source: str  # "--mtbf-node 10000h", "preset llama3" or "incidents.csv"
     derivation: tuple[str, ...] = ()
+    origin: str = SUPPLIED  # SUPPLIED (an option, an incident CSV) or ASSUMED (a preset)
+    failures_counted: int | None = None  # the count the MTBF rests on (its Poisson uncertainty); None: exact
 
     @property
     def job_mtbf_s(self) -> float:
         return self.node_mtbf_s / self.nodes
 
 
-def failure_model(nodes: int, mtbf_node: str | None = None, preset: str | None = None) -> FailureModel:
-    """The model for ``--nodes`` and exactly one of ``--mtbf-node`` / ``--preset``."""
+ONE_RATE = ("give exactly one failure rate: --mtbf-node DURATION (per-node mean time between failures, e.g. "
+            f"10000h), --incidents FILE.csv (your failure history) or --preset NAME ({', '.join(sorted(PRESETS))})")
+
+
+def failure_model(nodes: int, mtbf_node: str | None = None, preset: str | None = None,
+                  incidents: IncidentHistory | None = None) -> FailureModel:
+    """The model for ``--nodes`` and exactly one of ``--mtbf-node`` / ``--preset`` / ``--incidents``."""
+
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise ProjectionError(f"--nodes: must be a whole number of nodes ≥ 1, got {nodes!r}")
-    if (mtbf_node is None) == (preset is None):
-        raise ProjectionError("give exactly one failure rate: --mtbf-node DURATION (per-node mean time between "
-                              f"failures, e.g. 10000h) or --preset NAME ({', '.join(sorted(PRESETS))})")
+    if sum(x is not None for x in (mtbf_node, preset, incidents)) != 1:
+        raise ProjectionError(ONE_RATE)
+    if incidents is not None:
+        if not MIN_DURATION_S <= incidents.node_mtbf_s <= MAX_DURATION_S:
+            raise ProjectionError(f"--incidents {shown(incidents.path)}: a node MTBF of {incidents.node_mtbf_s:.3g} s "
+                                  "is outside what a projection computes with (1 ms to 100 years)")
+        return FailureModel(nodes, incidents.node_mtbf_s, f"--incidents {shown(incidents.path)}",
+                            tuple(incidents.derivation()), SUPPLIED, incidents.failures_counted)
     if preset is not None:
         if preset not in PRESETS:
             raise ProjectionError(f"--preset: unknown preset {preset!r}; known: {', '.join(sorted(PRESETS))}")
         p = PRESETS[preset]
-        return FailureModel(nodes, p.node_mtbf_s, f"preset {p.name}", tuple(p.derivation()))
+        return FailureModel(nodes, p.node_mtbf_s, f"preset {p.name}", tuple(p.derivation()), ASSUMED, p.interruptions)
     assert mtbf_node is not None
-    return FailureModel(nodes, parse_duration_s(mtbf_node, "--mtbf-node"), f"given (--mtbf-node {mtbf_node})")
+    return FailureModel(nodes, parse_duration_s(mtbf_node, "--mtbf-node"), f"--mtbf-node {mtbf_node}")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -177,50 +209,145 @@ class Measured:
     interval_source: str
     lost: tuple[LostWork, ...] = ()  # per restarted fault
     lost_check: str = ""  # whether the run's losses match "resume from the newest checkpoint"
+    recovery_origin: str = SUPPLIED  # MEASURED, SUPPLIED or EXTRAPOLATED
+    checkpoint_cost_origin: str = SUPPLIED
+    step_origin: str = MEASURED
+    interval_origin: str = SUPPLIED
+    recovery_samples: tuple[float, ...] = ()  # what R's spread is known from (restarts, or incident downtimes)
+    recovery_samples_of: str = "restarts"
+    save_samples: tuple[float, ...] = ()  # every measured save (C is their median): its spread
+    recovery_fit: GrowthFit | None = None  # recovery_s(N) from runs at several node counts, if given
+    rendezvous_fit: GrowthFit | None = None
+    scaling_note: str = ""  # how R relates to the projected node count: extrapolated, or taken at the run's size
 
 
 def measured_inputs(analysis: RunAnalysis, checkpoint_cost: str | None = None, recovery: str | None = None,
-                    checkpoint_interval: str | None = None) -> Measured:
-    """Read R, C, step time and the current interval from a run's analysis; options override (and say so)."""
+                    checkpoint_interval: str | None = None, step: str | None = None,
+                    scaling: tuple[RunAnalysis, ...] = (), incidents: IncidentHistory | None = None,
+                    nodes: int | None = None) -> Measured:
+    """R, C, step time and the current interval, each labelled measured here / supplied / extrapolated.
+
+    R: ``--recovery-s`` (supplied), else the incident history's mean downtime (supplied), else a growth law fitted
+    on the runs at several node counts (``scaling``, which include ``analysis``) and extrapolated to ``nodes``,
+    else the mean over this run's restarts (measured here, at the run's own size: flagged)."""
 
     result = analysis.model
+    run_nodes = analysis.scenario.cluster.nodes
     restarted = [f for f in result.faults if f.restarted and f.recovery_s is not None]
+    runs = (analysis, *[a for a in scaling if a is not analysis])
+    points = [(a.scenario.cluster.nodes, f.recovery_s) for a in runs for f in a.model.faults
+              if f.restarted and f.recovery_s is not None]
+    rendezvous = [(a.scenario.cluster.nodes, s) for a in runs for f in a.model.faults if f.restarted
+                  for s in [_phase_s(f, "rendezvous")] if s is not None]
+    fit = fit_growth("recovery", points) if len(runs) > 1 else None
+    rdzv_fit = fit_growth("rendezvous", rendezvous) if len(runs) > 1 else None
+    if len(runs) > 1 and fit is None:
+        raise ProjectionError(f"{len(runs)} runs given, but their restarts are all at N = "
+                              f"{', '.join(sorted({str(n) for n, _ in points})) or '(none)'} node(s): fitting how "
+                              "recovery grows with N needs restarts measured at two node counts at least")
+    samples: tuple[float, ...] = tuple(f.recovery_s for f in restarted if f.recovery_s is not None)
+    samples_of = f"restart(s) of {shown(analysis.run_dir)}"
+    target = nodes or run_nodes
     if recovery is not None:
-        r = parse_duration_s(recovery, "--recovery")
-        r_source = f"given (--recovery {recovery})"
-        if restarted:
-            r_source += f"; measured: {_seconds(restarted)}"
+        r = parse_duration_s(recovery, "--recovery-s")
+        r_origin, r_source = SUPPLIED, f"--recovery-s {recovery}"
+        if samples:
+            r_source += f"; measured here on {run_nodes} node(s): {_seconds(restarted)}"
+        samples = ()
+        scaling_note = "Recovery R is supplied (--recovery-s) and taken as the recovery at the projected size"
+    elif incidents is not None and incidents.downtimes_s:
+        r = incidents.mean_downtime_s or 0.0
+        r_origin = SUPPLIED
+        r_source = f"mean downtime of {len(incidents.downtimes_s)} failure(s) in --incidents {shown(incidents.path)}"
+        samples, samples_of = incidents.downtimes_s, "incident downtimes"
+        scaling_note = ("Recovery R is the mean downtime of the team's incident history (their job's scale), not "
+                        "this run's")
+    elif fit is not None:
+        r = fit.at(target)
+        if not r > 0:
+            raise ProjectionError(f"the fit {fit.law} of recovery against N falls to {r:.3g} s at {target:,} nodes: "
+                                  "the runs do not say how recovery grows; give --recovery-s DURATION")
+        mixed = _mixed_jobs(runs)
+        r_origin, r_source = EXTRAPOLATED, fit.describe(target) + mixed
+        samples, samples_of = tuple(v for _, v in points), "restarts of the runs"
+        scaling_note = (f"Recovery R is extrapolated by a fit on runs at N = {', '.join(map(str, fit.node_counts))} "
+                        f"to {target:,} nodes: an extrapolation, not a measurement at that size{mixed}")
     elif restarted:
-        r = max(f.recovery_s for f in restarted if f.recovery_s is not None)
-        r_source = (f"measured: the longest recovery_s of {len(restarted)} restart(s) in this run "
-                    f"({_seconds(restarted)})")
+        r = sum(samples) / len(samples)
+        r_origin = MEASURED
+        r_source = (f"mean recovery_s of {len(restarted)} restart(s) on {run_nodes} node(s) ({_seconds(restarted)})"
+                    + ("" if target == run_nodes else f", taken as is at {target:,} nodes"))
+        scaling_note = ("" if target == run_nodes else
+                        f"FLAG: recovery is taken as measured at the run's own size ({run_nodes} node(s)), not at "
+                        f"{target:,}: give runs at several node counts (chaos project RUN2 RUN4 RUN8 ...) to fit "
+                        "its growth, or --recovery-s")
     else:
         raise ProjectionError(f"{analysis.run_dir}: this run measured no recovery (no fault restarted the job and "
                               "reached a step after it), so it says nothing about what a failure costs; project a run "
-                              "with a recovered crash, or give --recovery DURATION")
+                              "with a recovered crash, or give --recovery-s DURATION")
 
+    save_samples: tuple[float, ...] = ()
     if checkpoint_cost is not None:
-        c = parse_duration_s(checkpoint_cost, "--checkpoint-cost")
-        c_source = f"given (--checkpoint-cost {checkpoint_cost})"
+        c = parse_duration_s(checkpoint_cost, "--save-s")
+        c_origin, c_source = SUPPLIED, f"--save-s {checkpoint_cost}"
         if analysis.save_cost_s is not None:
-            c_source += f"; measured median save: {analysis.save_cost_s * 1000:.1f} ms"
+            c_source += f"; measured here: median save {analysis.save_cost_s * 1000:.1f} ms"
     elif analysis.save_cost_s is not None and analysis.save_cost_s > 0:
         c = analysis.save_cost_s
-        c_source = ("measured: median checkpoint save (checkpoint_save_started → checkpoint_save_finished, "
-                    "the job's own events, else the storage layer's)")
+        c_origin = MEASURED
+        save_samples = _save_samples(analysis)
+        c_source = (f"median checkpoint save on {run_nodes} node(s) (checkpoint_save_started → "
+                    "checkpoint_save_finished, the job's own events, else the storage layer's)"
+                    + ("" if target == run_nodes else f", taken as is at {target:,} nodes and the model size of "
+                       "this run: --save-s gives yours"))
     else:
         raise ProjectionError(f"{analysis.run_dir}: checkpoint cost not measured (no checkpoint_save_started/"
-                              "finished pair in the history); give --checkpoint-cost DURATION")
+                              "finished pair in the history); give --save-s DURATION")
 
-    step = result.median_step_s
+    step_s, step_origin = result.median_step_s, MEASURED
+    if step is not None:
+        step_s, step_origin = parse_duration_s(step, "--step-s"), SUPPLIED
     every = None
     if isinstance(analysis.scenario.workload, ShippedWorkload):
         every = int(analysis.scenario.workload.args.get("checkpoint_every", 25))
-    interval, i_source = _interval(checkpoint_interval, every, step)
+    interval, i_source = _interval(checkpoint_interval, every, step_s)
+    i_origin = SUPPLIED if checkpoint_interval is not None or step is not None else MEASURED
     lost = tuple(LostWork(f.id, f.lost_steps, f.lost_work_s, f.resumed_from) for f in restarted)
-    return Measured(run_dir=str(analysis.run_dir), run_nodes=analysis.scenario.cluster.nodes, recovery_s=r,
-                    recovery_source=r_source, checkpoint_cost_s=c, checkpoint_cost_source=c_source, step_s=step,
-                    interval_s=interval, interval_source=i_source, lost=lost, lost_check=_lost_check(lost, every))
+    return Measured(run_dir=str(analysis.run_dir), run_nodes=run_nodes, recovery_s=r,
+                    recovery_source=r_source, checkpoint_cost_s=c, checkpoint_cost_source=c_source, step_s=step_s,
+                    interval_s=interval, interval_source=i_source, lost=lost, lost_check=_lost_check(lost, every),
+                    recovery_origin=r_origin, checkpoint_cost_origin=c_origin, step_origin=step_origin,
+                    interval_origin=i_origin, recovery_samples=samples, recovery_samples_of=samples_of,
+                    recovery_fit=fit, rendezvous_fit=rdzv_fit, scaling_note=scaling_note, save_samples=save_samples)
+
+
+def _save_samples(analysis: RunAnalysis) -> tuple[float, ...]:
+    """Every save's cost in the run (the analysis keeps only their median); none if the history cannot be read."""
+
+    try:
+        return tuple(save_costs(load_events(analysis.run_dir / "events.jsonl")))
+    except (OSError, ValueError):
+        return ()
+
+
+def _mixed_jobs(runs: tuple[RunAnalysis, ...]) -> str:
+    """A warning when the runs fitted together are not the same job (mode, workload): their recoveries differ for
+    reasons other than the node count, and the fit would blame N for it."""
+    modes = sorted({a.scenario.cluster.mode for a in runs})
+    workloads = sorted({a.scenario.workload.model_dump_json(exclude={"args"}) for a in runs})
+    if len(modes) == 1 and len(workloads) == 1:
+        return ""
+    what = [f"modes {' and '.join(modes)}"] if len(modes) > 1 else []
+    what += [f"{len(workloads)} different workloads"] if len(workloads) > 1 else []
+    return (f"; WARNING: the runs are not the same job ({', '.join(what)}), so the fit mixes differences between "
+            "jobs with growth in N")
+
+
+def _phase_s(fault: FaultResult, phase: str) -> float | None:
+    """One phase of a fault's recovery breakdown (result.json's ``recovery_breakdown``), if measured."""
+    breakdown = fault.extra.get("recovery_breakdown") or {}
+    return next((float(p["seconds"]) for p in breakdown.get("phases", [])
+                 if p.get("phase") == phase and isinstance(p.get("seconds"), (int, float))), None)
 
 
 def _seconds(faults: list[FaultResult]) -> str:
@@ -238,10 +365,10 @@ def _interval(option: str | None, every: int | None, step: float | None) -> tupl
             n = int(m.group(1))
             if n < 1:
                 raise ProjectionError(f"--checkpoint-interval: must be ≥ 1 step, got {option!r}")
-            return n * step, f"given (--checkpoint-interval {option}) × median step {step:.4f} s"
-        return parse_duration_s(option, "--checkpoint-interval"), f"given (--checkpoint-interval {option})"
+            return n * step, f"--checkpoint-interval {option} × step time {step:.4f} s"
+        return parse_duration_s(option, "--checkpoint-interval"), f"--checkpoint-interval {option}"
     if every and step:
-        return every * step, f"the run's: checkpoint_every {every} steps × median step {step:.4f} s"
+        return every * step, f"the run's checkpoint_every {every} steps × step time {step:.4f} s"
     return None, "not known (the workload is not a shipped one): give --checkpoint-interval to project it"
 
 
@@ -259,106 +386,6 @@ def _lost_check(lost: tuple[LostWork, ...], every: int | None) -> str:
 
 # --------------------------------------------------------------------------------------------------------------
 # Closed forms
-
-
-def daly_wall_s(work_s: float, tau: float, c: float, r: float, m: float) -> float:
-    """Expected wall time to do ``work_s`` of training under the model (Daly 2006, exact for exponential
-    failures): n full segments of τ + C and one of the remainder + C, each costing M·e^{R/M}·(e^{s/M} − 1)."""
-    n, rem = _segments(work_s, tau)
-    per = [(n, tau + c)] + ([(1, rem + c)] if rem > 0 else [])
-    return sum(k * m * math.exp(r / m) * math.expm1(s / m) for k, s in per)
-
-
-def young_ratio(tau: float, c: float, r: float, m: float) -> float:
-    """Young's first-order effective training time ratio, 1 − C/τ − (τ + C)/(2M) − R/M (for τ, C, R ≪ M)."""
-    return 1 - c / tau - (tau + c) / (2 * m) - r / m
-
-
-def _segments(work_s: float, tau: float) -> tuple[int, float]:
-    n = int(work_s // tau)
-    rem = work_s - n * tau
-    if rem <= 1e-9 * tau:
-        rem = 0.0
-    return n, rem
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Monte Carlo
-
-
-@dataclass
-class Simulation:
-    """Per-trial totals (seconds) of one interval's Monte Carlo; useful work is the same in every trial."""
-
-    work_s: float
-    wall: np.ndarray
-    checkpointing: np.ndarray  # completed saves
-    rework: np.ndarray  # training lost to failures (redone)
-    wasted_saves: np.ndarray  # saves interrupted by a failure
-    recovery: np.ndarray  # restarts, interrupted ones included
-    failures: np.ndarray  # all of them: during work, saves and restarts
-
-
-def _trunc_exp(rng: np.random.Generator, rate: float, upper: float, size: int) -> np.ndarray:
-    """Exponential(rate) draws conditioned on being < upper: when within an attempt a failure came."""
-    q = -math.expm1(-rate * upper)
-    return -np.log1p(-rng.random(size) * q) / rate
-
-
-def _neg_binomial(rng: np.random.Generator, n: np.ndarray | int, p: float, trials: int) -> np.ndarray:
-    """Failures before ``n`` successes, per trial (0 where n = 0: numpy refuses n = 0)."""
-    n = np.broadcast_to(np.asarray(n, dtype=np.int64), (trials,))
-    out = np.zeros(trials, dtype=np.int64)
-    live = n > 0
-    if live.any():
-        out[live] = rng.negative_binomial(n[live], p)
-    return out
-
-
-def _per_trial(trials: int, counts: np.ndarray, values: np.ndarray) -> np.ndarray:
-    return np.bincount(np.repeat(np.arange(trials), counts), weights=values, minlength=trials)
-
-
-def simulate(work_s: float, tau: float, c: float, r: float, m: float, trials: int,
-             rng: np.random.Generator) -> Simulation:
-    """Draw ``trials`` jobs of ``work_s`` seconds of training under the model (module docstring).
-
-    Failures are memoryless, so each segment (τ of work, then a save of C) is tried until one attempt sees no
-    failure: failures per segment are geometric, their number over n segments negative binomial, and when a
-    failure comes within an attempt is an exponential draw truncated to the attempt. Each failure is followed by
-    a restart of R, retried the same way when a failure interrupts it.
-    """
-    if min(tau, m) <= 0 or c < 0 or r < 0 or work_s <= 0:
-        raise ProjectionError("interval, MTBF and job length must be > 0; checkpoint cost and recovery ≥ 0")
-    rate = 1 / m
-    n, rem = _segments(work_s, tau)
-    kinds = [(n, tau + c)] + ([(1, rem + c)] if rem > 0 else [])
-    worst = max(s for _, s in [*kinds, (0, r)]) * rate
-    expected = math.inf if worst > 700 else (  # e^700 is near the float limit: far beyond MAX_DRAWS anyway
-        sum(k * math.expm1(s * rate) for k, s in kinds) * math.exp(r * rate) * trials)
-    if not expected < MAX_DRAWS:
-        raise ProjectionError(f"an interval of {tau / HOUR:.3g} h with a job MTBF of {m / HOUR:.3g} h fails "
-                              f"{expected / trials:.3g} times per job: the job barely progresses; shorten the "
-                              "interval or the job")
-    zeros = np.zeros(trials)
-    failures = np.zeros(trials, dtype=np.int64)
-    rework, wasted = zeros.copy(), zeros.copy()
-    for count, length in kinds:
-        if count == 0:
-            continue
-        f = _neg_binomial(rng, count, math.exp(-length * rate), trials)
-        at = _trunc_exp(rng, rate, length, int(f.sum()))
-        work_part = length - c
-        rework += _per_trial(trials, f, np.minimum(at, work_part))
-        wasted += _per_trial(trials, f, np.maximum(at - work_part, 0.0))
-        failures += f
-    interrupted = _neg_binomial(rng, failures, math.exp(-r * rate), trials) if r > 0 else np.zeros(trials, np.int64)
-    lost_restarts = _per_trial(trials, interrupted, _trunc_exp(rng, rate, r, int(interrupted.sum()))) if r > 0 \
-        else zeros.copy()
-    recovery = failures * r + lost_restarts
-    checkpointing = np.full(trials, (n + (rem > 0)) * c, dtype=float)
-    wall = work_s + checkpointing + rework + wasted + recovery
-    return Simulation(work_s, wall, checkpointing, rework, wasted, recovery, (failures + interrupted).astype(float))
 
 
 @dataclass(frozen=True)
@@ -424,6 +451,8 @@ class Projection:
     check: dict[str, Any] = field(default_factory=dict)  # Monte Carlo against the closed form, over the sweep
     runtime_s: float = 0.0
     assumptions: list[str] = field(default_factory=list)
+    headline: Headline | None = None  # the answer at the current (else best) interval, with its real interval
+    sensitivity: list[SensitivityRow] = field(default_factory=list)  # that answer with each input ×0.5, ×2
 
     def at(self, interval_s: float | None) -> IntervalFigures | None:
         """The sweep's figures for exactly this interval (the current one, Young's, Daly's), if swept."""
@@ -441,12 +470,16 @@ def assumptions(measured: Measured, model: FailureModel) -> list[str]:
         f"node failures are independent and exponential (memoryless), per-node MTBF {model.node_mtbf_s / HOUR:,.0f} h "
         f"({model.source}); any node's failure stops the job: job MTBF = {model.node_mtbf_s / HOUR:,.0f} h / "
         f"{model.nodes:,} nodes = {model.job_mtbf_s / HOUR:.3g} h",
-        f"every failure costs the recovery R = {measured.recovery_s:.3g} s "
-        f"({_origin(measured.recovery_source, measured)}), taken as is at {model.nodes:,} nodes (not measured "
-        "there; --recovery gives another value); a failure during a restart starts it again",
-        f"each checkpoint blocks training for C = {measured.checkpoint_cost_s:.3g} s "
-        f"({_origin(measured.checkpoint_cost_source, measured)}), taken as is at {model.nodes:,} nodes "
-        "(--checkpoint-cost overrides); a failure during a save loses it",
+        f"every failure costs the recovery R = {measured.recovery_s:.3g} s ({measured.recovery_origin}"
+        + (f" on {measured.run_nodes} node(s), taken as is at {model.nodes:,} nodes: not measured there; "
+           "--recovery-s or runs at several node counts give another value"
+           if measured.recovery_origin == MEASURED and model.nodes != measured.run_nodes else "")
+        + "); the same for every failure; a failure during a restart starts it again",
+        f"each checkpoint blocks training for C = {measured.checkpoint_cost_s:.3g} s ({measured.checkpoint_cost_origin}"
+        + (f" on {measured.run_nodes} node(s) with this run's model size, taken as is at {model.nodes:,} nodes: "
+           "--save-s gives the save time at your model size and storage bandwidth"
+           if measured.checkpoint_cost_origin == MEASURED and model.nodes != measured.run_nodes else "")
+        + "); a failure during a save loses it",
         "a restarted job resumes from the newest completed checkpoint: the training since then is redone "
         f"({measured.lost_check})",
         "training is continuous work (step granularity ignored); planned maintenance, stragglers, slowdowns and "
@@ -462,10 +495,6 @@ def closed_form_check(sweep: list[IntervalFigures]) -> dict[str, Any]:
     return {"intervals": len(sweep), "max_abs_difference": max(diffs), "closed_form_inside_ci95": inside}
 
 
-def _origin(source: str, measured: Measured) -> str:
-    return "given" if source.startswith("given") else f"measured on {measured.run_nodes} node(s)"
-
-
 def interval_grid(centre: float, extra: tuple[float | None, ...] = (), points_per_octave: int = 4,
                   octaves: int = 3) -> list[float]:
     """Intervals swept: a geometric grid around the closed-form optimum (±``octaves`` doublings), plus ``extra``
@@ -477,7 +506,7 @@ def interval_grid(centre: float, extra: tuple[float | None, ...] = (), points_pe
 
 
 def project(measured: Measured, model: FailureModel, job_days: float = 30.0, trials: int = 1000,
-            seed: int = 0) -> Projection:
+            seed: int = 0, gpus_per_node: int = 8, price_per_gpu_hour: float | None = None) -> Projection:
     """Monte Carlo of a ``job_days`` job on ``model.nodes`` nodes at the current interval and over a sweep of
     intervals around Young/Daly's optimum; the best interval is the sweep's highest projected ETTR."""
     import time
@@ -491,6 +520,10 @@ def project(measured: Measured, model: FailureModel, job_days: float = 30.0, tri
         raise ProjectionError(f"--trials: must be from 2 to {MAX_TRIALS:,}, got {trials!r}")
     if seed < 0:
         raise ProjectionError(f"--seed: must be ≥ 0, got {seed!r}")
+    if not isinstance(gpus_per_node, int) or not 1 <= gpus_per_node <= 1024:
+        raise ProjectionError(f"--gpus-per-node: must be a whole number from 1 to 1024, got {gpus_per_node!r}")
+    if price_per_gpu_hour is not None and not (math.isfinite(price_per_gpu_hour) and 0 <= price_per_gpu_hour <= 1e6):
+        raise ProjectionError(f"--price-per-gpu-hour: must be a price from 0 to 1,000,000, got {price_per_gpu_hour!r}")
     start = time.perf_counter()
     c, r, m = measured.checkpoint_cost_s, measured.recovery_s, model.job_mtbf_s
     work = job_days * DAY
@@ -523,14 +556,36 @@ def project(measured: Measured, model: FailureModel, job_days: float = 30.0, tri
     proj = Projection(measured=measured, model=model, job_days=job_days, trials=trials, seed=seed, current=current,
                       sweep=sweep, best=best, near_best=(min(near), max(near)), young_s=y, daly_s=d,
                       check=closed_form_check(sweep), assumptions=assumptions(measured, model))
+
+    at = current or best
+    which = "the current interval" if current is not None else "the best interval in the sweep"
+    proj.headline = headline(measured, model, at.interval_s, which, work, gpus_per_node, price_per_gpu_hour, seed)
+    proj.sensitivity = sensitivity(measured, model, at.interval_s, work)
     proj.runtime_s = time.perf_counter() - start
     return proj
 
 
 def project_run(analysis: RunAnalysis, nodes: int, mtbf_node: str | None = None, preset: str | None = None,
                 job_days: float = 30.0, checkpoint_cost: str | None = None, recovery: str | None = None,
-                checkpoint_interval: str | None = None, trials: int = 1000, seed: int = 0) -> Projection:
-    """``chaos project`` / ``chaos report --project-nodes``: the run's measurements, the model, the projection."""
-    model = failure_model(nodes, mtbf_node, preset)
-    measured = measured_inputs(analysis, checkpoint_cost, recovery, checkpoint_interval)
-    return project(measured, model, job_days, trials, seed)
+                checkpoint_interval: str | None = None, trials: int = 1000, seed: int = 0, step: str | None = None,
+                incidents: str | None = None, incidents_nodes: int | None = None,
+                scaling: tuple[RunAnalysis, ...] = (), gpus_per_node: int = 8,
+                price_per_gpu_hour: float | None = None) -> Projection:
+    """``chaos project`` / ``chaos report --project-nodes``: the run's measurements, the model, the projection.
+    ``scaling``: more runs of the same job at other node counts, to fit recovery's growth with N."""
+
+    history = None
+    if incidents is not None and (mtbf_node is not None or preset is not None):
+        raise ProjectionError(ONE_RATE)  # before reading the file: its errors would hide this one
+    if incidents is not None:
+        if incidents_nodes is not None and incidents_nodes < 1:
+            raise ProjectionError(f"--incidents-nodes: must be a whole number of nodes ≥ 1, got {incidents_nodes!r}")
+        try:
+            history = read_incidents(incidents, incidents_nodes)
+        except IncidentError as exc:
+            raise ProjectionError(str(exc)) from None
+    elif incidents_nodes is not None:
+        raise ProjectionError("--incidents-nodes: only with --incidents FILE.csv (the node count of that history)")
+    model = failure_model(nodes, mtbf_node, preset, history)
+    measured = measured_inputs(analysis, checkpoint_cost, recovery, checkpoint_interval, step, scaling, history, nodes)
+    return project(measured, model, job_days, trials, seed, gpus_per_node, price_per_gpu_hour)
