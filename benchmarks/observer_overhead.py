@@ -94,6 +94,9 @@ class Sampler:
                 except psutil.Error:
                     continue
                 role = next((r for r, key in ROLES if key in cmd), "other")
+                known = self.last.get(proc.pid)
+                if known is not None and known[0] != "other":
+                    role = known[0]  # an exiting process reads with no command line: it keeps the role it had
                 self.last[proc.pid] = (role, times.user + times.system)
 
     def by_role(self) -> dict[str, float]:
