@@ -590,7 +590,7 @@ def cmd_image(args: argparse.Namespace) -> int:
 def cmd_cluster(args: argparse.Namespace) -> int:
     """``chaos cluster up|down|status|build [slurm]``: a Slurm cluster in containers (chaos/cluster/slurm.py)."""
     from chaos.cluster import slurm
-    from chaos.cluster.spec import check_name, check_nodes
+    from chaos.cluster.spec import check_name, check_nodes, engine_run_argv
 
     def usage(message: str) -> int:
         _error(message)
@@ -643,10 +643,9 @@ def cmd_cluster(args: argparse.Namespace) -> int:
                           f"{st['agent']['address']} (pid {st['agent']['pid']})\ntry: {' '.join(st['exec'])} "
                           f"srun -N{len(st['nodes'])} hostname", highlight=False)
                 engine = st.get("engine") or {}
-                if engine.get("installed"):
-                    argv = [*st["exec"][:-1], "-e", f"PYTHONPATH={engine['pythonpath']}", st["exec"][-1],
-                            st["python"], "-m", "chaos", "run", f"{st['repo']['path']}/scenarios/slurm/node-crash.yaml",
-                            "--out", f"{st['shared']['path']}/runs"]
+                repo_path = (st.get("repo") or {}).get("path")
+                argv = engine_run_argv(st, f"{repo_path}/scenarios/slurm/node-crash.yaml")
+                if argv is not None:
                     out.print(f"run a scenario on it (the engine on the login node, as {st['user']['name']}): "
                               f"{' '.join(argv)}", highlight=False)
                 else:

@@ -48,10 +48,15 @@ def _limit(limit: Any) -> str:
 
 
 def live_view(s: Snapshot) -> Group:
+    reference = {"golden": "   (the fault-free golden run first: its progress)",
+                 "control": "   (the control run, a clean resume: its progress)"}.get(s.reference or "")
+    if reference is None and s.phase == "golden":
+        reference = "   (fault-free golden run first)"
     head = Text.assemble((f"{s.run_id}", "bold"), f"   {s.elapsed_s:5.1f}s   ",
                          (f"step {s.step}" + (f"/{s.target_steps}" if s.target_steps else ""), "bold"),
-                         f"   worker restarts {s.restarts}",
-                         ("   (fault-free golden run first)", "dim") if s.phase == "golden" else "")
+                         f"   worker restarts {s.restarts}", (reference or "", "dim"),
+                         (f"   no step since the {s.no_step_since[0]}: {s.no_step_since[1]:.1f}s"
+                          if s.no_step_since else "", "yellow"))
     bar = Table.grid()
     bar.add_row(ProgressBar(total=float(s.target_steps or max(s.step, 1)), completed=float(s.step), width=60))
     nodes = Table.grid(padding=(0, 2))

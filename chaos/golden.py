@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.analysis.checkpoints import first_resume_step, golden_summary
+from chaos.analysis.progress_lines import unmatched_progress
 from chaos.events import EndReason, Ev, Source
 from chaos.history import Event, read_history
 from chaos.plan import SHIPPED_WORKLOADS
@@ -243,6 +244,17 @@ def _failed_before_kill(run_dir: Path, events: list[Event]) -> str | None:
     return None
 
 
+def golden_missed_progress(scenario: Scenario, summary: dict[str, Any]) -> str | None:
+    """Why a print-only job's golden run recorded no step: its ``progress_regex`` matched none of the lines the
+    job printed (the pattern and a line it should match, ``unmatched_progress``). None for a run that recorded
+    steps, a job followed through the probe, or a golden run whose directory is gone."""
+    workload = scenario.workload
+    run_dir = Path(str(summary.get("run_dir") or ""))
+    if not isinstance(workload, CommandWorkload) or summary.get("steps") or not (run_dir / "events.jsonl").is_file():
+        return None
+    return unmatched_progress(run_dir, workload.progress_regex, read_history(run_dir / "events.jsonl"))
+
+
 class GoldenCache:
     """The golden summary of a scenario's workload, from the cache or from a new golden run (then cached)."""
 
@@ -253,8 +265,14 @@ class GoldenCache:
         self.on_wait = on_wait  # told when another process holds the key's lock (the wait can be a minute)
 
     def __call__(self, scenario: Scenario) -> dict[str, Any]:
-        return self._cached(golden_key(scenario), SUMMARY_FILE,
-                            lambda home: self._compute(golden_scenario(scenario), home, "fault-free", golden_problem))
+        def compute(home: Path) -> dict[str, Any]:
+            summary = self._compute(golden_scenario(scenario), home, "fault-free", golden_problem)
+            missed = golden_missed_progress(scenario, summary)
+            if missed is not None:  # not a reference (and not cached): the pattern is fixed before the next run
+                summary.update(trusted=False, untrusted_why=f"the fault-free run recorded no step: {missed}")
+            return summary
+
+        return self._cached(golden_key(scenario), SUMMARY_FILE, compute)
 
     def control(self, scenario: Scenario, resume_step: int) -> dict[str, Any]:
         """The control run's summary for a clean resume from ``resume_step`` (cached like the golden run)."""

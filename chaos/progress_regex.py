@@ -44,6 +44,11 @@ def compile_progress(pattern: str, ignore_case: bool = False) -> Pattern:
     return regex.compile(pattern, regex.VERSION0 | (regex.IGNORECASE if ignore_case else 0))
 
 
+class ProgressRegexMissed(Exception):
+    """``workload.progress_regex`` matched no line a fault-free run of the job printed: the faulted run would
+    record nothing either, so it is not started (the message names the pattern and a line it should match)."""
+
+
 class ProgressRegexTooSlow(Exception):
     """Matching ``workload.progress_regex`` takes too long on this job's output (one line past its bound, or more
     lines waiting than the engine may hold): the message says where, and what to change."""

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from chaos.marks import engine_pid, marked_processes, orphaned
+from tests.tiers import set_full_run
 
 pytest_plugins = ["pytester"]
 
@@ -45,6 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     Set in the controller before xdist starts its workers, which inherit the environment, so each distinct golden
     run (keyed by content, see chaos/golden.py) is computed once per session whatever the tests' out dirs. A cache
     the caller chose (the variable already set) is used as it is and kept."""
+    set_full_run(full_matrix(config))  # in every worker too: how deep the property-based tests go (tests/tiers.py)
     if hasattr(config, "workerinput"):
         return
     _session_started[:] = [time.monotonic()]

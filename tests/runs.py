@@ -44,7 +44,7 @@ TEST_STEPS = {name: SHORT_STEPS for name in (
     "quickstart", "elastic-worker-crash", "elastic-node-crash-no-replace", "elastic-rendezvous-host-crash",
     "elastic-dedicated-store-node-crash", "elastic-default-timeouts", "centralized-crash",
     "crash-during-checkpoint-save", "corrupt-latest-checkpoint", "network/isolate", "network/partial-partition",
-    "process/oom-kill", "process/memory-pressure")}
+    "process/oom-kill", "process/memory-pressure", "process/segfault", "process/abort")}
 
 
 def shipped(name: str, runtime: str | None = None, steps: int | None = None) -> Scenario:

@@ -186,3 +186,72 @@ workload: {{command: [python, {BROKEN / 'print_steps.py'}, '10'], progress_regex
     result = Engine(parse_scenario(text), out_dir=tmp_path).run()
     verdict = result["checkpoint"]["matches_golden"]
     assert verdict["ok"] is None and "prints no loss" in verdict["why"] and "checks.golden is off" not in verdict["why"]
+
+
+def test_a_pattern_that_misses_the_printed_progress_is_told_during_the_golden_run_and_stops_before_the_faulted_one(
+        tmp_path: Path) -> None:
+    """A wrong ``progress_regex`` costs one short wait, not two whole training runs: the golden run says so as soon
+    as the job has printed 20 lines that look alike (the console shows it while the job runs), and a golden run that
+    recorded no step ends the run as an error naming the pattern and the line it should match, before any fault."""
+    text = f"""\
+name: wrong-pattern
+cluster: {{mode: centralized, nodes: 1}}
+workload:
+  command: [python, {BROKEN / 'print_steps.py'}, '30']
+  progress_regex: 'iteration (?P<step>\\d+) loss (?P<loss>[0-9.]+)'
+faults: [{{kind: crash, target: 0, at_step: 10}}]
+"""
+    engine = Engine(parse_scenario(text), out_dir=tmp_path)
+    result = engine.run()
+    assert result["verdict"] == "error" and result.exit_code == 3, result["why"]
+    assert "the golden run recorded no training step, so the faulted run was not started" in result["why"]
+    assert "'epoch 0 | step 1 | loss 1.0000'" in result["why"] and "iteration (?P<step>" in result["why"]
+    warned = [line for line in engine.log if "golden run: workload.progress_regex" in line]
+    assert warned and "20 of them look alike" in warned[0], engine.log
+    assert not (engine.run_dir / "logs" / "node0.log").exists()  # the faulted job never started
+
+
+def test_the_pattern_hint_is_only_a_hint() -> None:
+    """A job may print a repeated line before its first step (a download's progress): the hint is said once and
+    nothing else changes; once the pattern has matched, no hint."""
+    from chaos.engine.progress import MISSED_AFTER, LogProgress
+
+    progress = LogProgress(r"step (?P<step>\d+)", {}, history=None)  # type: ignore[arg-type]
+    for i in range(MISSED_AFTER - 1):
+        progress._unmatched(f"downloading shard {i}/50")
+    assert progress.looks_missed() is None
+    progress._unmatched("downloading shard 49/50")
+    assert progress.looks_missed() == (MISSED_AFTER, "downloading shard 0/50")
+    progress.matched_any = True
+    assert progress.looks_missed() is None
+
+
+def test_the_live_view_shows_the_golden_runs_progress_and_a_recovery_timer(tmp_path: Path) -> None:
+    """While the golden run runs, the live view shows its steps (not "step 0" for its whole length); after a crash,
+    until the first step after it, a timer of the seconds since."""
+    from rich.console import Console
+
+    from chaos.console import live_view
+    from chaos.engine import Engine
+
+    text = f"""\
+name: live
+cluster: {{mode: centralized, nodes: 1, node_restart: {{policy: on-failure, delay_s: 0.5}}}}
+workload:
+  command: [python, {BROKEN / 'print_steps.py'}, '30']
+  progress_regex: 'step (?P<step>\\d+) \\|? ?loss (?P<loss>[0-9.]+)'
+faults: [{{kind: crash, target: 0, at_step: 10}}]
+"""
+    seen: list = []
+    engine = Engine(parse_scenario(text), out_dir=tmp_path, on_update=seen.append)
+    assert engine.run()["verdict"] == "pass"
+    golden = [s for s in seen if s.reference == "golden"]
+    assert golden and max(s.step for s in golden) >= 20, [s.step for s in golden][-5:]
+    waiting = [s for s in seen if s.no_step_since is not None]
+    assert waiting and waiting[0].no_step_since[0] == "crash on node0", waiting[:1]
+    assert max(s.no_step_since[1] for s in waiting) >= 0.5  # the restart delay alone
+    console = Console(width=200, record=True)
+    console.print(live_view(waiting[-1]))
+    console.print(live_view(golden[-1]))
+    shown = console.export_text()
+    assert "no step since the crash on node0:" in shown and "the fault-free golden run first: its progress" in shown

@@ -9,12 +9,13 @@ from hypothesis import strategies as st
 from chaos.explore import fault_strategy, plan_text, reproducer_yaml
 from chaos.loading import ScenarioInvalid, load_scenario, parse_scenario, shipped_scenarios_dir
 from chaos.scenario import Explore, Fault, Scenario
+from tests.tiers import examples
 
 BOUNDS = Explore(kinds=["crash", "freeze", "corrupt_checkpoint"], targets=[0, 2, "event_node"], max_faults=3,
                  step_window=(10, 90), events=["checkpoint_write_progress"], occurrences=(1, 4), durations=(1, 3))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(fault_strategy(BOUNDS, nodes=3))
 def test_plans_respect_the_bounds(plan: list[Fault]) -> None:
     assert 1 <= len(plan) <= 3

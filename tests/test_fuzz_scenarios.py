@@ -21,6 +21,7 @@ from chaos.admission import admit
 from chaos.loading import ScenarioInvalid
 from chaos.plan import build_plan
 from chaos.scenario import Scenario
+from tests.tiers import examples
 
 SCHEMA = Scenario.model_json_schema()
 DEFS = SCHEMA.get("$defs", {})
@@ -114,7 +115,7 @@ def mutated(draw: st.DrawFn) -> bytes:
     return text
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(raw=mutated())
 def test_judgement_refuses_or_plans_never_crashes(raw: bytes, tmp_path_factory: Any) -> None:
     path = Path(tmp_path_factory.mktemp("fuzz")) / "scenario.yaml"

@@ -1,4 +1,4 @@
-"""Every metric on hand-built histories, edge cases included (definitions: docs/design.md, "Metric definitions")."""
+"""Every metric on hand-built histories, edge cases included (definitions: docs/metrics.md)."""
 
 from __future__ import annotations
 

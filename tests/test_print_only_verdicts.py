@@ -1,6 +1,6 @@
 """Checkpoint verdicts for a script that never imports chaos, judged from the storage layer's events.
 
-The histories follow the contract (docs/design.md, "The storage layer") line by line: the server's
+The histories follow the contract (docs/storage.md) line by line: the server's
 ``checkpoint_save_started/write_progress/save_finished/deleted/loaded`` with the caller's node, host pid, path,
 sha256 and step, and the engine's inferred ``process_started`` / ``step_completed`` (source ``progress``, pid
 ``node0:<n>``) written when it reads the printed progress, after the round's loads. Each verdict is shown to pass

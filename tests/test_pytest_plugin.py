@@ -90,6 +90,7 @@ def test_invalid_scenario_file_is_a_collection_error_with_the_line(pytester: pyt
     assert "Traceback" not in out.stdout.str() and "pytest_plugin.py" not in out.stdout.str()  # the errors alone
 
 
+@pytest.mark.integration  # three new interpreters that each start pytest (~9 s): the gate, not the fast tier
 def test_xdist_workers_do_not_clash(pytester: pytest.Pytester) -> None:
     """Three processes start pytest here (the session and its two workers): plug-ins the inner session does not
     use are not loaded (each costs its import in each of them)."""

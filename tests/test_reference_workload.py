@@ -19,8 +19,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 from chaos.plan import free_port
 from tests.tiers import FULL
+
+# One worker imports torch for all of them (~2 s of CPU each time a worker does): one xdist group.
+pytestmark = pytest.mark.xdist_group("torch")
 
 TRAIN = Path(__file__).resolve().parents[1] / "workloads" / "train.py"
 

@@ -137,11 +137,11 @@ def test_throughput_figures_come_from_the_fault_free_steps() -> None:
 
 
 def test_the_documented_result_schema_version_is_the_written_one() -> None:
-    """README's contract line and design.md's result.json section name the version the code writes, and the
-    version history has its row (they had drifted to 8 and 10 while the code wrote 11)."""
+    """README's contract line and docs/result-json.md name the version the code writes, and the version history
+    has its row (they had drifted to 8 and 10 while the code wrote 11)."""
     root = Path(__file__).parents[1]
-    readme, design = (root / "README.md").read_text(), (root / "docs" / "design.md").read_text()
+    readme, reference = (root / "README.md").read_text(), (root / "docs" / "result-json.md").read_text()
     assert f"The public contract CI users parse (`schema_version` {RESULT_SCHEMA_VERSION})" in readme
-    assert f"`schema_version`: **{RESULT_SCHEMA_VERSION}**." in design.replace("\n", " ")
-    assert f"| `schema_version` | int | {RESULT_SCHEMA_VERSION} |" in design
-    assert f"\n| {RESULT_SCHEMA_VERSION} | " in design
+    assert f"`schema_version`: **{RESULT_SCHEMA_VERSION}**." in reference.replace("\n", " ")
+    assert f"| `schema_version` | int | {RESULT_SCHEMA_VERSION} |" in reference
+    assert f"\n| {RESULT_SCHEMA_VERSION} | " in reference

@@ -1,6 +1,6 @@
 """Print-only jobs (source ``progress``): the engine stamps each printed step when it reads the log, a batch of
 lines every 20 ms tick, so per-step times are read times. Median step time and goodput must come from the job's
-pace over several reads, not from the microseconds between lines of one read (docs/design.md, metric definitions).
+pace over several reads, not from the microseconds between lines of one read (docs/metrics.md, "Metric definitions").
 """
 
 from __future__ import annotations

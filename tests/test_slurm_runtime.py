@@ -340,3 +340,26 @@ def test_channel_host_is_an_address_of_this_host_and_never_every_interface_unask
     assert bind == "0.0.0.0" and warning is not None and "every interface" in warning
     checks = slurm.SlurmRuntime.machine_checks(slurm.SlurmOptions(channel_host="203.0.113.7"))
     assert [c.ok for c in checks if c.name == "slurm channel_host"] == [False]
+
+
+def test_the_refusal_off_a_cluster_gives_the_container_clusters_docker_exec_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`runtime: slurm` on a host without Slurm's tools is refused; when `chaos cluster up` left a cluster with the
+    engine installed, the fix is the exact line that runs the scenario on its login node, not just advice."""
+    import json
+
+    from chaos.cluster.spec import STATE_DIR_ENV
+    from chaos.runtimes.slurm import SlurmRuntime
+
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    [plain] = [c for c in SlurmRuntime.machine_checks() if c.name == "slurm client tools"]
+    assert not plain.ok and "docker exec" not in plain.fix
+    (tmp_path / "clusters").mkdir()
+    (tmp_path / "clusters" / "slurm.json").write_text(json.dumps({
+        "name": "slurm", "exec": ["docker", "exec", "-u", "chaos", "-w", "/shared", "tchaos-slurm-controller"],
+        "python": "/usr/bin/python3", "shared": {"path": "/shared"}, "repo": {"path": "/work/main"},
+        "engine": {"installed": True, "pythonpath": "/work/main:/shared/engine-site"}}))
+    [check] = [c for c in SlurmRuntime.machine_checks() if c.name == "slurm client tools"]
+    assert ("docker exec -u chaos -w /shared -e PYTHONPATH=/work/main:/shared/engine-site tchaos-slurm-controller "
+            "/usr/bin/python3 -m chaos run /work/main/SCENARIO.yaml --out /shared/runs") in check.fix, check.fix

@@ -1,5 +1,5 @@
 """The storage fault kinds' inject/heal through the real StorageControl, against a stand-in server: a thread that
-does what docs/design.md, "The storage layer" asks of the FUSE server (re-read rules.json, install it into a
+does what docs/storage.md asks of the FUSE server (re-read rules.json, install it into a
 :class:`Rules`, write ``applied``), so the rules the kinds write are the rules the layer enforces.
 
 Also: a kind without the storage layer fails clearly, a server that never answers makes the fault fail with its

@@ -25,3 +25,20 @@ def tiered(values: Iterable[Any], gate: Iterable[Any]) -> list[Any]:
     if unknown:
         raise ValueError(f"gate names {sorted(unknown)} that are not parameters of this test: {values}")
     return [v if v in gate else pytest.param(v, marks=FULL) for v in values]
+
+
+# Whether this session runs the whole matrix (``--full``): set by tests/conftest.py in pytest_configure, in the
+# controller and in every xdist worker, before any test module is imported.
+_full_run = [False]
+
+
+def set_full_run(full: bool) -> None:
+    _full_run[0] = full
+
+
+def examples(n: int) -> int:
+    """How many examples a property-based test draws: ``n`` in the whole matrix, a third (at least 20) otherwise.
+
+    The fuzzers' depth is what finds the rare input; every session still runs each property, and ``--full`` the
+    depth it was written with. Read at decoration time, so only valid once conftest has configured the session."""
+    return n if _full_run[0] else max(20, n // 3)

@@ -25,6 +25,15 @@ _DIGITS = re.compile(r"\d+")
 _NOT_PROGRESS = re.compile(r"^\s*(?:[EWID]\d{4} |\[rank\d+\]:|Traceback|File \"|\s)|^=====")
 
 
+def line_shape(line: str) -> str | None:
+    """A printed line with its numbers collapsed (``step # | loss #.#``), or None for a line that cannot be the
+    job's progress (no number; torchrun's own records, tracebacks). The most repeated shape of a job's output is
+    usually its progress line."""
+    if not _DIGITS.search(line) or _NOT_PROGRESS.match(line):
+        return None
+    return _DIGITS.sub("#", line.strip())
+
+
 def node_log_lines(run_dir: Path, events: list[Event]) -> dict[str, list[str]]:
     """Each training node's log (not the store's or the storage layer's), as lines (the first READ_BYTES)."""
     names = sorted({str(e["node"]) for e in of_kind(events, Ev.NODE_STARTED)
@@ -68,17 +77,18 @@ def unmatched_progress(run_dir: Path, regex: str, events: list[Event]) -> str | 
         return None
     if budget.spent():
         return None
+    if not logs:  # no training node started (the run ended before, e.g. on its golden run's finding)
+        return None
     where = ", ".join(f"logs/{name}.log ({len(node_lines)} line(s))" for name, node_lines in logs.items())
     text = f"workload.progress_regex '{regex}' matched no line of the job's output"
     if not lines:
-        return text + (f" ({where} printed nothing)" if where else " (no node log was found)")
+        return text + f" ({where} printed nothing)"
     text += f" ({where})"
     if sample is not None:
         return text + f"; it matches when case is ignored, e.g. {sample.strip()[:200]!r}"
-    shapes = Counter(_DIGITS.sub("#", line.strip()) for line in lines
-                     if _DIGITS.search(line) and not _NOT_PROGRESS.match(line))
+    shapes = Counter(shape for line in lines if (shape := line_shape(line)) is not None)
     if shapes:
         shape, count = shapes.most_common(1)[0]
-        sample = next(line for line in lines if _DIGITS.sub("#", line.strip()) == shape)
+        sample = next(line for line in lines if line_shape(line) == shape)
         return text + f"; its most repeated line ({count} times) is {sample.strip()[:200]!r}"
     return text + f"; its last line is {lines[-1].strip()[:200]!r}"

@@ -11,7 +11,9 @@ on the host and inside the containers. docs/design.md, "A Slurm cluster in conta
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -207,3 +209,24 @@ def state(spec: ClusterSpec, *, cluster_id: str, image: str, shared_host_path: s
         # for the cluster's user, in AGENT_FILE on the controller).
         "agent": agent,
     }
+
+
+def engine_run_argv(state: dict[str, Any], scenario: str) -> list[str] | None:
+    """The command that runs ``chaos run SCENARIO`` on a container cluster's login node (its controller), as the
+    cluster's user, runs written to the shared filesystem; None when the engine was not installed there. The
+    scenario must be a path the controller sees (under the repository, mounted at its own path)."""
+    engine = state.get("engine") or {}
+    if not engine.get("installed"):
+        return None
+    return [*state["exec"][:-1], "-e", f"PYTHONPATH={engine['pythonpath']}", state["exec"][-1], state["python"],
+            "-m", "chaos", "run", scenario, "--out", f"{state['shared']['path']}/runs"]
+
+
+def clusters_up() -> list[dict[str, Any]]:
+    """The state of every container cluster recorded as up on this host (``chaos cluster up``), by name."""
+    folder = state_path("x").parent
+    states = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            states.append(json.loads(path.read_text()))
+    return [s for s in states if isinstance(s, dict) and s.get("exec")]

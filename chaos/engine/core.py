@@ -9,6 +9,8 @@ must be decided live; every figure in the result is computed afterwards from the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import json
 import logging
 import os
@@ -42,13 +44,14 @@ from chaos.golden import (
     ControlRunner,
     GoldenCache,
     GoldenRunner,
+    golden_missed_progress,
     no_golden_why,
     torch_version,
     wants_golden,
 )
 from chaos.history import HistoryWriter
 from chaos.plan import Plan, build_plan
-from chaos.progress_regex import ProgressRegexTooSlow
+from chaos.progress_regex import ProgressRegexMissed, ProgressRegexTooSlow
 from chaos.run_result import RunResult
 from chaos.runtimes import create_runtime
 from chaos.runtimes.base import Runtime
@@ -75,6 +78,10 @@ class Snapshot:
     faults: list[FaultState]
     phase: Phase
     log: list[str] = field(default_factory=list)
+    # while the newest disruptive-looking fault has had no step after it: what it was, and seconds since
+    no_step_since: tuple[str, float] | None = None
+    # a golden or control run's own progress, shown while the run waits for it ("golden" / "control")
+    reference: str | None = None
 
 
 # What new_run_id makes (the scenario name's pattern in the middle): what `chaos cleanup --run-id` accepts, since
@@ -101,7 +108,8 @@ class RunParts:
     """Everything one run creates, made in one go: the run directory, the runtime and plan, the history, and the
     parts the engine ticks. Creating it is the run's preparation (nothing is started yet)."""
 
-    def __init__(self, scenario: Scenario, run_id: str, run_dir: Path, note: Callable[[str], None]):
+    def __init__(self, scenario: Scenario, run_id: str, run_dir: Path, note: Callable[[str], None],
+                 warn: Callable[[str], None] | None = None):
         run_dir.mkdir(parents=True, exist_ok=False)
         (run_dir / "logs").mkdir()
         events_path = run_dir / "events.jsonl"
@@ -133,7 +141,7 @@ class RunParts:
             LogProgress(w.progress_regex, {n.name: self.runtime.log_path(n.name) for n in self.plan.nodes},
                         self.history) if scraped else None,
             CheckpointWatcher(self.plan.checkpoint_dir, self.history) if scraped else None,
-            note, now=time.time(),
+            note, now=time.time(), warn=warn,
             node_logs=NodeLogs({n.name: self.runtime.log_path(n.name) for n in self.plan.nodes}))
         self.nodes = NodeOrchestrator(self.runtime, self.plan, scenario.cluster.node_restart, self.history, note)
         self.faults = FaultScheduler(scenario.faults, self.runtime, self.plan, self.history, acks_dir, self.nodes,
@@ -170,9 +178,12 @@ class RunParts:
             self.history.write(Ev.CHANNEL_CLOSED, **stats)
 
 
-def run_in_engine(scenario: Scenario, out_dir: Path) -> Path:
-    """How golden runs are run by default: a plain engine run; returns its run directory."""
-    engine = Engine(scenario, out_dir=out_dir, html_report=False)
+def run_in_engine(scenario: Scenario, out_dir: Path, tell_parent: Callable[[str], None] | None = None,
+                  on_update: Callable[[Snapshot], None] | None = None) -> Path:
+    """How golden runs are run by default: a plain engine run; returns its run directory. ``tell_parent`` gets its
+    warnings and ``on_update`` its live snapshots (the run that asked for it shows both: a golden run has no
+    console of its own)."""
+    engine = Engine(scenario, out_dir=out_dir, html_report=False, tell_parent=tell_parent, on_update=on_update)
     engine.run()
     return engine.run_dir
 
@@ -189,14 +200,17 @@ class Engine:
 
     def __init__(self, scenario: Scenario, out_dir: str | Path = "runs", run_id: str | None = None,
                  on_update: Callable[[Snapshot], None] | None = None, golden: GoldenRunner | None = None,
-                 control: ControlRunner | None = None, html_report: bool = True):
+                 control: ControlRunner | None = None, html_report: bool = True,
+                 tell_parent: Callable[[str], None] | None = None):
         self.scenario = scenario
+        self.tell_parent = tell_parent  # a golden or control run's warnings go to the run that asked for it
         self.html_report = html_report  # report.html at the end (off for golden and control runs: no reader)
         self.run_id = run_id or new_run_id(scenario)
         self.run_dir = Path(out_dir).resolve() / self.run_id
         self.on_update = on_update
         self.log: list[str] = []
-        cache = GoldenCache(run_in_engine, on_wait=self.note)
+        cache = GoldenCache(functools.partial(run_in_engine, tell_parent=self._from_reference_run,
+                                              on_update=self._reference_progress), on_wait=self.note)
         self.golden: GoldenRunner = golden if golden is not None else cache
         self.control: ControlRunner | None = control if control is not None else (
             cache.control if golden is None else None)
@@ -207,11 +221,30 @@ class Engine:
     def note(self, text: str) -> None:
         self.log.append(f"{time.strftime('%H:%M:%S')} {text}")
 
+    def warn(self, text: str) -> None:
+        """A note the user must see while the run goes on, even when this is a golden or control run."""
+        self.note(text)
+        if self.tell_parent is not None:
+            self.tell_parent(text)
+
+    def _reference_name(self) -> str:
+        return "golden" if self.phase is Phase.GOLDEN else "control"
+
+    def _from_reference_run(self, text: str) -> None:
+        self.note(f"{self._reference_name()} run: {text}")
+
+    def _reference_progress(self, snapshot: Snapshot) -> None:
+        """The golden or control run's live view, shown as this run's while it waits for it (its step of its
+        steps), with this run's own log."""
+        if self.on_update is not None:
+            self.on_update(dataclasses.replace(snapshot, run_id=self.run_id, run_dir=self.run_dir, phase=self.phase,
+                                               log=self.log[-8:], reference=self._reference_name()))
+
     def run(self) -> RunResult:
         from chaos.doctor import require
 
         require(self.scenario)  # before anything is created: a missing piece is advice, not a half-run
-        parts = RunParts(self.scenario, self.run_id, self.run_dir, self.note)
+        parts = RunParts(self.scenario, self.run_id, self.run_dir, self.note, self.warn)
         self.started = time.time()
         end = End(EndReason.ERROR, "engine failed")
         with signals_interrupt():
@@ -242,7 +275,7 @@ class Engine:
                 end = End(EndReason.INTERRUPTED, why + (" (during the golden run)" if self.phase is Phase.GOLDEN
                                                          else ""))
                 self.note(end.why)
-            except ProgressRegexTooSlow as exc:  # the user's pattern, not an engine bug: said as it is
+            except (ProgressRegexTooSlow, ProgressRegexMissed) as exc:  # the user's pattern: said as it is
                 end = End(EndReason.ERROR, str(exc))
                 self.note(end.why)
             except Exception as exc:  # an engine bug must still end in teardown and a result
@@ -290,6 +323,10 @@ class Engine:
         self.golden_summary = summary
         (self.run_dir / "golden.json").write_text(json.dumps(summary, indent=1))
         self.note(f"golden run {'reused' if summary.get('cached') else 'done'}: {summary.get('run_dir')}")
+        missed = golden_missed_progress(self.scenario, summary)
+        if missed is not None:  # the faulted run would record nothing either: said now, not after a second run
+            raise ProgressRegexMissed(f"the golden run recorded no training step, so the faulted run was not "
+                                      f"started: {missed}")
         if summary.get("trusted") is False:
             self.note(f"golden run not trusted: {summary.get('untrusted_why')}")
         return {"key": summary.get("key"), "run_dir": summary.get("run_dir"), "cached": summary.get("cached")}
@@ -367,7 +404,21 @@ class Engine:
             run_id=self.run_id, run_dir=self.run_dir, elapsed_s=time.time() - self.started,
             step=parts.progress.max_step, target_steps=parts.target_steps, restarts=parts.progress.restarts,
             nodes=list(parts.nodes.nodes.values()), faults=parts.faults.faults, phase=self.phase,
-            log=self.log[-8:]))
+            log=self.log[-8:], no_step_since=self._no_step_since(parts)))
+
+    @staticmethod
+    def _no_step_since(parts: RunParts) -> tuple[str, float] | None:
+        """The newest injected fault when no step has completed since it took effect (a running recovery timer for
+        the live view): what it was and for how long; None once a step came after it."""
+        injected = [f for f in parts.faults.faults if f.t_injected is not None]
+        if not injected:
+            return None
+        newest = max(injected, key=lambda f: f.t_injected or 0.0)
+        last_step = parts.progress.last_step_t
+        assert newest.t_injected is not None
+        if last_step is not None and last_step >= newest.t_injected:
+            return None
+        return f"{newest.spec.kind} on {newest.node or newest.spec.target}", time.time() - newest.t_injected
 
 
 def run(scenario: Scenario | str | Path, out_dir: str | Path = "runs",

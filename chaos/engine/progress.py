@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from chaos.analysis.progress_lines import line_shape
 from chaos.events import NODE_BANNER, Ev, Source
 from chaos.history import Event, FileTail, HistoryWriter
 from chaos.progress_regex import LINE_TIMEOUT_S, Budget, ProgressRegexTooSlow, compile_progress, search
@@ -30,6 +31,11 @@ FINAL_SCRAPE_S = 1.0  # the last lines' matching at teardown, where stop signals
 DUPLICATE_WINDOW_S = 3.0
 
 
+# A line shape printed this often while progress_regex matched nothing is probably the progress the pattern misses
+MISSED_AFTER = 20
+MAX_SHAPES = 1000  # distinct unmatched shapes counted (a job printing unique lines cannot grow the counter)
+
+
 class LogProgress:
     """Command workloads without the probe: each printed progress line becomes a ``step_completed`` event.
 
@@ -44,7 +50,7 @@ class LogProgress:
 
     def __init__(self, progress_regex: str, log_paths: Mapping[str, Path], history: HistoryWriter,
                  clock: Callable[[], float] = time.monotonic):
-        self._pattern = progress_regex
+        self.pattern = progress_regex
         self._regex = compile_progress(progress_regex)
         # Lines read but not matched yet, oldest first: each scrape matches for at most SCRAPE_BUDGET_S, so that
         # the engine's tick (its deadline, its faults, a stop) never waits on a slow pattern or a flood of lines.
@@ -71,6 +77,12 @@ class LogProgress:
         self._failed: set[str] = set()  # nodes whose workers died since the pending round began
         self._loaded_in_pending = False  # a new worker pid read a checkpoint since the pending round began
         self._storage_pids: set[tuple[object, object]] = set()  # processes the storage layer saw save or load
+        # Until the pattern first matches: the shapes of the lines it did not match (numbers collapsed), so that a
+        # wrong pattern is told within seconds of the job printing its progress, not after the whole run
+        self.matched_any = False
+        self.unmatched_lines = 0
+        self._unmatched_shapes: Counter[str] = Counter()
+        self._shape_sample: dict[str, str] = {}
 
     def scrape(self, node_logs: NodeLogs | None = None, budget_s: float = SCRAPE_BUDGET_S,
                final: bool = False) -> None:
@@ -100,20 +112,39 @@ class LogProgress:
             except TimeoutError:
                 if final:
                     return
-                self.too_slow = ProgressRegexTooSlow.on_line(self._pattern, number, self._tails[name].path,
+                self.too_slow = ProgressRegexTooSlow.on_line(self.pattern, number, self._tails[name].path,
                                                              len(line), LINE_TIMEOUT_S)
                 self._backlog.clear()
                 raise self.too_slow from None
             if m:
+                self.matched_any = True
                 self._printed(name, m)
+            elif not self.matched_any:
+                self._unmatched(line)
         if not final and len(self._backlog) > MAX_BACKLOG:
             name, number, _ = self._backlog[0]
             self.too_slow = ProgressRegexTooSlow(
                 f"workload.progress_regex cannot keep up with the job's output: {len(self._backlog)} lines wait to "
-                f"be matched, from line {number} of {self._tails[name].path} on (the pattern '{self._pattern}' "
+                f"be matched, from line {number} of {self._tails[name].path} on (the pattern '{self.pattern}' "
                 "takes too long per line); simplify it, e.g. 'step (?P<step>\\d+)'")
             self._backlog.clear()
             raise self.too_slow
+
+    def _unmatched(self, line: str) -> None:
+        self.unmatched_lines += 1
+        shape = line_shape(line)
+        if shape is not None and len(self._unmatched_shapes) < MAX_SHAPES:
+            self._unmatched_shapes[shape] += 1
+            self._shape_sample.setdefault(shape, line.strip()[:200])
+
+    def looks_missed(self) -> tuple[int, str] | None:
+        """While the pattern has matched nothing: (count, sample) of a line shape the job printed at least
+        MISSED_AFTER times, as a progress line is; None otherwise. Only a hint (a job may print a repeated line
+        before its first step, like a download's progress), so the engine says it and goes on."""
+        if self.matched_any or not self._unmatched_shapes:
+            return None
+        shape, count = self._unmatched_shapes.most_common(1)[0]
+        return (count, self._shape_sample[shape]) if count >= MISSED_AFTER else None
 
     def _printed(self, name: str, m: Any) -> None:
         step = int(m.group("step"))
@@ -300,16 +331,20 @@ class ProgressObserver:
     """
 
     def __init__(self, history_path: Path, log_progress: LogProgress | None, checkpoints: CheckpointWatcher | None,
-                 note: Callable[[str], None], now: float, node_logs: NodeLogs | None = None):
+                 note: Callable[[str], None], now: float, node_logs: NodeLogs | None = None,
+                 warn: Callable[[str], None] | None = None):
         self._tail = FileTail(history_path)
         self._log_progress = log_progress
         self._checkpoints = checkpoints
         self.node_logs = node_logs
         self._note = note
+        self._warn = warn or note  # hints the user must see even from a golden run (the console shows them)
         self._fault_since_last_start = False
         self._copies_noted = False
+        self._missed_noted = False
         self.max_step = 0
         self.first_step_t: float | None = None
+        self.last_step_t: float | None = None  # the newest step's time (the live view's recovery timer)
         self.last_progress_t = now
         self.rank0_starts = 0
         self.starts_since_progress = 0
@@ -349,10 +384,11 @@ class ProgressObserver:
                 self._log_progress.scrape(self.node_logs, FINAL_SCRAPE_S, final=True)
             else:
                 self._log_progress.scrape(self.node_logs)
+            self._say_if_the_pattern_misses()
             copies = self._log_progress.duplicate_nodes
             if copies and not self._copies_noted:
                 self._copies_noted = True
-                self._note(f"progress lines come from several ranks ({', '.join(sorted(copies))} print the steps "
+                self._warn(f"progress lines come from several ranks ({', '.join(sorted(copies))} print the steps "
                            "the first log prints): each step is counted once, from the first log that prints it; "
                            "add a (?P<rank>...) group to workload.progress_regex to follow rank 0's lines only")
             more = list(self._tail.read_new())
@@ -367,6 +403,19 @@ class ProgressObserver:
             self._observe(e)
         return events
 
+    def _say_if_the_pattern_misses(self) -> None:
+        """Once: the job prints lines that look like progress and ``progress_regex`` matches none of them."""
+        assert self._log_progress is not None
+        missed = None if self._missed_noted else self._log_progress.looks_missed()
+        if missed is None:
+            return
+        self._missed_noted = True
+        count, sample = missed
+        self._warn(f"workload.progress_regex '{self._log_progress.pattern}' has matched none of the "
+                   f"{self._log_progress.unmatched_lines} lines the job printed so far, and {count} of them look "
+                   f"alike, as progress lines do: {sample!r}. If that is the job's progress, stop the run (Ctrl-C) "
+                   "and fix the pattern; no step is recorded until it matches")
+
     def _observe(self, e: Event) -> None:
         kind = e.get("event")
         if e.get("source") == Source.ENGINE:
@@ -375,6 +424,7 @@ class ProgressObserver:
         if kind == Ev.STEP_COMPLETED:
             if self.first_step_t is None:
                 self.first_step_t = e["t"]
+            self.last_step_t = max(self.last_step_t or e["t"], e["t"])
             self.last_progress_t = max(self.last_progress_t, e["t"])
             if e["step"] > self.max_step:
                 self.max_step = e["step"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
-from chaos.reports.plots import plt
+from chaos.reports.plots import fixed_margins, label_width_in, plt
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -62,7 +62,7 @@ def throughput(columns: list[Column], analyses: list[RunAnalysis]) -> Figure:
     ax.set_title("throughput over time (each column's faults dashed in its colour)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fixed_margins(fig, left=0.45 + label_width_in([f"{t:g}" for t in ax.get_yticks()], 10), bottom=0.55)
     return fig
 
 
@@ -115,7 +115,8 @@ def result_and_cost(columns: list[Column]) -> Figure | None:
     right.set_title("cost: nodes × that time", fontsize=10)
     for ax in (left, right):
         ax.grid(alpha=0.3, axis="x")
-    fig.tight_layout()
+    fixed_margins(fig, left=0.25 + label_width_in([c.tag for c in shown], 10), bottom=0.55, top=0.35,
+                  wspace=0.25)
     return fig
 
 

@@ -36,6 +36,24 @@ def _fault_windows(report: Report, ax: Any, label: bool) -> None:
         ax.axvline(t, color="black", linestyle=":", linewidth=1)
 
 
+def fixed_margins(fig: Figure, left: float, bottom: float, top: float = 0.4, right: float = 0.15,
+                  hspace: float = 0.0, wspace: float = 0.0) -> None:
+    """Margins in inches, turned into the figure's fractions: what ``tight_layout`` would find for these plots,
+    without measuring every text on a draw of its own (that measuring was ~40 % of rendering a report, and a
+    report is rendered after every run). Inner gaps (``hspace``, ``wspace``) are inches too."""
+    width, height = fig.get_size_inches()
+    rows, cols = (fig.axes[0].get_subplotspec().get_gridspec().get_geometry() if fig.axes else (1, 1))
+    axes_h = (height - top - bottom - hspace * (rows - 1)) / rows
+    axes_w = (width - left - right - wspace * (cols - 1)) / cols
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+                        hspace=hspace / axes_h if rows > 1 else 0.2, wspace=wspace / axes_w if cols > 1 else 0.2)
+
+
+def label_width_in(texts: list[str], size_pt: float) -> float:
+    """About how wide the longest of these labels is (an average glyph is ~0.6 of its point size)."""
+    return max((len(t) for t in texts), default=0) * size_pt * 0.6 / 72
+
+
 # A lane per node: drawn on one axes, three nodes at the same step hide one another (only the last drawn shows).
 LANE_HEIGHT_IN, MAX_LANES = 0.9, 16
 
@@ -62,7 +80,10 @@ def timeline(report: Report) -> Figure:
     top.set_title("global step per node, one lane each (fault windows shaded, worker restarts dotted)", fontsize=10)
     if top.get_legend_handles_labels()[1]:  # the faults (each lane is named by its node)
         top.legend(loc="upper left", fontsize=7, ncol=3)
-    fig.tight_layout()
+    ticks = [f"{t:g}" for ax in axes[:, 0] for t in ax.get_yticks()]
+    names = [lane[0][0] if len(lane) == 1 else f"{lane[0][0]}…{lane[-1][0]}" for lane in lanes]
+    fixed_margins(fig, left=0.3 + label_width_in(names, 8) + label_width_in(ticks, 7), bottom=0.55,
+                  hspace=0.12)
     return fig
 
 
@@ -111,7 +132,9 @@ def loss_vs_golden(report: Report) -> Figure | None:
                 a.axvline(diverged_at, color="#8a1010", linestyle="--", linewidth=1.5,
                           label=f"diverges at step {diverged_at}" if a is ax else None)
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    # the log axis' labels (10⁻¹) are ~0.4 in wide; the difference panel's are plain numbers
+    diff_ticks = [f"{t:g}" for t in dax.get_yticks()] if dax is not None else []
+    fixed_margins(fig, left=0.45 + max(0.4, label_width_in(diff_ticks, 10)), bottom=0.55, hspace=0.12)
     return fig
 
 

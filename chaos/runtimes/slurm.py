@@ -383,6 +383,21 @@ def _run(argv: list[str], timeout: float = 30.0, env: dict[str, str] | None = No
                           env=slurm_environ() if env is None else env, stdin=subprocess.DEVNULL)
 
 
+def _login_node_advice() -> str:
+    """Where to run the engine instead: a login node; when a container cluster is up on this host (``chaos cluster
+    up``), the exact ``docker exec`` line that runs it on that cluster's login node."""
+    from chaos.cluster.spec import clusters_up, engine_run_argv
+
+    advice = "run the engine on a login node of the cluster (where `srun hostname` works)"
+    for state in clusters_up():
+        repo = (state.get("repo") or {}).get("path")
+        argv = engine_run_argv(state, f"{repo}/SCENARIO.yaml")
+        if argv is not None:
+            return (f"{advice}; the container cluster {state.get('name', '')!r} is up here, and this runs a scenario "
+                    f"on its login node (SCENARIO.yaml: a path under {repo}, which it mounts): {' '.join(argv)}")
+    return advice
+
+
 class SlurmRuntime(Runtime):
     name = "slurm"
     summary = "one Slurm job step per node inside one allocation (salloc/srun as an ordinary user)"
@@ -413,8 +428,7 @@ class SlurmRuntime(Runtime):
         checks = [Check("slurm client tools", not missing,
                         "salloc, srun, scancel, squeue, scontrol, sinfo on PATH" if not missing
                         else f"not on PATH: {', '.join(missing)}",
-                        "run the engine on a login node of the cluster (where `srun hostname` works)",
-                        required=options is not None)]
+                        _login_node_advice(), required=options is not None)]
         if options is not None and options.channel_host is not None:
             try:
                 _, warning = channel_bind(options.channel_host, options.allow_any_address)

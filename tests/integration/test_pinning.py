@@ -1,5 +1,5 @@
 """cluster.resources.cpus for real: every process of a pinned node (torchrun's agent and its workers) runs on the
-node's own cores, as the plan and result.json say (fair comparisons, docs/design.md)."""
+node's own cores, as the plan and result.json say (docs/reports.md, "Fair comparisons")."""
 
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ def test_recovery_measured_and_lost_steps_bounded(name: str) -> None:
     assert result["goodput"] > 0
     if name != "elastic-node-crash-no-replace":
         # With one node fewer on a 2-core machine the survivors step faster than the fault-free median, so by
-        # the definition in docs/design.md (ideal time from the pre-fault median) goodput can exceed 1 there
+        # the definition in docs/metrics.md (ideal time from the pre-fault median) goodput can exceed 1 there
         # (measured 1.04).
         assert result["goodput"] < 1
 
