@@ -128,7 +128,7 @@ def main() -> int:
           f"{'vs first':>8} {'events/s':>9} {'engine CPU s':>12} {'engine core share':>17}")
     for n, m in rows:
         print(f"  {n:>5} {int(m['passed']):>3}/{args.repeat:<3} {m['first_step_s']:>12.1f} {m['recovery_s']:>10.1f} "
-              f"{m['job_s']:>7.1f} {m['steps_per_s']:>8.2f} {m['steps_per_s'] / base:>8.2f} "
+              f"{m['job_s']:>7.1f} {m['steps_per_s']:>8.2f} {m['steps_per_s'] / base if base else float('nan'):>8.2f} "
               f"{m['events_per_s']:>9.0f} {m['engine_cpu_s']:>12.1f} {m['engine_core_share']:>17.1%}")
     return 0
 
