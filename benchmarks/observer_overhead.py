@@ -13,7 +13,7 @@ the script prints medians, the ratio of medians and the median of the per-pair r
   clock on the bare side), the figure the overhead goal is about (issue 36: <= 1.02);
 - the command: the whole ``chaos run`` (engine start, plan, storage layer, teardown, analysis) against the bare
   launch, what a user waits for (<= 1.05);
-- where the difference goes: CPU seconds of every process of each side, sampled every 0.2 s and grouped by role
+- where the difference goes: CPU seconds of every process of each side, sampled every 0.5 s and grouped by role
   (engine, storage layer, agents, workers), medians per side. On a machine whose cores the job keeps busy, CPU the
   observer adds is time the job loses.
 
@@ -41,6 +41,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 STUB_PROBE = "def __getattr__(name):\n    return lambda *args, **kwargs: None\n"
 # Which part of a side each process is, by its command line (first match).
+SAMPLE_S = 0.5
 ROLES = (("storage layer", "chaos.storage"), ("engine", "chaos run"), ("agent", "torch.distributed.run"),
          ("agent", "chaos.agent_log"), ("worker", "train.py"))
 
@@ -75,29 +76,43 @@ def stub_package(scratch: Path) -> Path:
 
 
 class Sampler:
-    """CPU seconds (user + system) of a process and all its descendants, by role, sampled until stopped."""
+    """CPU seconds (user + system) of processes and all their descendants, by role.
 
-    def __init__(self, roots: list[psutil.Process]):
-        self.roots = roots
+    One pass over /proc per sample, every ``SAMPLE_S``, on both sides alike: psutil's ``children(recursive=True)``
+    scans every process of the machine per call, which the bare side (one root per node) paid once per node and
+    the observed side (one root) once."""
+
+    def __init__(self, roots: list[int]):
+        self.roots = set(roots)
         self.last: dict[int, tuple[str, float]] = {}
 
     def sample(self) -> None:
-        for root in self.roots:
-            try:
-                procs = [root, *root.children(recursive=True)]
-            except psutil.Error:
+        procs = {}
+        for proc in psutil.process_iter(["pid", "ppid"]):
+            procs[proc.info["pid"]] = (proc, proc.info["ppid"])
+        ours = set(self.roots)
+        grew = True
+        while grew:  # descendants of the roots, whatever their depth
+            grew = False
+            for pid, (_, ppid) in procs.items():
+                if pid not in ours and ppid in ours:
+                    ours.add(pid)
+                    grew = True
+        for pid in ours:
+            if pid not in procs:
                 continue
-            for proc in procs:
-                try:
+            proc = procs[pid][0]
+            try:
+                with proc.oneshot():
                     times = proc.cpu_times()
                     cmd = " ".join(proc.cmdline())
-                except psutil.Error:
-                    continue
-                role = next((r for r, key in ROLES if key in cmd), "other")
-                known = self.last.get(proc.pid)
-                if known is not None and known[0] != "other":
-                    role = known[0]  # an exiting process reads with no command line: it keeps the role it had
-                self.last[proc.pid] = (role, times.user + times.system)
+            except psutil.Error:
+                continue
+            role = next((r for r, key in ROLES if key in cmd), "other")
+            known = self.last.get(pid)
+            if known is not None and known[0] != "other":
+                role = known[0]  # an exiting process reads with no command line: it keeps the role it had
+            self.last[pid] = (role, times.user + times.system)
 
     def by_role(self) -> dict[str, float]:
         out: dict[str, float] = defaultdict(float)
@@ -126,13 +141,13 @@ def bare(scenario: Path, scratch: Path) -> tuple[float, float, dict[str, float]]
         log = open(scratch / f"bare-{node['name']}.log", "w")
         logs.append(log)
         procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=scratch))
-    sampler = Sampler([psutil.Process(p.pid) for p in procs])
+    sampler = Sampler([p.pid for p in procs])
     checked = False
     while any(p.poll() is None for p in procs):
         sampler.sample()
         if not checked:
             checked = _only_the_stub(procs, stub)
-        time.sleep(0.2)
+        time.sleep(SAMPLE_S)
     took = time.monotonic() - t0
     codes = [p.wait() for p in procs]
     for log in logs:
@@ -174,10 +189,10 @@ def observed(scenario: Path, scratch: Path) -> tuple[float, float, dict[str, flo
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "chaos", "run", str(scenario), "--json", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sampler = Sampler([psutil.Process(proc.pid)])
+    sampler = Sampler([proc.pid])
     while proc.poll() is None:
         sampler.sample()
-        time.sleep(0.2)
+        time.sleep(SAMPLE_S)
     stdout, stderr = proc.communicate()
     took = time.monotonic() - t0
     if proc.returncode != 0:
