@@ -1,10 +1,20 @@
-"""What the storage layer costs a checkpoint: ``torch.save`` of one state dict through the FUSE mount vs to a plain
-directory on the same disk, alternated, median of ``--repeat`` saves each (and the same for ``torch.load``).
+"""What the storage layer costs: the same work through the FUSE mount and on the plain disk, in interleaved pairs.
+
+Three measurements, each a median of interleaved pairs (A,B then B,A, so drift and neighbours hit both sides), each
+printed with its n and the ratio of the medians (layer / plain):
+
+- ``save``: one checkpoint save as a job makes it: ``torch.save`` of a ``--mb`` MB state dict to a temporary name,
+  ``fsync``, ``os.replace`` onto its final name (both sides fsync: a save that is not on the disk is not saved);
+- ``raw``: ``dd``-style throughput: ``--raw-mb`` MiB in 1 MiB writes, then ``fsync`` and close, in MB/s;
+- ``job`` (``--job-pairs N``, 0 skips it): a save-heavy ``chaos run`` (2 nodes, ~8.7 MB checkpoints every 5 steps,
+  60 saves) with the layer on against the same scenario with ``storage: {layer: off}``: the job's time from the
+  history (first node started to last node exited). Real clusters: run it under the machine lock.
 
 The server is the real one (``python -m chaos.storage serve``), recording to a scratch history; the writer is a
-separate process with ``CHAOS_NODE`` set, as a node's is. The issue's lab figure was ~70 ms per 50 MB.
+separate process with ``CHAOS_NODE`` set, as a node's is. Both directories are on the same disk (``--dir``).
 
-    python benchmarks/storage_overhead.py --mb 50 --repeat 7
+    python benchmarks/storage_overhead.py --mb 9 --pairs 21 --raw-mb 200 --raw-pairs 7
+    flock /tmp/torch-chaos-machine.lock python benchmarks/storage_overhead.py --pairs 0 --raw-pairs 0 --job-pairs 5
 """
 
 from __future__ import annotations
@@ -22,31 +32,73 @@ from pathlib import Path
 from chaos.storage.mounts import is_mounted, unmount
 
 WRITER = """
-import json, sys, time, torch
-mb, repeat, fuse_dir, plain_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-state = {"w": torch.randn(mb * 1024 * 1024 // 4)}
-out = {"fuse_save": [], "plain_save": [], "fuse_load": [], "plain_load": []}
-for i in range(repeat):
-    for where, d in (("fuse", fuse_dir), ("plain", plain_dir)):
-        t = time.perf_counter()
-        torch.save(state, f"{d}/ckpt_{i}.pt")
-        out[f"{where}_save"].append(time.perf_counter() - t)
-for i in range(repeat):
-    for where, d in (("fuse", fuse_dir), ("plain", plain_dir)):
-        t = time.perf_counter()
-        torch.load(f"{d}/ckpt_{i}.pt")
-        out[f"{where}_load"].append(time.perf_counter() - t)
+import json, os, sys, time, torch
+mb, pairs, raw_mb, raw_pairs, fuse_dir, plain_dir = (float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
+                                                     int(sys.argv[4]), sys.argv[5], sys.argv[6])
+state = {"w": torch.randn(int(mb * 1024 * 1024 // 4))}
+out = {"fuse_save": [], "plain_save": [], "fuse_raw": [], "plain_raw": []}
+
+def save(d, i):
+    t = time.perf_counter()
+    tmp = f"{d}/ckpt_{i}.pt.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, f"{d}/ckpt_{i}.pt")
+    took = time.perf_counter() - t
+    if i >= 3:
+        os.unlink(f"{d}/ckpt_{i - 3}.pt")  # keep 3, as a job does
+    return took
+
+block = os.urandom(1 << 20)
+
+def raw(d, i):
+    t = time.perf_counter()
+    fd = os.open(f"{d}/raw_{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for _ in range(raw_mb):
+        os.write(fd, block)
+    os.fsync(fd)
+    os.close(fd)
+    took = time.perf_counter() - t
+    os.unlink(f"{d}/raw_{i}")
+    return raw_mb * (1 << 20) / 1e6 / took
+
+for what, n, fn in (("save", pairs, save), ("raw", raw_pairs, raw)):
+    for i in range(n):
+        order = (("fuse", fuse_dir), ("plain", plain_dir))
+        for where, d in (order if i % 2 == 0 else order[::-1]):
+            out[f"{where}_{what}"].append(fn(d, i))
 print(json.dumps(out))
 """
 
+SAVE_HEAVY = """\
+name: storage-overhead-{layer}
+description: 2 nodes saving ~8.7 MB every 5 steps (benchmarks/storage_overhead.py)
+cluster: {{mode: elastic, nodes: 2, min_nodes: 2}}
+workload:
+  name: ddp-mlp
+  args: {{steps: 300, checkpoint_every: 5, hidden: 1020}}
+storage: {{layer: {layer}}}
+faults: {faults}
+checks: {{golden: false}}
+limits: {{deadline_s: 600, stall_timeout_s: 60}}
+"""
+# A shipped workload with the probe gets the layer only for a storage fault: one on files the job never writes,
+# in force for the last 5 steps, puts the layer under the whole run and changes nothing the job does.
+NO_EFFECT_FAULT = "[{kind: disk_full, at_step: 295, paths: 'never-written/*'}]"
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mb", type=int, default=50)
-    p.add_argument("--repeat", type=int, default=7)
-    p.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"),
-                   help="where both directories live (a disk; /dev/shm isolates the layer's own cost)")
-    args = p.parse_args()
+
+def pairs_line(name: str, unit: str, fuse: list[float], plain: list[float], higher_is_better: bool = False) -> str:
+    """Medians of both sides, the ratio of the medians and the median of the per-pair ratios, with n."""
+    mf, mp = statistics.median(fuse), statistics.median(plain)
+    per_pair = statistics.median(f / p for f, p in zip(fuse, plain, strict=True))
+    what = "layer/plain (higher is better)" if higher_is_better else "layer/plain"
+    return (f"  {name}: plain {mp:.1f} {unit}, layer {mf:.1f} {unit}; {what} {mf / mp:.3f} "
+            f"(median of per-pair ratios {per_pair:.3f}), n={len(fuse)} pairs")
+
+
+def micro(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         mount, plain, events = root / "ckpt", root / "plain", root / "events.jsonl"
@@ -62,22 +114,79 @@ def main() -> None:
                 if server.poll() is not None or time.monotonic() > deadline:
                     sys.exit("the storage layer did not mount")
                 time.sleep(0.02)
-            out = subprocess.run([sys.executable, "-c", WRITER, str(args.mb), str(args.repeat), str(mount),
-                                  str(plain)], env={**os.environ, "CHAOS_NODE": "node0"}, capture_output=True,
-                                 text=True, check=True).stdout
+            out = subprocess.run([sys.executable, "-c", WRITER, str(args.mb), str(args.pairs), str(args.raw_mb),
+                                  str(args.raw_pairs), str(mount), str(plain)],
+                                 env={**os.environ, "CHAOS_NODE": "node0"}, capture_output=True, text=True,
+                                 check=True).stdout
         finally:
             unmount(str(mount))
             server.wait(10)
         times = json.loads(out)
-        lines = sum(1 for _ in events.open())
-    med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-    best = {k: min(v) * 1000 for k, v in times.items()}
-    print(f"{args.mb} MB state dict in {args.dir}, {args.repeat} of each, alternated (ms; median, and best):")
-    for op in ("save", "load"):
-        print(f"  torch.{op}: plain {med[f'plain_{op}']:.0f} / {best[f'plain_{op}']:.0f}, through the storage layer "
-              f"{med[f'fuse_{op}']:.0f} / {best[f'fuse_{op}']:.0f}, overhead "
-              f"{med[f'fuse_{op}'] - med[f'plain_{op}']:+.0f} / {best[f'fuse_{op}'] - best[f'plain_{op}']:+.0f}")
-    print(f"  {lines} history lines recorded")
+        lines = [json.loads(line)["event"] for line in events.open()]
+    print(f"in {args.dir} (layer and plain directory on the same disk), interleaved pairs:")
+    if args.pairs:
+        print(pairs_line(f"save of {args.mb} MB (torch.save, fsync, rename)", "ms",
+                         [t * 1000 for t in times["fuse_save"]], [t * 1000 for t in times["plain_save"]]))
+    if args.raw_pairs:
+        print(pairs_line(f"raw {args.raw_mb} MiB in 1 MiB writes + fsync", "MB/s", times["fuse_raw"],
+                         times["plain_raw"], higher_is_better=True))
+    finished = lines.count("checkpoint_save_finished")
+    print(f"  {len(lines)} history lines recorded ({finished} checkpoint_save_finished)")
+
+
+def job_time(scenario: Path, out: Path) -> float:
+    """One ``chaos run``: first node started to last node exited, from its history."""
+    # not check=True: the fault that never matches may fail its verdict; the job's time is what is measured
+    subprocess.run([sys.executable, "-m", "chaos", "run", str(scenario), "--out", str(out)],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started, exited, saves = [], [], []
+    [history] = out.glob("*/events.jsonl")
+    with open(history) as f:
+        for line in f:
+            event = json.loads(line)
+            if event.get("event") == "node_started":
+                started.append(event["t"])
+            elif event.get("event") == "node_exited":
+                exited.append(event["t"])
+            elif event.get("event") == "checkpoint_save_finished" and event.get("bytes"):
+                saves.append((event["source"], event["bytes"]))
+    for source in sorted({src for src, _ in saves}):
+        sizes = [b for src, b in saves if src == source]
+        mb = statistics.median(sizes) / 1e6
+        print(f"    {len(sizes)} checkpoint_save_finished from {source}, median {mb:.1f} MB",
+              file=sys.stderr)
+    return max(exited) - min(started)
+
+
+def job(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        root = Path(tmp)
+        times: dict[str, list[float]] = {"fuse": [], "off": []}
+        for layer in times:
+            (root / f"{layer}.yaml").write_text(SAVE_HEAVY.format(layer=layer,
+                                                                  faults=NO_EFFECT_FAULT if layer == "fuse" else "[]"))
+        for i in range(args.job_pairs):
+            for layer in (("fuse", "off") if i % 2 == 0 else ("off", "fuse")):
+                times[layer].append(job_time(root / f"{layer}.yaml", root / f"run-{layer}-{i}"))
+                print(f"  pair {i}: {layer} {times[layer][-1]:.2f} s", file=sys.stderr)
+    print("save-heavy job (2 nodes, ~8.7 MB checkpoint every 5 steps, 60 saves), chaos run, layer fuse vs off:")
+    print(pairs_line("job time", "s", times["fuse"], times["off"]))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mb", type=float, default=9.0, help="state dict size of one save (MB)")
+    p.add_argument("--pairs", type=int, default=21, help="interleaved save pairs (0 skips)")
+    p.add_argument("--raw-mb", type=int, default=200)
+    p.add_argument("--raw-pairs", type=int, default=7, help="interleaved raw-throughput pairs (0 skips)")
+    p.add_argument("--job-pairs", type=int, default=0, help="interleaved save-heavy chaos run pairs (0 skips)")
+    p.add_argument("--dir", default=os.environ.get("TMPDIR", "/var/tmp"),
+                   help="where both directories live (a disk: /dev/shm would hide the disk's own cost)")
+    args = p.parse_args()
+    if args.pairs or args.raw_pairs:
+        micro(args)
+    if args.job_pairs:
+        job(args)
 
 
 if __name__ == "__main__":

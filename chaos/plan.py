@@ -40,6 +40,17 @@ TORCHRUN_DEFAULTS = {
     "keep_alive_max_attempt": 3, "read_timeout_s": 60, "max_restarts": 0, "process_group_timeout_s": 1800,
     "share_rendezvous_store": True,
 }
+# The tuned rendezvous timeouts hold up to this many nodes on one host; above it they grow in proportion
+# (nodes / TUNED_NODES), see scaled_for_nodes.
+TUNED_NODES = 8
+# Measured (issue 36, 2 cores): with the fixed values 8-24 nodes passed, at 28 the survivors' re-rendezvous hit the
+# 60 s join timeout and at 32 and 40 the rendezvous timed out although every agent had joined within a second: every
+# agent's start (torchrun, then `import torch` in its worker) and every store operation queue for the same cores, so
+# what a timeout must cover grows with the node count. The keep-alive interval grows too: each keep-alive rewrites
+# the rendezvous state, whose size is the participants', so n agents cost the store O(n^2) per interval. The
+# process group's timeout covers a new world's first collective, which waits for every worker's `import torch`.
+SCALED_WITH_NODES = ("join_timeout_s", "last_call_timeout_s", "read_timeout_s", "keep_alive_interval_s",
+                     "process_group_timeout_s")
 RDZV_CONF = {"join_timeout_s": "join_timeout", "last_call_timeout_s": "last_call_timeout",
               "close_timeout_s": "close_timeout", "keep_alive_interval_s": "keep_alive_interval",
               "keep_alive_max_attempt": "keep_alive_max_attempt", "read_timeout_s": "read_timeout"}
@@ -177,10 +188,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def scaled_for_nodes(nodes: int) -> dict[str, Any]:
+    """The tuned preset for ``nodes`` nodes: up to ``TUNED_NODES`` as measured, above it the rendezvous timeouts
+    (join, last call, store read, keep-alive interval) and the process group's multiplied by
+    ``nodes / TUNED_NODES``."""
+    factor = max(1.0, nodes / TUNED_NODES)
+    settings = dict(TUNED)
+    for key in SCALED_WITH_NODES:
+        settings[key] = round(TUNED[key] * factor, 1)
+    return settings
+
+
 def elastic_settings(scenario: Scenario) -> dict[str, Any]:
-    """Preset values with every explicit scenario override applied on top."""
+    """Preset values (the tuned ones scaled with the node count) with every explicit scenario override on top."""
     c = scenario.cluster
-    settings = dict(TUNED if c.preset == "tuned" else TORCHRUN_DEFAULTS)
+    settings = scaled_for_nodes(c.nodes) if c.preset == "tuned" else dict(TORCHRUN_DEFAULTS)
     for key in RDZV_CONF:
         value = getattr(c.rendezvous, key)
         if value is not None:

@@ -134,6 +134,21 @@ def test_presets_and_overrides() -> None:
     assert settings["last_call_timeout_s"] == 30 and settings["max_restarts"] == 100
 
 
+def test_tuned_rendezvous_timeouts_grow_with_the_node_count_and_overrides_still_win() -> None:
+    def settings(nodes: int, extra: str = "") -> dict:
+        return elastic_settings(parse_scenario(f"name: n\ncluster: {{nodes: {nodes}{extra}}}\n"
+                                               "workload: {name: ddp-mlp}\n"))
+
+    small, eight, big = settings(3), settings(8), settings(32)
+    assert small == eight and small["join_timeout_s"] == 60 and small["last_call_timeout_s"] == 2
+    assert (big["join_timeout_s"], big["last_call_timeout_s"], big["read_timeout_s"],
+            big["keep_alive_interval_s"]) == (240, 8, 40, 4)
+    assert big["process_group_timeout_s"] == 4 * small["process_group_timeout_s"]
+    assert big["max_restarts"] == small["max_restarts"] and big["close_timeout_s"] == small["close_timeout_s"]
+    assert settings(32, ", rendezvous: {join_timeout_s: 90}")["join_timeout_s"] == 90
+    assert settings(32, ", preset: torchrun-defaults")["join_timeout_s"] == 600
+
+
 def test_plan_layouts(tmp_path: Path) -> None:
     s = parse_scenario(GOOD)
     plan = build_plan(s, "r1", tmp_path)

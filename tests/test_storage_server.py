@@ -115,6 +115,31 @@ os.replace({str(mount / 'ckpt_40.pt.tmp')!r}, {str(mount / 'ckpt_40.pt')!r})
     assert not (tmp_path / "ckpt" / "ckpt_40.pt").exists()
 
 
+def test_a_saves_digest_is_its_files_whether_written_in_order_out_of_order_or_by_two_writers(tmp_path: Path) -> None:
+    """A save written in order is hashed as it arrives (chaos.storage.digests.Running); one written out of order,
+    truncated, or with a second writer of the file at once falls back to reading the file back. Each digest in the
+    history is the sha256 of the file's final bytes."""
+    with mounted(tmp_path) as mount:
+        as_node(f"""
+import os
+d = {str(mount)!r}
+with open(d + '/in_order_1.pt', 'wb') as f:
+    for i in range(5):
+        f.write(bytes([i]) * 700_000)
+with open(d + '/out_of_order_2.pt', 'wb') as f:
+    f.write(b'a' * 300_000); f.seek(100); f.write(b'b' * 1000); f.seek(0, 2); f.write(b'c' * 5)
+with open(d + '/truncated_3.pt', 'wb') as f:
+    f.write(b'x' * 400_000); f.flush(); f.truncate(1000); f.seek(0, 2); f.write(b'y' * 10)
+a = open(d + '/two_writers_4.pt', 'wb')
+b = open(d + '/two_writers_4.pt', 'r+b')
+a.write(b'1' * 200_000); a.flush(); b.seek(10); b.write(b'2' * 50); b.close(); a.write(b'3'); a.close()
+""")
+        finals = {name: hashlib.sha256((mount / name).read_bytes()).hexdigest()
+                  for name in ("in_order_1.pt", "out_of_order_2.pt", "truncated_3.pt", "two_writers_4.pt")}
+    saved = {Path(e["path"]).name: e["sha256"] for e in events(tmp_path) if e["event"] == "checkpoint_save_finished"}
+    assert saved == finals
+
+
 def test_a_save_cut_short_by_a_crash_never_finishes_and_a_foreign_file_loads_with_no_step(tmp_path: Path) -> None:
     with mounted(tmp_path) as mount:
         proc = start_as(f"""

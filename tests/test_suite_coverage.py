@@ -16,6 +16,7 @@ from tests.integration import (
     test_hang,
     test_memory_faults,
     test_native_crash,
+    test_nodes_per_host,
     test_planted_bugs,
     test_runtime_matrix,
     test_shipped_scenarios,
@@ -37,6 +38,7 @@ def shipped_names() -> set[str]:
 def test_every_shipped_scenario_is_run_by_an_integration_test() -> None:
     run_for_real = (set(test_shipped_scenarios.EXPECTED_VERDICT) | set(test_runtime_matrix.EXPECTED_VERDICT)
                     | set(test_storage_faults.EXPECTED_VERDICT) | set(test_memory_faults.EXPECTED_VERDICT)
+                    | set(test_nodes_per_host.EXPECTED_VERDICT)
                     | set(test_straggler.EXPECTED_VERDICT) | set(test_hang.EXPECTED_VERDICT)
                     | set(test_native_crash.EXPECTED_VERDICT)
                     | set(test_store_faults.EXPECTED_VERDICT) | set(test_slurm_runtime.EXPECTED_VERDICT)

@@ -39,7 +39,7 @@ from chaos.events import WRITE_PROGRESS_EVERY_BYTES, WRITE_PROGRESS_FIRST_BYTES,
 from chaos.storage.beneath import open_beneath, parent_of
 from chaos.storage.control import APPLIED_FILE, MATCHED_FILE, RULES_FILE
 from chaos.storage.creds import CallerRights
-from chaos.storage.digests import Digests
+from chaos.storage.digests import Digests, Running
 from chaos.storage.identity import Caller, Callers, exiting
 from chaos.storage.record import Recorder, save_step, step_in_name
 from chaos.storage.rules import Outcome, RuleError, Rules
@@ -81,6 +81,7 @@ class Handle:
     clean: bool = False  # closed by a live process after its last write
     closed_path: str | None = None  # where it was when closed (a rename may move it before its release)
     read_seen: bool = False
+    running: Running | None = None  # its bytes' sha256 as they arrive (a save written in order from its start)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -269,6 +270,8 @@ class StorageServer(fuse.Operations):
         writable = bool(flags & _WRITE_FLAGS)
         saving = writable and (created or bool(flags & os.O_TRUNC)) and not self.ours(caller)
         h = Handle(fd, relpath, caller, writable, saving)
+        if writable:
+            h.running = self.digests.writing(fd, from_start=saving)
         if saving:
             h.step, h.step_from = self.step_for(relpath, caller)
         with self._handles_lock:
@@ -377,11 +380,13 @@ class StorageServer(fuse.Operations):
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
         if fh is not None:
             os.ftruncate(fh, length)
+            self.digests.truncated(os.fstat(fh).st_ino)
         else:
             with self.as_caller():
                 fd = open_beneath(self.root, self.rel(path), os.O_WRONLY | os.O_NONBLOCK)
             try:
                 os.ftruncate(fd, length)
+                self.digests.truncated(os.fstat(fd).st_ino)
             finally:
                 os.close(fd)
         with self._rules_lock:  # power loss cannot bring back the bytes cut here (lost_writes)
@@ -433,11 +438,21 @@ class StorageServer(fuse.Operations):
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
         h = self.handles.get(fh)
         if h is None or self.ours(h.caller):
-            return os.pwrite(fh, data, offset)
+            n = os.pwrite(fh, data, offset)
+            if h is not None and h.running is not None:
+                h.running.drop()
+            return n
         if not h.announced:
             self.announce(h)
         self.obey("write", h.relpath, h.caller, len(data))
         n = os.pwrite(fh, data, offset)
+        if h.running is not None:
+            h.running.feed(data if n == len(data) else data[:n], offset)
+        self._wrote(h, offset, n)
+        return n
+
+    def _wrote(self, h: Handle, offset: int, n: int) -> None:
+        """After ``n`` bytes were written at ``offset``: the save's progress and the rules' record of them."""
         progress = None
         with h.lock:
             h.clean = False
@@ -450,7 +465,6 @@ class StorageServer(fuse.Operations):
             self.rules.wrote(h.relpath, h.caller.node, offset, n)
         if progress is not None:
             self.emit(Ev.CHECKPOINT_WRITE_PROGRESS, h.relpath, h.caller, written=progress, step=h.step)
-        return n
 
     def flush(self, path: str, fh: int) -> int:
         h = self.handles.get(fh)
@@ -491,12 +505,14 @@ class StorageServer(fuse.Operations):
         finally:
             if h is not None and h.saving:
                 self.digests.arrived(fh)
+            if h is not None and h.writable:
+                self.digests.written(fh, h.running)
             os.close(fh)
         return 0
 
     def _finished(self, h: Handle) -> None:
         """The save closed cleanly: its digest (read back through the handle, off the writer's path) and event."""
-        sha, size = self.digests.of_handle(h.fd)
+        sha, size = self.digests.of_handle(h.fd, h.running)
         self.emit(Ev.CHECKPOINT_SAVE_FINISHED, h.closed_path or h.relpath, h.caller, hold=False, sha256=sha,
                   bytes=size, step=h.step, **_step_from(h.step_from))
 
