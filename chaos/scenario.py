@@ -95,6 +95,15 @@ def _conditional(runtime: Any) -> frozenset[str]:
     return frozenset(getattr(runtime, "conditional_capabilities", frozenset()))
 
 
+def _needs(need: str, runtime: str, able: list[str]) -> str:
+    """The refusal of a runtime without a capability, as a sentence: what the kind needs, that this runtime lacks
+    it, and which runtimes have it."""
+    text = CAPABILITIES.get(need)
+    what = f"a runtime that {text}" if text else f"the capability {need!r}"
+    return (f"needs {what}; the {runtime} runtime does not" + (f": set cluster.runtime: {' or '.join(able)}"
+                                                              if able else ", and no installed runtime does"))
+
+
 def _able(need: str) -> list[str]:
     """The runtimes that give ``need``, those that give it on some machines only said so."""
     return [n for n, r in runtime_plugins().items() if need in r.capabilities] + [
@@ -401,10 +410,7 @@ def _build() -> dict[str, Any]:
                     problems += [f"faults[{i}].target: {why}" for why in _server_target_problems(fault, c, plugins)]
                 for need in sorted(plugin.needs - runtime.capabilities - _conditional(runtime)):
                     able = _able(need)
-                    problems.append(f"faults[{i}].kind: {fault.kind} needs {CAPABILITIES.get(need, need)}, which the "
-                                    f"{c.runtime} runtime does not give; set cluster.runtime: {' or '.join(able)}"
-                                    if able else f"faults[{i}].kind: {fault.kind} needs {need}, which no installed "
-                                    "runtime gives")
+                    problems.append(f"faults[{i}].kind: {fault.kind} {_needs(need, c.runtime, able)}")
                 if STORAGE_LAYER in plugin.needs and self.storage.layer in ("inotify", "off"):
                     problems.append(f"faults[{i}].kind: {fault.kind} acts through the storage layer's FUSE mount, "
                                     "which "
@@ -486,10 +492,7 @@ def _build() -> dict[str, Any]:
                                         "limits.deadline_s")
                 for need in sorted(plugin.needs - runtime.capabilities - _conditional(runtime)):
                     able = _able(need)
-                    problems.append(f"explore.kinds: {kind} needs {CAPABILITIES.get(need, need)}, which the "
-                                    f"{c.runtime} runtime does not give"
-                                    + (f"; set cluster.runtime: {' or '.join(able)}"
-                                                                           if able else ""))
+                    problems.append(f"explore.kinds: {kind} {_needs(need, c.runtime, able)}")
                 if STORAGE_LAYER in plugin.needs and self.storage.layer in ("inotify", "off"):
                     problems.append(f"explore.kinds: {kind} acts through the storage layer's FUSE mount, which "
                                     f"storage.layer: {self.storage.layer} turns off")
@@ -512,9 +515,7 @@ def _build() -> dict[str, Any]:
             problems = []
             for need in sorted(backend.needs - runtime.capabilities):
                 able = [n for n, r in runtime_plugins().items() if need in r.capabilities]
-                problems.append(f"cluster.rendezvous.backend: {backend.name} needs {CAPABILITIES.get(need, need)}, "
-                                f"which the {c.runtime} runtime does not give"
-                                + (f"; set cluster.runtime: {' or '.join(able)}" if able else ""))
+                problems.append(f"cluster.rendezvous.backend: {backend.name} {_needs(need, c.runtime, able)}")
             if not backend.uses_c10d_store and c.rendezvous.store != "node0":
                 problems.append(f"cluster.rendezvous.store: {backend.name} keeps the rendezvous in its own servers, "
                                 "not in a c10d store; store applies to backend: c10d only")

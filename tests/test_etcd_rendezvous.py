@@ -81,7 +81,7 @@ def test_refusals_name_the_field_and_what_was_expected() -> None:
     with pytest.MonkeyPatch.context() as mp:  # a runtime that cannot run servers (a third party's, say)
         mp.setattr(netns, "capabilities", netns.capabilities - {"rendezvous_servers"})
         with pytest.raises(ValueError, match=r"cluster.rendezvous.backend: etcd needs .*rendezvous backend's "
-                                             r"servers.*netns runtime does not give; set cluster.runtime: "):
+                                             r"servers.*; the netns runtime does not: set cluster.runtime: "):
             validate({"backend": "etcd"}, runtime="netns")
     with pytest.raises(ValueError, match=r"cluster.rendezvous.store: etcd-v2 keeps the rendezvous in its own "
                                          r"servers"):

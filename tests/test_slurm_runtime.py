@@ -119,13 +119,13 @@ def test_faults_slurm_cannot_do_are_refused_by_capability() -> None:
                in e for e in errs), errs
     errs = errors_of(SCENARIO.replace("{kind: crash, target: 1, at_step: 5}",
                                       "{kind: memory_pressure, target: 1, at_step: 5, size: 100MB, duration: 2}"))
-    assert any("memory cgroup" in e and "slurm runtime does not give" in e for e in errs), errs
+    assert any("memory cgroup" in e and "; the slurm runtime does not: set cluster.runtime:" in e for e in errs), errs
     parse_scenario(SCENARIO.replace("{kind: crash, target: 1, at_step: 5}",  # where an agent answers (the run asks)
                                     "{kind: partition, groups: [[0], [1]], at_step: 5}"))
     errs = errors_of(SCENARIO.replace("{kind: crash, target: 1, at_step: 5}",
                                       "{kind: lost_writes, target: 1, at_step: 5}"))
-    assert any("lost_writes needs the storage layer, which holds a node's writes not yet synced, outlives a crash"
-               in e and "slurm runtime does not give" in e for e in errs), errs
+    assert any("lost_writes needs a runtime that keeps the storage layer, which holds a node's writes not yet synced, "
+               "alive through a crash" in e and "; the slurm runtime does not" in e for e in errs), errs
     parse_scenario(SCENARIO.replace("{kind: crash, target: 1, at_step: 5}", "{kind: disk_full, at_step: 5}"))
     for kind in ("crash", "kill_worker", "freeze"):
         extra = ", duration: 2" if kind == "freeze" else ""
