@@ -102,7 +102,11 @@ def _explain(err: dict[str, Any]) -> str:
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
         loc = tuple(err.get("loc", ()))
-        near = closest(loc[-1], fields_at(loc[:-1])) if loc and isinstance(loc[-1], str) else []
+        known = fields_at(loc[:-1]) if loc and isinstance(loc[-1], str) else []
+        if loc and loc[-1] in known:  # a field of another form of this section (a shipped workload's args, say)
+            return (f"{loc[-1]!r} belongs to another form of this section and does not go with the fields given "
+                    "here (`chaos schema` shows which fields go together)")
+        near = closest(loc[-1], known) if known else []
         if near:
             return f"unknown field: did you mean {near[0]!r}? (`chaos schema` lists every field)"
         return "unknown field (check the spelling; `chaos schema` lists every field)"

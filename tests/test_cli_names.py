@@ -31,6 +31,19 @@ def test_a_misspelt_kind_field_and_runtime_are_each_told_the_name_meant(tmp_path
     assert "got 'locl' (did you mean 'local'?)" in errors, errors
 
 
+def test_a_field_of_another_form_is_not_suggested_as_itself(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`args` is a shipped workload's field: under a `command:` workload it is refused as such, not met with "did you
+    mean 'args'?" (the very name given)."""
+    scenario = tmp_path / "command-args.yaml"
+    scenario.write_text("name: s\nworkload:\n  command: [python, train.py]\n  progress_regex: 'step (?P<step>\\d+)'\n"
+                        "  args: {steps: 10}\n")
+    assert main(["validate", "--no-machine", str(scenario)]) == 2
+    errors = capsys.readouterr().err
+    assert "workload.args: 'args' belongs to another form of this section" in errors, errors
+    assert "did you mean 'args'" not in errors
+
+
 @pytest.mark.parametrize(("typed", "meant"), [("quikstart", "'quickstart'"), ("network/dely", "'network/delay'"),
                                               ("stale-checkpiont", "'bugs/stale-checkpoint'")])
 def test_a_misspelt_scenario_name_is_told_the_shipped_names_near_it(typed: str, meant: str,
