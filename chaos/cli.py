@@ -708,8 +708,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         return EXIT_FAIL
 
 
-RUNTIME_HELP = ("run on this runtime instead of the scenario's cluster.runtime (local, netns, docker or a plug-in), "
-                "e.g. `chaos run quickstart --runtime docker`")
+RUNTIME_HELP = ("run on this runtime instead of the scenario's cluster.runtime (local, netns, docker, slurm or a "
+                "plug-in), e.g. `chaos run quickstart --runtime docker`")
 
 
 GOLDEN_CACHE_HELP = ("where golden runs are cached by content (default: $TORCH_CHAOS_GOLDEN_CACHE, else "
