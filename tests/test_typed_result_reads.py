@@ -37,7 +37,7 @@ def test_the_check_itself_finds_a_keyed_read() -> None:
     assert not KEYED_READ.search("recoveries = [f.recovery_s for f in faults]")
 
 
-@pytest.mark.parametrize("name", ["quickstart", "plain-ddp-crash"])  # schema 11 and 6 as recorded
+@pytest.mark.parametrize("name", ["corrupt-latest-checkpoint", "plain-ddp-crash"])  # schema 11 and 6 as recorded
 def test_the_loader_reads_the_recorded_result_files_of_older_schemas(name: str) -> None:
     path = Path(__file__).parent / "data" / "histories" / name / "result.json"
     data = json.loads(path.read_text())

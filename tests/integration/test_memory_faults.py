@@ -132,17 +132,17 @@ def test_cleanup_after_the_engine_is_sigkilled_with_a_limit_in_place(tmp_path: P
         wait_for(limited, 150, "the OOM kill to be injected")
         run_dir = next(out.glob("*/events.jsonl")).parent
         injected = next(e for e in read_history(run_dir / "events.jsonl") if e.get("event") == "fault_injected")
-        cgroup = Path(injected["details"]["cgroup"])
+        limited_dir = Path(injected["details"]["cgroup"])  # not `cgroup`: that is the module
         proc.kill()
         proc.wait(timeout=10)
         lay = cgroup.layout()
-        assert lay is not None and cgroup.is_dir(), "a SIGKILLed engine cannot heal: the limit is still there"
-        assert cgroup.parse_limit((cgroup / lay.limit).read_text(), lay) is not None
+        assert lay is not None and limited_dir.is_dir(), "a SIGKILLed engine cannot heal: the limit is still there"
+        assert cgroup.parse_limit((limited_dir / lay.limit).read_text(), lay) is not None
         assert [n for n in leftovers() if run_dir.name[-6:] in n], "the owner files name what is left"
         cleanup = subprocess.run([sys.executable, "-m", "chaos", "cleanup"], capture_output=True, text=True,
                                  timeout=60)
         assert cleanup.returncode == 0, cleanup.stderr
-        assert not cgroup.exists() and not cgroup.parent.exists(), cleanup.stdout
+        assert not limited_dir.exists() and not limited_dir.parent.exists(), cleanup.stdout
         assert not [n for n in leftovers() if run_dir.name[-6:] in n], leftovers()
         assert marked_processes(run_dir.name) == []
         assert "memory cgroup" in cleanup.stdout, cleanup.stdout
