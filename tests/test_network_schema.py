@@ -47,8 +47,8 @@ def test_network_fault_errors(fault: str, message: str) -> None:
 
 def test_network_fault_needs_a_network_per_node() -> None:
     errs = errors_of(scenario_text("{kind: isolate, target: 1, at_step: 3}", runtime="local"))
-    assert any("isolate needs a runtime that gives each node a network stack of its own" in e and "set cluster.runtime: docker or netns" in e
-               for e in errs), errs
+    assert any("isolate needs a runtime that gives each node a network stack of its own" in e
+               and "set cluster.runtime: docker or netns" in e for e in errs), errs
 
 
 def test_unknown_runtime_is_named() -> None:

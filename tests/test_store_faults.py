@@ -33,8 +33,8 @@ def test_crash_and_freeze_take_the_dedicated_store_on_local(fault: dict[str, Any
 def test_isolate_takes_the_store_where_the_runtime_gives_nodes_a_network() -> None:
     fault = {"kind": "isolate", "target": "store", "at_step": 5, "duration": 3}
     assert validate({**DEDICATED, "runtime": "netns"}, fault).faults[0].target == "store"
-    with pytest.raises(ValueError, match=r"faults\[0\]\.kind: isolate needs a runtime that gives each node a network stack of its own.*"
-                                         r"set cluster.runtime: docker or netns"):
+    with pytest.raises(ValueError, match=r"faults\[0\]\.kind: isolate needs a runtime that gives each node a network "
+                                         r"stack of its own.*set cluster.runtime: docker or netns"):
         validate(DEDICATED, fault)
 
 
