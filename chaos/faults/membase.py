@@ -1,14 +1,8 @@
 """What the memory faults share beside the node's memory cgroup (chaos.cgroup): the OOM killer's own record, and a
 co-located allocator process.
 
-**Why a cgroup per node from the start.** A process's pages stay charged to the cgroup they were faulted in: cgroup
-v2 never moves charges, and v1's ``memory.move_charge_at_immigrate`` is a no-op on current kernels (measured here:
-6.18 reads it back as 0). A cgroup made at injection time would hold none of the node's memory, and an OOM there
-would kill one process after another without freeing a byte of it. So a run with a memory fault starts each local
-node *inside* a cgroup of its own (``torch-chaos/<run id suffix>/<node>``, made by the local runtime before the
-node starts), exactly as a container is: the limit then covers everything the node holds. A docker node's cgroup
-is its container's. The limit is written to the cgroup files directly, for containers too: ``docker update``
-cannot lift a limit back to none (the API refuses -1 and ignores 0), so it could not heal exactly.
+Why every node gets its memory cgroup before it starts, and why limits are written to the cgroup files directly
+(for containers too): :mod:`chaos.cgroup`.
 
 **The record.** ``oom_kill`` in ``memory.oom_control`` (v1) or ``memory.events`` (v2) counts the kernel's kills in
 that cgroup; ``/dev/kmsg`` names each victim ("Memory cgroup out of memory: Killed process N"). Both are read: the
