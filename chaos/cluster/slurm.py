@@ -55,6 +55,7 @@ from chaos.cluster.spec import (
     agent_config_path,
     check_name,
     check_nodes,
+    read_state,
     slurm_conf,
     state,
     state_path,
@@ -323,13 +324,6 @@ def remove(client: Any, found: Found) -> list[str]:
         except Exception as exc:
             removed.append(f"volume {vol['Name']} NOT removed: {exc}")
     return removed
-
-
-def read_state(name: str) -> dict[str, Any] | None:
-    try:
-        return dict(json.loads(state_path(name).read_text()))
-    except (OSError, ValueError):
-        return None
 
 
 def _write_state(path: Path, content: dict[str, Any]) -> None:

@@ -11,7 +11,6 @@ on the host and inside the containers. docs/design.md, "A Slurm cluster in conta
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import os
@@ -222,11 +221,16 @@ def engine_run_argv(state: dict[str, Any], scenario: str) -> list[str] | None:
             "-m", "chaos", "run", scenario, "--out", f"{state['shared']['path']}/runs"]
 
 
+def read_state(name: str) -> dict[str, Any] | None:
+    """A cluster's state file (``chaos cluster up`` writes it), or None when it is missing or unreadable."""
+    try:
+        return dict(json.loads(state_path(name).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 def clusters_up() -> list[dict[str, Any]]:
     """The state of every container cluster recorded as up on this host (``chaos cluster up``), by name."""
     folder = state_path("x").parent
-    states = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        with contextlib.suppress(OSError, ValueError):
-            states.append(json.loads(path.read_text()))
-    return [s for s in states if isinstance(s, dict) and s.get("exec")]
+    states = [read_state(path.stem) for path in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return [s for s in states if s is not None and s.get("exec")]
