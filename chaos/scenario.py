@@ -342,7 +342,10 @@ def _build() -> dict[str, Any]:
     Cluster = create_model(  # type: ignore[call-overload]
         "Cluster", __base__=ClusterBase,
         **{name: (p.options, Field(default_factory=p.options, description=f"options of the {name} runtime"))
-           for name, p in runtime_plugins().items() if p.options is not None})
+           for name, p in runtime_plugins().items() if p.options is not None},
+        # and each launcher with options of its own `cluster.<name>: {...}` (e.g. cluster.ray), a runtime's name first
+        **{name: (p.options, Field(default_factory=p.options, description=f"options of the {name} launcher"))
+           for name, p in launcher_plugins().items() if p.options is not None and name not in runtime_plugins()})
     # One options model per registered fault kind, chosen by `kind`; the tag is capitalised so error paths drop it
     # (chaos/loading.py). An unknown or missing kind is answered with the list of installed ones.
     _KINDS = ", ".join(repr(k) for k in fault_plugins())
