@@ -34,7 +34,7 @@ def test_few_lazy_imports_each_with_its_reason() -> None:
 
 def _plugin_modules() -> list[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    groups = ("torch_chaos.faults", "torch_chaos.runtimes", "torch_chaos.rendezvous")
+    groups = ("torch_chaos.faults", "torch_chaos.runtimes", "torch_chaos.rendezvous", "torch_chaos.launchers")
     return sorted({target.split(":")[0] for group in groups for target in project["entry-points"][group].values()})
 
 
