@@ -82,6 +82,9 @@ class Launcher(ABC):
     refused_faults: ClassVar[dict[str, str]] = {}
     # The node whose loss ends the job whatever the restart policy says, in words (None: there is none).
     single_point_of_failure: ClassVar[str | None] = None
+    # What bounds the recovery's phases under this launcher, in words the recovery breakdown cites from the history
+    # ("detection", "restart": the phases chaos.analysis.breakdown names when a job has no torchrun agent).
+    levers: ClassVar[dict[str, str]] = {}
     # The launcher's own scenario options, written as ``cluster.<name>: {...}`` (None: it takes none).
     options: ClassVar[type[BaseModel] | None] = None
 
@@ -119,7 +122,8 @@ class Launcher(ABC):
 
     def describe(self) -> dict[str, Any]:
         """What result.json's ``environment.launcher`` records."""
-        return {"launcher": self.name, "mode": self.mode, "orchestrator": self.orchestrator}
+        return {"launcher": self.name, "mode": self.mode, "orchestrator": self.orchestrator,
+                **({"levers": dict(self.levers)} if self.levers else {})}
 
 
 def _check_launcher(name: str, cls: type[Launcher]) -> str | None:
