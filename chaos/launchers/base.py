@@ -95,6 +95,12 @@ class Launcher(ABC):
         return cls.name
 
     @classmethod
+    def image_packages(cls) -> tuple[str, ...]:
+        """pip requirements a container node needs beyond the node image's torch (the docker runtime builds the
+        image with them on first use); none by default."""
+        return ()
+
+    @classmethod
     def scenario_problems(cls, scenario: Scenario) -> list[str]:
         """What this launcher cannot accept in a scenario each section alone accepts (``field: why`` lines)."""
         return []
