@@ -280,7 +280,7 @@ class NodeStarted(Line):
 
 class NodeExited(Line):
     node: str
-    code: int  # exit code (negative: killed by that signal)
+    code: int  # exit code (negative: killed by that signal, on every runtime: see signal_exit_code)
     will_replace: NotRequired[bool]  # the node-restart policy will start it again (absent when code is 0)
     # why the policy's replacement was not made: nowhere to place it (its host lost, no spare left)
     not_replaced: NotRequired[str]
@@ -638,6 +638,22 @@ STORAGE_FIELDS: dict[Ev, type] = {
 def required_fields(event: Ev) -> frozenset[str]:
     """Fields a line of this event always has (inherited common fields included)."""
     return FIELDS[event].__required_keys__  # type: ignore[attr-defined, no-any-return]
+
+
+# The highest signal number (Linux's SIGRTMAX): a status 128 + N above it is an exit status, not a signal.
+_SIGNAL_MAX = 64
+
+
+def signal_exit_code(code: int | None) -> int | None:
+    """A node's exit code in the history's one convention: ``-N`` for a process killed by signal N.
+
+    Python's Popen (the local runtime) says -9 for a SIGKILLed node; ``srun`` (Slurm) and Docker report the
+    shell's 128 + N (137). Both mean the same death, so the history, the end's why and result.json must say it
+    the same way on every runtime: a status 129..128+64 is a signal, said as ``-N``; any other code is the
+    process's own exit status (a script that exits 137 on purpose is indistinguishable, as in the shell)."""
+    if code is not None and 128 < code <= 128 + _SIGNAL_MAX:
+        return 128 - code
+    return code
 
 
 # The line a runtime writes into a node's log as it starts (or restarts) the node: the engine's progress scraping

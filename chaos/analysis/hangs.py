@@ -189,9 +189,22 @@ def done_but_not_exited(events: list[Event], total: int | None) -> str | None:
     if not running:
         return None
     failed = {str(e.get("node")) for e in of_kind(events, Ev.AGENT_WORKERS_FAILED) if e["t"] > reached}
+    # nodes started again after the last step: a replacement joins a new round that the nodes done training never
+    # join; the ones still running from before sit in torchrun's exit barrier, waiting for the replaced node's agent
+    replaced = {str(e.get("node")) for e in of_kind(events, Ev.NODE_STARTED)
+                if e.get("replacement") and e.get("role") in (None, "node") and reached <= e["t"] <= t_end}
 
     def what(node: str) -> str:
-        return (f"{node} (its workers failed after the last step and its agent restarted them into a new "
-                "rendezvous round)" if node in failed else f"{node} (still running)")
+        if node in failed:
+            return (f"{node} (its workers failed after the last step and its agent restarted them into a new "
+                    "rendezvous round)")
+        if node in replaced:
+            return (f"{node} (a replacement started after the last step, waiting in a new rendezvous round for "
+                    "peers that finished training and will never join)")
+        if replaced - {node}:
+            gone = ", ".join(f"{n}'s" for n in sorted(replaced - {node}))
+            return (f"{node} (still running: torchrun's exit barrier waits for every agent of the round, and "
+                    f"{gone} was replaced after the last step)")
+        return f"{node} (still running: in torchrun's exit barrier, or a process group never destroyed)"
     return (f"all steps done ({top} of {total}); {len(running)} node(s) did not exit: "
             + ", ".join(what(n) for n in running))
