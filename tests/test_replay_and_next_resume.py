@@ -99,6 +99,20 @@ def test_printed_losses_differ_by_a_printed_digit_within_noise() -> None:
     assert v.ok is True and v.get("printed_decimals") == 4, v
 
 
+def test_a_print_only_replay_names_the_file_the_storage_layer_saw_loaded() -> None:
+    events = printed({s: 1.0 / s for s in range(1, 11)})
+    t = events[-2]["t"] + 5
+    later = [{"t": t, "source": Source.STORAGE, "event": Ev.CHECKPOINT_LOADED, "node": "node0", "pid": 4242,
+              "path": "/ck/ckpt_5.pt", "step": 5, "sha256": "a", "bytes": 9},
+             {"t": t + 0.5, "source": Source.PROGRESS, "event": Ev.PROCESS_STARTED, "node": "node0", "pid": "node0:2"}]
+    later += [{"t": t + s, "source": Source.PROGRESS, "event": Ev.STEP_COMPLETED, "node": "node0", "pid": "node0:2",
+               "step": s, "loss": 1.0 / s if s < 8 else 0.5} for s in range(6, 11)]
+    events = events[:-1] + later + [{**events[-1], "t": t + 20}]
+    v = verdicts(events)["replay_consistent"]
+    assert v.ok is False and v.get("first_divergent_step") == 8 and v.get("first_retrained_step") == 6, v
+    assert v.get("resumed_from_path") == "/ck/ckpt_5.pt" and "the resume from ckpt_5.pt (step 5)" in v.why, v
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     into = tmp_path_factory.mktemp("recorded")

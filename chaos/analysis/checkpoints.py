@@ -926,6 +926,7 @@ class _Replay(NamedTuple):
     again: float | None  # the loss of this execution
     process: Any  # the re-training process (its incarnation, else (node, pid))
     world_changed: bool  # the two executions ran in different world sizes (every sum in another order)
+    window: tuple[float, float]  # from the first execution's process's last step to the re-training one's first
 
 
 def _replays(events: list[Event]) -> tuple[list[_Replay], int]:
@@ -954,7 +955,8 @@ def _replays(events: list[Event]) -> tuple[list[_Replay], int]:
         was = first.setdefault(s, r)
         if was == r or key[was] == key[r] or last_t[key[was]] >= first_t[key[r]]:
             continue
-        out.append(_Replay(s, losses[was], losses[r], key[r], sizes[was] != sizes[r]))
+        out.append(_Replay(s, losses[was], losses[r], key[r], sizes[was] != sizes[r],
+                           (last_t[key[was]], first_t[key[r]])))
     return out, len(rows)
 
 
@@ -965,10 +967,16 @@ def _rel(a: float | None, b: float | None) -> float:
     return abs(b - a) / max(abs(a), 1e-12)
 
 
-def _resumed_from(events: list[Event], process: Any, first_step: int) -> tuple[str, str | None]:
-    """The checkpoint a re-training process resumed from, as words and its path (None: inferred, not seen)."""
-    load = next((x for x in _loads_by_incarnation(events) if x["incarnation"] == process), None) \
-        if checkpoint_source(events) == Source.WORKLOAD else None
+def _resumed_from(events: list[Event], replay: _Replay, first_step: int) -> tuple[str, str | None]:
+    """The checkpoint a re-training process resumed from, as words and its path (None: inferred, not seen): the
+    probe's load of its incarnation, else the last load the storage layer saw between the first execution's
+    process's last step and the re-training process's first."""
+    if checkpoint_source(events) == Source.WORKLOAD:
+        load = next((x for x in _loads_by_incarnation(events) if x["incarnation"] == replay.process), None)
+    else:
+        a, b = replay.window
+        seen = [e for e in checkpoint_events(events, Ev.CHECKPOINT_LOADED) if a <= e["t"] <= b and e.get("path")]
+        load = {"path": seen[-1]["path"], "step": seen[-1].get("step")} if seen else None
     if load is not None:
         return f"{os.path.basename(str(load['path']))} (step {load['step']})", str(load["path"])
     return f"a checkpoint of step {first_step - 1} (inferred from the first step it trained)", None
@@ -1025,7 +1033,7 @@ class ReplayConsistent:
         if bad is not None:
             mine = [r for r in replays if r.process == bad.process]
             start = min(r.step for r in mine)
-            where, path = _resumed_from(history, bad.process, start)
+            where, path = _resumed_from(history, bad, start)
             rel = _rel(bad.first, bad.again)
             return Verdict(False, f"replay_diverged: the resume from {where} trained steps again from step {start} "
                                   f"on, and step {bad.step} gave loss {bad.again!r} where its first execution gave "
