@@ -145,11 +145,19 @@ def test_a_torn_newest_checkpoint_at_the_end_fails_with_the_file_named() -> None
 
 
 def test_an_empty_or_damaged_newest_checkpoint_fails() -> None:
-    j = Job().start("a").step(1).save(1)
+    j = Job().start("a").step(1)
+    j.ev(Ev.CHECKPOINT_SAVE_STARTED, step=1, path="s1")
+    j.ev(Ev.CHECKPOINT_SAVE_FINISHED, step=1, path="s1", sha256="h1", bytes=9)
     j.ev(Ev.CHECKPOINT_SAVE_STARTED, step=2, path="s2")
     j.ev(Ev.CHECKPOINT_SAVE_FINISHED, step=2, path="s2", sha256="e3b0", bytes=0)
     v = verdicts(j.finish(2))["next_resume_intact"]
     assert v.ok is False and "is empty: its last save finished with 0 bytes" in v.why, v
+    # a marker file that is always empty is whole
+    j = Job().start("a").step(1)
+    for s in (1, 2):
+        j.ev(Ev.CHECKPOINT_SAVE_STARTED, step=s, path=f"done_{s}")
+        j.ev(Ev.CHECKPOINT_SAVE_FINISHED, step=s, path=f"done_{s}", sha256="e3b0", bytes=0)
+    assert verdicts(j.finish(2))["next_resume_intact"].ok is True
     v = verdicts(Job().start("a").step(1).save(1).fault_corrupt(1).finish(1))["next_resume_intact"]
     assert v.ok is False and "is damaged" in v.why and "no whole checkpoint is left" in v.why, v
 

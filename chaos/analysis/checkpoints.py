@@ -836,9 +836,11 @@ def _noise_verdict(cmp: LossComparison, control: dict[str, Any], golden_losses: 
 def _on_disk_at_end(events: list[Event]) -> dict[str, dict[str, Any]]:
     """Each checkpoint file on disk when the history ends (path -> its last state): ``whole`` (its last save
     finished), ``torn`` (a save started over it and never finished), ``empty`` (its last save finished with 0
-    bytes) or ``damaged`` (a fault named it, or a load after its last save read other bytes than were saved).
-    Deleted files and a save's temporary names (renamed away by the job's other saves) are not there."""
+    bytes, where saves of its kind of file had bytes) or ``damaged`` (a fault named it, or a load after its last
+    save read other bytes than were saved). Deleted files and a save's temporary names (renamed away by the job's
+    other saves) are not there."""
     files: dict[str, dict[str, Any]] = {}
+    sized: set[str] = set()  # the kinds of file (numbers blanked) a save ever wrote bytes to
     source = checkpoint_source(events)
     for e in of_kinds(events, Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED, Ev.CHECKPOINT_DELETED,
                       Ev.CHECKPOINT_LOADED, Ev.FAULT_INJECTED):
@@ -862,7 +864,12 @@ def _on_disk_at_end(events: list[Event]) -> dict[str, dict[str, Any]]:
             files[path] = {"path": path, "step": e.get("step"), "t": e["t"], "state": "torn",
                            "why": "a save started over it and never finished (torn or partial file)"}
         elif kind == Ev.CHECKPOINT_SAVE_FINISHED:
-            empty = e.get("bytes") == 0
+            # 0 bytes where saves of this kind of file (numbers blanked) had bytes: cut short (an empty marker file
+            # that is always empty is whole)
+            pattern = _DIGITS.sub("#", path)
+            empty = e.get("bytes") == 0 and pattern in sized
+            if isinstance(e.get("bytes"), int) and e["bytes"] > 0:
+                sized.add(pattern)
             files[path] = {"path": path, "step": e.get("step"), "t": e["t"], "sha256": e.get("sha256"),
                            "state": "empty" if empty else "whole",
                            **({"why": "its last save finished with 0 bytes"} if empty else {})}
