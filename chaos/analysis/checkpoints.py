@@ -1054,8 +1054,8 @@ class ReplayConsistent:
             printed = f" (as printed, {precision} decimals)" if precision is not None else ""
             return Verdict(True, f"bitwise: each of the {len(replays)} re-trained step(s) reproduced its first "
                                  f"execution's loss exactly{printed}", {**details, "mode": "bitwise"})
-        said = {"band_ceiling": f"{tol:g}, the most a clean resume's noise reaches (no control run measured this "
-                                "job's floor)",
+        said = {"band_ceiling": f"{tol:g}, the most a clean resume's noise reaches; no control run measured this "
+                                "job's floor",
                 "measured": f"{tol:.3g}, the band set by the control run's measured noise floor",
                 "checks.loss_rtol": f"{tol:g}, pinned by checks.loss_rtol"}[source]
         return Verdict(True, f"within_noise: the {len(replays)} re-trained step(s) reproduced their first execution's "
