@@ -103,6 +103,7 @@ class Ev(StrEnum):
     AGENT_RENDEZVOUS_STARTED = "agent_rendezvous_started"
     AGENT_RENDEZVOUS_COMPLETED = "agent_rendezvous_completed"
     AGENT_WORKERS_STARTED = "agent_workers_started"
+    AGENT_WORKERS_SUCCEEDED = "agent_workers_succeeded"
 
 
 class EndReason(StrEnum):
@@ -541,6 +542,13 @@ class AgentWorkersStarted(AgentLine):
     """The agent spawned its worker processes (they now import and initialise)."""
 
 
+class AgentWorkersSucceeded(AgentLine):
+    """Every worker of the node exited 0: the agent now waits in torchrun's exit barrier for every agent of the
+    round (a node that never comes, such as a replaced one, keeps it there for the whole timeout)."""
+
+    barrier_timeout_s: NotRequired[float]  # how long the exit barrier waits (torchrun's default: 300)
+
+
 class StorageLine(Line):
     """Fields of every checkpoint event the storage layer writes (source ``storage``; docs/design.md, "The storage
     layer"): the probe's event names, with what a filesystem can and cannot know."""
@@ -622,6 +630,7 @@ FIELDS: dict[Ev, type] = {
     Ev.AGENT_RENDEZVOUS_STARTED: AgentRendezvousStarted,
     Ev.AGENT_RENDEZVOUS_COMPLETED: AgentRendezvousCompleted,
     Ev.AGENT_WORKERS_STARTED: AgentWorkersStarted,
+    Ev.AGENT_WORKERS_SUCCEEDED: AgentWorkersSucceeded,
 }
 
 

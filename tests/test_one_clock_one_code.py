@@ -37,6 +37,30 @@ def test_a_replaced_node_and_the_exit_barrier_are_named_after_the_last_step() ->
            "replaced after the last step)" in result["why"]
 
 
+def test_torchruns_word_that_the_workers_finished_says_training_ended_without_a_step_count() -> None:
+    from chaos.agent_log import agent_event
+    from chaos.analysis.hangs import done_but_not_exited
+
+    said = agent_event("[default] worker group successfully finished. Waiting 300 seconds for other agents to finish.")
+    assert said == (Ev.AGENT_WORKERS_SUCCEEDED, {"barrier_timeout_s": 300}), said
+    h = H().start(2)
+    for n in ("node0", "node1"):
+        h.events.append({"t": h.t, "source": Source.ENGINE, "event": Ev.NODE_STARTED, "node": n})
+    h.steps(1, 240)
+    for i, n in enumerate(("node0", "node1")):
+        h.events.append({"t": h.t + 0.2 + i / 10, "source": Source.AGENT, "event": Ev.AGENT_WORKERS_SUCCEEDED,
+                         "node": n, "pid": 5 + i, "barrier_timeout_s": 300})
+    h.events.append({"t": h.t + 60, "source": Source.ENGINE, "event": Ev.RUN_ENDED, "reason": EndReason.HUNG,
+                     "why": "no step for 60s (stuck at step 240)"})
+    events = sorted(h.events, key=lambda e: e["t"])
+    why = done_but_not_exited(events, None)  # a command workload without a golden run: its step count is unknown
+    assert why == ("training ended at step 240 (torchrun's agent on node0, node1 saw every worker exit 0 after it); "
+                   "2 node(s) did not exit: node0 (its workers finished; its agent waits in torchrun's exit barrier, "
+                   "up to 300 s, for every agent of the round), node1 (its workers finished; its agent waits in "
+                   "torchrun's exit barrier, up to 300 s, for every agent of the round)"), why
+    assert done_but_not_exited([e for e in events if e["event"] != Ev.AGENT_WORKERS_SUCCEEDED], None) is None
+
+
 # ------------------------------------------------------------------------------------------ one clock, one code
 
 def test_an_oom_kill_is_never_reported_before_its_fault() -> None:
