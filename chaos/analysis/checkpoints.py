@@ -985,8 +985,16 @@ def _resumed_from(events: list[Event], replay: _Replay, first_step: int) -> tupl
         seen = [e for e in checkpoint_events(events, Ev.CHECKPOINT_LOADED) if a <= e["t"] <= b and e.get("path")]
         load = {"path": seen[-1]["path"], "step": seen[-1].get("step")} if seen else None
     if load is not None:
-        return f"{os.path.basename(str(load['path']))} (step {load['step']})", str(load["path"])
+        return f"{_file_name(str(load['path']), load['step'])} (step {load['step']})", str(load["path"])
     return f"a checkpoint of step {first_step - 1} (inferred from the first step it trained)", None
+
+
+def _file_name(path: str, step: Any) -> str:
+    """A checkpoint file's name as a message says it: with its directory when that is the save set of its step
+    (DCP's ``it_000080/__1_0.distcp``: the shard's name alone is the same in every save)."""
+    parent = os.path.basename(os.path.dirname(path))
+    numbered = isinstance(step, int) and step in {int(n) for n in _DIGITS.findall(parent)}
+    return f"{parent}/{os.path.basename(path)}" if numbered else os.path.basename(path)
 
 
 @dataclass(frozen=True)
