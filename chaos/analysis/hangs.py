@@ -219,6 +219,10 @@ def done_but_not_exited(events: list[Event], total: int | None) -> str | None:
         if gone:
             return (f"{node} (still running: torchrun's exit barrier waits for every agent of the round, and "
                     f"{gone} was replaced after the last step)")
+        if succeeded:  # its agent, which says so for the others, never saw its workers all exit
+            return (f"{node} (its workers did not all exit after the last step: one still runs, in a collective or "
+                    f"with a process group never destroyed; the agent of {', '.join(sorted(succeeded))} waits for it "
+                    "in torchrun's exit barrier)")
         return f"{node} (still running: in torchrun's exit barrier, or a process group never destroyed)"
     done = (f"all steps done ({top} of {total})" if total is not None else
             f"training ended at step {top} (torchrun's agent on {', '.join(sorted(succeeded))} saw every worker "
