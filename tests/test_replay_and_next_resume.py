@@ -4,12 +4,14 @@ the checkpoint a restart would load next must be whole (``next_resume_intact``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chaos.analysis.checkpoints import checkpoint_verdicts
 from chaos.analysis.run import analyze
+from chaos.loading import load_scenario
 from chaos.events import Ev, Source
 from tests.data.recorded import expand, recorded_names
 from tests.test_checkpoint_verdicts import Job
@@ -182,3 +184,11 @@ def test_the_recorded_torn_save_is_named_at_the_end(recorded: dict[str, dict[str
     assert v["ok"] is False and "step_00000150.pt (step 150), is torn" in v["why"], v
     for name in ("quickstart", "centralized-crash", "corrupt-latest-checkpoint"):
         assert recorded[name]["checkpoint"]["next_resume_intact"]["ok"] is True, name
+
+
+def test_a_scenario_can_require_the_two_verdicts(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nworkload: {name: ddp-mlp}\nfaults: []\n"
+                    "expect: {checkpoint: {next_resume_intact: true, replay_consistent: true}}\n")
+    wanted = load_scenario(path).expect.checkpoint
+    assert wanted.next_resume_intact is True and wanted.replay_consistent is True
