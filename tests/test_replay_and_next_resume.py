@@ -11,8 +11,8 @@ import pytest
 
 from chaos.analysis.checkpoints import checkpoint_verdicts
 from chaos.analysis.run import analyze
-from chaos.loading import load_scenario
 from chaos.events import Ev, Source
+from chaos.loading import load_scenario
 from tests.data.recorded import expand, recorded_names
 from tests.test_checkpoint_verdicts import Job
 from tests.test_verdict_precision import printed
