@@ -28,7 +28,7 @@ OTHER_MEANING = {
     ("chaos.cluster.netexec", "loss"): "a tc netem parameter",
     ("chaos.cluster.netexec", "delay"): "a tc netem parameter",
     ("chaos.net.capabilities", "delay"): "a tc netem parameter",
-    ("chaos.cli", "partition"): "a Slurm partition",
+    ("chaos.commands.cluster", "partition"): "a Slurm partition",
     ("chaos.cluster.spec", "partition"): "a Slurm partition",
     ("chaos.analysis.hangs", "hang"): "a fault's hang outcome in result.json",
     ("chaos.reports.text", "hang"): "a fault's hang outcome in result.json",
