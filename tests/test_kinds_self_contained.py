@@ -37,9 +37,9 @@ OTHER_MEANING = {
     ("chaos.capabilities", "freeze"): "a runtime capability",
     ("chaos.capabilities", "host_loss"): "a runtime capability",
 }
-# Kind knowledge not yet moved into the kinds (issue 31): the storage layer's rules act per storage kind inside
-# the FUSE server, and the network sweep draws bandwidth and delay on axes of their own.
-NOT_YET = {"chaos.storage.rules", "chaos.sweep"}
+# Kind knowledge not yet moved into the kinds (issue 31): the network sweep draws bandwidth and delay on axes of
+# their own.
+NOT_YET = {"chaos.sweep"}
 
 
 def _named(kinds: set[str]) -> list[tuple[str, int, str]]:
