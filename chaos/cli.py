@@ -120,6 +120,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand and its options; the handler of each is ``chaos.commands.<name>.main`` (``handler``)."""
     p = argparse.ArgumentParser(prog="torch-chaos", description="Chaos testing for PyTorch training jobs.")
     p.add_argument("--version", action="version", version=f"torch-chaos {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -245,6 +246,8 @@ def handler(command: str) -> Callable[[argparse.Namespace], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse, refuse an unusable ``--out``/``--golden-cache`` up front, run the chosen handler, and turn the errors
+    every command shares into their exit codes (2 invalid scenario, 130 interrupted, 0 on a closed pipe)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     for option, attr in (("--out", "out"), ("--golden-cache", "golden_cache")):

@@ -16,6 +16,8 @@ from chaos.sweep import baseline_scenario, fit_steps, measure_point, parse_sweep
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run the scenarios (or take ``--from-runs`` directories), analyse each, write the comparison; every file is
+    validated before anything runs."""
     if args.sweep:
         return _compare_sweep(args)
     if args.from_runs:

@@ -15,6 +15,7 @@ from chaos.run_result import EXIT_FAIL, EXIT_PASS
 
 
 def main(args: argparse.Namespace) -> int:
+    """The machine checks as a table (or ``--json``); exit 1 when a required one fails."""
     checks = machine_checks()
     t = Table(title="what this machine supports")
     for col in ("check", "ok", "detail", "fix"):

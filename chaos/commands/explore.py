@@ -17,6 +17,8 @@ from chaos.run_result import EXIT_FAIL, EXIT_PASS, EXIT_USAGE
 
 
 def main(args: argparse.Namespace) -> int:
+    """Draw fault plans within the scenario's ``explore`` bounds; a failing one is shrunk, written as a reproducer
+    and replayed (unless ``--no-confirm``): exit 1; none found: exit 0."""
     scenario = load(args.scenario, args.runtime)
     if scenario.explore is None:
         error(f"{args.scenario}: explore: the scenario has no 'explore' section with the "

@@ -10,6 +10,7 @@ from chaos.run_result import EXIT_FAIL, EXIT_PASS
 
 
 def main(args: argparse.Namespace) -> int:
+    """``tag``: the node image's tag for these inputs; ``build``: build it (exit 1 with the builder's reason)."""
     if args.action == "tag":
         print(image_tag())
         return EXIT_PASS

@@ -42,6 +42,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _list_long() -> int:
+    """``chaos list --long``: a table of every shipped scenario with its whole description."""
     # One file per scenario, not per runtime: the runtime column is the file's default; `--runtime` runs it on
     # another (a fault the runtime cannot inject is refused then, file:line named, as if the file said so).
     t = Table(title="shipped scenarios",

@@ -22,6 +22,8 @@ from chaos.scenario import parse_duration
 
 
 def main(args: argparse.Namespace) -> int:
+    """Analyse the run directory once, rewrite its result.json (a read-only copy is still reported), then print the
+    summary or write the report; the exit code is the run's verdict's."""
     run_dir = Path(args.run_dir)
     if not is_run_dir(run_dir):
         return EXIT_USAGE

@@ -21,12 +21,15 @@ from chaos.runtimes import create_runtime
 
 
 def exit_for(result: dict[str, Any]) -> int:
+    """The exit code of a run's result: 130 when it was interrupted, else its verdict's."""
     if result["end_reason"] == "interrupted":
         return EXIT_INTERRUPTED
     return exit_code_for(result["verdict"])
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run the scenario (live view on a terminal, plain lines otherwise, result.json with ``--json``);
+    ``--dry-run``: the resolved plan, and a scheduler's commands, without running anything."""
     # A dry run executes nothing, so it needs nothing of the machine: a plan for a Slurm cluster can be reviewed
     # off the cluster (the machine checks still stop a real run).
     scenario = load(args.scenario, args.runtime, machine=not args.dry_run)

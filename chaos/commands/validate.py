@@ -11,6 +11,8 @@ from chaos.run_result import EXIT_PASS, EXIT_USAGE
 
 
 def main(args: argparse.Namespace) -> int:
+    """Admit each file as ``run`` would (schema, plan, program, machine unless ``--no-machine``); every error of
+    every file is said, exit 2 if any."""
     bad = 0
     for name in args.files:
         try:
