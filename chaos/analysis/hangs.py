@@ -141,6 +141,26 @@ def hung_cause(outcomes: dict[int, dict[str, Any]]) -> str | None:
     return "; ".join(hung) if hung else None
 
 
+def single_point_lost(events: list[Event]) -> str | None:
+    """For a run that did not finish: the disruptive fault that hit the node its launcher names as the job's single
+    point of failure (run_started's environment: ``single_point_node``, ``single_point_of_failure``), or None.
+
+    Under Ray the head holds the GCS, the controller and the driver: a crash of node0 ends the job whatever the
+    restart policy says, and the run then stops on the stall timeout, whose words alone ("no step for 60s") do not
+    say that the job could not have come back."""
+    started = of_kind(events, Ev.RUN_STARTED)
+    env = (started[0].get("environment") or {}) if started else {}
+    node, words = env.get("single_point_node"), env.get("single_point_of_failure")
+    if not node:
+        return None
+    hits = [e for e in of_kind(events, Ev.FAULT_INJECTED) if e.get("target") == node and e.get("disruptive", True)]
+    if not hits:
+        return None
+    first = hits[0]
+    return (f"{first.get('kind')} hit {node}, the job's single point of failure under the "
+            f"{env.get('launcher', 'its')} launcher: {words or node}; no restart policy brings the job back from it")
+
+
 def failed_after_last_step(events: list[Event]) -> str | None:
     """For a ``hung`` run's why: the nodes whose torchrun agent saw its workers fail after the last step any worker
     reached, or None.

@@ -14,7 +14,13 @@ from typing import Any
 from chaos.analysis.breakdown import breakdown_for_result, recovery_breakdowns
 from chaos.analysis.channel import channel_summary
 from chaos.analysis.checkpoints import checkpoint_checkers, restart_loop_cause
-from chaos.analysis.hangs import add_hangs, done_but_not_exited, failed_after_last_step, hung_cause
+from chaos.analysis.hangs import (
+    add_hangs,
+    done_but_not_exited,
+    failed_after_last_step,
+    hung_cause,
+    single_point_lost,
+)
 from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
 from chaos.analysis.planned import missing_promises, never_acted, not_injected
@@ -197,6 +203,9 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
             why = f"{done}; stopped: {why}"
         if late:  # workers that died after the last step, restarted into a round nobody joins
             why += f"; {late}"
+        lost = single_point_lost(events) if not done else None
+        if lost:  # the node the launcher cannot do without was hit: said, so the stop reads as the end it was
+            why += f"; {lost}"
         if unmatched:
             why += f"; no training step was recorded: {unmatched}"
     elif missing and not unmatched:  # a run whose planned fault did not happen proves nothing about that fault
