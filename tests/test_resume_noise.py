@@ -239,12 +239,12 @@ faults: [{{kind: crash, target: 0, at_step: 3}}]
                 "resumed_from": 0}
 
     asked: list[int] = []
-    bitwise = Engine(scenario, out_dir=tmp_path, golden=lambda s: summary(1.0),
+    bitwise = Engine(scenario, out_dir=tmp_path, html_report=False, golden=lambda s: summary(1.0),
                      control=lambda s, step: asked.append(step) or summary(1.0)).run()
     # printed with 4 decimals: equal as printed, never called bitwise (issue 32); still no control run
     assert bitwise["checkpoint"]["matches_golden"]["mode"] == "equal_as_printed" and asked == []
 
-    engine = Engine(scenario, out_dir=tmp_path, golden=lambda s: summary(1 + 1e-7),
+    engine = Engine(scenario, out_dir=tmp_path, html_report=False, golden=lambda s: summary(1 + 1e-7),
                     control=lambda s, step: asked.append(step) or summary(1 + 2e-7))
     result = engine.run()
     assert asked == [0]  # re-run from scratch: the control resumes from step 0 too
