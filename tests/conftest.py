@@ -478,3 +478,19 @@ def machine_for() -> object:
             pytest.skip(message)
 
     return check
+
+
+COMPARE_GROUP = "compare-views"  # the xdist group of every test that reads ``recorded_comparison``
+
+
+@pytest.fixture(scope="session")
+def recorded_comparison(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``chaos compare`` of the recorded centralized-crash and quickstart runs, drawn once per process (~1 CPU-s:
+    three plots and a report per run), for the tests that only read it (tests/test_compare_views.py,
+    tests/test_recorded_runs.py). Those tests share the xdist group ``COMPARE_GROUP``, so one worker draws it."""
+    from chaos.compare import write_comparison
+    from tests.data.recorded import expand
+
+    runs = tmp_path_factory.mktemp("compared-runs")
+    dirs = [expand(name, runs) for name in ("centralized-crash", "quickstart")]
+    return write_comparison(dirs, tmp_path_factory.mktemp("compared-pages") / "cmp")

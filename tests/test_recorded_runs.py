@@ -22,6 +22,7 @@ from chaos.history import read_history
 from chaos.reports import write_report
 from tests.browser import CHROMIUM, launch
 from tests.comparison import assert_centralized_vs_elastic
+from tests.conftest import COMPARE_GROUP
 from tests.data.record import RECORDINGS
 from tests.data.recorded import expand, recorded_names
 
@@ -43,6 +44,12 @@ DOCUMENTED_VERDICT = {
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     into = tmp_path_factory.mktemp("recorded")
     return {name: expand(name, into) for name in recorded_names()}
+
+
+@pytest.fixture(scope="module")
+def centralized_html(runs: dict[str, Path]) -> Path:
+    """centralized-crash's report.html, drawn once for the two tests that read it (the formats, Chromium)."""
+    return write_report(runs["centralized-crash"], "html")
 
 
 def test_every_recording_is_present_and_small() -> None:
@@ -98,9 +105,10 @@ def test_impairment_slowdown_without_restart(runs: dict[str, Path]) -> None:
     assert healed["restored"] is True
 
 
-def test_all_report_formats_from_the_run_directory_alone(runs: dict[str, Path]) -> None:
+def test_all_report_formats_from_the_run_directory_alone(runs: dict[str, Path], centralized_html: Path) -> None:
     run_dir = runs["centralized-crash"]
-    html = write_report(run_dir, "html").read_text()
+    assert centralized_html == run_dir / "report.html"
+    html = centralized_html.read_text()
     for section in ("Timeline", "Loss against the golden run", "Recovery breakdown", "Expectations",
                     "Checkpoint correctness", "Checkpoint interval", "Environment"):
         assert f">{section}<" in html, section
@@ -135,18 +143,19 @@ def test_report_cli_and_interval_advice(runs: dict[str, Path]) -> None:
     assert main(["report", str(runs["elastic-rendezvous-host-crash"]), "--format", "json"]) == 1
 
 
-def test_centralized_against_elastic(runs: dict[str, Path], tmp_path: Path) -> None:
-    assert_centralized_vs_elastic(write_comparison([runs["centralized-crash"], runs["quickstart"]], tmp_path / "cmp"))
+@pytest.mark.xdist_group(COMPARE_GROUP)  # the worker that draws recorded_comparison for test_compare_views too
+def test_centralized_against_elastic(recorded_comparison: dict[str, Path]) -> None:
+    assert_centralized_vs_elastic(recorded_comparison)
 
 
-def test_html_report_in_headless_chromium(runs: dict[str, Path]) -> None:
+def test_html_report_in_headless_chromium(centralized_html: Path) -> None:
     if CHROMIUM is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is not installed (apt-get install -y chromium); CI must run the browser test")
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
-    report = write_report(runs["centralized-crash"], "html")
+    report = centralized_html
     requests: list[str] = []
     failed: list[str] = []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -186,8 +195,10 @@ def test_two_runs_of_one_scenario_keep_a_report_each(runs: dict[str, Path], tmp_
     assert paths["md"].read_text().startswith("# torch-chaos comparison: 2 distributed runs\n"), "not 'vs centralized'"
 
 
+@pytest.mark.xdist_group(COMPARE_GROUP)
 def test_compare_refuses_a_run_given_twice_or_two_runs_of_one_name(runs: dict[str, Path], tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+                                                                 capsys: pytest.CaptureFixture[str],
+                                                                 recorded_comparison: dict[str, Path]) -> None:
     quickstart = runs["quickstart"]
     same_name = tmp_path / "elsewhere" / quickstart.name
     shutil.copytree(quickstart, same_name)
@@ -195,5 +206,5 @@ def test_compare_refuses_a_run_given_twice_or_two_runs_of_one_name(runs: dict[st
         code = main(["compare", "--from-runs", *map(str, dirs), "-o", str(tmp_path / "cmp")])
         assert code == 2 and said in capsys.readouterr().err
     assert not (tmp_path / "cmp").exists()
-    paths = write_comparison([runs["centralized-crash"], quickstart], tmp_path / "ok")
-    assert "comparison: distributed vs centralized</h1>" in paths["html"].read_text()
+    # runs of two names are compared (the same pair, drawn once for the session)
+    assert "comparison: distributed vs centralized</h1>" in recorded_comparison["html"].read_text()
