@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.browser import CHROMIUM, launch
-from tests.conftest import COMPARE_GROUP
+from tests.conftest import RECORDED_REPORTS_GROUP
 
 # One worker draws the comparison for every test here and tests/test_recorded_runs.py's that read it (the
 # session fixture recorded_comparison, tests/conftest.py), not once per xdist worker.
-pytestmark = pytest.mark.xdist_group(COMPARE_GROUP)
+pytestmark = pytest.mark.xdist_group(RECORDED_REPORTS_GROUP)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,15 @@ from chaos.history import read_history
 from chaos.reports import write_report
 from tests.browser import CHROMIUM, launch
 from tests.comparison import assert_centralized_vs_elastic
-from tests.conftest import COMPARE_GROUP
+from tests.conftest import RECORDED_REPORTS_GROUP
 from tests.data.record import RECORDINGS
 from tests.data.recorded import expand, recorded_names
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "reports" / "generated"
+
+# One worker draws the recordings' reports and their comparison for this module and the others that read them
+# (the session fixtures recorded_report and recorded_comparison, tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(RECORDED_REPORTS_GROUP)
 
 DOCUMENTED_VERDICT = {
     "centralized-crash": "pass",
@@ -47,9 +52,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def centralized_html(runs: dict[str, Path]) -> Path:
-    """centralized-crash's report.html, drawn once for the two tests that read it (the formats, Chromium)."""
-    return write_report(runs["centralized-crash"], "html")
+def centralized_html(recorded_report: Callable[[str, str], Path]) -> Path:
+    """centralized-crash's report.html, drawn once for the tests that read it (here: the formats, Chromium)."""
+    return recorded_report("centralized-crash", "html")
 
 
 def test_every_recording_is_present_and_small() -> None:
@@ -107,7 +112,6 @@ def test_impairment_slowdown_without_restart(runs: dict[str, Path]) -> None:
 
 def test_all_report_formats_from_the_run_directory_alone(runs: dict[str, Path], centralized_html: Path) -> None:
     run_dir = runs["centralized-crash"]
-    assert centralized_html == run_dir / "report.html"
     html = centralized_html.read_text()
     for section in ("Timeline", "Loss against the golden run", "Recovery breakdown", "Expectations",
                     "Checkpoint correctness", "Checkpoint interval", "Environment"):
@@ -126,11 +130,11 @@ def test_all_report_formats_from_the_run_directory_alone(runs: dict[str, Path], 
 
 @pytest.mark.parametrize("name", ["elastic-rendezvous-host-crash", "non-atomic-save", "network-delay-netns",
                                   "corrupt-latest-checkpoint"])
-def test_every_recording_renders_in_every_format(runs: dict[str, Path], name: str) -> None:
+def test_every_recording_renders_in_every_format(recorded_report: Callable[[str, str], Path], name: str) -> None:
     """Every verdict (fail, restart_loop; pass is the test above) and fault kind recorded (an impairment, a
     non-disruptive corruption) goes through every report path without an error."""
     for fmt in ("html", "md", "json", "junit"):
-        assert write_report(runs[name], fmt).stat().st_size > 0
+        assert recorded_report(name, fmt).stat().st_size > 0
 
 
 def test_report_cli_and_interval_advice(runs: dict[str, Path]) -> None:
@@ -143,7 +147,6 @@ def test_report_cli_and_interval_advice(runs: dict[str, Path]) -> None:
     assert main(["report", str(runs["elastic-rendezvous-host-crash"]), "--format", "json"]) == 1
 
 
-@pytest.mark.xdist_group(COMPARE_GROUP)  # the worker that draws recorded_comparison for test_compare_views too
 def test_centralized_against_elastic(recorded_comparison: dict[str, Path]) -> None:
     assert_centralized_vs_elastic(recorded_comparison)
 
@@ -195,7 +198,6 @@ def test_two_runs_of_one_scenario_keep_a_report_each(runs: dict[str, Path], tmp_
     assert paths["md"].read_text().startswith("# torch-chaos comparison: 2 distributed runs\n"), "not 'vs centralized'"
 
 
-@pytest.mark.xdist_group(COMPARE_GROUP)
 def test_compare_refuses_a_run_given_twice_or_two_runs_of_one_name(runs: dict[str, Path], tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str],
                                                                  recorded_comparison: dict[str, Path]) -> None:
