@@ -13,12 +13,13 @@ import subprocess
 import pytest
 import tomllib
 
-from tests.import_graph import ROOT, imports, lazy, module_cycles
+from tests.import_graph import ROOT, SOURCE_SCANS_GROUP, imports, lazy, module_cycles
 
 # Function-level project imports left in chaos/ (each says why: the CLI's start, the probe, pytest's start, FUSE,
 # matplotlib where the engine runs without it).
 # Lower it when one goes; never raise it to let a new one in without its reason being one of those.
 MAX_LAZY = 41
+pytestmark = pytest.mark.xdist_group(SOURCE_SCANS_GROUP)  # one worker parses chaos/ for every such scan
 
 
 def test_no_import_cycle_counting_imports_inside_functions() -> None:
