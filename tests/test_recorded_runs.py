@@ -186,14 +186,15 @@ def test_html_report_in_headless_chromium(centralized_html: Path) -> None:
 
 def test_two_runs_of_one_scenario_keep_a_report_each(runs: dict[str, Path], tmp_path: Path) -> None:
     """Each run's report was named after its scenario: the second of two cluster shapes of one file overwrote the
-    first, and both columns linked the same page."""
+    first, and both columns linked the same page. (plain-ddp-crash: the smallest distributed recording, 200
+    events; any scenario shows it.)"""
     import shutil
 
-    twin = tmp_path / "quickstart-twin"
-    shutil.copytree(runs["quickstart"], twin)
-    paths = write_comparison([runs["quickstart"], twin], tmp_path / "cmp")
+    twin = tmp_path / "plain-ddp-crash-twin"
+    shutil.copytree(runs["plain-ddp-crash"], twin)
+    paths = write_comparison([runs["plain-ddp-crash"], twin], tmp_path / "cmp")
     assert sorted(p.name for p in (tmp_path / "cmp").glob("*.html") if p.name != "compare.html") == sorted(
-        [f"{runs['quickstart'].name}.html", "quickstart-twin.html"])
+        [f"{runs['plain-ddp-crash'].name}.html", "plain-ddp-crash-twin.html"])
     assert paths["md"].read_text().count(".html)") == 2
     assert paths["md"].read_text().startswith("# torch-chaos comparison: 2 distributed runs\n"), "not 'vs centralized'"
 
