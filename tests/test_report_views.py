@@ -78,7 +78,7 @@ def test_every_node_has_a_lane_of_its_own(runs: dict[str, Path], recorded_report
 def test_a_description_is_rendered_markdown_and_everything_else_is_escaped(runs: dict[str, Path],
                                                                            tmp_path: Path) -> None:
     run = tmp_path / "described"
-    shutil.copytree(runs["quickstart"], run)
+    shutil.copytree(runs["plain-ddp-crash"], run)  # any run: the smallest distributed recording
     scenario = yaml.safe_load((run / "scenario.yaml").read_text())
     scenario["description"] = ("Crash `node2` *now*, see [the docs](https://example.org/x) or "
                                "[this](javascript:alert(1)). <script>alert(1)</script> <img src=http://e/x.png>")
