@@ -196,7 +196,7 @@ def test_the_engine_runs_the_golden_runner_it_is_given(tmp_path: Path) -> None:
         return {"key": "fake", "run_dir": "nowhere", "cached": True, "completed": True, "losses": {"1": 1.0},
                 "world_sizes": [1], "steps": 1, "state_sha256": None, "trusted": True}
 
-    engine = Engine(scenario(), out_dir=tmp_path, golden=golden)
+    engine = Engine(scenario(), out_dir=tmp_path, html_report=False, golden=golden)
     result = engine.run()
     assert asked == ["cached"]
     assert json.loads((engine.run_dir / "golden.json").read_text())["key"] == "fake"

@@ -13,13 +13,14 @@ import subprocess
 import pytest
 import tomllib
 
-from tests.import_graph import ROOT, imports, lazy, module_cycles
+from tests.import_graph import ROOT, SOURCE_SCANS_GROUP, imports, lazy, module_cycles
 
 # Function-level project imports left in chaos/ (each says why: the CLI's parser, the probe, pytest's start, FUSE,
 # matplotlib where the engine runs without it). The CLI's subcommands are no longer among them: each handler is a
 # module of chaos/commands/ with top-level imports, loaded by name when chosen (chaos/cli.py, `handler`).
 # Lower it when one goes; never raise it to let a new one in without its reason being one of those.
 MAX_LAZY = 13
+pytestmark = pytest.mark.xdist_group(SOURCE_SCANS_GROUP)  # one worker parses chaos/ for every such scan
 
 
 def test_no_import_cycle_counting_imports_inside_functions() -> None:

@@ -12,9 +12,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from chaos.registry import fault_plugins
+from tests.import_graph import SOURCE_SCANS_GROUP, parsed
 
 CHAOS = Path(__file__).resolve().parent.parent / "chaos"
+pytestmark = pytest.mark.xdist_group(SOURCE_SCANS_GROUP)  # one worker parses chaos/ for every such scan
 
 # The same word meaning something else: (module, word) -> what it is there.
 OTHER_MEANING = {
@@ -45,7 +49,7 @@ def _named(kinds: set[str]) -> list[tuple[str, int, str]]:
     for path in sorted(CHAOS.rglob("*.py")):
         parts = list(path.relative_to(CHAOS.parent).with_suffix("").parts)
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in kinds:
                 found.append((module, node.lineno, node.value))
     return found
