@@ -100,10 +100,10 @@ def committed(experiment_dir: Path, dir_name: str) -> bool:
     """Whether Ray Train's controller has registered the checkpoint folder ``dir_name``: its snapshot names it.
     The snapshot is rewritten in place (not atomically), so a torn read is simply not yet a commit."""
     try:
-        return f'"{dir_name}"' in (experiment_dir / SNAPSHOT).read_text() or \
-            f"/{dir_name}\"" in (experiment_dir / SNAPSHOT).read_text()
+        text = (experiment_dir / SNAPSHOT).read_text()
     except OSError:
         return False
+    return f'/{dir_name}"' in text or f'"{dir_name}"' in text
 
 
 class CommitWatcher:
@@ -112,6 +112,7 @@ class CommitWatcher:
     def __init__(self, experiment_dir: Path) -> None:
         self.experiment_dir = experiment_dir
         self.pending: list[tuple[int, str, str, int]] = []  # (step, folder name, sha256, bytes), oldest first
+        self.kept: list[tuple[int, str]] = []  # committed and still in Ray's snapshot (CheckpointConfig.num_to_keep)
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="chaos-commit-watcher", daemon=True)
         self.thread.start()
@@ -130,6 +131,12 @@ class CommitWatcher:
                                                bytes=size, committed_by="ray-train-controller")
                 with self.lock:
                     self.pending.remove(item)
+                    self.kept.append((step, dir_name))
+        for step, dir_name in list(self.kept):
+            if not committed(self.experiment_dir, dir_name) and (self.experiment_dir / SNAPSHOT).exists() and \
+                    not (self.experiment_dir / dir_name).exists():  # Ray dropped it (num_to_keep) and deleted it
+                probe.checkpoint_deleted(step, str(self.experiment_dir / dir_name / STATE_FILE))
+                self.kept.remove((step, dir_name))
 
     def _run(self) -> None:
         while True:

@@ -72,8 +72,8 @@ def ray_command() -> str:
 
 def start_argv(role: str, args: argparse.Namespace) -> list[str]:
     """The ``ray start --block`` command line of a head or worker node."""
-    argv = [ray_command(), "start", "--block", f"--node-ip-address={args.node_ip_address}", f"--temp-dir={args.temp_dir}",
-            f"--object-store-memory={args.object_store_bytes}"]
+    argv = [ray_command(), "start", "--block", f"--node-ip-address={args.node_ip_address}",
+            f"--temp-dir={args.temp_dir}", f"--object-store-memory={args.object_store_bytes}"]
     if role == "head":
         argv += ["--head", f"--port={args.port}", "--num-cpus=0", "--disable-usage-stats", "--include-dashboard=false"]
     else:
