@@ -3,6 +3,8 @@ tests/integration/test_ray_launcher.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from chaos.launchers import ray_node
@@ -46,3 +48,14 @@ def test_bad_command_lines_are_refused_with_the_reason(argv: list[str], expected
         ray_node.parse_args(argv)
     assert exc.value.code == 2
     assert expected in capsys.readouterr().err
+
+
+def test_the_last_node_to_stop_removes_the_runs_temp_folder(tmp_path: Path) -> None:
+    root = tmp_path / "tchaos-ray-abc123"
+    for node in ("node0", "node1"):
+        (root / node / "session_x" / "sockets").mkdir(parents=True)
+    (root / ray_node.RUN_ID_FILE).write_text("20261206-000000-x-abc123")
+    ray_node.remove_temp_dir(str(root / "node1"))
+    assert sorted(p.name for p in root.iterdir()) == ["node0", ray_node.RUN_ID_FILE]  # node0 still runs
+    ray_node.remove_temp_dir(str(root / "node0"))
+    assert not root.exists()

@@ -41,6 +41,7 @@ CONNECT_TIMEOUT_S = 60.0  # worker: how long the head may take to come up
 STOP_GRACE_S = 5.0  # SIGTERM to `ray start --block`, then SIGKILL to what is left
 EXIT_NO_WORKERS = 3  # head: the worker nodes never joined
 ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
+RUN_ID_FILE = "run_id"  # beside the nodes' temp dirs: which run they belong to (the launcher's cleanup reads it)
 
 # Counts the worker nodes (alive, not the head) through the GCS client, without registering a driver.
 _COUNT_WORKERS = """
@@ -90,6 +91,17 @@ def check_temp_dir(path: str) -> str | None:
     return None
 
 
+def remove_temp_dir(temp_dir: str) -> None:
+    """Remove this node's Ray temp dir, and the run's parent folder once no other node's is left in it."""
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    parent = Path(temp_dir).parent
+    try:
+        if all(p.name == RUN_ID_FILE for p in parent.iterdir()):
+            shutil.rmtree(parent, ignore_errors=True)
+    except OSError:
+        pass
+
+
 class Node:
     """The processes this node started: ``ray start --block`` (and its GCS, raylet, workers) and the driver."""
 
@@ -102,6 +114,8 @@ class Node:
 
     def start_ray(self, role: str) -> subprocess.Popen[bytes]:
         Path(self.args.temp_dir).mkdir(parents=True, exist_ok=True)
+        if self.args.run_id:
+            (Path(self.args.temp_dir).parent / RUN_ID_FILE).write_text(self.args.run_id)
         argv = start_argv(role, self.args)
         print(f"ray_node: {' '.join(argv)}", flush=True)
         self.ray = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL)
@@ -148,7 +162,7 @@ class Node:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(left, timeout=2)
-        shutil.rmtree(self.args.temp_dir, ignore_errors=True)
+        remove_temp_dir(self.args.temp_dir)
 
     def on_signal(self, signum: int, _frame: object) -> None:
         print(f"ray_node: {signal.Signals(signum).name}: stopping this node's Ray processes", flush=True)
@@ -215,6 +229,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
         s.add_argument("--node-ip-address", required=True, help="the address Ray registers this node on")
         s.add_argument("--temp-dir", required=True, help=f"Ray's session folder (absolute, <= {MAX_TEMP_DIR} chars)")
         s.add_argument("--object-store-bytes", type=int, default=OBJECT_STORE_BYTES)
+        s.add_argument("--run-id", default="", help=f"written to <temp dir>/../{RUN_ID_FILE} for chaos cleanup")
         if role == "head":
             s.add_argument("--port", type=int, required=True, help="the GCS port")
             s.add_argument("--expect-workers", type=int, required=True, help="worker nodes to wait for")
