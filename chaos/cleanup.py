@@ -11,7 +11,7 @@ gone.
 from __future__ import annotations
 
 from chaos.cluster.slurm import cleanup as cluster_cleanup
-from chaos.registry import fault_plugins, runtime_plugins
+from chaos.registry import fault_plugins, launcher_plugins, runtime_plugins
 from chaos.storage.layer import cleanup as storage_cleanup
 
 
@@ -21,6 +21,8 @@ def cleanup(run_id: str | None = None, only_orphans: bool = True) -> list[str]:
         removed += runtime.cleanup(run_id, only_orphans)
     for kind in fault_plugins().values():
         removed += kind.cleanup(run_id, only_orphans)
+    for launcher in launcher_plugins().values():  # what a launcher leaves outside the trees (Ray's session dirs)
+        removed += launcher.cleanup(run_id, only_orphans)
     removed += cluster_cleanup(run_id, only_orphans)  # not runs: --run-id leaves them alone
     # Last: a storage layer's mount, once nothing (a node, a container) uses it any more.
     removed += storage_cleanup(run_id, only_orphans)

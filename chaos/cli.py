@@ -30,7 +30,7 @@ from chaos.image import ImageBuildError, build_image, image_tag
 from chaos.loading import ScenarioInvalid, load_scenario, resolve_scenario_path, shipped_scenarios_dir
 from chaos.paths import shown
 from chaos.plan import PlanError, build_plan
-from chaos.registry import fault_plugins, load_errors, rendezvous_plugins, runtime_plugins
+from chaos.registry import fault_plugins, launcher_plugins, load_errors, rendezvous_plugins, runtime_plugins
 from chaos.run_result import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, exit_code_for
 from chaos.runtimes import create_runtime
 from chaos.scenario import parse_duration
@@ -168,11 +168,15 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                                                                sorted(getattr(r, "conditional_capabilities", ()))]})
     for name, b in rendezvous_plugins().items():
         rows.append({"group": "rendezvous", "name": name, "summary": b.summary, "module": b.__module__})
+    for name, launcher in launcher_plugins().items():
+        rows.append({"group": "launcher", "name": name, "summary": launcher.summary, "module": launcher.__module__,
+                     "needs": [f"mode {launcher.mode}"] + ([f"runtimes: {', '.join(sorted(launcher.runtimes))}"]
+                                                          if launcher.runtimes is not None else [])})
     broken = [str(e) for e in load_errors()]
     if args.json:
         print(json.dumps({"plugins": rows, "failed_to_load": broken}, indent=2))
         return EXIT_PASS if not broken else EXIT_FAIL
-    t = Table(title="installed plug-ins (entry points torch_chaos.faults / .runtimes / .rendezvous)")
+    t = Table(title="installed plug-ins (entry points torch_chaos.faults / .runtimes / .rendezvous / .launchers)")
     for col in ("group", "name", "what it does", "needs / gives", "module"):
         t.add_column(col, overflow="fold")
     for row in rows:

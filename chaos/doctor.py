@@ -15,7 +15,15 @@ from chaos.capabilities import NODE_NETWORK
 from chaos.cluster.slurm import machine_checks as cluster_checks
 from chaos.machine import Check, merge
 from chaos.plan import PlanError
-from chaos.registry import fault_plugins, load_errors, raised_by, rendezvous_plugins, runtime_plugins
+from chaos.registry import (
+    fault_plugins,
+    launcher_of,
+    launcher_plugins,
+    load_errors,
+    raised_by,
+    rendezvous_plugins,
+    runtime_plugins,
+)
 from chaos.scenario import Scenario
 from chaos.storage.layer import machine_checks as storage_checks
 from chaos.storage.layer import needs_fuse
@@ -47,6 +55,8 @@ def machine_checks() -> list[Check]:
         checks += _declared(kind)
     for backend in rendezvous_plugins().values():
         checks += _declared(backend)
+    for launcher in launcher_plugins().values():
+        checks += _declared(launcher)
     checks += storage_checks()
     checks += cluster_checks()  # optional: `chaos cluster up slurm`, which no run needs
     checks += [Check(f"plug-in {e.name}", False, f"{e.group}: {e.target} failed to load: {e.error}",
@@ -68,8 +78,9 @@ def unmet(scenario: Scenario) -> list[Check]:
     for need in sorted({n for f in scenario.faults for n in fault_plugins()[f.kind].needs}
                        & runtime.conditional_capabilities):
         checks += _declared(runtime, need, options, hook="capability_check")
-    if c.mode == "elastic":
+    if launcher_of(c).rendezvous:
         checks += _declared(rendezvous_plugins()[c.rendezvous.backend])
+    checks += _declared(launcher_of(c))
     if needs_fuse(scenario) and runtime.fuse_on_engine_host:  # else the runtime checks FUSE on the nodes' hosts
         checks += [replace(ch, required=True) for ch in storage_checks()]
     return [ch for ch in merge(checks) if ch.required and not ch.ok]

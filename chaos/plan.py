@@ -13,14 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chaos.agent_log import launcher as agent_launcher
+from chaos.launchers.base import LaunchContext
 from chaos.paths import confine, not_a_directory
-from chaos.registry import rendezvous_backend, rendezvous_plugins
+from chaos.registry import launcher_of, rendezvous_plugins
 from chaos.workload import CommandWorkload, ShippedWorkload
 from chaos.workload_args import as_text
 
 # Plug-ins import this module while the scenario model is built from them, so it imports chaos.scenario for types only.
 if TYPE_CHECKING:
+    from chaos.launchers.base import Launcher
     from chaos.scenario import Scenario
     from chaos.spec import FaultSpec
 
@@ -96,11 +97,13 @@ class Plan:
     channel: str | None = None  # host:port where the engine listens for the history channel (CHAOS_CHANNEL)
     # the secret every sender shows in its hello (CHAOS_CHANNEL_TOKEN): only this run's processes may write its history
     channel_token: str | None = None
+    # the launcher that built the nodes' commands (chaos.launchers): runtimes ask it for a node's workers
+    launcher: Launcher | None = None
 
     @property
     def store_host(self) -> str | None:
         """The node whose network stack serves the rendezvous store (None for a centralized job)."""
-        if self.scenario.cluster.mode == "centralized":
+        if not launcher_of(self.scenario.cluster).rendezvous:
             return None
         return STORE_NODE if self.store is not None else "node0"
 
@@ -115,6 +118,7 @@ class Plan:
             "run_id": self.run_id,
             "run_dir": str(self.run_dir),
             "mode": self.scenario.cluster.mode,
+            "launcher": launcher_of(self.scenario.cluster).name,
             "runtime": self.scenario.cluster.runtime,
             "elastic_settings": self.elastic,
             "checkpoint_dir": str(self.checkpoint_dir) if self.checkpoint_dir else None,
@@ -234,11 +238,11 @@ class PlanError(ValueError):
     """The scenario is valid on its own but cannot be turned into commands (a user mistake, exit code 2)."""
 
 
-def _is_python(argv: list[str]) -> bool:
+def is_python(argv: list[str]) -> bool:
     return argv[0].endswith(".py") or (Path(argv[0]).name.startswith("python") and len(argv) > 1)
 
 
-def _python_script(argv: list[str]) -> list[str]:
+def python_script(argv: list[str]) -> list[str]:
     """torchrun starts a Python script on every node: accept ``[train.py, ...]``, ``[python, train.py, ...]`` or
     ``[python, -m, package.module, ...]`` (torchrun's own ``-m``); other interpreter options such as ``-c`` have no
     torchrun equivalent and are refused with what to write instead."""
@@ -266,7 +270,7 @@ def rendezvous_server_names(cluster: Any) -> list[str]:
     """The names of the servers the cluster's rendezvous backend runs (``etcd0``..), none for c10d or a
     centralized job: fault targets, and endpoints with an address of their own on netns and docker."""
     backend = rendezvous_plugins()[cluster.rendezvous.backend]
-    if cluster.mode == "centralized" or not backend.server_prefix:
+    if not launcher_of(cluster).rendezvous or not backend.server_prefix:
         return []
     return [f"{backend.server_prefix}{i}" for i in range(cluster.rendezvous.members or backend.default_members)]
 
@@ -276,7 +280,7 @@ def node_names(scenario: Scenario) -> list[str]:
     rendezvous backend's servers (etcd members)."""
     c = scenario.cluster
     names = [f"node{i}" for i in range(c.nodes)]
-    if c.mode == "elastic" and c.rendezvous.store == "dedicated":
+    if launcher_of(c).rendezvous and c.rendezvous.store == "dedicated":
         names.append(STORE_NODE)
     return names + rendezvous_server_names(c)
 
@@ -315,7 +319,6 @@ class Addressing:
 def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing | None = None) -> Plan:
     c = scenario.cluster
     net = net or Addressing.loopback(scenario)
-    python = net.python
     r = c.resources
     resources = pin_cpus(c.nodes, r.cpus, host_cpus(), r.allow_oversubscribe)
     pinned: dict[str, list[int]] = resources["nodes"]
@@ -354,49 +357,9 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
     if pause_steps:
         base_env["CHAOS_PAUSE_AT_STEPS"] = ",".join(map(str, pause_steps))
     script = workload_argv(scenario, checkpoint_dir, settings)
-    nodes: list[NodePlan] = []
-    store: NodePlan | None = None
-    if c.mode == "centralized":
-        if c.procs_per_node == 1:
-            # one plain process: the interpreter's own options (python -c, -m) work as written
-            argv = [python, *(script if script[0].endswith(".py") else script[1:])] if _is_python(script) else script
-        else:
-            # torchrun starts a script: `[python, train.py]` would make it run a file named "python"
-            argv = [python, "-m", "torch.distributed.run", "--standalone",
-                    f"--nproc-per-node={c.procs_per_node}", *_python_script(script)]
-        nodes.append(NodePlan("node0", 0, argv, {**base_env, "CHAOS_NODE": "node0"}, cpus=pinned.get("node0")))
-        return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, None, settings, pause_on, net.addresses,
-                    resources=resources, channel=net.channel, channel_token=net.channel_token)
-
-    port = net.store_port
-    store_host = STORE_NODE if c.rendezvous.store == "dedicated" else "node0"
-    endpoint = f"{net.addresses[store_host]}:{port}"
-    backend = rendezvous_backend(c.rendezvous.backend)
-    servers: list[NodePlan] = []
-    if backend.server_prefix is not None:
-        servers = backend.servers(run_id=run_id, run_dir=run_dir,
-                                  members=c.rendezvous.members or backend.default_members, addresses=net.addresses)
-        endpoint = backend.endpoint(servers)
-    if c.rendezvous.store == "dedicated":
-        # Like the agents' launcher: the repository goes on sys.path inside the command, so the store starts
-        # from the run directory whether or not torch-chaos is installed as a package.
-        code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); from chaos.store_server import main; "
-                "sys.exit(main(sys.argv[1:]))")
-        store = NodePlan(STORE_NODE, None, [python, "-c", code, "--host", net.addresses[STORE_NODE],
-                                            "--port", str(port)],
-                         {"CHAOS_RUN_ID": run_id, "CHAOS_NODE": STORE_NODE, "PYTHONUNBUFFERED": "1"}, role="store")
-    min_nodes = c.min_nodes or c.nodes
-    if not settings["share_rendezvous_store"]:
-        base_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    script_argv = _python_script(script)
-    for i in range(c.nodes):
-        is_host = c.rendezvous.store == "node0" and i == 0
-        # torchrun itself, with its agent's steps written to the history (chaos.agent_log)
-        argv = [*agent_launcher(python, str(REPO_ROOT)),
-                f"--nnodes={min_nodes}:{c.nodes}", f"--nproc-per-node={c.procs_per_node}",
-                *backend.torchrun_args(endpoint=endpoint, run_id=run_id, is_host=is_host, settings=settings),
-                f"--max-restarts={settings['max_restarts']}",
-                f"--local-addr={net.addresses[f'node{i}']}", *script_argv]
-        nodes.append(NodePlan(f"node{i}", i, argv, {**base_env, "CHAOS_NODE": f"node{i}"}, cpus=pinned.get(f"node{i}")))
-    return Plan(scenario, run_id, run_dir, checkpoint_dir, nodes, store, settings, pause_on, net.addresses, port,
-                servers=servers, resources=resources, channel=net.channel, channel_token=net.channel_token)
+    # The launcher (cluster.launcher, or the one cluster.mode names) builds each node's command from these parts.
+    launcher = launcher_of(c)()
+    launch = launcher.node_plans(LaunchContext(scenario, run_id, run_dir, net, base_env, script, settings, pinned))
+    return Plan(scenario, run_id, run_dir, checkpoint_dir, launch.nodes, launch.store, settings, pause_on,
+                net.addresses, launch.store_port, servers=launch.servers, resources=resources, channel=net.channel,
+                channel_token=net.channel_token, launcher=launcher)

@@ -24,6 +24,7 @@ from chaos.capabilities import (
     STORAGE_LAYER,
 )
 from chaos.faults.base import FaultContext, FaultKind, draw_duration, local_rank_problems
+from chaos.launchers.base import Launch, LaunchContext, Launcher
 from chaos.machine import Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, marked_processes, signal_all
 from chaos.plan import Addressing, NodePlan, Plan
@@ -56,6 +57,9 @@ __all__ = [
     "FaultContext",
     "FaultKind",
     "FaultSpec",
+    "Launch",
+    "LaunchContext",
+    "Launcher",
     "NodePlan",
     "Plan",
     "PositiveSeconds",

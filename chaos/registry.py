@@ -1,4 +1,4 @@
-"""The plug-in registry: fault kinds, runtimes and rendezvous backends, discovered through entry points.
+"""The plug-in registry: fault kinds, runtimes, rendezvous backends and launchers, discovered through entry points.
 
 The built-ins register exactly like a third-party package does, in pyproject.toml::
 
@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chaos.faults.base import FaultKind
+    from chaos.launchers.base import Launcher
     from chaos.rendezvous.base import RendezvousBackend
     from chaos.runtimes.base import Runtime
 
 FAULTS = "torch_chaos.faults"
 RUNTIMES = "torch_chaos.runtimes"
 RENDEZVOUS = "torch_chaos.rendezvous"
-GROUPS = (FAULTS, RUNTIMES, RENDEZVOUS)
+LAUNCHERS = "torch_chaos.launchers"
+GROUPS = (FAULTS, RUNTIMES, RENDEZVOUS, LAUNCHERS)
 
 
 class PluginError(RuntimeError):
@@ -129,6 +131,11 @@ def rendezvous_plugins() -> dict[str, type[RendezvousBackend]]:
     return _load(RENDEZVOUS)[0]
 
 
+def launcher_plugins() -> dict[str, type[Launcher]]:
+    """Every launcher, by name (sorted)."""
+    return _load(LAUNCHERS)[0]
+
+
 def load_errors() -> list[LoadError]:
     return [e for group in GROUPS for e in _load(group)[1]]
 
@@ -161,6 +168,23 @@ def rendezvous_backend(name: str) -> RendezvousBackend:
     if name not in plugins:
         raise _missing(RENDEZVOUS, name, plugins)
     return plugins[name]()
+
+
+def launcher_class(name: str) -> type[Launcher]:
+    plugins = launcher_plugins()
+    if name not in plugins:
+        raise _missing(LAUNCHERS, name, plugins)
+    return plugins[name]
+
+
+# ``cluster.mode`` as written before launchers were plug-ins: each names the built-in launcher of its family.
+LAUNCHER_OF_MODE = {"elastic": "torchrun", "centralized": "process"}
+
+
+def launcher_of(cluster: Any) -> type[Launcher]:
+    """The launcher class of a scenario's ``cluster`` (``cluster.launcher``, else the one its ``mode`` names)."""
+    name = getattr(cluster, "launcher", None) or LAUNCHER_OF_MODE.get(cluster.mode, cluster.mode)
+    return launcher_class(name)
 
 
 def fault_colour(kind: str) -> str:

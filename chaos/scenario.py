@@ -28,10 +28,18 @@ from pydantic import (
 
 from chaos.capabilities import CAPABILITIES, STORAGE_LAYER
 from chaos.events import ExploreTriggerEvent
-from chaos.faults.base import launch_layout, layout_problem
+from chaos.faults.base import LAYOUTS, launch_layout, layout_problem
 from chaos.paths import check_allowed, check_path
 from chaos.plan import rendezvous_server_names
-from chaos.registry import fault_plugins, raised_by, rendezvous_plugins, runtime_plugins
+from chaos.registry import (
+    LAUNCHER_OF_MODE,
+    fault_plugins,
+    launcher_of,
+    launcher_plugins,
+    raised_by,
+    rendezvous_plugins,
+    runtime_plugins,
+)
 from chaos.spec import (
     SERVER_PREFIXES,
     EventTrigger,
@@ -112,8 +120,8 @@ def _able(need: str) -> list[str]:
 
 def _store_target_problems(kind: str, cluster: Any, plugins: dict[str, Any]) -> list[str]:
     """Why ``target: store`` cannot be taken here: no dedicated store process, or a kind that cannot act on one."""
-    if cluster.mode == "centralized":
-        return ["a centralized job has no rendezvous store"]
+    if not launcher_of(cluster).rendezvous:
+        return [f"a {cluster.mode} job has no rendezvous store"]
     problems = []
     if cluster.rendezvous.store != "dedicated":
         problems.append("store means the dedicated rendezvous store process, and this cluster has none "
@@ -130,7 +138,7 @@ def _server_target_problems(fault: Any, cluster: Any, plugins: dict[str, Any]) -
     """Why ``target: etcd1`` (a rendezvous backend's server) cannot be taken here."""
     names = rendezvous_server_names(cluster)
     problems = []
-    if cluster.mode == "centralized" or fault.target not in names:
+    if not launcher_of(cluster).rendezvous or fault.target not in names:
         problems.append(f"{fault.target} is not a server of this cluster's rendezvous (backend: "
                         f"{cluster.rendezvous.backend}" + (f", servers {', '.join(names)})" if names else
                                                             ", which runs none)"))
@@ -286,7 +294,13 @@ def _build() -> dict[str, Any]:
         __qualname__ = "ClusterBase"
         runtime: _names(runtime_plugins()) = Field(  # type: ignore[valid-type]
             "local", description="; ".join(f"{n}: {p.summary}" for n, p in runtime_plugins().items()))
-        mode: Literal["elastic", "centralized"] = "elastic"
+        launcher: _names(launcher_plugins()) | None = Field(  # type: ignore[valid-type]
+            None, description="how the job's processes start (default: the one `mode` names, else torchrun); "
+            + "; ".join(f"{n}: {p.summary}" for n, p in launcher_plugins().items()))
+        mode: _names({m: m for m in (*LAUNCHER_OF_MODE, *(p.mode for p in launcher_plugins().values()))}  # type: ignore[valid-type]
+                     ) | None = Field(
+            None, description="the launcher's family, as written before launchers were plug-ins: elastic names "
+            "torchrun, centralized names process (default: elastic, or the launcher's own)")
         nodes: int = Field(3, ge=1, le=64)
         min_nodes: int | None = Field(None, ge=1, description="defaults to nodes")
         procs_per_node: int = Field(1, ge=1, le=64)
@@ -305,8 +319,22 @@ def _build() -> dict[str, Any]:
         def _check(self) -> ClusterBase:
             if self.min_nodes is not None and self.min_nodes > self.nodes:
                 raise ValueError(f"min_nodes ({self.min_nodes}) must not exceed nodes ({self.nodes})")
-            if self.mode == "centralized" and self.nodes != 1:
-                raise ValueError("a centralized job runs on exactly 1 node (set nodes: 1)")
+            plugins = launcher_plugins()
+            if self.launcher is None:
+                named = LAUNCHER_OF_MODE.get(self.mode or "elastic")
+                if named is None:
+                    able = [n for n, p in plugins.items() if p.mode == self.mode]
+                    raise ValueError(f"mode: {self.mode} is the mode of the {' or '.join(able)} launcher; write "
+                                     f"launcher: {able[0] if able else self.mode} instead")
+                self.launcher = named
+            own = plugins[self.launcher].mode
+            if self.mode is None:
+                self.mode = own
+            elif self.mode != own:
+                raise ValueError(f"mode: {self.mode} does not match launcher: {self.launcher}, whose mode is {own}; "
+                                 "drop mode (the launcher names it)")
+            if plugins[self.launcher].single_node and self.nodes != 1:
+                raise ValueError(f"a {self.mode} job runs on exactly 1 node (set nodes: 1)")
             return self
 
 
@@ -314,7 +342,10 @@ def _build() -> dict[str, Any]:
     Cluster = create_model(  # type: ignore[call-overload]
         "Cluster", __base__=ClusterBase,
         **{name: (p.options, Field(default_factory=p.options, description=f"options of the {name} runtime"))
-           for name, p in runtime_plugins().items() if p.options is not None})
+           for name, p in runtime_plugins().items() if p.options is not None},
+        # and each launcher with options of its own `cluster.<name>: {...}` (e.g. cluster.ray), a runtime's name first
+        **{name: (p.options, Field(default_factory=p.options, description=f"options of the {name} launcher"))
+           for name, p in launcher_plugins().items() if p.options is not None and name not in runtime_plugins()})
     # One options model per registered fault kind, chosen by `kind`; the tag is capitalised so error paths drop it
     # (chaos/loading.py). An unknown or missing kind is answered with the list of installed ones.
     _KINDS = ", ".join(repr(k) for k in fault_plugins())
@@ -397,12 +428,20 @@ def _build() -> dict[str, Any]:
             problems += self._workload_problems()
             problems += self._rendezvous_problems(runtime)
             problems += _problems_from(runtime, "scenario_problems", self)
+            launcher = launcher_of(c)
+            if launcher.runtimes is not None and c.runtime not in launcher.runtimes:
+                problems.append(f"cluster.runtime: the {c.launcher} launcher runs on "
+                                f"{', '.join(sorted(launcher.runtimes))}; the {c.runtime} runtime is not one of them")
+            problems += _problems_from(launcher, "scenario_problems", self)
             for i, fault in enumerate(self.faults):
                 if isinstance(fault.target, int) and fault.target >= c.nodes:
                     problems.append(f"faults[{i}].target: node {fault.target} does not exist "
                                     f"(the cluster has nodes 0..{c.nodes - 1})")
-                if fault.target == "rendezvous_host" and c.mode == "centralized":
-                    problems.append(f"faults[{i}].target: a centralized job has no rendezvous host")
+                if fault.target == "rendezvous_host" and not launcher.rendezvous:
+                    problems.append(f"faults[{i}].target: a {c.mode} job has no rendezvous host")
+                if fault.kind in launcher.refused_faults:
+                    problems.append(f"faults[{i}].kind: {fault.kind} does not apply to the {c.launcher} launcher: "
+                                    f"{launcher.refused_faults[fault.kind]}")
                 plugin = plugins[fault.kind]
                 if fault.target == "store":
                     problems += [f"faults[{i}].target: {why}" for why in _store_target_problems(fault.kind, c, plugins)]
@@ -417,7 +456,7 @@ def _build() -> dict[str, Any]:
                                     f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")
                 problems += [f"faults[{i}].{problem}" for problem in _problems_from(plugin, "check", fault, self)]
                 problems += [f"faults[{i}].{why}" for why in self._time_problems(fault)]
-                if (layout := launch_layout(c)) not in plugin.layouts:
+                if (layout := launch_layout(c)) in LAYOUTS and layout not in plugin.layouts:
                     problems.append(f"faults[{i}].kind: {layout_problem(plugin, layout)}")
             deadline = self.limits.deadline_s
             if c.node_restart.delay_s > deadline:
@@ -460,8 +499,8 @@ def _build() -> dict[str, Any]:
                 if isinstance(target, int) and target >= c.nodes:
                     problems.append(f"explore.targets: node {target} does not exist (the cluster has nodes "
                                     f"0..{c.nodes - 1})")
-                elif target == "rendezvous_host" and c.mode == "centralized":
-                    problems.append("explore.targets: a centralized job has no rendezvous host")
+                elif target == "rendezvous_host" and not launcher_of(c).rendezvous:
+                    problems.append(f"explore.targets: a {c.mode} job has no rendezvous host")
                 elif target == "store" or (isinstance(target, str) and target.startswith(SERVER_PREFIXES)):
                     able = [k for k in bounds.kinds if getattr(plugins[k], "acts_on_store", False)]
                     if not able:
@@ -480,8 +519,11 @@ def _build() -> dict[str, Any]:
             layout = launch_layout(c)
             for kind in bounds.kinds:
                 plugin = plugins[kind]
-                if layout not in plugin.layouts:
+                if layout in LAYOUTS and layout not in plugin.layouts:
                     problems.append(f"explore.kinds: {layout_problem(plugin, layout)}")
+                if kind in launcher_of(c).refused_faults:
+                    problems.append(f"explore.kinds: {kind} does not apply to the {c.launcher} launcher: "
+                                    f"{launcher_of(c).refused_faults[kind]}")
                 for name in time_fields(plugin.options):  # a kind's own default time, which every generated fault has
                     default = plugin.options.model_fields[name].get_default(call_default_factory=True)
                     if name not in ("at", "duration") and isinstance(default, (int, float)) and (
@@ -510,7 +552,7 @@ def _build() -> dict[str, Any]:
         def _rendezvous_problems(self, runtime: Any) -> list[str]:
             c = self.cluster
             backend = rendezvous_plugins()[c.rendezvous.backend]
-            if c.mode == "centralized":
+            if not launcher_of(c).rendezvous:
                 return []
             problems = []
             for need in sorted(backend.needs - runtime.capabilities):

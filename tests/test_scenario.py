@@ -52,8 +52,8 @@ faults:
     at: 5x
 """
     errs = errors_of(text)
-    assert ("s.yaml:3: cluster.mode: expected 'elastic' or 'centralized', got 'elastik' (did you mean 'elastic'?)"
-            in errs)
+    assert ("s.yaml:3: cluster.mode: expected 'elastic', 'centralized' or 'ray', got 'elastik' "
+            "(did you mean 'elastic'?)" in errs)
     assert any(e.startswith("s.yaml:9: faults[0].at: expected a duration") for e in errs)
     assert len(errs) == 2
 

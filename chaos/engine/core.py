@@ -102,7 +102,8 @@ def environment(runtime: Runtime, plan: Plan, storage_layer: str = "off",
     return {
         "torch_chaos": __version__, "torch": torch_version(), "python": platform.python_version(),
         "platform": platform.platform(), "cpus": os.cpu_count(), **runtime.describe(),
-        "mode": plan.scenario.cluster.mode, "elastic_settings": plan.elastic, "storage_layer": storage_layer,
+        "mode": plan.scenario.cluster.mode, **(plan.launcher.describe() if plan.launcher else {}),
+        "elastic_settings": plan.elastic, "storage_layer": storage_layer,
         **({"storage_layer_why": storage_why} if storage_why else {}),
         **({"storage_layer_on": "node hosts"} if storage_on_node_hosts else {}),
     }
@@ -123,6 +124,7 @@ class RunParts:
         self.heartbeat = Heartbeat(acks_dir)
         self.runtime = create_runtime(scenario, run_id, str(run_dir))
         self.plan = build_plan(scenario, run_id, run_dir, self.runtime.addressing(scenario))
+        self.runtime.launcher = self.plan.launcher  # it picks a node's workers (kill_worker) as the launcher says
         if self.plan.checkpoint_dir is not None:
             self.plan.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "scenario.yaml").write_text(
@@ -449,6 +451,8 @@ class Engine:
 def run(scenario: Scenario | str | Path, out_dir: str | Path = "runs",
         on_update: Callable[[Snapshot], None] | None = None) -> RunResult:
     """Run a scenario (a model, or a path to its YAML) and return its result (as written to result.json)."""
-    if not isinstance(scenario, Scenario):
+    # A path is told from a model by its type: pytest's in-process sessions (pytester) may re-import chaos.scenario,
+    # and a model built by the earlier import is then not an instance of this module's Scenario.
+    if isinstance(scenario, (str, Path)):
         scenario = load_scenario(resolve_scenario_path(str(scenario)))
     return Engine(scenario, out_dir=out_dir, on_update=on_update).run()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from chaos.registry import FAULTS, register_base
+from chaos.registry import FAULTS, launcher_of, register_base
 from chaos.spec import FaultSpec
 
 if TYPE_CHECKING:
@@ -44,10 +44,9 @@ LAYOUTS: dict[str, str] = {
 
 
 def launch_layout(cluster: Any) -> str:
-    """The layout (a key of LAYOUTS) of a scenario's ``cluster``."""
-    if cluster.mode != "centralized":
-        return "elastic"
-    return "standalone" if cluster.procs_per_node > 1 else "single"
+    """The layout of a scenario's ``cluster``, as its launcher says: a key of LAYOUTS for the built-in launchers,
+    the launcher's own name for others (whose refusals are the launcher's ``refused_faults``)."""
+    return launcher_of(cluster).layout(cluster)
 
 
 def layout_problem(plugin: Any, layout: str) -> str:

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from chaos.faults.base import FaultContext
 from chaos.faults.netbase import NetworkFault, NetworkFaultSpec, impairment
 from chaos.plan import STORE_NODE, Plan
+from chaos.registry import launcher_of
 from chaos.spec import NodeIndex
 
 if TYPE_CHECKING:
@@ -70,8 +71,8 @@ class Partition(NetworkFault):
         for member in [m for group in spec.groups for m in group]:
             if isinstance(member, int) and member >= c.nodes:
                 problems.append(f"groups: node {member} does not exist (the cluster has nodes 0..{c.nodes - 1})")
-            if member == "store" and c.mode == "centralized":
-                problems.append("groups: a centralized job has no rendezvous store")
+            if member == "store" and not launcher_of(c).rendezvous:
+                problems.append(f"groups: a {c.mode} job has no rendezvous store")
         if c.rendezvous.store == "node0" and any(
                 "store" in side and 0 in other for side, other in (spec.groups, spec.groups[::-1])):
             problems.append("groups: node 0 hosts the rendezvous store (rendezvous.store: node0), so it cannot be "

@@ -1,1 +1,1 @@
-"""Launchers: how a job's processes start on each node (torchrun, one process, a Ray cluster)."""
+"""Launchers: how a job's processes start on its nodes (torchrun, one supervised process, Ray); see base.py."""

@@ -94,6 +94,15 @@ class Runtime(ABC):
         self.run_dir = Path(run_dir)
         # The engine's StorageLayer when it runs on the nodes' hosts (fuse_on_node_hosts), else None.
         self.storage_layer: Any = None
+        # The run's launcher (chaos.launchers), set by the engine: which processes of a node are its workers.
+        self.launcher: Any = None
+
+    def select_workers(self, tree: list[Any], node_pid: int) -> list[Any]:
+        """A node's worker processes among ``tree`` (psutil processes; ``node_pid`` the node's main process), as
+        the run's launcher says: torchrun's workers by default, a Ray Train worker actor under Ray."""
+        if self.launcher is None:
+            return [p for p in tree if p.pid != node_pid]
+        return list(self.launcher.select_workers(tree, node_pid))
 
     @abstractmethod
     def start_node(self, node: NodePlan) -> None:

@@ -300,7 +300,9 @@ class DockerRuntime(Runtime):
     def kill_workers(self, name: str, sig: int = signal.SIGKILL, local_rank: int | None = None) -> str:
         init = psutil.Process(self._pid(name))  # docker-init; its child is torchrun (or the training process)
         agents = init.children()
-        workers = [p for a in agents for p in a.children(recursive=True)]
+        tree = [p for a in agents for p in (a, *a.children(recursive=True))]
+        workers = self.select_workers(tree, agents[0].pid) if agents else []
+        workers = [p for p in workers if p.pid not in {a.pid for a in agents}]
         what = signal.Signals(sig).name
         if not workers:
             if sig == signal.SIGKILL:

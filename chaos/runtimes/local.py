@@ -142,7 +142,7 @@ class LocalRuntime(Runtime):
         if agent is None:
             raise RuntimeError(f"{name} is not running")
         what = signal.Signals(sig).name
-        workers = [p for p in self._tree(name) if p.pid != agent]
+        workers = self.select_workers(self._tree(name), agent)
         if not workers:
             # A centralized node is its own worker: killing the worker is killing the process.
             signal_all([p for p in self._tree(name)], sig)
