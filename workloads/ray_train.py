@@ -48,39 +48,16 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 try:
     from chaos import probe
-    from chaos.workload_args import Arg, add_arguments
+    from chaos.workload_args import RAY_MLP, add_arguments
 except ImportError:  # the script also runs where torch-chaos is not installed: telemetry is then off
     sys.path.insert(0, str(HERE.parent))
     from chaos import probe
-    from chaos.workload_args import Arg, add_arguments
+    from chaos.workload_args import RAY_MLP, add_arguments
 
-BUGS = ("ignore-checkpoint", "older-checkpoint")
 STATE_FILE = "state.pt"
 SNAPSHOT = "checkpoint_manager_snapshot.json"  # ray.train.v2._internal.constants.CHECKPOINT_MANAGER_SNAPSHOT_FILENAME
 COMMIT_POLL_S = 0.05  # how often rank 0 looks for Ray's commit of a checkpoint it reported
 FINAL_COMMIT_WAIT_S = 30.0  # after the last step: Ray's controller polls every 2 s by default
-
-RAY_MLP: dict[str, Arg] = {
-    "steps": Arg(int, 400, "global steps to train", min=1),
-    "global_batch": Arg(int, 48, "samples per global step, sharded by rank", min=1),
-    "dataset_size": Arg(int, 4800, "samples per epoch", min=1),
-    "features": Arg(int, 32, min=1),
-    "hidden": Arg(int, 256, min=1),
-    "lr": Arg(float, 0.01, min=0),
-    "seed": Arg(int, 1234, "model initialisation seed"),
-    "data_seed": Arg(int, 4321, "data and shuffling seed"),
-    "checkpoint_dir": Arg(str, None, "Ray Train's storage_path (checkpoints land in <dir>/<run name>/step_<N>)",
-                          required=True, set_by_plan=True),
-    "checkpoint_every": Arg(int, 25, "report a checkpoint every K steps", min=1),
-    "keep": Arg(int, 3, "CheckpointConfig(num_to_keep)", min=1),
-    "step_time_ms": Arg(float, 0.0, "extra simulated compute per step (sleep)", min=0),
-    "workers": Arg(int, 2, "ScalingConfig(num_workers): Ray Train workers (ranks)", min=1),
-    "cpus_per_worker": Arg(float, 1.0, "CPUs each worker asks for (a worker node offers --num-cpus of them)",
-                           min=0),
-    "max_failures": Arg(int, 3, "FailureConfig(max_failures): worker-group restarts Ray allows", min=-1),
-    "name": Arg(str, "ray-mlp", "RunConfig(name): the experiment folder under --checkpoint-dir"),
-    "bug": Arg(str, None, "plant a known resume bug", choices=BUGS),
-}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -267,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"args": vars(args), "workloads_dir": str(HERE)},
-        torch_config=TorchConfig(backend="gloo"),
+        torch_config=TorchConfig(backend="gloo", timeout_s=max(1, int(args.pg_timeout_s))),
         scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=False,
                                      resources_per_worker={"CPU": args.cpus_per_worker}),
         run_config=RunConfig(name=args.name, storage_path=str(storage),
