@@ -23,15 +23,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from chaos.capabilities import KILL_WORKERS
 from chaos.launchers.base import Launch, LaunchContext, Launcher
 from chaos.launchers.ray_node import RUN_ID_FILE
+from chaos.machine import Check
 from chaos.marks import marked_processes
 from chaos.plan import REPO_ROOT, NodePlan, is_python
+from chaos.registry import fault_plugins
 
 if TYPE_CHECKING:
     import psutil
 
-    from chaos.machine import Check
     from chaos.scenario import Scenario
 
 TEMP_PREFIX = "/tmp/tchaos-ray-"
@@ -41,10 +43,6 @@ MIN_RAY = (2, 40)  # Ray Train V2 (ray.train.report(checkpoint_dir_name=...), ge
 # The probe's hang order names a rank by CHAOS_NODE and LOCAL_RANK; Ray Train numbers local ranks per node IP,
 # and on the local runtime every node shares 127.0.0.1, so the order would name a rank that is not there.
 _HANG = "Ray Train numbers LOCAL_RANK per node address, so the probe's order cannot name one rank on one node"
-
-
-# Kinds that act on a node's worker processes (select_workers): the head runs none.
-_WORKER_KINDS = frozenset({"kill_worker", "segfault", "abort"})
 
 
 def temp_root(run_id: str) -> str:
@@ -90,15 +88,14 @@ class Ray(Launcher):
                 problems.append(f"faults[{i}].local_rank: Ray Train sets LOCAL_RANK inside its worker after the "
                                 "process started (it is not in the process's environment), so no worker can be "
                                 "chosen by it; leave local_rank out (the node's Ray Train worker is chosen)")
-            if fault.kind in _WORKER_KINDS and fault.target in (0, "node0"):
+            # kinds that act on a node's worker processes (select_workers): the head runs none
+            if KILL_WORKERS in fault_plugins()[fault.kind].needs and fault.target in (0, "node0"):
                 problems.append(f"faults[{i}].target: node0 is the Ray head and runs no Ray Train worker; target a "
                                 "worker node (node1 ...)")
         return problems
 
     @classmethod
     def machine_checks(cls) -> list[Check]:
-        from chaos.machine import Check
-
         version, why = ray_version()
         if version is None:
             return [Check("ray", False, f"not importable: {why}", 'pip install "torch-chaos[ray]"')]
