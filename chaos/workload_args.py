@@ -68,7 +68,7 @@ RAY_BUGS = ("ignore-checkpoint", "older-checkpoint")
 RAY_MLP: dict[str, Arg] = {
     **{name: DDP_MLP[name] for name in ("steps", "global_batch", "dataset_size", "features", "hidden", "lr", "seed",
                                         "data_seed")},
-    "checkpoint_dir": Arg(str, None, "Ray Train's storage_path: checkpoints land in <dir>/<name>/step_<N>",
+    "checkpoint_dir": Arg(str, None, "Ray Train's storage_path: checkpoints land in <dir>/<name>/step_<N>-<group>",
                           required=True, set_by_plan=True),
     "checkpoint_every": Arg(int, 25, "ray.train.report a checkpoint every K steps", min=1),
     "keep": Arg(int, 3, "CheckpointConfig(num_to_keep)", min=1),

@@ -24,7 +24,8 @@ result on a queue that Ray Train's controller collects at its next poll (``RAY_T
 2 s), and a group that fails before then is restarted from the previous checkpoint although the newer folder is on
 disk (measured). Rank 0 therefore reports ``checkpoint_save_finished`` once the checkpoint's folder is named in the
 controller's ``checkpoint_manager_snapshot.json`` (a watcher thread, so training does not wait), and waits for that
-only after the last step. The recorded path is ``<experiment dir>/step_<N>/state.pt``, the file restores read.
+only after the last step. The recorded path is ``<experiment dir>/step_<N>-<incarnation>/state.pt``, the file
+restores read.
 
 ``--bug NAME`` plants one resume mistake, so the checkers can be shown to catch it:
   ignore-checkpoint   a restarted worker group ignores ``ray.train.get_checkpoint()`` and starts from step 0
@@ -69,8 +70,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # --------------------------------------------------------------------------- checkpoints
 
 def _checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint folder ``step_<step>-<incarnation>``."""
     head, _, tail = name.partition("_")
-    return int(tail) if head == "step" and tail.isdigit() else None
+    number = tail.split("-")[0]
+    return int(number) if head == "step" and number.isdigit() else None
 
 
 def committed(experiment_dir: Path, dir_name: str) -> bool:
@@ -205,7 +208,10 @@ def train_loop(config: dict[str, Any]) -> None:
                              epoch=(step - 1) * args.global_batch // args.dataset_size,
                              dataset_size=args.dataset_size)
         if step % args.checkpoint_every == 0 or step == args.steps:
-            dir_name = f"step_{step:08d}"
+            # one folder name per worker group: a group that re-does a step (it resumed from an older checkpoint,
+            # or from none) must not report into a folder Ray already registered, or deleted (num_to_keep):
+            # measured, Ray's controller then fails the run on "Path not found" instead of training on.
+            dir_name = f"step_{step:08d}-{incarnation[0]}"
             metrics = {"step": step, "loss": float(loss)}
             if rank == 0:
                 with tempfile.TemporaryDirectory(prefix="ray-mlp-ckpt-") as tmp:
