@@ -110,7 +110,8 @@ class Ray(Launcher):
         """The run's Ray temp dirs (session folders, sockets, logs): left behind when a node was SIGKILLed. A run
         whose processes still live keeps its dirs under ``only_orphans``."""
         removed = []
-        for root in sorted(Path("/tmp").glob(TEMP_PREFIX.rsplit("/", 1)[1] + "*")):
+        parent, _, stem = TEMP_PREFIX.rpartition("/")
+        for root in sorted(Path(parent).glob(stem + "*")):
             try:
                 owner = (root / RUN_ID_FILE).read_text().strip()
             except OSError:
