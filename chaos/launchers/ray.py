@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import psutil
+
 from chaos.capabilities import KILL_WORKERS
 from chaos.launchers.base import Launch, LaunchContext, Launcher
 from chaos.launchers.ray_node import RUN_ID_FILE
@@ -32,8 +34,6 @@ from chaos.plan import REPO_ROOT, NodePlan, is_python
 from chaos.registry import fault_plugins
 
 if TYPE_CHECKING:
-    import psutil
-
     from chaos.scenario import Scenario
 
 TEMP_PREFIX = "/tmp/tchaos-ray-"
@@ -60,6 +60,31 @@ def ray_version() -> tuple[str | None, str]:
     if out.returncode != 0:
         return None, (out.stderr.strip().splitlines() or ["import ray failed"])[-1]
     return out.stdout.strip(), ""
+
+
+def kill_holders(root: Path) -> list[psutil.Process]:
+    """SIGKILL the processes that hold a file open under ``root`` or work in it: Ray's DashboardAgent and
+    RuntimeEnvAgent, which start without the node's mark (measured: their environment lacks ``CHAOS_TREE``) and,
+    when the whole cluster is SIGKILLed at once, outlive their raylet for more than 10 s, re-parented to init.
+    Their logs are open under the node's temp dir, which names them as the run's."""
+    prefix = str(root) + os.sep
+    holders = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            paths = [f.path for f in proc.open_files()] + [proc.cwd()]
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+        if any(path.startswith(prefix) for path in paths):
+            holders.append(proc)
+    for proc in holders:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(holders, timeout=2)
+    return holders
 
 
 class Ray(Launcher):
@@ -120,6 +145,7 @@ class Ray(Launcher):
                 continue
             if only_orphans and owner and marked_processes(owner):
                 continue
+            removed += [f"Ray process {p.pid}" for p in kill_holders(root)]
             shutil.rmtree(root, ignore_errors=True)
             removed.append(f"Ray temp dir {root}")
         return removed
