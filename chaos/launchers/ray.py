@@ -104,6 +104,9 @@ class Ray(Launcher):
         if c.nodes < 2:
             problems.append("cluster.nodes: a Ray cluster here is node0 (the head, which trains nothing) and at "
                             "least one worker node: set nodes: 2 or more")
+        if c.runtime == "docker":
+            problems.append("cluster.runtime: the docker node image has no Ray yet (chaos/image.py installs torch "
+                            "only); run launcher: ray on local or netns (docs/ray.md, \"Docker\")")
         w = scenario.workload
         if getattr(w, "name", None) == "ddp-mlp":
             problems.append("workload.name: ddp-mlp is started by torchrun or as one process; under Ray use "
