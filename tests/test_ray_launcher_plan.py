@@ -82,3 +82,33 @@ def test_cleanup_removes_a_runs_ray_temp_dirs_once_its_processes_are_gone(tmp_pa
     assert Ray.cleanup(None, only_orphans=True) == [f"Ray temp dir {tmp_path}/tchaos-ray-bbbbbb"]
     assert Ray.cleanup(alive, only_orphans=False) == [f"Ray temp dir {tmp_path}/tchaos-ray-aaaaaa"]
     assert Ray.cleanup(None, only_orphans=True) == []
+
+
+def _ray_train() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ray_train", Path(__file__).parents[1] / "workloads" / "ray_train.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # imports neither ray nor torch at the top: the training function does
+    return module
+
+
+def test_a_reported_checkpoint_counts_once_rays_controller_committed_it(tmp_path: Path) -> None:
+    rt = _ray_train()
+    assert not rt.committed(tmp_path, "step_00000025-abc")  # no snapshot yet
+    (tmp_path / rt.SNAPSHOT).write_text('{"checkpoint_results": [{"checkpoint_dir_name": "step_00000025-abc"')
+    assert rt.committed(tmp_path, "step_00000025-abc")  # a torn (half-rewritten) snapshot that names it
+    assert not rt.committed(tmp_path, "step_00000025-ab")  # never a prefix of another folder's name
+
+
+def test_the_planted_older_checkpoint_bug_takes_the_folder_before_the_one_ray_handed(tmp_path: Path) -> None:
+    rt = _ray_train()
+    for name in ("step_00000025-aaa", "step_00000050-aaa", "step_00000075-bbb", "step_00000100-bbb"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / rt.STATE_FILE).write_bytes(b"x")
+    (tmp_path / "step_00000050-aaa" / rt.STATE_FILE).unlink()  # a folder without its state is no checkpoint
+    assert rt.older_sibling(tmp_path / "step_00000100-bbb") == tmp_path / "step_00000075-bbb"
+    assert rt.older_sibling(tmp_path / "step_00000075-bbb") == tmp_path / "step_00000025-aaa"
+    assert rt.older_sibling(tmp_path / "step_00000025-aaa") is None
+    assert rt._checkpoint_step("step_00000100-bbb") == 100 and rt._checkpoint_step("checkpoint_2026") is None
