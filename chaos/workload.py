@@ -38,8 +38,19 @@ EnvValue = Annotated[Arg, AfterValidator(_no_nul)]
 def _args_schema(schema: dict[str, Any]) -> None:
     """``workload.args`` in ``chaos schema``: the shipped workload's declared arguments (chaos.workload_args)."""
     schema.pop("additionalProperties", None)
-    declared = SHIPPED["ddp-mlp"]
-    schema["properties"] = {name: arg.json_schema() for name, arg in declared.items()}
+    # every shipped workload's arguments (the loader checks them against the named workload's own list)
+    properties: dict[str, Any] = {}
+    for declared in SHIPPED.values():
+        for name, arg in declared.items():
+            one = arg.json_schema()
+            seen = properties.get(name)
+            if seen is None or seen == one:
+                properties[name] = one
+            elif "anyOf" in seen:
+                seen["anyOf"].append(one)
+            else:
+                properties[name] = {"anyOf": [seen, one]}
+    schema["properties"] = properties
     schema["additionalProperties"] = False
 
 
