@@ -389,3 +389,59 @@ def _import_rootfs(client: Any, rootfs: Path, tag: str, changes: list[str]) -> N
         with contextlib.suppress(Exception):  # a truncated tar must not stay behind under the real tag
             client.images.remove(tag)
         raise ImageBuildError(f"docker import failed: tar exit {rc} {tar_message}; engine: {'; '.join(errors)}")
+
+
+# --- images with a launcher's packages ----------------------------------------------------------------------------
+
+
+def image_with(packages: tuple[str, ...], base: str | None = None) -> str:
+    """The tag of the node image plus ``packages`` (pip requirements a launcher's nodes need beyond torch, e.g.
+    ``ray[train]==2.60.0``): a hash of the base tag and the requirements, so a new base or version gets a new one."""
+    base = base or image_tag()
+    if not packages:
+        return base
+    sha = hashlib.sha256(json.dumps([base, sorted(packages)]).encode()).hexdigest()[:12]
+    return f"{IMAGE_REPO}-extra:{sha}"
+
+
+def build_image_with(packages: tuple[str, ...], base: str | None = None,
+                     log: Callable[[str], None] = print) -> BuildResult:
+    """Make the image of :func:`image_with` from the node image, building it only when it is missing.
+
+    The wheels come from the host's pip (its index or mirror, as for the base image) into a folder bind-mounted in a
+    container of the base image, whose venv installs them without a network (``--no-index``); the container is
+    committed as the new tag and removed. The base image must exist (``chaos image build``)."""
+    start = time.monotonic()
+    base = base or image_tag()
+    tag = image_with(packages, base)
+    client = _client(timeout=900)
+    if _has_image(client, tag):
+        return BuildResult(tag, "cached", time.monotonic() - start, _image_size(client, tag))
+    if not _has_image(client, base):
+        raise ImageBuildError(f"the node image {base} is not built here: run `chaos image build` first")
+    with _build_lock(log):
+        if _has_image(client, tag):
+            return BuildResult(tag, "cached", time.monotonic() - start, _image_size(client, tag))
+        with tempfile.TemporaryDirectory(prefix="torch-chaos-wheels-") as wheels:
+            log(f"building {tag}: {base} + {' '.join(packages)} (wheels from the host's pip)")
+            _run([sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--disable-pip-version-check",
+                  "-q", "-d", wheels, *packages], "downloading wheels with the host's pip")
+            container = client.containers.create(
+                base, command=[f"{VENV}/bin/pip", "install", "--no-index", "--find-links", "/wheels",
+                               "--disable-pip-version-check", "-q", *packages],
+                volumes={wheels: {"bind": "/wheels", "mode": "ro"}}, network_disabled=True,
+                labels={INPUTS_LABEL: json.dumps({"base": base, "packages": sorted(packages)})})
+            try:
+                container.start()
+                status = container.wait(timeout=900)
+                if status.get("StatusCode") != 0:
+                    tail = container.logs(tail=20).decode(errors="replace")
+                    raise ImageBuildError(f"pip install of {' '.join(packages)} in {base} failed: {tail}")
+                repo, _, version = tag.partition(":")
+                container.commit(repository=repo, tag=version)
+            finally:
+                with contextlib.suppress(Exception):
+                    container.remove(force=True)
+    result = BuildResult(tag, "extra", time.monotonic() - start, _image_size(client, tag))
+    log(f"built {tag} in {result.seconds:.0f} s ({result.size_bytes / 1e9:.2f} GB)")
+    return result

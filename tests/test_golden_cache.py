@@ -175,10 +175,11 @@ def test_cache_directory_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 def test_cli_golden_cache_option_sets_the_cache_for_the_command(monkeypatch: pytest.MonkeyPatch,
                                                                 tmp_path: Path) -> None:
     from chaos import cli
+    from chaos.commands import run
 
     monkeypatch.delenv(CACHE_ENV, raising=False)
     seen = []
-    monkeypatch.setattr(cli, "cmd_run", lambda args: seen.append(str(default_cache_dir())) or 0)
+    monkeypatch.setattr(run, "main", lambda args: seen.append(str(default_cache_dir())) or 0)
     assert cli.main(["run", "quickstart", "--golden-cache", str(tmp_path / "g")]) == 0
     assert seen == [str(tmp_path / "g")]
     assert CACHE_ENV not in os.environ  # only for that command

@@ -146,7 +146,11 @@ def _settings(events: list[Event]) -> dict[str, Any]:
     """The elastic settings in force (run_started's environment), for the advice."""
     for e in of_kind(events, Ev.RUN_STARTED)[:1]:
         env = e.get("environment") or {}
-        return {"mode": env.get("mode"), **(env.get("elastic_settings") or {})}
+        # the launcher's own words for who restarts and what bounds its phases (Launcher.describe), so a launcher
+        # the analysis does not know is still explained from the history alone
+        return {"mode": env.get("mode"), **(env.get("elastic_settings") or {}),
+                **({"orchestrator": env["orchestrator"]} if env.get("orchestrator") else {}),
+                **({"levers": env["levers"]} if isinstance(env.get("levers"), dict) else {})}
     return {}
 
 
@@ -172,7 +176,7 @@ def recovery_breakdown(events: list[Event], fault: FaultResult,
     out.agent_rounds = _rounds(events, t_f, end)
     if not agent:
         out.phases = _legacy_phases(times, t_f, end, settings.get("mode"))
-        second = RESTART if settings.get("mode") == "centralized" else RENDEZVOUS
+        second = RENDEZVOUS if _elastic(settings.get("mode")) else RESTART
         out.not_measured = [{"phase": f"{DETECTION}, {second}", "why": _no_agent_why(settings, events)}]
         if not times(Ev.PROCESS_STARTED, source=Source.WORKLOAD):
             out.not_measured.append({"phase": "worker start", "why": "the script reports no process_started "
@@ -242,7 +246,7 @@ def _legacy_phases(times: Any, t_f: float, end: float, mode: str | None) -> list
     marks = [("worker start", times(Ev.PROCESS_STARTED, source=Source.WORKLOAD)[:1]),
              ("worker init (imports, process group)", times(Ev.CHECKPOINT_LOAD_STARTED)[:1]),
              (LOAD, times(Ev.CHECKPOINT_LOADED)[-1:])]
-    head = [DETECTION, RESTART if mode == "centralized" else RENDEZVOUS]
+    head = [DETECTION, RENDEZVOUS if _elastic(mode) else RESTART]
     phases: list[tuple[str, float | None]] = []
     t = t_f
     for name, mark in marks:
@@ -254,9 +258,19 @@ def _legacy_phases(times: Any, t_f: float, end: float, mode: str | None) -> list
     return phases
 
 
+def _elastic(mode: str | None) -> bool:
+    """Whether the job ran under torchrun's elastic agents (a history without a mode is an elastic one: the
+    recordings from before the mode was written)."""
+    return mode in (None, "elastic")
+
+
 def _no_agent_why(settings: dict[str, Any], events: list[Event]) -> str:
     if settings.get("mode") == "centralized":
         return "a centralized job has no elastic agent: the engine restarts it, so detection and restart are one"
+    if not _elastic(settings.get("mode")):
+        return (f"a {settings.get('mode')} job has no torchrun agent: "
+                f"{settings.get('orchestrator') or 'its launcher'} restarts it, and the history marks no moment "
+                "between the detection and the restart, so they are one span")
     if not of_kinds(events, *_AGENT_EVENTS):
         return ("the history has no agent events (recorded before torch-chaos started torchrun through "
                 "chaos.agent_log, or torchrun's log format changed)")
@@ -307,7 +321,7 @@ def phase_settings(phase: str, mode: str | None) -> list[str]:
     engine's poll (none)."""
     keys: list[str] = []
     for part in map(_canon, phase.split(" + ")):
-        if part == DETECTION and mode == "centralized":
+        if part == DETECTION and not _elastic(mode):
             continue
         keys += [k for k in PHASE_SETTINGS.get(part, ()) if k not in keys]
     return keys
@@ -328,7 +342,7 @@ def _advice(largest: dict[str, Any], settings: dict[str, Any], rounds: int | Non
     else:
         text += ("; the history cannot split it (see what was not measured), so the lever of each part: "
                  + "; ".join(f"{part}: {_lever(part, settings, rounds)}" for part in parts) + ".")
-    if (DETECTION in parts or RENDEZVOUS in parts) and settings.get("mode") != "centralized":
+    if (DETECTION in parts or RENDEZVOUS in parts) and _elastic(settings.get("mode")):
         text += (f" The effect of the elastic settings is measured by the same crash run with torchrun's defaults "
                  f"and with the tuned values: `{COMPARE_TIMEOUTS}` (or scenarios/elastic-default-timeouts.yaml "
                  f"beside scenarios/quickstart.yaml); compare their recovery breakdowns.")
@@ -342,6 +356,9 @@ def _lever(phase: str, settings: dict[str, Any], rounds: int | None) -> str:
         v = settings.get(key)
         return f"{v} s in this run" if v is not None else "not recorded"
 
+    levers = settings.get("levers") or {}
+    if phase in (DETECTION, RESTART) and levers.get(phase):  # the launcher's words (Launcher.describe)
+        return str(levers[phase])
     if phase == DETECTION and settings.get("mode") == "centralized":
         return "the engine sees the job's process exit at its next poll (a fraction of a second)"
     if phase == DETECTION:

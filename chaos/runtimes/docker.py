@@ -35,8 +35,8 @@ from chaos.capabilities import (
     STORAGE_LAYER,
 )
 from chaos.cgroup import layout, proc_cgroup
-from chaos.events import NODE_BANNER
-from chaos.image import VENV, image_tag
+from chaos.events import NODE_BANNER, signal_exit_code
+from chaos.image import VENV, ImageBuildError, build_image_with, image_tag, image_with
 from chaos.machine import APT, Check
 from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, with_local_rank
 from chaos.plan import (
@@ -50,6 +50,7 @@ from chaos.plan import (
     node_names,
     rendezvous_server_names,
 )
+from chaos.registry import launcher_of
 from chaos.runtimes.base import Runtime
 from chaos.spec import Strict
 
@@ -165,7 +166,13 @@ class DockerRuntime(Runtime):
 
     @classmethod
     def create(cls, scenario: Scenario, run_id: str, run_dir: str | Path) -> Runtime:
-        return cls(run_id, run_dir, image=scenario.cluster.docker.image)
+        runtime = cls(run_id, run_dir, image=scenario.cluster.docker.image)
+        # A launcher whose nodes need more than torch (Ray) runs in the node image plus its packages, made from the
+        # node image on first use (chaos.image.build_image_with), unless the scenario names its own image.
+        packages = launcher_of(scenario.cluster).image_packages()
+        if packages and scenario.cluster.docker.image is None:
+            runtime.image, runtime.image_packages = image_with(packages), packages
+        return runtime
 
     @classmethod
     def machine_checks(cls, options: Any = None) -> list[Check]:
@@ -178,6 +185,7 @@ class DockerRuntime(Runtime):
     def __init__(self, run_id: str, run_dir: str | Path, image: str | None = None):
         super().__init__(run_id, run_dir)
         self.image = image or image_tag()
+        self.image_packages: tuple[str, ...] = ()  # built into self.image from the node image when missing
         self.short = run_id[-6:]
         self.network_name = f"tchaos-{self.short}"
         self.addresses: dict[str, str] = {}
@@ -219,6 +227,12 @@ class DockerRuntime(Runtime):
     def prepare(self, plan: Plan) -> None:
         import docker.types
 
+        if self.image_packages and not self.docker.api.images(name=self.image):
+            with open(self.run_dir / "logs" / "image.log", "a") as log:
+                try:
+                    build_image_with(self.image_packages, log=lambda line: print(line, file=log, flush=True))
+                except ImageBuildError as exc:
+                    raise DockerUnavailable(str(exc)) from None
         if not self.docker.api.images(name=self.image):
             raise DockerUnavailable(f"image {self.image} is not built here: run `chaos image build`")
         assert self.subnet is not None
@@ -281,7 +295,7 @@ class DockerRuntime(Runtime):
         state = self._state(name, max_age_s=EXIT_POLL_S)
         if state is None or state["Status"] in ("created", "running", "paused", "restarting"):
             return None
-        return int(state["ExitCode"])
+        return signal_exit_code(int(state["ExitCode"]))  # docker says 137 for a SIGKILL: -9, as on every runtime
 
     def _pid(self, name: str) -> int:
         state = self._state(name)
