@@ -33,7 +33,6 @@ def errors_of(text: str) -> list[str]:
     (scenario(nodes=1), "at least one worker node"),
     (scenario(workload="{name: ddp-mlp, args: {steps: 50}}"), "ddp-mlp is started by torchrun"),
     (scenario("  - {kind: crash, target: store, at_step: 10}\n"), "no rendezvous"),
-    (scenario().replace("nodes: 3}", "nodes: 3, runtime: docker}"), "the docker node image has no Ray yet"),
 ])
 def test_what_does_not_apply_under_ray_is_refused_with_the_reason(text: str, expected: str) -> None:
     assert any(expected in e for e in errors_of(text)), errors_of(text)

@@ -16,6 +16,7 @@ raylet. ``kill_worker`` acts on the ``ray::RayTrainWorker`` process (the actor t
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -95,7 +96,24 @@ class Ray(Launcher):
                    "checkpoint); worker nodes replaced by cluster.node_restart rejoin the cluster"
     runtimes = frozenset({"local", "netns", "docker"})
     single_point_of_failure = "node0 (the Ray head: the GCS and the driver; no GCS fault tolerance without Redis)"
+    single_point_node = "node0"
     refused_faults: ClassVar[dict[str, str]] = {"hang": _HANG}
+    levers: ClassVar[dict[str, str]] = {
+        "detection": "a dead train worker: Ray Train's controller polls its workers every "
+                     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s); a dead node: the GCS's health checks "
+                     "(health_check_period_ms x health_check_failure_threshold); a silent peer: gloo's timeout "
+                     "(TorchConfig.timeout_s, the process-group timeout)",
+        "restart": "FailureConfig(max_failures): Ray Train starts a new worker group (new actors, a new gloo group) "
+                   "from the checkpoint its controller last committed",
+    }
+
+    @classmethod
+    def image_packages(cls) -> tuple[str, ...]:
+        """Ray Train at the host's version, for container nodes (chaos.image builds it from the host's wheels)."""
+        try:
+            return (f"ray[train]=={importlib.metadata.version('ray')}",)
+        except importlib.metadata.PackageNotFoundError:
+            return ("ray[train]>=2.40,<3",)
 
     @classmethod
     def scenario_problems(cls, scenario: Scenario) -> list[str]:
@@ -104,9 +122,6 @@ class Ray(Launcher):
         if c.nodes < 2:
             problems.append("cluster.nodes: a Ray cluster here is node0 (the head, which trains nothing) and at "
                             "least one worker node: set nodes: 2 or more")
-        if c.runtime == "docker":
-            problems.append("cluster.runtime: the docker node image has no Ray yet (chaos/image.py installs torch "
-                            "only); run launcher: ray on local or netns (docs/ray.md, \"Docker\")")
         w = scenario.workload
         if getattr(w, "name", None) == "ddp-mlp":
             problems.append("workload.name: ddp-mlp is started by torchrun or as one process; under Ray use "
