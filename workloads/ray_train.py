@@ -214,7 +214,9 @@ def train_loop(config: dict[str, Any]) -> None:
             dir_name = f"step_{step:08d}-{incarnation[0]}"
             metrics = {"step": step, "loss": float(loss)}
             if rank == 0:
-                with tempfile.TemporaryDirectory(prefix="ray-mlp-ckpt-") as tmp:
+                # staged in the run directory (the driver's working directory), not /tmp: a worker killed while
+                # it saves leaves its half-written folder where the run's teardown finds it, outside the checkpoints
+                with tempfile.TemporaryDirectory(prefix=".ray-mlp-staging-", dir=config["staging_dir"]) as tmp:
                     buf = io.BytesIO()
                     torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()},
                                buf)
@@ -249,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=True)
     trainer = TorchTrainer(
         train_loop,
-        train_loop_config={"args": vars(args), "workloads_dir": str(HERE)},
+        train_loop_config={"args": vars(args), "workloads_dir": str(HERE), "staging_dir": str(Path.cwd())},
         torch_config=TorchConfig(backend="gloo", timeout_s=max(1, int(args.pg_timeout_s))),
         scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=False,
                                      resources_per_worker={"CPU": args.cpus_per_worker}),
