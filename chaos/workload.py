@@ -38,13 +38,26 @@ EnvValue = Annotated[Arg, AfterValidator(_no_nul)]
 def _args_schema(schema: dict[str, Any]) -> None:
     """``workload.args`` in ``chaos schema``: the shipped workload's declared arguments (chaos.workload_args)."""
     schema.pop("additionalProperties", None)
-    declared = SHIPPED["ddp-mlp"]
-    schema["properties"] = {name: arg.json_schema() for name, arg in declared.items()}
+    # every shipped workload's arguments (the loader checks them against the named workload's own list)
+    properties: dict[str, Any] = {}
+    for declared in SHIPPED.values():
+        for name, arg in declared.items():
+            one = arg.json_schema()
+            seen = properties.get(name)
+            if seen is None or seen == one:
+                properties[name] = one
+            elif "anyOf" in seen:
+                seen["anyOf"].append(one)
+            else:
+                properties[name] = {"anyOf": [seen, one]}
+    schema["properties"] = properties
     schema["additionalProperties"] = False
 
 
 class ShippedWorkload(Strict):
-    name: Literal["ddp-mlp"] = Field(description="a reference workload shipped in workloads/")
+    name: Literal["ddp-mlp", "ray-mlp"] = Field(
+        description="a reference workload shipped in workloads/: ddp-mlp (train.py, torchrun or one process), "
+        "ray-mlp (ray_train.py, launcher: ray)")
     args: dict[str, str | int | float | bool] = Field(
         default_factory=dict, json_schema_extra=_args_schema,
         description="command-line arguments, e.g. {steps: 800, checkpoint_every: 50}; declared in "

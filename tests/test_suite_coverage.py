@@ -18,6 +18,7 @@ from tests.integration import (
     test_native_crash,
     test_nodes_per_host,
     test_planted_bugs,
+    test_ray_launcher,
     test_runtime_matrix,
     test_shipped_scenarios,
     test_slurm_runtime,
@@ -40,6 +41,7 @@ def test_every_shipped_scenario_is_run_by_an_integration_test() -> None:
                     | set(test_storage_faults.EXPECTED_VERDICT) | set(test_memory_faults.EXPECTED_VERDICT)
                     | set(test_nodes_per_host.EXPECTED_VERDICT)
                     | set(test_straggler.EXPECTED_VERDICT) | set(test_hang.EXPECTED_VERDICT)
+                    | set(test_ray_launcher.EXPECTED_VERDICT)
                     | set(test_native_crash.EXPECTED_VERDICT)
                     | set(test_store_faults.EXPECTED_VERDICT) | set(test_slurm_runtime.EXPECTED_VERDICT)
                     | {name for name, _ in test_etcd_rendezvous.EXPECTED_VERDICT}
