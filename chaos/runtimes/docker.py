@@ -331,7 +331,7 @@ class DockerRuntime(Runtime):
                 proc.send_signal(sig)
             except psutil.NoSuchProcess:
                 pass
-        return f"{what} to {len(chosen)} worker process(es) from the host; the torchrun agent stays"
+        return f"{what} to {len(chosen)} worker process(es) from the host; {self.agent_words()}"
 
     def node_pids(self, name: str) -> list[int]:
         init = psutil.Process(self._pid(name))
