@@ -109,11 +109,15 @@ class Ray(Launcher):
 
     @classmethod
     def image_packages(cls) -> tuple[str, ...]:
-        """Ray Train at the host's version, for container nodes (chaos.image builds it from the host's wheels)."""
-        try:
-            return (f"ray[train]=={importlib.metadata.version('ray')}",)
-        except importlib.metadata.PackageNotFoundError:
-            return ("ray[train]>=2.40,<3",)
+        """Ray Train at the host's version, for container nodes (chaos.image builds it from the host's wheels), and
+        psutil, which chaos.launchers.ray_node (each node's process) uses to stop what it started."""
+        pins = []
+        for name, extra, fallback in (("ray", "[train]", ">=2.40,<3"), ("psutil", "", "")):
+            try:
+                pins.append(f"{name}{extra}=={importlib.metadata.version(name)}")
+            except importlib.metadata.PackageNotFoundError:
+                pins.append(f"{name}{extra}{fallback}")
+        return tuple(pins)
 
     @classmethod
     def scenario_problems(cls, scenario: Scenario) -> list[str]:

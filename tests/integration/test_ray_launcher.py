@@ -33,8 +33,8 @@ EXPECTED_VERDICT = {
 FOUR = ("digests_ok", "resumed_from_newest_valid", "exactly_once", "matches_golden")
 
 
-def run(name: str) -> tuple[dict[str, Any], Path]:
-    result, run_dir = run_scenario(shipped(name))
+def run(name: str, runtime: str | None = None) -> tuple[dict[str, Any], Path]:
+    result, run_dir = run_scenario(shipped(name, runtime=runtime))
     assert not Path(temp_root(result["run_id"])).exists(), f"the run's Ray temp dirs are left ({TEMP_PREFIX}...)"
     ray_left = [p.pid for p in psutil.process_iter(["cmdline"])
                 if (p.info["cmdline"] or [""])[0].startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent"))]
@@ -58,6 +58,16 @@ def test_ray_restarts_a_killed_train_worker_from_its_newest_committed_checkpoint
     # the new worker group loaded the checkpoint Ray's controller had committed, on both ranks
     loads = events(run_dir, "checkpoint_loaded")
     assert {e["rank"] for e in loads} == {0, 1} and len({e["incarnation"] for e in loads}) == 1, loads
+
+
+@FULL
+def test_ray_in_containers_restarts_a_killed_train_worker() -> None:
+    """The same worker crash with every node a container of the node image plus Ray (built on first use)."""
+    result, run_dir = run("ray/worker-crash", runtime="docker")
+    assert result["verdict"] == "pass", (result["why"], run_dir)
+    assert result["environment"]["image"].startswith("torch-chaos-extra:"), result["environment"]
+    assert result["faults"][0]["recovery_s"] is not None, result["faults"][0]
+    assert all(result["checkpoint"][v]["ok"] is True for v in FOUR), result["checkpoint"]
 
 
 @FULL
