@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from chaos.spec import FaultSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHIPPED_WORKLOADS = {"ddp-mlp": REPO_ROOT / "workloads" / "train.py"}
+SHIPPED_WORKLOADS = {"ddp-mlp": REPO_ROOT / "workloads" / "train.py",
+                     "tf-mlp": REPO_ROOT / "workloads" / "tf_train.py"}
 
 # Measured here to recover from a node crash in ~8 s (torchrun's defaults: ~46 s).
 # See docs/design.md, "Runtimes and fault mechanisms".
