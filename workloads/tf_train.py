@@ -108,18 +108,20 @@ def make_data(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    task = int(os.environ.get("RANK", "0"))
+    # before TensorFlow's import (seconds) and the strategy's cluster connect: the recovery breakdown then counts
+    # both as the worker's init, not as the relaunch
+    probe.set_context(incarnation=f"{os.environ.get('CHAOS_NODE', 'local')}-{os.getpid()}-{time.time_ns()}")
+    probe.process_started(distributed=True, launcher="tf-multiworker", task_index=task,
+                          workers=int(os.environ.get("WORLD_SIZE", "1")))
     import tensorflow as tf
 
-    task = int(os.environ.get("RANK", "0"))
     tf.keras.utils.set_random_seed(args.seed)
     tf.config.experimental.enable_op_determinism()
     options = tf.distribute.experimental.CommunicationOptions(
         timeout_seconds=args.pg_timeout_s if args.pg_timeout_s > 0 else None)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     is_chief = strategy.cluster_resolver.task_id == 0
-    probe.set_context(incarnation=f"{os.environ.get('CHAOS_NODE', 'local')}-{os.getpid()}-{time.time_ns()}")
-    probe.process_started(distributed=True, launcher="tf-multiworker", task_index=task,
-                          workers=strategy.num_replicas_in_sync, tensorflow=tf.__version__)
 
     x, y = make_data(args)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.global_batch).repeat()
