@@ -38,8 +38,16 @@ EnvValue = Annotated[Arg, AfterValidator(_no_nul)]
 def _args_schema(schema: dict[str, Any]) -> None:
     """``workload.args`` in ``chaos schema``: the shipped workload's declared arguments (chaos.workload_args)."""
     schema.pop("additionalProperties", None)
-    declared = SHIPPED["ddp-mlp"]
-    schema["properties"] = {name: arg.json_schema() for name, arg in declared.items()}
+    # every shipped workload's arguments (the loader checks them against the named workload's own declaration);
+    # a name two workloads declare differently (bug: each its own choices) admits either declaration
+    found: dict[str, list[dict[str, Any]]] = {}
+    for declared in SHIPPED.values():
+        for name, arg in declared.items():
+            one = arg.json_schema()
+            if one not in found.setdefault(name, []):
+                found[name].append(one)
+    schema["properties"] = {name: alts[0] if len(alts) == 1 else {"anyOf": alts, "description": alts[0].get(
+        "description", "")} for name, alts in found.items()}
     schema["additionalProperties"] = False
 
 
