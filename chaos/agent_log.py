@@ -38,7 +38,10 @@ _PATTERNS: list[tuple[Ev, re.Pattern[str]]] = [
     (Ev.AGENT_RENDEZVOUS_STARTED, re.compile(r"^\[[^\]]*\] Rendezvous'ing worker group")),
     (Ev.AGENT_RENDEZVOUS_COMPLETED, re.compile(r"^\[[^\]]*\] Rendezvous complete for workers")),
     (Ev.AGENT_WORKERS_STARTED, re.compile(r"^\[[^\]]*\] Starting worker group")),
+    (Ev.AGENT_WORKERS_SUCCEEDED, re.compile(
+        r"^\[[^\]]*\] worker group successfully finished\. Waiting (?P<barrier_timeout_s>\d+(?:\.\d+)?) seconds")),
 ]
+_DECIMAL = re.compile(r"\d+\.\d+")
 _COMPLETED_FIELDS = ("restart_count", "group_rank", "group_world_size")
 
 
@@ -48,7 +51,8 @@ def agent_event(message: str, args: Any = None) -> tuple[Ev, dict[str, Any]] | N
         m = pattern.search(message)
         if m is None:
             continue
-        fields: dict[str, Any] = {k: int(v) if v.isdigit() else v for k, v in m.groupdict().items()}
+        fields: dict[str, Any] = {k: int(v) if v.isdigit() else float(v) if _DECIMAL.fullmatch(v) else v
+                                  for k, v in m.groupdict().items()}
         if event == Ev.AGENT_RENDEZVOUS_COMPLETED and isinstance(args, dict):
             fields.update({k: args[k] for k in _COMPLETED_FIELDS if isinstance(args.get(k), int)})
         return event, fields

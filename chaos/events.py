@@ -103,6 +103,7 @@ class Ev(StrEnum):
     AGENT_RENDEZVOUS_STARTED = "agent_rendezvous_started"
     AGENT_RENDEZVOUS_COMPLETED = "agent_rendezvous_completed"
     AGENT_WORKERS_STARTED = "agent_workers_started"
+    AGENT_WORKERS_SUCCEEDED = "agent_workers_succeeded"
 
 
 class EndReason(StrEnum):
@@ -280,7 +281,7 @@ class NodeStarted(Line):
 
 class NodeExited(Line):
     node: str
-    code: int  # exit code (negative: killed by that signal)
+    code: int  # exit code (negative: killed by that signal, on every runtime: see signal_exit_code)
     will_replace: NotRequired[bool]  # the node-restart policy will start it again (absent when code is 0)
     # why the policy's replacement was not made: nowhere to place it (its host lost, no spare left)
     not_replaced: NotRequired[str]
@@ -541,6 +542,13 @@ class AgentWorkersStarted(AgentLine):
     """The agent spawned its worker processes (they now import and initialise)."""
 
 
+class AgentWorkersSucceeded(AgentLine):
+    """Every worker of the node exited 0: the agent now waits in torchrun's exit barrier for every agent of the
+    round (a node that never comes, such as a replaced one, keeps it there for the whole timeout)."""
+
+    barrier_timeout_s: NotRequired[float]  # how long the exit barrier waits (torchrun's default: 300)
+
+
 class StorageLine(Line):
     """Fields of every checkpoint event the storage layer writes (source ``storage``; docs/design.md, "The storage
     layer"): the probe's event names, with what a filesystem can and cannot know."""
@@ -622,6 +630,7 @@ FIELDS: dict[Ev, type] = {
     Ev.AGENT_RENDEZVOUS_STARTED: AgentRendezvousStarted,
     Ev.AGENT_RENDEZVOUS_COMPLETED: AgentRendezvousCompleted,
     Ev.AGENT_WORKERS_STARTED: AgentWorkersStarted,
+    Ev.AGENT_WORKERS_SUCCEEDED: AgentWorkersSucceeded,
 }
 
 
@@ -638,6 +647,22 @@ STORAGE_FIELDS: dict[Ev, type] = {
 def required_fields(event: Ev) -> frozenset[str]:
     """Fields a line of this event always has (inherited common fields included)."""
     return FIELDS[event].__required_keys__  # type: ignore[attr-defined, no-any-return]
+
+
+# The highest signal number (Linux's SIGRTMAX): a status 128 + N above it is an exit status, not a signal.
+_SIGNAL_MAX = 64
+
+
+def signal_exit_code(code: int | None) -> int | None:
+    """A node's exit code in the history's one convention: ``-N`` for a process killed by signal N.
+
+    Python's Popen (the local runtime) says -9 for a SIGKILLed node; ``srun`` (Slurm) and Docker report the
+    shell's 128 + N (137). Both mean the same death, so the history, the end's why and result.json must say it
+    the same way on every runtime: a status 129..128+64 is a signal, said as ``-N``; any other code is the
+    process's own exit status (a script that exits 137 on purpose is indistinguishable, as in the shell)."""
+    if code is not None and 128 < code <= 128 + _SIGNAL_MAX:
+        return 128 - code
+    return code
 
 
 # The line a runtime writes into a node's log as it starts (or restarts) the node: the engine's progress scraping

@@ -41,12 +41,13 @@ from chaos.analysis.progress_lines import unmatched_progress
 from chaos.events import WRITE_PROGRESS_FIRST_BYTES, EndReason, Ev, Source, TriggerEvent
 from chaos.faults.base import LAYOUTS, launch_layout
 from chaos.history import Event, read_history
+from chaos.paths import GOLDEN_CACHE_ENV
 from chaos.plan import SHIPPED_WORKLOADS
 from chaos.progress_regex import compile_progress
 from chaos.registry import PluginError, fault_plugins, runtime_class
 from chaos.scenario import Checks, CommandWorkload, Expect, NodeRestart, Scenario, ShippedWorkload, make_fault
 
-CACHE_ENV = "TORCH_CHAOS_GOLDEN_CACHE"
+CACHE_ENV = GOLDEN_CACHE_ENV
 SUMMARY_FILE = "golden.json"
 CONTROL_FILE = "control.json"
 ATTEMPTS = 2  # a golden or control run that restarted unprovoked is run once more, not until it happens to be clean

@@ -24,6 +24,10 @@ RUN_DIR_ITSELF = ("is the run directory itself, whose events.jsonl and logs woul
                   "name a subdirectory, e.g. checkpoints")
 
 
+# The variable naming the golden-run cache's directory (chaos.golden); here, in a module without dependencies, so
+# that `chaos --golden-cache DIR` sets it without importing the engine.
+GOLDEN_CACHE_ENV = "TORCH_CHAOS_GOLDEN_CACHE"
+
 # What torch-chaos itself keeps in a run directory (docs/design.md, "The flow"): never a checkpoint directory.
 RUN_OWN = frozenset({"events.jsonl", "events.jsonl.acks", "spool", "logs", "scenario.yaml", "plan.yaml", "result.json",
                      "golden.json", ".storage", "report.html", "report.md", "report.json", "report.junit.xml"})

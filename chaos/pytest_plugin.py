@@ -63,16 +63,21 @@ class ChaosRunner:
 
 
 def _attach_report(node: pytest.Item, result: RunResult) -> None:
-    try:
-        # lazy: pytest loads this plug-in in every session; the engine only when a test runs one
-        from chaos.reports import write_report
-    except ImportError:
-        return
-    try:
-        path = write_report(result.run_dir, "html")
-    except Exception as exc:  # a report problem must not hide the verdict
-        node.user_properties.append(("chaos_report_error", str(exc)))
-        return
+    """The run's report.html as a JUnit property. The engine writes it at the end of every run (the same file
+    ``write_report(run_dir, "html")`` writes, from the same analysis): drawn here again only where the engine's
+    could not be (a report that fails is logged there, never fails the run), so its error is recorded."""
+    path = result.run_dir / "report.html"
+    if not path.is_file():
+        try:
+            # lazy: pytest loads this plug-in in every session; the engine only when a test runs one
+            from chaos.reports import write_report
+        except ImportError:
+            return
+        try:
+            path = write_report(result.run_dir, "html")
+        except Exception as exc:  # a report problem must not hide the verdict
+            node.user_properties.append(("chaos_report_error", str(exc)))
+            return
     node.user_properties.append(("chaos_report", str(path)))
 
 

@@ -212,6 +212,11 @@ class CheckpointExpect(Strict):
         "within checks.loss_rtol")
     exactly_once: bool | None = None
     one_writer_per_file: bool | None = None
+    next_resume_intact: bool | None = Field(
+        None, description="the newest checkpoint on disk at the end (what a restart would load next) is whole")
+    replay_consistent: bool | None = Field(
+        None, description="steps a resume trained again reproduce their first execution's losses within the resume "
+        "noise (no golden run needed)")
 
 
 class Checks(Strict):

@@ -12,13 +12,15 @@ wins. Every sentence is computed from those figures.
 A pace needs steps, not the whole run: before each point after the first, the steps of a shipped workload are cut
 (never below ``MIN_STEPS``) to what the previous, better link's measured pace says fits the run's deadline if the
 step time grew as much as the link got worse (``fit_steps``); the report states every point's steps.
+
+What the sweep knows of a kind is what the kind declares (``sweep_axis``, chaos.faults.base.SweepAxis): the option
+the value sets, how values order and slow a step, where they go on the plot; any kind with an axis can be swept.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,53 +28,42 @@ from typing import Any
 from chaos.analysis.load import load_events
 from chaos.analysis.throughput import impaired_pace, training_setup
 from chaos.compare import Column, fairness, measure, resources_text, where
+from chaos.faults.base import SweepAxis
 from chaos.registry import fault_plugins
 from chaos.reports.plots import plt
 from chaos.scenario import Scenario
-from chaos.spec import parse_duration
 
-# kind → the option the swept value sets (a fault kind that impairs one node's link, applied to every node)
-SWEEPABLE = {"bandwidth": "rate", "delay": "delay"}
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)$")
-_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
 # fewest steps a cut point keeps (a median over fewer says little), and the part of the deadline a point may plan
 # to use (the rest: start-up, the first step, checkpoints, teardown)
 MIN_STEPS, DEADLINE_SHARE = 100, 0.6
 
 
-def rate_bits(rate: str) -> float:
-    """A tc rate in bits per second (``10mbit`` → 1e7; tc's ``mbps`` is megabytes per second)."""
-    m = _RATE.match(rate)
-    if m is None:
-        raise ValueError(f"expected a tc rate such as 10mbit, 500kbit or 1gbit, got {rate!r}")
-    return float(m.group(1)) * _BITS[m.group(2)]
+def sweepable() -> dict[str, SweepAxis]:
+    """The kinds that can be swept (a ``sweep_axis``), by name, sorted."""
+    return {kind: plugin.sweep_axis for kind, plugin in sorted(fault_plugins().items())
+            if plugin.sweep_axis is not None}
 
 
-def delay_seconds(value: str) -> float:
-    """A delay such as ``5ms`` or ``0.02s`` in seconds (a bare number is seconds, as in a scenario)."""
-    try:
-        seconds = parse_duration(value)
-    except ValueError:
-        raise ValueError(f"expected a delay such as 0ms, 5ms or 20ms, got {value!r}") from None
-    if not isinstance(seconds, float) or seconds < 0:
-        raise ValueError(f"expected a delay such as 0ms, 5ms or 20ms, got {value!r}")
-    return seconds
+def axis(kind: str) -> SweepAxis:
+    """The axis ``kind`` declares (KeyError for a kind without one: ``parse_sweep`` refuses it first)."""
+    return sweepable()[kind]
 
 
 def badness(kind: str, value: str) -> float:
     """How bad a link the value makes (larger: worse), the order of the curve: less bandwidth, more delay."""
-    return -rate_bits(value) if kind == "bandwidth" else delay_seconds(value)
+    return axis(kind).badness(value)
 
 
 def parse_sweep(text: str) -> tuple[str, list[str]]:
     """``bandwidth=1gbit,100mbit`` → ("bandwidth", [values from the best link to the worst])."""
     kind, sep, values = text.partition("=")
-    if not sep or kind not in SWEEPABLE:
-        raise ValueError(f"--sweep: expected KIND=V1,V2,... with KIND one of {', '.join(SWEEPABLE)}, got {text!r}")
+    axes = sweepable()
+    if not sep or kind not in axes:
+        raise ValueError(f"--sweep: expected KIND=V1,V2,... with KIND one of {', '.join(axes)}, got {text!r}")
     items = [v.strip() for v in values.split(",") if v.strip()]
     if len(items) < 2:
-        raise ValueError("--sweep: give at least two values to draw a curve, e.g. bandwidth=1gbit,100mbit,10mbit "
-                         "or delay=0ms,5ms,20ms")
+        raise ValueError("--sweep: give at least two values to draw a curve, e.g. "
+                         + " or ".join(f"{name}={a.examples}" for name, a in axes.items()))
     for v in items:
         try:
             badness(kind, v)
@@ -92,9 +83,9 @@ def _as_fault(kind: str, value: str) -> None:
     from pydantic import ValidationError
 
 
-    field = {"delay": "delay", "bandwidth": "rate"}[kind]
     try:
-        fault_plugins()[kind].options.model_validate({"kind": kind, "target": 0, "at_step": 1, field: value})
+        fault_plugins()[kind].options.model_validate({"kind": kind, "target": 0, "at_step": 1,
+                                                      axis(kind).option: value})
     except ValidationError as exc:
         raise ValueError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
 
@@ -115,8 +106,8 @@ def swept_scenario(scenario: Scenario, kind: str, value: str, steps: int | None 
     """The multi-node scenario on netns, its faults replaced by ``kind`` at ``value`` on every node, whole run (a
     delay of 0: no fault); ``steps``: the shipped workload's steps (``fit_steps``), None to keep the scenario's."""
     cluster = {**scenario.cluster.model_dump(mode="json", exclude_none=True), "runtime": "netns"}
-    faults = [] if kind == "delay" and delay_seconds(value) == 0 else [
-        {"kind": kind, "target": i, "at": 0, SWEEPABLE[kind]: value} for i in range(scenario.cluster.nodes)]
+    faults = [] if axis(kind).unimpaired(value) else [
+        {"kind": kind, "target": i, "at": 0, axis(kind).option: value} for i in range(scenario.cluster.nodes)]
     changes: dict[str, Any] = {}
     if steps is not None:
         workload = scenario.workload.model_dump(mode="json", exclude_none=True)
@@ -134,12 +125,9 @@ def measure_point(run_dir: Path) -> Column:
 
 
 def slowdown(kind: str, better: str, worse: str) -> float:
-    """How much longer a step may take on ``worse`` than on ``better``, at most, for planning: a step that were all
-    transfer slows as the bandwidth falls; one that were all round trips as the delay grows (1 ms stands for the
-    unimpaired link's own round trip)."""
-    if kind == "bandwidth":
-        return rate_bits(better) / rate_bits(worse)
-    return (delay_seconds(worse) + 1e-3) / (delay_seconds(better) + 1e-3)
+    """How much longer a step may take on ``worse`` than on ``better``, at most, for planning (the kind's axis: a
+    step that were all transfer, or all round trips)."""
+    return axis(kind).slowdown(better, worse)
 
 
 def fit_steps(scenario: Scenario, kind: str, previous: tuple[str, Column] | None,
@@ -172,13 +160,13 @@ def fit_steps(scenario: Scenario, kind: str, previous: tuple[str, Column] | None
 @dataclass
 class Point:
     value: str
-    bits_per_s: float | None  # a bandwidth point's rate (None for a delay point)
+    bits_per_s: float | None  # a rate point's bits per second (None for the other axes)
     steps_per_s: float | None
     speedup: float | None
     comm_share: float | None
     verdict: str
     run_dir: str
-    delay_s: float | None = None  # a delay point's added delay (None for a bandwidth point)
+    delay_s: float | None = None  # a delay point's added delay in seconds (None for the other axes)
     steps: int | None = None  # the steps the run reached (its last step)
     steps_note: str = ""  # why the point ran fewer steps than the scenario (fit_steps), "" when it did not
 
@@ -212,51 +200,52 @@ def crossover(label: str, baseline: str, points: list[Point]) -> str:
             f"{worst.speedup:.2f}×.")
 
 
-def curves(baseline: Column, swept: dict[str, list[tuple[Any, ...]]], kind: str = "bandwidth") -> list[Curve]:
+def curves(baseline: Column, swept: dict[str, list[tuple[Any, ...]]], kind: str) -> list[Curve]:
     """One curve per multi-node scenario (its base label → [(value, column) or (value, column, steps note)])."""
     out = []
+    ax = axis(kind)
     for label, cols in swept.items():
         points = []
         for value, c, *note in cols:
-            points.append(Point(
-                value, rate_bits(value) if kind == "bandwidth" else None, c.steps_per_s,
-                (c.steps_per_s / baseline.steps_per_s) if c.steps_per_s and baseline.steps_per_s else None,
-                c.comm_share, c.verdict, c.run_dir, delay_s=delay_seconds(value) if kind == "delay" else None,
-                steps=c.final_step, steps_note=note[0] if note else ""))
-        points.sort(key=lambda p: badness(kind, p.value))
+            speedup = (c.steps_per_s / baseline.steps_per_s) if c.steps_per_s and baseline.steps_per_s else None
+            # the value as a number, in the field the kind's axis names (the others stay None)
+            points.append(Point(**{
+                "value": value, "bits_per_s": None, "steps_per_s": c.steps_per_s, "speedup": speedup,
+                "comm_share": c.comm_share, "verdict": c.verdict, "run_dir": c.run_dir, "steps": c.final_step,
+                "steps_note": note[0] if note else "", ax.point_field: ax.point_value(value)}))
+        points.sort(key=lambda p: ax.badness(p.value))
         out.append(Curve(label, points, crossover(label, baseline.label, points)))
     return out
 
 
-def _x(kind: str, p: Point) -> float:
-    return p.bits_per_s or 0.0 if kind == "bandwidth" else (p.delay_s or 0.0) * 1000
+def plot(baseline: Column, found: list[Curve], path: Path, kind: str) -> None:
+    axis_of = axis(kind)
 
+    def x_of(p: Point) -> float:
+        return axis_of.x(p.value)
 
-def plot(baseline: Column, found: list[Curve], path: Path, kind: str = "bandwidth") -> None:
     fig, ax = plt.subplots(figsize=(7, 3.8), dpi=100)
-    xs = [_x(kind, p) for c in found for p in c.points if p.speedup is not None]
-    worse_side = (min(xs) / 2, max(xs) * 2) if kind == "bandwidth" and xs else (0.0, max(xs or [1.0]) * 1.05)
+    xs = [x_of(p) for c in found for p in c.points if p.speedup is not None]
+    worse_side = (min(xs) / 2, max(xs) * 2) if axis_of.log_x and xs else (0.0, max(xs or [1.0]) * 1.05)
     for curve in found:
         pts = [p for p in curve.points if p.speedup is not None]
-        ax.plot([_x(kind, p) for p in pts], [p.speedup for p in pts], "o-", label=curve.label)
+        ax.plot([x_of(p) for p in pts], [p.speedup for p in pts], "o-", label=curve.label)
         for a, b in itertools.pairwise(pts):
             if (a.speedup or 0) >= 1 > (b.speedup or 0):  # the crossover: shade the links where one machine wins
-                if kind == "bandwidth":
-                    ax.axvspan(worse_side[0], _x(kind, a), color="#d62728", alpha=0.08)
-                    mid = (_x(kind, a) * _x(kind, b)) ** 0.5
+                if axis_of.log_x:  # the worse links at the low end
+                    ax.axvspan(worse_side[0], x_of(a), color="#d62728", alpha=0.08)
+                    mid = (x_of(a) * x_of(b)) ** 0.5
                 else:
-                    ax.axvspan(_x(kind, a), worse_side[1], color="#d62728", alpha=0.08)
-                    mid = (_x(kind, a) + _x(kind, b)) / 2
+                    ax.axvspan(x_of(a), worse_side[1], color="#d62728", alpha=0.08)
+                    mid = (x_of(a) + x_of(b)) / 2
                 ax.axvline(mid, color="#d62728", linestyle=":", label="crossover")
     known = [p for c in found for p in c.points if p.speedup is not None]
     if known and all((p.speedup or 0) < 1 for p in known):  # no crossover in range: one machine wins throughout
         ax.axvspan(*worse_side, color="#d62728", alpha=0.08, label="one machine wins")
     ax.axhline(1.0, color="grey", linestyle="--", label=f"one machine ({baseline.label})")
-    if kind == "bandwidth":
+    if axis_of.log_x:
         ax.set_xscale("log")
-        ax.set_xlabel("link bandwidth per node (bit/s, tc tbf)")
-    else:
-        ax.set_xlabel("delay added to every packet of every node (ms)")
+    ax.set_xlabel(axis_of.x_label)
     ax.set_ylabel("speedup over one machine")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -264,9 +253,6 @@ def plot(baseline: Column, found: list[Curve], path: Path, kind: str = "bandwidt
     plt.close(fig)
 
 
-_HOW = {"bandwidth": "every node's link capped (bandwidth, netns, tc tbf, the whole run)",
-        "delay": "every node's packets delayed (delay, netns, the delay fault's mechanism, the whole run; 0: no "
-                 "fault)"}
 PACE = ("A point's steps/s is 1 / the median step interval (all ranks) over the steps completed after the last node's "
         "impairment took effect (its last fault_injected; the whole run without faults), and its communication share "
         "the median of rank 0's over the same steps.")
@@ -275,7 +261,7 @@ PACE = ("A point's steps/s is 1 / the median step interval (all ranks) over the 
 def render_markdown(kind: str, baseline: Column, found: list[Curve], base: Path | None = None) -> str:
     """The sweep as Markdown; run directories relative to ``base`` (the page's directory), as compare's are."""
     lines = [f"# torch-chaos interconnect sweep: {kind}", "",
-             f"Speedup = steps/s of the multi-node run with {_HOW[kind]} over steps/s of {baseline.label} without "
+             f"Speedup = steps/s of the multi-node run with {axis(kind).how} over steps/s of {baseline.label} without "
              f"faults. {PACE} Measured on: {baseline.machine}.", "",
              f"Baseline: {baseline.label}: {baseline.steps_per_s or 0:.1f} steps/s; {resources_text(baseline)}.", ""]
     for curve in found:

@@ -38,23 +38,26 @@ EnvValue = Annotated[Arg, AfterValidator(_no_nul)]
 def _args_schema(schema: dict[str, Any]) -> None:
     """``workload.args`` in ``chaos schema``: the shipped workload's declared arguments (chaos.workload_args)."""
     schema.pop("additionalProperties", None)
-    # every shipped workload's arguments (the loader checks them against the named workload's own declaration);
-    # a name two workloads declare differently (bug: each its own choices) admits either declaration
-    found: dict[str, list[dict[str, Any]]] = {}
+    # every shipped workload's arguments (the loader checks them against the named workload's own list)
+    properties: dict[str, Any] = {}
     for declared in SHIPPED.values():
         for name, arg in declared.items():
             one = arg.json_schema()
-            if one not in found.setdefault(name, []):
-                found[name].append(one)
-    schema["properties"] = {name: alts[0] if len(alts) == 1 else {"anyOf": alts, "description": alts[0].get(
-        "description", "")} for name, alts in found.items()}
+            seen = properties.get(name)
+            if seen is None or seen == one:
+                properties[name] = one
+            elif "anyOf" in seen:
+                seen["anyOf"].append(one)
+            else:
+                properties[name] = {"anyOf": [seen, one]}
+    schema["properties"] = properties
     schema["additionalProperties"] = False
 
 
 class ShippedWorkload(Strict):
-    name: Literal["ddp-mlp", "tf-mlp"] = Field(
+    name: Literal["ddp-mlp", "ray-mlp", "tf-mlp"] = Field(
         description="a reference workload shipped in workloads/: ddp-mlp (train.py, torchrun or one process), "
-        "tf-mlp (tf_train.py, launcher: tf-multiworker)")
+        "ray-mlp (ray_train.py, launcher: ray), tf-mlp (tf_train.py, launcher: tf-multiworker)")
     args: dict[str, str | int | float | bool] = Field(
         default_factory=dict, json_schema_extra=_args_schema,
         description="command-line arguments, e.g. {steps: 800, checkpoint_every: 50}; declared in "

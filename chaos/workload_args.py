@@ -62,6 +62,27 @@ DDP_MLP: dict[str, Arg] = {
     "bug": Arg(str, None, "plant a known checkpointing bug", choices=BUGS),
 }
 
+RAY_BUGS = ("ignore-checkpoint", "older-checkpoint")
+
+# workloads/ray_train.py (launcher: ray): the model and data of ddp-mlp, run by Ray Train's TorchTrainer.
+RAY_MLP: dict[str, Arg] = {
+    **{name: DDP_MLP[name] for name in ("steps", "global_batch", "dataset_size", "features", "hidden", "lr", "seed",
+                                        "data_seed")},
+    "checkpoint_dir": Arg(str, None, "Ray Train's storage_path: checkpoints land in <dir>/<name>/step_<N>-<group>",
+                          required=True, set_by_plan=True),
+    "checkpoint_every": Arg(int, 25, "ray.train.report a checkpoint every K steps", min=1),
+    "keep": Arg(int, 3, "CheckpointConfig(num_to_keep)", min=1),
+    "step_time_ms": DDP_MLP["step_time_ms"],
+    "pg_timeout_s": Arg(float, 10.0, "TorchConfig(timeout_s): the gloo process group's timeout", min=0,
+                        set_by_plan=True),
+    "workers": Arg(int, 2, "ScalingConfig(num_workers): Ray Train workers (ranks)", min=1),
+    "cpus_per_worker": Arg(float, 1.0, "CPUs each worker asks for (a worker node offers procs_per_node)", min=0),
+    "max_failures": Arg(int, 3, "FailureConfig(max_failures): worker-group restarts Ray allows", min=-1),
+    "name": Arg(str, "ray-mlp", "RunConfig(name): the experiment folder under checkpoint_dir"),
+    "bug": Arg(str, None, "plant a known resume bug", choices=RAY_BUGS),
+}
+
+
 TF_BUGS = ("ignore-backup",)
 
 # workloads/tf_train.py (launcher: tf-multiworker): a small Keras model under MultiWorkerMirroredStrategy.
@@ -82,7 +103,7 @@ TF_MLP: dict[str, Arg] = {
     "bug": Arg(str, None, "plant a known resume bug", choices=TF_BUGS),
 }
 
-SHIPPED: dict[str, dict[str, Arg]] = {"ddp-mlp": DDP_MLP, "tf-mlp": TF_MLP}
+SHIPPED: dict[str, dict[str, Arg]] = {"ddp-mlp": DDP_MLP, "ray-mlp": RAY_MLP, "tf-mlp": TF_MLP}
 
 
 def add_arguments(parser: argparse.ArgumentParser, declared: dict[str, Arg]) -> None:

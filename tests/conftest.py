@@ -478,3 +478,43 @@ def machine_for() -> object:
             pytest.skip(message)
 
     return check
+
+
+# The xdist group of every test that reads ``recorded_comparison`` or ``recorded_report``: one worker draws each
+# of them once, instead of every worker (and every module) drawing its own.
+RECORDED_REPORTS_GROUP = "recorded-reports"
+
+
+@pytest.fixture(scope="session")
+def recorded_comparison(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``chaos compare`` of the recorded centralized-crash and quickstart runs, drawn once per process (~1 CPU-s:
+    three plots and a report per run), for the tests that only read it (tests/test_compare_views.py,
+    tests/test_recorded_runs.py)."""
+    from chaos.compare import write_comparison
+    from tests.data.recorded import expand
+
+    runs = tmp_path_factory.mktemp("compared-runs")
+    dirs = [expand(name, runs) for name in ("centralized-crash", "quickstart")]
+    return write_comparison(dirs, tmp_path_factory.mktemp("compared-pages") / "cmp")
+
+
+@pytest.fixture(scope="session")
+def recorded_report(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Path]:
+    """``recorded_report(name, fmt)``: the report a plain ``chaos report`` writes for the recorded run ``name``
+    (tests/data/histories; no MTBF, no projection), written once per process and format from a copy of its run
+    directory, for the tests that only read it. An HTML or Markdown report draws two plots (~0.3 CPU-s); the same
+    recordings' reports were drawn again by each of tests/test_recorded_runs.py, test_report_views.py and
+    test_resume_noise.py."""
+    from chaos.reports import write_report
+    from tests.data.recorded import expand
+
+    into = tmp_path_factory.mktemp("recorded-reports")
+    made: dict[tuple[str, str], Path] = {}
+
+    def report(name: str, fmt: str) -> Path:
+        if (name, fmt) not in made:
+            run_dir = into / name if (into / name).is_dir() else expand(name, into)
+            made[name, fmt] = write_report(run_dir, fmt)
+        return made[name, fmt]
+
+    return report

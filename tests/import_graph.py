@@ -9,12 +9,23 @@ that chaos/ has no cycle and few lazy imports (tests/test_import_structure.py). 
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "chaos"
+# The xdist group of the fast tests that walk every chaos/ module's syntax tree (import structure, kinds, event
+# names, the engine's import graph): one worker parses chaos/ once for all of them (``parsed``).
+SOURCE_SCANS_GROUP = "source-scans"
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of one source file, parsed once per process: parsing all of chaos/ is ~0.8 CPU-s, and
+    several tests walk all of it. Shared: a caller walks it and never changes it."""
+    return ast.parse(path.read_text())
 
 
 @dataclass(frozen=True)
@@ -111,14 +122,18 @@ class _Finder(ast.NodeVisitor):
 
 def imports() -> list[Import]:
     """Every project import of every chaos/ module, top-level and inside functions."""
+    return list(_imports())
+
+
+@functools.cache
+def _imports() -> tuple[Import, ...]:  # once per process: three tests of tests/test_import_structure.py read it
     modules = project_modules()
     found: list[Import] = []
     for module, path in modules.items():
-        source = path.read_text()
-        finder = _Finder(module, path, modules, source.splitlines())
-        finder.visit(ast.parse(source))
+        finder = _Finder(module, path, modules, path.read_text().splitlines())
+        finder.visit(parsed(path))
         found.extend(finder.found)
-    return found
+    return tuple(found)
 
 
 def _parents(module: str) -> list[str]:

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from chaos.analysis.progress_lines import unmatched_progress
@@ -106,7 +107,14 @@ def test_a_stop_signal_during_a_long_match_ends_the_run_promptly(tmp_path: Path)
             time.sleep(0.1)
         else:
             pytest.fail("the job never printed its 5th line")
-        time.sleep(1.5)  # the engine reads the log every 20 ms: it is in the match now
+        # The engine reads the log every 20 ms and then matches that line with all its CPU: wait until it has
+        # spent 0.3 CPU-s since the line was seen (it is in the match now) rather than a fixed 1.5 s of matching.
+        engine = psutil.Process(proc.pid)
+        since = sum(engine.cpu_times()[:2])
+        while sum(engine.cpu_times()[:2]) - since < 0.3:
+            if time.monotonic() > deadline:
+                pytest.fail("the engine never started matching the 5th line")
+            time.sleep(0.05)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         code_, output = _wait(proc, 20)

@@ -67,5 +67,5 @@ def test_the_checkpoint_checkers_say_their_own_final_words() -> None:
     nothing = checkpoint_checkers(None, None, no_steps_why="the run recorded no step to compare (see why)")
     assert nothing.check_each([])["matches_golden"].why == "not checked: the run recorded no step to compare (see why)"
     assert list(off) == ["digests_ok", "resumed_from_newest_valid", "matches_golden", "exactly_once",
-                         "one_writer_per_file"]
+                         "one_writer_per_file", "next_resume_intact", "replay_consistent"]
     assert all(v.ok is not True for v in off.values())  # an empty history proves nothing

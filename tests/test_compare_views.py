@@ -10,19 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from chaos.compare import write_comparison
 from tests.browser import CHROMIUM, launch
-from tests.data.recorded import expand
+from tests.conftest import RECORDED_REPORTS_GROUP
 
-# One worker draws the comparison for every test here (a module fixture drawn once, not once per xdist worker).
-pytestmark = pytest.mark.xdist_group("compare-views")
+# One worker draws the comparison for every test here and tests/test_recorded_runs.py's that read it (the
+# session fixture recorded_comparison, tests/conftest.py), not once per xdist worker.
+pytestmark = pytest.mark.xdist_group(RECORDED_REPORTS_GROUP)
 
 
 @pytest.fixture(scope="module")
-def compared(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    runs = tmp_path_factory.mktemp("runs")
-    dirs = [expand(name, runs) for name in ("centralized-crash", "quickstart")]
-    return write_comparison(dirs, tmp_path_factory.mktemp("pages") / "cmp")
+def compared(recorded_comparison: dict[str, Path]) -> dict[str, Path]:
+    return recorded_comparison
 
 
 def test_columns_have_short_names_and_one_legend(compared: dict[str, Path]) -> None:

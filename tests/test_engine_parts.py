@@ -30,6 +30,7 @@ from chaos.engine.states import FAULT_TRANSITIONS, NODE_TRANSITIONS, PHASE_TRANS
 from chaos.history import HistoryWriter, read_history
 from chaos.plan import NodePlan
 from chaos.scenario import Fault, Limits, NodeRestart, make_fault
+from tests.import_graph import SOURCE_SCANS_GROUP, parsed
 
 
 class FakeRuntime:
@@ -406,7 +407,7 @@ def _import_graph() -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
                        and getattr(node.test, "id", None) == "TYPE_CHECKING" for n in ast.walk(node)}
         deps = set()
@@ -424,6 +425,7 @@ def _import_graph() -> dict[str, set[str]]:
     return graph
 
 
+@pytest.mark.xdist_group(SOURCE_SCANS_GROUP)  # the worker that parses chaos/ once for every such scan
 def test_no_import_cycle_through_the_engine_golden_console_or_result() -> None:
     graph = _import_graph()
 

@@ -17,6 +17,8 @@ from chaos.loading import parse_scenario
 BROKEN = Path(__file__).resolve().parent / "broken"
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
+# No report.html (html_report=False): these tests read result.json only, and drawing a report per run was
+# ~0.2 CPU-s each; that every run writes one is test_report_views' (`chaos run`, and a report that fails).
 
 
 def run(tmp_path: Path, script: str, extra: str = "", args: str = "", golden: bool = False) -> dict:
@@ -31,7 +33,7 @@ workload:
   command: [python, {BROKEN / script}{', ' + args if args else ''}]
   progress_regex: 'step (?P<step>\\d+) \\|? ?loss (?P<loss>[0-9.]+)'
 {extra}"""
-    return Engine(parse_scenario(text), out_dir=tmp_path).run()
+    return Engine(parse_scenario(text), out_dir=tmp_path, html_report=False).run()
 
 
 def test_hang_is_detected_and_the_run_ends(tmp_path: Path) -> None:
@@ -72,7 +74,7 @@ name: dies
 cluster: {{mode: centralized, nodes: 1}}
 workload: {{command: [python, {BROKEN / 'crash_loop.py'}], progress_regex: 'step (?P<step>\\d+)'}}
 """
-    result = Engine(parse_scenario(text), out_dir=tmp_path).run()
+    result = Engine(parse_scenario(text), out_dir=tmp_path, html_report=False).run()
     assert result["verdict"] == "fail" and result["end_reason"] == "failed"
     assert "node0=3" in result["why"]
 
@@ -183,7 +185,7 @@ name: no-loss
 cluster: {{mode: centralized, nodes: 1}}
 workload: {{command: [python, {BROKEN / 'print_steps.py'}, '10'], progress_regex: 'step (?P<step>\\d+)'}}
 """
-    result = Engine(parse_scenario(text), out_dir=tmp_path).run()
+    result = Engine(parse_scenario(text), out_dir=tmp_path, html_report=False).run()
     verdict = result["checkpoint"]["matches_golden"]
     assert verdict["ok"] is None and "prints no loss" in verdict["why"] and "checks.golden is off" not in verdict["why"]
 
@@ -201,7 +203,7 @@ workload:
   progress_regex: 'iteration (?P<step>\\d+) loss (?P<loss>[0-9.]+)'
 faults: [{{kind: crash, target: 0, at_step: 10}}]
 """
-    engine = Engine(parse_scenario(text), out_dir=tmp_path)
+    engine = Engine(parse_scenario(text), out_dir=tmp_path, html_report=False)
     result = engine.run()
     assert result["verdict"] == "error" and result.exit_code == 3, result["why"]
     assert "the golden run recorded no training step, so the faulted run was not started" in result["why"]
@@ -245,7 +247,7 @@ workload:
 faults: [{{kind: crash, target: 0, at_step: 10}}]
 """
     seen: list = []
-    engine = Engine(parse_scenario(text), out_dir=tmp_path, on_update=seen.append)
+    engine = Engine(parse_scenario(text), out_dir=tmp_path, html_report=False, on_update=seen.append)
     assert engine.run()["verdict"] == "pass"
     golden = [s for s in seen if s.reference == "golden"]
     assert golden and max(s.step for s in golden) >= 20, [s.step for s in golden][-5:]
@@ -276,7 +278,7 @@ faults:
 """
     golden = {"completed": True, "trusted": True, "steps": 30, "losses": {"1": 1.0}, "run_dir": str(tmp_path),
               "trigger_counts": {"checkpoint_save_started": 3, "checkpoint_save_finished": 3}}
-    engine = Engine(parse_scenario(text), out_dir=tmp_path, golden=lambda scenario: golden)
+    engine = Engine(parse_scenario(text), out_dir=tmp_path, html_report=False, golden=lambda scenario: golden)
     result = engine.run()
     assert result["verdict"] == "error" and result.exit_code == 3, result["why"]
     assert ("faults[0].on: checkpoint_write_progress never happens for this job: its fault-free run made 3 save(s), "

@@ -11,6 +11,7 @@ import pytest
 import chaos
 from chaos import probe
 from chaos.events import FIELDS, EndReason, Ev, Source, required_fields
+from tests.import_graph import SOURCE_SCANS_GROUP, parsed
 
 CHAOS = Path(chaos.__file__).parent
 
@@ -25,10 +26,11 @@ def test_every_event_has_a_field_declaration_and_members_are_their_strings() -> 
 
 
 def _string_constants(path: Path) -> set[str]:
-    return {n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant)
+    return {n.value for n in ast.walk(parsed(path)) if isinstance(n, ast.Constant)
             and isinstance(n.value, str)}
 
 
+@pytest.mark.xdist_group(SOURCE_SCANS_GROUP)  # the worker that parses chaos/ once for every such scan
 def test_no_module_but_chaos_events_spells_an_event_name() -> None:
     names = {e.value for e in Ev}
     offenders = {}

@@ -37,7 +37,9 @@ def test_plans_respect_the_bounds(plan: list[Fault]) -> None:
 EXPLORED = load_scenario(shipped_scenarios_dir() / "bugs" / "explore-non-atomic-save.yaml")
 
 
-@settings(deadline=None)  # a loaded CI machine takes longer than hypothesis's 200 ms default to validate
+# hypothesis' default depth (100) in --full, a third in the other tiers (tests/tiers.py); deadline: a loaded CI
+# machine takes longer than hypothesis's 200 ms default to validate
+@settings(max_examples=examples(100), deadline=None)
 @given(st.data())
 def test_reproducer_is_a_valid_scenario_that_replays_the_plan(data: st.DataObject) -> None:
     scenario = EXPLORED  # loaded once: what each example checks is the reproducer built from it
@@ -79,7 +81,7 @@ def _valid_with(scenario: Scenario, plan: list[Fault]) -> Scenario:
     return Scenario.model_validate(raw)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(fault_strategy(NEW_SCENARIO.explore, nodes=3))
 def test_new_kinds_are_generated_within_their_own_bounds(plan: list[Fault]) -> None:
     for f in plan:
@@ -123,7 +125,7 @@ def test_every_new_kind_and_the_store_are_reached() -> None:
     assert store == {"crash", "freeze"}
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.data())
 def test_store_isolate_is_generated_where_the_runtime_has_a_network(data: st.DataObject) -> None:
     text = NEW_KINDS.replace("nodes: 3", "nodes: 3\n  runtime: docker").replace(

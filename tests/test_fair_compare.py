@@ -190,7 +190,8 @@ def test_final_loss_is_compared_only_at_the_same_global_batch() -> None:
 
 
 def test_a_sweep_is_parsed_best_link_first_and_bad_values_are_refused() -> None:
-    from chaos.sweep import parse_sweep, rate_bits
+    from chaos.net.units import rate_bits
+    from chaos.sweep import parse_sweep
 
     assert parse_sweep("bandwidth=10mbit,1gbit,100mbit") == ("bandwidth", ["1gbit", "100mbit", "10mbit"])
     assert rate_bits("1mbps") == 8e6  # tc's bps units are bytes

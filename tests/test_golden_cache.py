@@ -175,10 +175,11 @@ def test_cache_directory_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 def test_cli_golden_cache_option_sets_the_cache_for_the_command(monkeypatch: pytest.MonkeyPatch,
                                                                 tmp_path: Path) -> None:
     from chaos import cli
+    from chaos.commands import run
 
     monkeypatch.delenv(CACHE_ENV, raising=False)
     seen = []
-    monkeypatch.setattr(cli, "cmd_run", lambda args: seen.append(str(default_cache_dir())) or 0)
+    monkeypatch.setattr(run, "main", lambda args: seen.append(str(default_cache_dir())) or 0)
     assert cli.main(["run", "quickstart", "--golden-cache", str(tmp_path / "g")]) == 0
     assert seen == [str(tmp_path / "g")]
     assert CACHE_ENV not in os.environ  # only for that command
@@ -195,7 +196,7 @@ def test_the_engine_runs_the_golden_runner_it_is_given(tmp_path: Path) -> None:
         return {"key": "fake", "run_dir": "nowhere", "cached": True, "completed": True, "losses": {"1": 1.0},
                 "world_sizes": [1], "steps": 1, "state_sha256": None, "trusted": True}
 
-    engine = Engine(scenario(), out_dir=tmp_path, golden=golden)
+    engine = Engine(scenario(), out_dir=tmp_path, html_report=False, golden=golden)
     result = engine.run()
     assert asked == ["cached"]
     assert json.loads((engine.run_dir / "golden.json").read_text())["key"] == "fake"

@@ -13,12 +13,14 @@ import subprocess
 import pytest
 import tomllib
 
-from tests.import_graph import ROOT, imports, lazy, module_cycles
+from tests.import_graph import ROOT, SOURCE_SCANS_GROUP, imports, lazy, module_cycles
 
-# Function-level project imports left in chaos/ (each says why: the CLI's start, the probe, pytest's start, FUSE,
-# matplotlib where the engine runs without it).
+# Function-level project imports left in chaos/ (each says why: the CLI's parser, the probe, pytest's start, FUSE,
+# matplotlib where the engine runs without it). The CLI's subcommands are no longer among them: each handler is a
+# module of chaos/commands/ with top-level imports, loaded by name when chosen (chaos/cli.py, `handler`).
 # Lower it when one goes; never raise it to let a new one in without its reason being one of those.
-MAX_LAZY = 41
+MAX_LAZY = 13
+pytestmark = pytest.mark.xdist_group(SOURCE_SCANS_GROUP)  # one worker parses chaos/ for every such scan
 
 
 def test_no_import_cycle_counting_imports_inside_functions() -> None:
@@ -67,3 +69,21 @@ def test_the_layers_hold() -> None:
         pytest.fail("import-linter is not installed: pip install -e '.[test]'")
     proc = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+
+
+def test_every_subcommand_has_its_handler_module() -> None:
+    """chaos/cli.py imports ``chaos.commands.<name>`` by name when a subcommand is chosen (no import statement a
+    linter could follow): each subcommand of the parser has that module, with its ``main``; read, not imported."""
+    import argparse
+    import ast
+
+    from chaos.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = []
+    for name in sub.choices:
+        path = ROOT / "chaos" / "commands" / f"{name}.py"
+        tree = ast.parse(path.read_text()) if path.exists() else None
+        if tree is None or not any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body):
+            missing.append(name)
+    assert sorted(sub.choices) and missing == []

@@ -1,7 +1,8 @@
 """Nothing outside a fault kind's own module names the kind (docs/design.md, "Extension points").
 
 A kind declares what the rest of chaos/ needs to know about it (its options, needs, layouts, the explore default,
-the clean resume of the golden control run, the network shapes the Slurm agent carries out): a module that
+the clean resume of the golden control run, the network shapes the Slurm agent carries out, the storage layer's
+effect of its rule, the axis of an interconnect sweep): a module that
 names a kind is knowledge of that kind kept elsewhere, which a third-party kind could not have. Checked for
 every registered kind, as a string constant in the code of chaos/ (comments and docstrings are prose).
 """
@@ -11,9 +12,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from chaos.registry import fault_plugins, launcher_plugins
+from tests.import_graph import SOURCE_SCANS_GROUP, parsed
 
 CHAOS = Path(__file__).resolve().parent.parent / "chaos"
+pytestmark = pytest.mark.xdist_group(SOURCE_SCANS_GROUP)  # one worker parses chaos/ for every such scan
 
 # The same word meaning something else: (module, word) -> what it is there.
 OTHER_MEANING = {
@@ -28,7 +33,7 @@ OTHER_MEANING = {
     ("chaos.cluster.netexec", "loss"): "a tc netem parameter",
     ("chaos.cluster.netexec", "delay"): "a tc netem parameter",
     ("chaos.net.capabilities", "delay"): "a tc netem parameter",
-    ("chaos.cli", "partition"): "a Slurm partition",
+    ("chaos.commands.cluster", "partition"): "a Slurm partition",
     ("chaos.cluster.spec", "partition"): "a Slurm partition",
     ("chaos.analysis.hangs", "hang"): "a fault's hang outcome in result.json",
     ("chaos.reports.text", "hang"): "a fault's hang outcome in result.json",
@@ -37,9 +42,6 @@ OTHER_MEANING = {
     ("chaos.capabilities", "freeze"): "a runtime capability",
     ("chaos.capabilities", "host_loss"): "a runtime capability",
 }
-# Kind knowledge not yet moved into the kinds (issue 31): the storage layer's rules act per storage kind inside
-# the FUSE server, and the network sweep draws bandwidth and delay on axes of their own.
-NOT_YET = {"chaos.storage.rules", "chaos.sweep"}
 
 
 def _named(kinds: set[str]) -> list[tuple[str, int, str]]:
@@ -47,7 +49,7 @@ def _named(kinds: set[str]) -> list[tuple[str, int, str]]:
     for path in sorted(CHAOS.rglob("*.py")):
         parts = list(path.relative_to(CHAOS.parent).with_suffix("").parts)
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in kinds:
                 found.append((module, node.lineno, node.value))
     return found
@@ -60,7 +62,7 @@ def test_no_module_but_its_own_names_a_fault_kind() -> None:
     refused = {(launcher.__module__, kind) for launcher in launcher_plugins().values()
                for kind in launcher.refused_faults}
     named = [f"{module}:{line}: {kind!r}" for module, line, kind in _named(set(plugins))
-             if module != own[kind] and (module, kind) not in OTHER_MEANING.keys() | refused and module not in NOT_YET]
+             if module != own[kind] and (module, kind) not in OTHER_MEANING.keys() | refused]
     assert named == [], "a fault kind named outside its module: declare what is needed on the kind instead"
 
 
@@ -68,4 +70,3 @@ def test_the_exceptions_are_still_needed() -> None:
     """An exception that no longer matches anything is removed, so the list says what is true."""
     named = {(module, kind) for module, _, kind in _named(set(fault_plugins()))}
     assert set(OTHER_MEANING) - named == set()
-    assert NOT_YET - {module for module, _ in named} == set()

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from chaos.analysis.hangs import single_point_lost
 from chaos.image import image_tag, image_with
 from chaos.launchers.base import Launch, LaunchContext, Launcher
 from chaos.loading import ScenarioInvalid, load_scenario
@@ -85,3 +86,20 @@ def test_a_launcher_with_packages_gets_an_image_of_its_own() -> None:
     assert one.startswith("torch-chaos-extra:") and one != image_with(("ray[train]==2.60.0",), base="torch-chaos:bbb")
     assert one != image_with(("ray[train]==2.61.0",), base="torch-chaos:aaa")
     assert one == image_with(("ray[train]==2.60.0",), base="torch-chaos:aaa")
+
+
+def _history(env: dict[str, Any], target: str, disruptive: bool = True) -> list[dict[str, Any]]:
+    return [{"event": "run_started", "t": 0.0, "environment": env},
+            {"event": "fault_injected", "t": 5.0, "fault_id": 0, "kind": "crash", "target": target,
+             "disruptive": disruptive, "mechanism": "SIGKILL", "details": {}, "trigger_event": None, "max_step": 9}]
+
+
+def test_a_run_that_lost_its_launchers_single_point_of_failure_says_so() -> None:
+    env = {"launcher": "ray", "single_point_node": "node0",
+           "single_point_of_failure": "node0 (the Ray head: the GCS and the driver)"}
+    assert single_point_lost(_history(env, "node0")) == (  # type: ignore[arg-type]
+        "crash hit node0, the job's single point of failure under the ray launcher: node0 (the Ray head: the GCS "
+        "and the driver); no restart policy brings the job back from it")
+    assert single_point_lost(_history(env, "node1")) is None  # type: ignore[arg-type]
+    assert single_point_lost(_history(env, "node0", disruptive=False)) is None  # type: ignore[arg-type]
+    assert single_point_lost(_history({"launcher": "torchrun"}, "node0")) is None  # type: ignore[arg-type]

@@ -41,7 +41,8 @@ def test_fixture_runs_a_scenario_and_asserts_on_the_result(pytester: pytest.Pyte
             assert result.steps_completed == {STEPS}
             assert result.run_dir.is_dir()
             assert set(result.checkpoint) == {{"digests_ok", "resumed_from_newest_valid", "matches_golden",
-                                               "exactly_once", "one_writer_per_file"}}
+                                               "exactly_once", "one_writer_per_file", "next_resume_intact",
+                                               "replay_consistent"}}
     """)
     out = pytester.runpytest_inprocess(*QUIET, "-q")
     out.assert_outcomes(passed=1)

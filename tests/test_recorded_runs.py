@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,10 +23,15 @@ from chaos.history import read_history
 from chaos.reports import write_report
 from tests.browser import CHROMIUM, launch
 from tests.comparison import assert_centralized_vs_elastic
+from tests.conftest import RECORDED_REPORTS_GROUP
 from tests.data.record import RECORDINGS
 from tests.data.recorded import expand, recorded_names
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "reports" / "generated"
+
+# One worker draws the recordings' reports and their comparison for this module and the others that read them
+# (the session fixtures recorded_report and recorded_comparison, tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(RECORDED_REPORTS_GROUP)
 
 DOCUMENTED_VERDICT = {
     "centralized-crash": "pass",
@@ -43,6 +49,12 @@ DOCUMENTED_VERDICT = {
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     into = tmp_path_factory.mktemp("recorded")
     return {name: expand(name, into) for name in recorded_names()}
+
+
+@pytest.fixture(scope="module")
+def centralized_html(recorded_report: Callable[[str, str], Path]) -> Path:
+    """centralized-crash's report.html, drawn once for the tests that read it (here: the formats, Chromium)."""
+    return recorded_report("centralized-crash", "html")
 
 
 def test_every_recording_is_present_and_small() -> None:
@@ -98,9 +110,9 @@ def test_impairment_slowdown_without_restart(runs: dict[str, Path]) -> None:
     assert healed["restored"] is True
 
 
-def test_all_report_formats_from_the_run_directory_alone(runs: dict[str, Path]) -> None:
+def test_all_report_formats_from_the_run_directory_alone(runs: dict[str, Path], centralized_html: Path) -> None:
     run_dir = runs["centralized-crash"]
-    html = write_report(run_dir, "html").read_text()
+    html = centralized_html.read_text()
     for section in ("Timeline", "Loss against the golden run", "Recovery breakdown", "Expectations",
                     "Checkpoint correctness", "Checkpoint interval", "Environment"):
         assert f">{section}<" in html, section
@@ -118,11 +130,11 @@ def test_all_report_formats_from_the_run_directory_alone(runs: dict[str, Path]) 
 
 @pytest.mark.parametrize("name", ["elastic-rendezvous-host-crash", "non-atomic-save", "network-delay-netns",
                                   "corrupt-latest-checkpoint"])
-def test_every_recording_renders_in_every_format(runs: dict[str, Path], name: str) -> None:
+def test_every_recording_renders_in_every_format(recorded_report: Callable[[str, str], Path], name: str) -> None:
     """Every verdict (fail, restart_loop; pass is the test above) and fault kind recorded (an impairment, a
     non-disruptive corruption) goes through every report path without an error."""
     for fmt in ("html", "md", "json", "junit"):
-        assert write_report(runs[name], fmt).stat().st_size > 0
+        assert recorded_report(name, fmt).stat().st_size > 0
 
 
 def test_report_cli_and_interval_advice(runs: dict[str, Path]) -> None:
@@ -135,18 +147,18 @@ def test_report_cli_and_interval_advice(runs: dict[str, Path]) -> None:
     assert main(["report", str(runs["elastic-rendezvous-host-crash"]), "--format", "json"]) == 1
 
 
-def test_centralized_against_elastic(runs: dict[str, Path], tmp_path: Path) -> None:
-    assert_centralized_vs_elastic(write_comparison([runs["centralized-crash"], runs["quickstart"]], tmp_path / "cmp"))
+def test_centralized_against_elastic(recorded_comparison: dict[str, Path]) -> None:
+    assert_centralized_vs_elastic(recorded_comparison)
 
 
-def test_html_report_in_headless_chromium(runs: dict[str, Path]) -> None:
+def test_html_report_in_headless_chromium(centralized_html: Path) -> None:
     if CHROMIUM is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is not installed (apt-get install -y chromium); CI must run the browser test")
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
-    report = write_report(runs["centralized-crash"], "html")
+    report = centralized_html
     requests: list[str] = []
     failed: list[str] = []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -174,20 +186,22 @@ def test_html_report_in_headless_chromium(runs: dict[str, Path]) -> None:
 
 def test_two_runs_of_one_scenario_keep_a_report_each(runs: dict[str, Path], tmp_path: Path) -> None:
     """Each run's report was named after its scenario: the second of two cluster shapes of one file overwrote the
-    first, and both columns linked the same page."""
+    first, and both columns linked the same page. (plain-ddp-crash: the smallest distributed recording, 200
+    events; any scenario shows it.)"""
     import shutil
 
-    twin = tmp_path / "quickstart-twin"
-    shutil.copytree(runs["quickstart"], twin)
-    paths = write_comparison([runs["quickstart"], twin], tmp_path / "cmp")
+    twin = tmp_path / "plain-ddp-crash-twin"
+    shutil.copytree(runs["plain-ddp-crash"], twin)
+    paths = write_comparison([runs["plain-ddp-crash"], twin], tmp_path / "cmp")
     assert sorted(p.name for p in (tmp_path / "cmp").glob("*.html") if p.name != "compare.html") == sorted(
-        [f"{runs['quickstart'].name}.html", "quickstart-twin.html"])
+        [f"{runs['plain-ddp-crash'].name}.html", "plain-ddp-crash-twin.html"])
     assert paths["md"].read_text().count(".html)") == 2
     assert paths["md"].read_text().startswith("# torch-chaos comparison: 2 distributed runs\n"), "not 'vs centralized'"
 
 
 def test_compare_refuses_a_run_given_twice_or_two_runs_of_one_name(runs: dict[str, Path], tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+                                                                 capsys: pytest.CaptureFixture[str],
+                                                                 recorded_comparison: dict[str, Path]) -> None:
     quickstart = runs["quickstart"]
     same_name = tmp_path / "elsewhere" / quickstart.name
     shutil.copytree(quickstart, same_name)
@@ -195,5 +209,5 @@ def test_compare_refuses_a_run_given_twice_or_two_runs_of_one_name(runs: dict[st
         code = main(["compare", "--from-runs", *map(str, dirs), "-o", str(tmp_path / "cmp")])
         assert code == 2 and said in capsys.readouterr().err
     assert not (tmp_path / "cmp").exists()
-    paths = write_comparison([runs["centralized-crash"], quickstart], tmp_path / "ok")
-    assert "comparison: distributed vs centralized</h1>" in paths["html"].read_text()
+    # runs of two names are compared (the same pair, drawn once for the session)
+    assert "comparison: distributed vs centralized</h1>" in recorded_comparison["html"].read_text()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,13 @@ from chaos.reports import write_report
 from chaos.reports.model import build_report
 from chaos.reports.plots import loss_vs_golden, timeline
 from chaos.scenario import Expect
+from tests.conftest import RECORDED_REPORTS_GROUP
 from tests.data.recorded import expand
 
 BROKEN = Path(__file__).resolve().parent / "broken"
+# One worker draws the recordings' default reports for this module and the others that read them (the session
+# fixture recorded_report, tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(RECORDED_REPORTS_GROUP)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +37,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                                                   "plain-ddp-crash", "non-atomic-save")}
 
 
-def test_a_diverged_report_marks_the_divergence_and_plots_the_difference(runs: dict[str, Path]) -> None:
+def test_a_diverged_report_marks_the_divergence_and_plots_the_difference(
+        runs: dict[str, Path], recorded_report: Callable[[str, str], Path]) -> None:
     report = build_report(runs["plain-ddp-no-optimizer-state"])
     assert report.result.checkpoint["matches_golden"].get("first_divergent_step") == 102
     fig = loss_vs_golden(report)
@@ -41,7 +47,7 @@ def test_a_diverged_report_marks_the_divergence_and_plots_the_difference(runs: d
         assert any(list(line.get_xdata()) == [102, 102] for line in ax.get_lines()), ax.get_title()
     diff = fig.axes[1].get_lines()[0]
     assert len(diff.get_xdata()) > 100 and max(abs(y) for y in diff.get_ydata()) > 0.01
-    html = write_report(report.analysis, "html").read_text()
+    html = recorded_report("plain-ddp-no-optimizer-state", "html").read_text()
     assert "The loss diverges from the golden run&#x27;s at step 102" in html
     assert html.split("<figure id=loss>")[1].split("</figure>")[0].count('<g id="axes_') == 2
 
@@ -54,7 +60,7 @@ def test_a_matching_run_has_a_flat_difference_and_no_marker(runs: dict[str, Path
     assert max(abs(y) for y in fig.axes[1].get_lines()[0].get_ydata()) < 1e-3
 
 
-def test_every_node_has_a_lane_of_its_own(runs: dict[str, Path]) -> None:
+def test_every_node_has_a_lane_of_its_own(runs: dict[str, Path], recorded_report: Callable[[str, str], Path]) -> None:
     """Three nodes at the same step drew on one another: only the last one drawn was visible."""
     report = build_report(runs["quickstart"])
     fig = timeline(report)
@@ -65,14 +71,14 @@ def test_every_node_has_a_lane_of_its_own(runs: dict[str, Path]) -> None:
     for ax in fig.axes:  # each lane draws one node's steps
         dots = [line for line in ax.get_lines() if line.get_marker() == "."]
         assert len(dots) == 1 and len(dots[0].get_xdata()) > 100
-    html = write_report(report.analysis, "html").read_text()
+    html = recorded_report("quickstart", "html").read_text()
     assert html.split("<figure id=timeline>")[1].split("</figure>")[0].count('<g id="axes_') == 3
 
 
 def test_a_description_is_rendered_markdown_and_everything_else_is_escaped(runs: dict[str, Path],
                                                                            tmp_path: Path) -> None:
     run = tmp_path / "described"
-    shutil.copytree(runs["quickstart"], run)
+    shutil.copytree(runs["plain-ddp-crash"], run)  # any run: the smallest distributed recording
     scenario = yaml.safe_load((run / "scenario.yaml").read_text())
     scenario["description"] = ("Crash `node2` *now*, see [the docs](https://example.org/x) or "
                                "[this](javascript:alert(1)). <script>alert(1)</script> <img src=http://e/x.png>")
@@ -85,26 +91,27 @@ def test_a_description_is_rendered_markdown_and_everything_else_is_escaped(runs:
     assert "`node2`" not in html
 
 
-def test_a_pass_lists_the_bounds_it_held_and_flags_an_unbounded_recovery(runs: dict[str, Path]) -> None:
-    html = write_report(runs["centralized-crash"], "html").read_text()
+def test_a_pass_lists_the_bounds_it_held_and_flags_an_unbounded_recovery(
+        recorded_report: Callable[[str, str], Path]) -> None:
+    html = recorded_report("centralized-crash", "html").read_text()
     assert "PASS held: completes; recovery_s 2.09 s ≤ 30; lost_steps 30 ≤ 50" in html
     assert "catch-up 2.12 s: no bound set — add expect.catch_up_s: {max: ...} to the scenario" in html
     # plain-ddp-crash passes with a 31 s recovery that nothing bounded
-    html = write_report(runs["plain-ddp-crash"], "html").read_text()
+    html = recorded_report("plain-ddp-crash", "html").read_text()
     assert "PASS held: completes (implicit)" in html
     assert "recovery 31.1 s: no bound set — add expect.recovery_s: {max: ...} to the scenario to gate on it" in html
-    md = write_report(runs["plain-ddp-crash"], "md").read_text()
+    md = recorded_report("plain-ddp-crash", "md").read_text()
     assert "- recovery 31.1 s: no bound set" in md
     for name in ("recovery_s", "catch_up_s", "lost_steps", "slowdown"):  # the advice names real expect fields
         assert name in Expect.model_fields
 
 
-def test_the_replacement_count_says_what_each_replacement_followed(runs: dict[str, Path]) -> None:
-    html = write_report(runs["non-atomic-save"], "html").read_text()
+def test_the_replacement_count_says_what_each_replacement_followed(recorded_report: Callable[[str, str], Path]) -> None:
+    html = recorded_report("non-atomic-save", "html").read_text()
     assert ("4 node replacements: 1 after fault #0 (crash of node0, exit code -9); 3 after node0 exited by itself "
             "(exit code 1, no fault on it since its previous start)") in html
-    assert "1 node replacement: 1 after fault #0 (crash of node2, exit code -9)" in write_report(
-        runs["quickstart"], "html").read_text()
+    assert "1 node replacement: 1 after fault #0 (crash of node2, exit code -9)" in recorded_report(
+        "quickstart", "html").read_text()
 
 
 def test_replacements_of_other_nodes_after_one_crash_are_told_apart() -> None:

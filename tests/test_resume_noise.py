@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from chaos.analysis.noise import BAND_CEILING, BAND_FACTOR, BAND_FLOOR, band
 from chaos.analysis.result_json import RESULT_SCHEMA_VERSION
 from chaos.analysis.run import analyze
 from chaos.events import EndReason, Ev, Source
-from chaos.reports import write_report
+from tests.conftest import RECORDED_REPORTS_GROUP
 from tests.data.recorded import expand
 
 N, RESUMED = 60, 40  # 60 steps; node crashed after step 45, resumed from the checkpoint of step 40
@@ -202,16 +203,18 @@ def test_recorded_run_with_a_small_planted_drift_is_diverged_in_floors(recorded:
     assert v["mode"] == "within_noise" and v["band_rel"] == BAND_FLOOR, v
 
 
-def test_recorded_planted_bug_is_diverged_and_every_report_says_which(recorded: dict[str, Path]) -> None:
+@pytest.mark.xdist_group(RECORDED_REPORTS_GROUP)  # the worker that draws these reports for test_report_views too
+def test_recorded_planted_bug_is_diverged_and_every_report_says_which(
+        recorded: dict[str, Path], recorded_report: Callable[[str, str], Path]) -> None:
     result = analyze(recorded["plain-ddp-no-optimizer-state"])
     v = result["checkpoint"]["matches_golden"]
     assert result["verdict"] == "fail" and v["mode"] == "diverged" and v["first_divergent_step"] == 102
     assert v["max_rel_loss_diff"] > 100 * BAND_CEILING and result["control_run"] is None
     for name, mode in (("plain-ddp-crash", "ok (within_noise)"), ("plain-ddp-no-optimizer-state",
                                                                   "FAILED (diverged)")):
-        md = write_report(recorded[name], "md").read_text()
+        md = recorded_report(name, "md").read_text()
         assert mode in md, md
-        assert mode.split(" ")[1] in write_report(recorded[name], "html").read_text()
+        assert mode.split(" ")[1] in recorded_report(name, "html").read_text()
 
 
 @pytest.mark.usefixtures("no_leftovers")
@@ -239,12 +242,12 @@ faults: [{{kind: crash, target: 0, at_step: 3}}]
                 "resumed_from": 0}
 
     asked: list[int] = []
-    bitwise = Engine(scenario, out_dir=tmp_path, golden=lambda s: summary(1.0),
+    bitwise = Engine(scenario, out_dir=tmp_path, html_report=False, golden=lambda s: summary(1.0),
                      control=lambda s, step: asked.append(step) or summary(1.0)).run()
     # printed with 4 decimals: equal as printed, never called bitwise (issue 32); still no control run
     assert bitwise["checkpoint"]["matches_golden"]["mode"] == "equal_as_printed" and asked == []
 
-    engine = Engine(scenario, out_dir=tmp_path, golden=lambda s: summary(1 + 1e-7),
+    engine = Engine(scenario, out_dir=tmp_path, html_report=False, golden=lambda s: summary(1 + 1e-7),
                     control=lambda s, step: asked.append(step) or summary(1 + 2e-7))
     result = engine.run()
     assert asked == [0]  # re-run from scratch: the control resumes from step 0 too

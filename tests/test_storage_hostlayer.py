@@ -125,7 +125,8 @@ def finish(proc: subprocess.Popen[bytes], ckpt: Path) -> None:
 def test_a_host_layer_sends_what_it_sees_and_enforces_the_engines_rule(engine: Engine, tmp_path: Path) -> None:
     proc, ckpt, out = start_node(engine, tmp_path)
     control = ChannelStorageControl(engine.channel, tmp_path)
-    control.apply({"fault_id": 1, "kind": "io_error", "ops": ["write"], "errno": "EIO", "paths": "*.pt"})
+    control.apply({"fault_id": 1, "kind": "io_error", "effect": "error",
+                   "ops": ["write"], "errno": "EIO", "paths": "*.pt"})
     assert control.described() == "rules v1 over the history channel, confirmed by the layers on 1 node host(s)"
     assert engine.channel.states(HOST_WHO, RULES_STATE) == [1]
     (tmp_path / "out.go").touch()
@@ -143,8 +144,10 @@ def test_a_host_layers_match_counts_reach_the_engine_and_outlive_the_layer(engin
     proc, ckpt, _out = start_node(engine, tmp_path)
     control = ChannelStorageControl(engine.channel, tmp_path)
     assert control.matched(1) is None  # no layer has counted anything yet
-    control.apply({"fault_id": 1, "kind": "io_error", "ops": ["write"], "errno": "EIO", "paths": "*.pt"})
-    control.apply({"fault_id": 2, "kind": "io_error", "ops": ["write"], "errno": "EIO", "paths": "nothing-*.bin"})
+    control.apply({"fault_id": 1, "kind": "io_error", "effect": "error",
+                   "ops": ["write"], "errno": "EIO", "paths": "*.pt"})
+    control.apply({"fault_id": 2, "kind": "io_error", "effect": "error",
+                   "ops": ["write"], "errno": "EIO", "paths": "nothing-*.bin"})
     assert control.matched(1) == 0 and control.matched(2) == 0
     (tmp_path / "out.go").touch()
     finish(proc, ckpt)  # the layer is gone with its node's command
@@ -163,7 +166,8 @@ def test_a_host_layer_records_a_save_and_a_load_and_holds_a_paused_on_save(engin
     assert not engine.seen("checkpoint_save_finished") and not out.exists()  # held inside its first write
     # the engine installs a rule while the save is held (a fault triggered on it): the layer takes it in meanwhile
     control = ChannelStorageControl(engine.channel, tmp_path)
-    control.apply({"fault_id": 2, "kind": "slow_io", "ops": ["read"], "latency_ms": 10, "paths": "*"})
+    control.apply({"fault_id": 2, "kind": "slow_io", "effect": "slow",
+                   "ops": ["read"], "latency_ms": 10, "paths": "*"})
     assert engine.channel.ack(held["id"])
     finish(proc, ckpt)
     assert out.read_text() == "ok"
@@ -216,7 +220,7 @@ def test_a_layer_that_does_not_confirm_fails_the_fault(engine: Engine, tmp_path:
     server = kill_server_of(ckpt, signal.SIGSTOP)
     try:
         with pytest.raises(StorageNotAcknowledged, match=r"1 of 1 node hosts' .* did not confirm .* \(0 did\)"):
-            control.apply({"fault_id": 3, "kind": "io_error", "paths": "*"})
+            control.apply({"fault_id": 3, "kind": "io_error", "effect": "error", "paths": "*"})
     except BaseException:
         os.kill(server, signal.SIGCONT)
         (tmp_path / "out.go").touch()  # a failed check still lets the node finish and its layer unmount

@@ -65,18 +65,20 @@ def test_no_rules_pass_everything(tmp_path: Path) -> None:
 
 
 def test_unknown_kind_or_errno_is_refused_before_anything_changes(tmp_path: Path) -> None:
-    r = rules_with(tmp_path, {"fault_id": 0, "kind": "disk_full"})
-    with pytest.raises(RuleError, match="kind"):
-        r.install({"version": 2, "rules": [{"fault_id": 1, "kind": "melt"}]})
+    r = rules_with(tmp_path, {"fault_id": 0, "kind": "disk_full", "effect": "quota"})
+    with pytest.raises(RuleError, match="an effect among"):
+        r.install({"version": 2, "rules": [{"fault_id": 1, "kind": "melt"}]})  # a rule without an effect
+    with pytest.raises(RuleError, match="an effect among"):
+        r.install({"version": 2, "rules": [{"fault_id": 1, "kind": "melt", "effect": "melt"}]})
     with pytest.raises(RuleError, match="EBOGUS"):
-        r.install({"version": 2, "rules": [{"fault_id": 1, "kind": "io_error", "errno": "EBOGUS"}]})
+        r.install({"version": 2, "rules": [{"fault_id": 1, "kind": "io_error", "effect": "error", "errno": "EBOGUS"}]})
     with pytest.raises(RuleError, match="operation"):
-        r.install({"version": 2, "rules": [{"fault_id": 1, "kind": "io_error", "ops": ["chmod"]}]})
+        r.install({"version": 2, "rules": [{"fault_id": 1, "kind": "io_error", "effect": "error", "ops": ["chmod"]}]})
     assert r.version == 1 and [x["fault_id"] for x in r.rules] == [0]
 
 
 def test_paths_glob_and_node_filter(tmp_path: Path) -> None:
-    r = rules_with(tmp_path, {"fault_id": 0, "kind": "io_error", "paths": "*.pt", "node": "node1"})
+    r = rules_with(tmp_path, {"fault_id": 0, "kind": "io_error", "effect": "error", "paths": "*.pt", "node": "node1"})
     assert r.check("write", "step_1.pt", "node1", 5).errno == "EIO"
     assert r.check("write", "sub/step_1.pt", "node1", 5).errno == "EIO"  # `*` crosses directories
     assert r.check("write", "step_1.pt.sha256", "node1", 5) is PASS
@@ -88,7 +90,7 @@ def test_paths_glob_and_node_filter(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------- disk_full
 
 def test_disk_full_from_the_moment_of_injection(tmp_path: Path) -> None:
-    r = rules_with(tmp_path, {"fault_id": 3, "kind": "disk_full", "after_bytes": 0})
+    r = rules_with(tmp_path, {"fault_id": 3, "kind": "disk_full", "effect": "quota", "after_bytes": 0})
     assert r.check("write", "a.pt", "node0", 1) == Outcome(errno="ENOSPC", fault_id=3)
     # opening, reading, renaming, syncing and empty writes still work on a full disk
     for op in ("open_write", "open_read", "read", "fsync", "rename", "unlink"):
@@ -99,25 +101,27 @@ def test_disk_full_from_the_moment_of_injection(tmp_path: Path) -> None:
 def test_disk_full_counts_bytes_written_after_injection_only(tmp_path: Path) -> None:
     r = Rules(tmp_path)
     write(r, tmp_path, "old.pt", b"x" * 1000)  # before the fault: not counted
-    r.install({"version": 1, "rules": [{"fault_id": 0, "kind": "disk_full", "after_bytes": 100, "paths": "*.pt"}]})
+    r.install({"version": 1, "rules": [{"fault_id": 0, "kind": "disk_full", "effect": "quota",
+                                        "after_bytes": 100, "paths": "*.pt"}]})
     assert write(r, tmp_path, "a.pt", b"x" * 60).errno is None
     assert write(r, tmp_path, "b.txt", b"x" * 500).errno is None  # not a matching path: not counted
     assert write(r, tmp_path, "a.pt", b"x" * 40, offset=60).errno is None  # exactly full
     assert write(r, tmp_path, "a.pt", b"x", offset=100).errno == "ENOSPC"
     # the counter survives a new rules.json that keeps the rule (another fault added)
-    r.install({"version": 2, "rules": [*r.rules, {"fault_id": 1, "kind": "slow_io", "latency_ms": 1}]})
+    r.install({"version": 2, "rules": [*r.rules, {"fault_id": 1, "kind": "slow_io", "effect": "slow",
+                                                  "latency_ms": 1}]})
     assert r.check("write", "a.pt", "node0", 1).errno == "ENOSPC"
     # healed: writes go through; injected again later: counts from zero again
     r.install({"version": 3, "rules": []})
     assert write(r, tmp_path, "a.pt", b"y" * 50).errno is None
-    r.install({"version": 4, "rules": [{"fault_id": 0, "kind": "disk_full", "after_bytes": 100}]})
+    r.install({"version": 4, "rules": [{"fault_id": 0, "kind": "disk_full", "effect": "quota", "after_bytes": 100}]})
     assert r.check("write", "a.pt", "node0", 100) is PASS
 
 
 # ---------------------------------------------------------------------------------------------------- io_error
 
 def test_io_error_default_ops_and_errno(tmp_path: Path) -> None:
-    r = rules_with(tmp_path, {"fault_id": 0, "kind": "io_error"})
+    r = rules_with(tmp_path, {"fault_id": 0, "kind": "io_error", "effect": "error"})
     for op in ("open_write", "open_read", "write", "read", "fsync", "rename"):
         assert r.check(op, "a.pt", "node0", 1) == Outcome(errno="EIO", fault_id=0), op
     assert r.check("release", "a.pt", "node0") is PASS  # closing a handle never fails
@@ -125,7 +129,8 @@ def test_io_error_default_ops_and_errno(tmp_path: Path) -> None:
 
 
 def test_io_error_chosen_ops_errno_and_count(tmp_path: Path) -> None:
-    r = rules_with(tmp_path, {"fault_id": 2, "kind": "io_error", "ops": ["fsync", "open_read"], "errno": "EROFS",
+    r = rules_with(tmp_path, {"fault_id": 2, "kind": "io_error", "effect": "error",
+                              "ops": ["fsync", "open_read"], "errno": "EROFS",
                               "count": 2})
     assert r.check("write", "a.pt", "node0", 1) is PASS
     assert r.check("open_write", "a.pt", "node0") is PASS
@@ -136,7 +141,8 @@ def test_io_error_chosen_ops_errno_and_count(tmp_path: Path) -> None:
 
 def test_io_error_probability_is_a_fraction_and_replays(tmp_path: Path) -> None:
     def failures(seed_fault: int) -> list[bool]:
-        r = rules_with(tmp_path, {"fault_id": seed_fault, "kind": "io_error", "ops": ["read"], "probability": 0.3})
+        r = rules_with(tmp_path, {"fault_id": seed_fault, "kind": "io_error", "effect": "error",
+                                  "ops": ["read"], "probability": 0.3})
         return [r.check("read", "a.pt", "node0", 1).errno is not None for _ in range(1000)]
 
     first = failures(5)
@@ -147,18 +153,21 @@ def test_io_error_probability_is_a_fraction_and_replays(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------- slow_io
 
 def test_slow_io_latency_adds_up_and_errors_win(tmp_path: Path) -> None:
-    r = rules_with(tmp_path, {"fault_id": 0, "kind": "slow_io", "latency_ms": 50, "ops": ["fsync", "write"]},
-                   {"fault_id": 1, "kind": "slow_io", "latency_ms": 20})
+    r = rules_with(tmp_path, {"fault_id": 0, "kind": "slow_io", "effect": "slow",
+                              "latency_ms": 50, "ops": ["fsync", "write"]},
+                   {"fault_id": 1, "kind": "slow_io", "effect": "slow", "latency_ms": 20})
     assert r.check("fsync", "a.pt", "node0").delay_s == pytest.approx(0.07)
     assert r.check("read", "a.pt", "node0", 1).delay_s == pytest.approx(0.02)
     assert r.check("release", "a.pt", "node0") is PASS
-    r.install({"version": 2, "rules": [*r.rules, {"fault_id": 2, "kind": "io_error", "ops": ["fsync"]}]})
+    r.install({"version": 2, "rules": [*r.rules, {"fault_id": 2, "kind": "io_error", "effect": "error",
+                                                  "ops": ["fsync"]}]})
     assert r.check("fsync", "a.pt", "node0") == Outcome(errno="EIO", fault_id=2)
 
 
 def test_slow_io_bandwidth_is_one_queue(tmp_path: Path) -> None:
     clock = Clock()
-    r = rules_with(tmp_path, {"fault_id": 0, "kind": "slow_io", "bandwidth_bps": 1_000_000}, clock=clock)
+    r = rules_with(tmp_path, {"fault_id": 0, "kind": "slow_io", "effect": "slow",
+                              "bandwidth_bps": 1_000_000}, clock=clock)
     assert r.check("write", "a.pt", "node0", 500_000).delay_s == pytest.approx(0.5)
     # a second writer at the same moment queues behind the first
     assert r.check("write", "b.pt", "node1", 500_000).delay_s == pytest.approx(1.0)
@@ -170,13 +179,13 @@ def test_slow_io_bandwidth_is_one_queue(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------- fsync_stall
 
 def test_fsync_stall_blocks_fsync_until_the_rule_is_removed(tmp_path: Path) -> None:
-    r = rules_with(tmp_path, {"fault_id": 4, "kind": "fsync_stall", "paths": "*.tmp"})
+    r = rules_with(tmp_path, {"fault_id": 4, "kind": "fsync_stall", "effect": "stall_fsync", "paths": "*.tmp"})
     outcome = r.check("fsync", ".step_1.pt.tmp", "node0")
     assert outcome.stall and outcome.fault_id == 4 and outcome.errno is None
     assert r.check("fsync", "step_1.pt.sha256", "node0") is PASS
     assert r.check("write", ".step_1.pt.tmp", "node0", 10) is PASS
     assert r.stalled(4)
-    r.install({"version": 2, "rules": [{"fault_id": 5, "kind": "slow_io", "latency_ms": 1}]})
+    r.install({"version": 2, "rules": [{"fault_id": 5, "kind": "slow_io", "effect": "slow", "latency_ms": 1}]})
     assert not r.stalled(4)  # healed: the server lets the waiting fsync through
 
 
@@ -185,7 +194,7 @@ def test_fsync_stall_blocks_fsync_until_the_rule_is_removed(tmp_path: Path) -> N
 def power_loss(r: Rules, tmp_path: Path, fault_id: int, node: str, **extra: Any) -> list[dict[str, Any]]:
     report = tmp_path.parent / f"report-{fault_id}.json"
     r.install({"version": r.version + 1,
-               "rules": [*r.rules, {"fault_id": fault_id, "kind": "lost_writes", "node": node,
+               "rules": [*r.rules, {"fault_id": fault_id, "kind": "lost_writes", "effect": "power_loss", "node": node,
                                     "report": str(report), **extra}]})
     return json.loads(report.read_text())["truncated"]
 
@@ -293,7 +302,7 @@ def test_data_written_back_is_durable_for_a_later_power_loss(backing: Path) -> N
 def test_concurrent_server_threads_count_every_byte(tmp_path: Path) -> None:
     import threading
 
-    r = rules_with(tmp_path, {"fault_id": 0, "kind": "disk_full", "after_bytes": 10**9})
+    r = rules_with(tmp_path, {"fault_id": 0, "kind": "disk_full", "effect": "quota", "after_bytes": 10**9})
 
     def writer(i: int) -> None:
         for _ in range(2000):
@@ -306,3 +315,14 @@ def test_concurrent_server_threads_count_every_byte(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert r._state[0].written == 8000
+
+
+def test_every_storage_kind_declares_an_effect_the_layer_knows() -> None:
+    """The layer acts by a rule's effect, never by its kind: each registered kind that installs a rule says which
+    (``layer_effect``), and it is one the layer enforces (else every inject of it would be refused)."""
+    from chaos.registry import fault_plugins
+    from chaos.storage.rules import EFFECTS
+
+    declared = {kind: getattr(plugin, "layer_effect", None) for kind, plugin in fault_plugins().items()}
+    declared = {kind: effect for kind, effect in declared.items() if effect is not None}
+    assert len(declared) >= 5 and {k: e for k, e in declared.items() if e not in EFFECTS} == {}

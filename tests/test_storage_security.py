@@ -287,7 +287,8 @@ def test_lost_writes_follows_a_renamed_directory_and_never_truncates_through_the
                 f"os.rename(d + '/step_5', d + '/kept'); os.symlink({str(outside)!r}, d + '/step_5')")
         subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "CHAOS_NODE": "node1"})
         report = open_base / ".storage" / "lost_writes-1.json"
-        StorageControl(open_base / ".storage").apply({"fault_id": 1, "kind": "lost_writes", "node": "node1",
+        StorageControl(open_base / ".storage").apply({"fault_id": 1, "kind": "lost_writes", "effect": "power_loss",
+                                                      "node": "node1",
                                                       "paths": "*", "report": str(report)})
         said = _json(report)
     assert _sha(outside / "model.pt") == before
@@ -308,7 +309,8 @@ def test_lost_writes_refuses_a_file_swapped_for_a_link_and_the_fault_does_not_ha
     (backing / "model.pt").unlink()
     (backing / "model.pt").symlink_to(outside)
     report = tmp_path / "report.json"
-    rules.install({"version": 1, "rules": [{"fault_id": 1, "kind": "lost_writes", "node": "node1",
+    rules.install({"version": 1, "rules": [{"fault_id": 1, "kind": "lost_writes", "effect": "power_loss",
+                                            "node": "node1",
                                             "report": str(report)}]})
     assert outside.read_bytes() == b"y" * 5000
     [entry] = _json(report)["truncated"]
@@ -367,7 +369,8 @@ def test_the_layer_refuses_a_rule_whose_paths_leave_the_directory(tmp_path: Path
     from chaos.storage.rules import RuleError, Rules
 
     with pytest.raises(RuleError, match="paths: expected a glob relative"):
-        Rules(tmp_path).install({"version": 1, "rules": [{"fault_id": 1, "kind": "disk_full", "paths": "/etc/*"}]})
+        Rules(tmp_path).install({"version": 1, "rules": [{"fault_id": 1, "kind": "disk_full", "effect": "quota",
+                                                          "paths": "/etc/*"}]})
 
 
 # ------------------------------------------------------------------------------------ a rule that matched nothing
@@ -382,8 +385,8 @@ def test_a_storage_rule_that_matched_nothing_is_a_fault_that_did_not_happen(tmp_
     from tests.histories import H
 
     rules = Rules(tmp_path)
-    rules.install({"version": 1, "rules": [{"fault_id": 0, "kind": "disk_full", "paths": "never/*"},
-                                           {"fault_id": 1, "kind": "disk_full", "paths": "*.pt",
+    rules.install({"version": 1, "rules": [{"fault_id": 0, "kind": "disk_full", "effect": "quota", "paths": "never/*"},
+                                           {"fault_id": 1, "kind": "disk_full", "effect": "quota", "paths": "*.pt",
                                             "after_bytes": 10**9}]})
     rules.check("write", "step_5.pt", "node0", 100)
     assert rules.matched == {0: 0, 1: 1}

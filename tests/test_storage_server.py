@@ -200,7 +200,8 @@ except OSError as exc:
         as_node(f"import os; f = open({str(mount / 'slow.pt')!r}, 'wb'); f.write(b'x'); os.fsync(f.fileno())")
         assert time.monotonic() - t0 >= 0.3
         control = StorageControl(tmp_path / ".storage")
-        control.apply({"fault_id": 9, "kind": "fsync_stall"})  # returns once the server enforces version 1
+        # returns once the server enforces version 1
+        control.apply({"fault_id": 9, "kind": "fsync_stall", "effect": "stall_fsync"})
         assert (tmp_path / ".storage" / "applied").read_text() == "1"
         proc = start_as(f"import os; f = open({str(mount / 'stall.pt')!r}, 'wb'); f.write(b'x'); os.fsync(f.fileno())")
         time.sleep(0.5)
@@ -224,7 +225,7 @@ def test_a_healed_latency_releases_the_operations_it_was_slowing(tmp_path: Path)
     heal, and the run hung after the fault was over."""
     with mounted(tmp_path, rules=True) as mount:
         control = StorageControl(tmp_path / ".storage")
-        control.apply({"fault_id": 10, "kind": "slow_io"})
+        control.apply({"fault_id": 10, "kind": "slow_io", "effect": "slow"})
         proc = start_as(f"import os; f = open({str(mount / 'latency.pt')!r}, 'wb'); f.write(b'x'); "
                         "os.fsync(f.fileno())")
         time.sleep(1.0)
@@ -238,7 +239,7 @@ def test_a_healed_latency_releases_the_operations_it_was_slowing(tmp_path: Path)
 def test_a_rule_change_without_a_server_is_an_error_not_a_silent_fault(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr("chaos.storage.control.ACK_TIMEOUT_S", 0.2)
     with pytest.raises(StorageNotAcknowledged, match="did not confirm rules version 1"):
-        StorageControl(tmp_path / "control").apply({"fault_id": 1, "kind": "io_error"})
+        StorageControl(tmp_path / "control").apply({"fault_id": 1, "kind": "io_error", "effect": "error"})
 
 
 def _marked_server(tmp_path: Path, name: str, engine: int) -> tuple[subprocess.Popen[bytes], Path]:

@@ -18,6 +18,7 @@ from tests.integration import (
     test_native_crash,
     test_nodes_per_host,
     test_planted_bugs,
+    test_ray_launcher,
     test_runtime_matrix,
     test_shipped_scenarios,
     test_slurm_runtime,
@@ -41,6 +42,7 @@ def test_every_shipped_scenario_is_run_by_an_integration_test() -> None:
                     | set(test_storage_faults.EXPECTED_VERDICT) | set(test_memory_faults.EXPECTED_VERDICT)
                     | set(test_nodes_per_host.EXPECTED_VERDICT)
                     | set(test_straggler.EXPECTED_VERDICT) | set(test_hang.EXPECTED_VERDICT)
+                    | set(test_ray_launcher.EXPECTED_VERDICT)
                     | set(test_native_crash.EXPECTED_VERDICT) | set(test_tf_launcher.EXPECTED_VERDICT)
                     | set(test_store_faults.EXPECTED_VERDICT) | set(test_slurm_runtime.EXPECTED_VERDICT)
                     | {name for name, _ in test_etcd_rendezvous.EXPECTED_VERDICT}
@@ -105,20 +107,36 @@ GATE_MUST_HOLD = {
 }
 
 
-def collected(*args: str) -> set[str]:
-    """The node ids a pytest session with ``args`` would run (after the gate's deselection), from a collect-only
-    subprocess: the same hooks as a real session, nothing run."""
+# Both sessions in one interpreter, one after the other: the second reuses the first's imports (chaos, the test
+# modules, matplotlib), ~2 CPU-s less than a process each. Each is a whole pytest session: its own configure,
+# collection, deselection and unconfigure, as on the command line.
+_BOTH_SESSIONS = """\
+import sys, pytest
+separator, paths = sys.argv[1], sys.argv[2:]
+common = ["--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider"]
+gate = pytest.main([*common, *paths])
+print(separator, flush=True)
+full = pytest.main([*common, "--full", *paths])
+sys.exit(int(gate) or int(full))
+"""
+SEPARATOR = "=== the same collection with --full ==="
+
+
+def collected_gate_and_full() -> tuple[set[str], set[str]]:
+    """The node ids a plain pytest session (the gate) and a ``--full`` one would run (after the gate's
+    deselection), from collect-only sessions in a subprocess: the same hooks as a real session, nothing run."""
     tests = Path(__file__).resolve().parent
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider",
-                          *args, str(tests / "integration"), str(tests / "test_pytest_plugin.py"),
-                          str(tests / "test_recorded_runs.py")],
+    out = subprocess.run([sys.executable, "-c", _BOTH_SESSIONS, SEPARATOR, str(tests / "integration"),
+                          str(tests / "test_pytest_plugin.py"), str(tests / "test_recorded_runs.py")],
                          capture_output=True, text=True, cwd=tests.parent, timeout=120)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    return {line.removeprefix("tests/") for line in out.stdout.splitlines() if "::" in line}
+    assert out.returncode == 0 and SEPARATOR in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    gate, full = out.stdout.split(SEPARATOR)
+    return tuple({line.removeprefix("tests/") for line in text.splitlines() if "::" in line}  # type: ignore[return-value]
+                 for text in (gate, full))
 
 
 def test_the_gate_keeps_a_real_run_of_every_runtime_fault_family_and_use_and_full_runs_everything() -> None:
-    gate, full = collected(), collected("--full")
+    gate, full = collected_gate_and_full()
     missing = {what: node for what, node in GATE_MUST_HOLD.items() if node not in gate}
     assert not missing, f"the gate lost what it must hold (tests/tiers.py): {missing}"
     assert gate < full, "--full must run every test of the gate and more"

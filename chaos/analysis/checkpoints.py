@@ -1,7 +1,7 @@
 """Checkpoint-correctness verdicts, from the history alone (plus the golden run's summary for the comparison).
 
-Four separate questions, each answered with ``ok`` (True / False / None = not checked), the measured details and
-a one-line ``why``:
+Separate questions, each answered with ``ok`` (True / False / None = not checked), the measured details and a
+one-line ``why``:
 
 - ``digests_ok``: every checkpoint the job loaded was one whose save finished, with the same sha256 as recorded
   at save time (``loaded_corrupt`` otherwise, whether the job then crashed or trained on silently);
@@ -9,7 +9,12 @@ a one-line ``why``:
   intact at that moment (``resumed_from_stale`` / ``lost_all_progress`` otherwise);
 - ``matches_golden``: the final state equals a fault-free run's (``bitwise``), or is within tolerance when the
   world size changed (summation order changes), or ``diverged`` (with the first step whose loss differs);
-- ``exactly_once``: in the surviving lineage every sample of a (complete) epoch was consumed exactly once.
+- ``exactly_once``: in the surviving lineage every sample of a (complete) epoch was consumed exactly once;
+- ``one_writer_per_file``: no checkpoint file was saved by two writers at once with different bytes;
+- ``next_resume_intact``: the newest checkpoint on disk when the run ended, the one a restart would load next, is
+  whole (``next_resume_torn`` otherwise: a crash during the last save that no restart came to load);
+- ``replay_consistent``: the steps a resume trained again reproduce their first execution's losses within a
+  resume's noise (``replay_diverged`` otherwise), with no golden run needed.
 """
 
 from __future__ import annotations
@@ -27,13 +32,15 @@ from itertools import groupby, pairwise
 from typing import Any, NamedTuple
 
 from chaos.analysis.ckpt_source import (
+    _DIGITS,
+    _temporaries,
     available_at,
     checkpoint_events,
     checkpoint_source,
     loads_visible,
     newest,
 )
-from chaos.analysis.load import memo, of_kind, step_table
+from chaos.analysis.load import memo, of_kind, of_kinds, step_table
 from chaos.analysis.noise import (
     BAND_CEILING,
     CHANGED_WORLD_RTOL,
@@ -43,7 +50,7 @@ from chaos.analysis.noise import (
     int_losses,
 )
 from chaos.analysis.rounds import intended_step, restart_checks, step_continuity
-from chaos.analysis.steps import MISSING, StepTable
+from chaos.analysis.steps import MISSING, StepTable, time_order
 from chaos.analysis.verdict import Compose, Verdict
 from chaos.events import EndReason, Ev, Source
 from chaos.history import Event
@@ -824,6 +831,246 @@ def _noise_verdict(cmp: LossComparison, control: dict[str, Any], golden_losses: 
                     mode="diverged", first_divergent_step=first_bad, **details)
 
 
+# ------------------------------------------------------------------------------------------ the next resume
+
+def _on_disk_at_end(events: list[Event]) -> dict[str, dict[str, Any]]:
+    """Each checkpoint file on disk when the history ends (path -> its last state): ``whole`` (its last save
+    finished), ``torn`` (a save started over it and never finished), ``empty`` (its last save finished with 0
+    bytes, where saves of its kind of file had bytes) or ``damaged`` (a fault named it, or a load after its last
+    save read other bytes than were saved). Deleted files and a save's temporary names (renamed away by the job's
+    other saves) are not there."""
+    files: dict[str, dict[str, Any]] = {}
+    sized: set[str] = set()  # the kinds of file (numbers blanked) a save ever wrote bytes to
+    source = checkpoint_source(events)
+    for e in of_kinds(events, Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED, Ev.CHECKPOINT_DELETED,
+                      Ev.CHECKPOINT_LOADED, Ev.FAULT_INJECTED):
+        kind = e.get("event")
+        if kind == Ev.FAULT_INJECTED:
+            details = e.get("details") if isinstance(e.get("details"), dict) else {}
+            named = ([details["path"]] if details.get("path") else []) + (
+                details["paths"] if isinstance(details.get("paths"), list) else [])
+            for path in map(str, named):
+                if path in files:
+                    which = f" #{e['fault_id']}" if e.get("fault_id") is not None else ""
+                    files[path].update(state="damaged", why=f"the {e.get('kind')} fault{which} damaged it after its "
+                                       "last save (its bytes no longer match its digest)")
+            continue
+        if e.get("source") != source or not e.get("path"):
+            continue
+        path = str(e["path"])
+        if kind == Ev.CHECKPOINT_DELETED:
+            files.pop(path, None)
+        elif kind == Ev.CHECKPOINT_SAVE_STARTED:
+            files[path] = {"path": path, "step": e.get("step"), "t": e["t"], "state": "torn",
+                           "why": "a save started over it and never finished (torn or partial file)"}
+        elif kind == Ev.CHECKPOINT_SAVE_FINISHED:
+            # 0 bytes where saves of this kind of file (numbers blanked) had bytes: cut short (an empty marker file
+            # that is always empty is whole)
+            pattern = _DIGITS.sub("#", path)
+            empty = e.get("bytes") == 0 and pattern in sized
+            if isinstance(e.get("bytes"), int) and e["bytes"] > 0:
+                sized.add(pattern)
+            files[path] = {"path": path, "step": e.get("step"), "t": e["t"], "sha256": e.get("sha256"),
+                           "state": "empty" if empty else "whole",
+                           **({"why": "its last save finished with 0 bytes"} if empty else {})}
+        elif kind == Ev.CHECKPOINT_LOADED and path in files and files[path]["state"] == "whole" \
+                and e.get("sha256") and files[path].get("sha256") and e["sha256"] != files[path]["sha256"]:
+            files[path].update(state="damaged", why=f"a load at {e['t']:.3f} read bytes (sha256 "
+                               f"{str(e['sha256'])[:12]}) other than its last save wrote (digest mismatch)")
+    temporary = _temporaries(events)
+    return {p: f for p, f in files.items() if not (temporary and _DIGITS.sub("#", p) in temporary)}
+
+
+def next_resume_intact(events: list[Event]) -> Verdict:
+    """The checkpoint a restart would load next, the newest on disk when the run ended, is whole: a crash during
+    the job's last save that left it torn (a save that never finished, 0 bytes, bytes that match no recorded
+    digest) fails with the file named, whatever the run's own steps showed (no restart came to load it)."""
+    files = _on_disk_at_end(events)
+    if not files:
+        visible, how = loads_visible(events)
+        saw = any(checkpoint_events(events, Ev.CHECKPOINT_SAVE_FINISHED))
+        why = ("no checkpoint file was left on disk at the end (the job deleted them), so a restart would start "
+               "from scratch" if saw else "no checkpoint save was seen" + ("" if visible else f" ({how})"))
+        return _verdict(None, f"not checked: {why}", next_resume=None)
+
+    def order(f: dict[str, Any]) -> tuple[int, float]:
+        return (f["step"] if isinstance(f.get("step"), int) else -1, float(f["t"]))
+    ranked = sorted(files.values(), key=order, reverse=True)
+    top = ranked[0]
+    newest_step = top.get("step")
+    # the newest save set: every file of the newest step (a sharded checkpoint), else the newest file alone
+    newest_set = [f for f in ranked if isinstance(newest_step, int) and f.get("step") == newest_step] or [top]
+    bad = [f for f in newest_set if f["state"] != "whole"]
+    whole = newest(available_at(events, math.inf))
+    entry = {"path": top["path"], "step": newest_step, "state": bad[0]["state"] if bad else "whole",
+             "files": len(newest_set), "newest_whole_step": whole["step"] if whole else None,
+             "newest_whole_path": whole["path"] if whole else None}
+    if bad:
+        b = bad[0]
+        fallback = (f"; the newest whole checkpoint is {os.path.basename(whole['path'])} (step {whole['step']})"
+                    if whole and whole["path"] != b["path"] else "; no whole checkpoint is left to fall back to")
+        return _verdict(False, f"next_resume_torn: the newest checkpoint on disk at the end, "
+                               f"{os.path.basename(b['path'])} (step {b.get('step')}), is {b['state']}: {b['why']}; a "
+                               f"restart would load it{fallback}", next_resume=entry, verdict="next_resume_torn")
+    return _verdict(True, f"the newest checkpoint on disk at the end, {os.path.basename(top['path'])} (step "
+                          f"{newest_step}), is whole: a restart would resume from it", next_resume=entry)
+
+
+class NextResumeIntact:
+    """The newest checkpoint on disk when the run ended (what a restart would load next) is whole."""
+
+    def check(self, history: list[Event]) -> Verdict:
+        return next_resume_intact(history)
+
+
+# ------------------------------------------------------------------------------------------ replay consistency
+
+class _Replay(NamedTuple):
+    """One step a later process trained again after a resume, against its first execution."""
+
+    step: int
+    first: float | None  # the loss of its first execution (None: not finite)
+    again: float | None  # the loss of this execution
+    process: Any  # the re-training process (its incarnation, else (node, pid))
+    world_changed: bool  # the two executions ran in different world sizes (every sum in another order)
+    window: tuple[float, float]  # from the first execution's process's last step to the re-training one's first
+
+
+def _replays(events: list[Event]) -> tuple[list[_Replay], int]:
+    """Every step rank 0 trained again in a later process, with its first execution's loss, and the number of
+    rank-0 steps that recorded a loss at all.
+
+    A step counts as trained again only in a process that started after the first execution's process had
+    recorded its last step: two processes printing the same step at the same time (every rank printing, read
+    without a rank) are copies of one execution, not a replay."""
+    table = worker_steps(events)
+    times, steps, ranks = table.values("t"), table.values("step"), table.values("rank", 0)
+    incs, nodes, pids = table.values("incarnation"), table.values("node"), table.values("pid")
+    losses, has_loss = table.values("loss"), table.has("loss")
+    rows = [r for r in time_order(times) if ranks[r] == 0 and has_loss[r]]
+    key = [incs[r] or (nodes[r], pids[r]) for r in range(len(table))] if rows else []
+    first_t: dict[Any, float] = {}
+    last_t: dict[Any, float] = {}
+    for r in rows:
+        first_t.setdefault(key[r], times[r])
+        last_t[key[r]] = times[r]
+    sizes = dict(zip(rows, step_world_sizes(events, rows), strict=True))
+    first: dict[int, int] = {}  # step -> the row of its first execution
+    out: list[_Replay] = []
+    for r in rows:
+        s = steps[r]
+        was = first.setdefault(s, r)
+        if was == r or key[was] == key[r] or last_t[key[was]] >= first_t[key[r]]:
+            continue
+        out.append(_Replay(s, losses[was], losses[r], key[r], sizes[was] != sizes[r],
+                           (last_t[key[was]], first_t[key[r]])))
+    return out, len(rows)
+
+
+def _rel(a: float | None, b: float | None) -> float:
+    """|b - a| / |a| (a taken as at least 1e-12); infinite when one of them is not finite and the other is."""
+    if a is None or b is None:
+        return 0.0 if a is None and b is None else math.inf
+    return abs(b - a) / max(abs(a), 1e-12)
+
+
+def _resumed_from(events: list[Event], replay: _Replay, first_step: int) -> tuple[str, str | None]:
+    """The checkpoint a re-training process resumed from, as words and its path (None: inferred, not seen): the
+    probe's load of its incarnation, else the last load the storage layer saw between the first execution's
+    process's last step and the re-training process's first."""
+    if checkpoint_source(events) == Source.WORKLOAD:
+        load = next((x for x in _loads_by_incarnation(events) if x["incarnation"] == replay.process), None)
+    else:
+        a, b = replay.window
+        seen = [e for e in checkpoint_events(events, Ev.CHECKPOINT_LOADED) if a <= e["t"] <= b and e.get("path")]
+        load = {"path": seen[-1]["path"], "step": seen[-1].get("step")} if seen else None
+    if load is not None:
+        return f"{_file_name(str(load['path']), load['step'])} (step {load['step']})", str(load["path"])
+    return f"a checkpoint of step {first_step - 1} (inferred from the first step it trained)", None
+
+
+def _file_name(path: str, step: Any) -> str:
+    """A checkpoint file's name as a message says it: with its directory when that is the save set of its step
+    (DCP's ``it_000080/__1_0.distcp``: the shard's name alone is the same in every save)."""
+    parent = os.path.basename(os.path.dirname(path))
+    numbered = isinstance(step, int) and step in {int(n) for n in _DIGITS.findall(parent)}
+    return f"{parent}/{os.path.basename(path)}" if numbered else os.path.basename(path)
+
+
+@dataclass(frozen=True)
+class ReplayConsistent:
+    """Steps trained twice because of a resume (the steps lost since the checkpoint) reproduce the losses of their
+    first execution: a correct resume restores every state the step depends on (weights, optimizer, data order,
+    RNG), so the replay differs at most by a clean resume's noise (chaos.analysis.noise). Needs no golden run: the
+    run's own first execution is the reference. The tolerance is the pinned ``rtol``, else the band the control
+    run's measured floor sets (``control`` with ``golden``), else BAND_CEILING, the most any clean resume's noise
+    reaches; 1e-3 where the two executions ran in different world sizes; one unit of the last printed decimal
+    more for printed losses."""
+
+    rtol: float | None = None
+    control: dict[str, Any] | None = None
+    golden: dict[str, Any] | None = None
+
+    def _tolerance(self) -> tuple[float, str, dict[str, Any]]:
+        if self.rtol is not None:
+            return self.rtol, "checks.loss_rtol", {}
+        control, golden = self.control, self.golden
+        if control and golden and control.get("completed") and control.get("trusted") is not False:
+            floor = compare_losses(int_losses(control["losses"]), int_losses(golden["losses"])).max_rel
+            return band(floor), "measured", {"noise_floor_rel": floor, "control_run": control.get("run_dir")}
+        return BAND_CEILING, "band_ceiling", {}
+
+    def check(self, history: list[Event]) -> Verdict:
+        replays, with_loss = _replays(history)
+        if not with_loss:
+            return Verdict.not_checked("no loss was recorded (neither through chaos.probe nor in the job's printed "
+                                       "progress: a progress_regex with a loss group)", mode="not_checked")
+        if not replays:
+            return Verdict.not_checked("no step was trained twice (no resume re-trained a step whose loss was "
+                                       "recorded)", mode="not_checked", steps_retrained=0)
+        tol, source, extra = self._tolerance()
+        precision = printed_precision([x for r in replays for x in (r.first, r.again) if x is not None]) \
+            if any(s == Source.PROGRESS for s in worker_steps(history).values("source")) else None
+        unit = 10.0 ** -precision if precision is not None else 0.0
+
+        def beyond(r: _Replay) -> bool:
+            allowed = max(tol, CHANGED_WORLD_RTOL) if r.world_changed else tol
+            if r.first is None or r.again is None:
+                return _rel(r.first, r.again) > 0
+            return abs(r.again - r.first) > allowed * max(abs(r.first), 1e-12) + unit
+
+        rels = [_rel(r.first, r.again) for r in replays]
+        details: dict[str, Any] = {
+            "steps_retrained": len(replays), "retrained_steps": sorted({r.step for r in replays})[:20],
+            "max_rel_loss_diff": max(rels), "tolerance_rel": tol, "tolerance_source": source, **extra,
+            **({"printed_decimals": precision} if precision is not None else {})}
+        bad = next((r for r in replays if beyond(r)), None)
+        if bad is not None:
+            mine = [r for r in replays if r.process == bad.process]
+            start = min(r.step for r in mine)
+            where, path = _resumed_from(history, bad, start)
+            rel = _rel(bad.first, bad.again)
+            return Verdict(False, f"replay_diverged: the resume from {where} trained steps again from step {start} "
+                                  f"on, and step {bad.step} gave loss {bad.again!r} where its first execution gave "
+                                  f"{bad.first!r} (relative {rel:.3g}, tolerance {tol:.3g} from {source}): the resume "
+                                  "did not restore everything the step depends on (optimizer, scheduler, data order "
+                                  "or RNG state)",
+                           {**details, "mode": "diverged", "verdict": "replay_diverged",
+                            "first_divergent_step": bad.step, "first_retrained_step": start,
+                            "resumed_from": where, "resumed_from_path": path})
+        if max(rels) == 0:
+            printed = f" (as printed, {precision} decimals)" if precision is not None else ""
+            return Verdict(True, f"bitwise: each of the {len(replays)} re-trained step(s) reproduced its first "
+                                 f"execution's loss exactly{printed}", {**details, "mode": "bitwise"})
+        said = {"band_ceiling": f"{tol:g}, the most a clean resume's noise reaches; no control run measured this "
+                                "job's floor",
+                "measured": f"{tol:.3g}, the band set by the control run's measured noise floor",
+                "checks.loss_rtol": f"{tol:g}, pinned by checks.loss_rtol"}[source]
+        return Verdict(True, f"within_noise: the {len(replays)} re-trained step(s) reproduced their first execution's "
+                             f"losses within relative {max(rels):.3g} (tolerance {said})",
+                       {**details, "mode": "within_noise"})
+
+
 # Two completed saves of one file by different writers this close together are concurrent: each rank writing the
 # same path (not a failover: a replaced worker starts in seconds, not in one save's time).
 CONCURRENT_SAVE_WINDOW_S = 1.0
@@ -932,6 +1179,8 @@ def checkpoint_checkers(golden: dict[str, Any] | None, rtol: float | None, contr
         "matches_golden": MatchesGolden(golden, rtol, control, no_golden_why, no_steps_why),
         "exactly_once": ExactlyOnce(),
         "one_writer_per_file": OneWriterPerFile(),
+        "next_resume_intact": NextResumeIntact(),
+        "replay_consistent": ReplayConsistent(rtol, control, golden),
     })
 
 

@@ -141,6 +141,26 @@ def hung_cause(outcomes: dict[int, dict[str, Any]]) -> str | None:
     return "; ".join(hung) if hung else None
 
 
+def single_point_lost(events: list[Event]) -> str | None:
+    """For a run that did not finish: the disruptive fault that hit the node its launcher names as the job's single
+    point of failure (run_started's environment: ``single_point_node``, ``single_point_of_failure``), or None.
+
+    Under Ray the head holds the GCS, the controller and the driver: a crash of node0 ends the job whatever the
+    restart policy says, and the run then stops on the stall timeout, whose words alone ("no step for 60s") do not
+    say that the job could not have come back."""
+    started = of_kind(events, Ev.RUN_STARTED)
+    env = (started[0].get("environment") or {}) if started else {}
+    node, words = env.get("single_point_node"), env.get("single_point_of_failure")
+    if not node:
+        return None
+    hits = [e for e in of_kind(events, Ev.FAULT_INJECTED) if e.get("target") == node and e.get("disruptive", True)]
+    if not hits:
+        return None
+    first = hits[0]
+    return (f"{first.get('kind')} hit {node}, the job's single point of failure under the "
+            f"{env.get('launcher', 'its')} launcher: {words or node}; no restart policy brings the job back from it")
+
+
 def failed_after_last_step(events: list[Event]) -> str | None:
     """For a ``hung`` run's why: the nodes whose torchrun agent saw its workers fail after the last step any worker
     reached, or None.
@@ -166,19 +186,28 @@ def failed_after_last_step(events: list[Event]) -> str | None:
 
 def done_but_not_exited(events: list[Event], total: int | None) -> str | None:
     """For a run that ended ``hung`` or ``restart_loop`` after training every step: ``all steps done (N of N); K
-    node(s) did not exit: ...``, each node with what its agent did after the last step; None when a step was
-    missing (or the job's step count is not known).
+    node(s) did not exit: ...``, each node with what its agent did after the last step. Where the job's step count
+    is not known (a command workload without a golden run), torchrun's own word that a node's workers all exited 0
+    after the last step (``agent_workers_succeeded``) says that training ended: ``training ended at step N (...)``.
+    None when a step was missing, or when neither says training ended.
 
     Such a run is stopped by the stall timeout ("no step for 60s"), which alone reads as a job stuck in training:
     it is a job that trained to the end and then did not exit (a crash at exit restarted into a rendezvous round
-    nobody joins, a process group never destroyed)."""
+    nobody joins, torchrun's exit barrier waiting for the agent of a node that was replaced, a process group never
+    destroyed)."""
 
     last = last_new_step(events)
-    if last is None or total is None or last[0] < total:
+    if last is None:
         return None
     top, reached = last
     ends = of_kind(events, Ev.RUN_ENDED)
     t_end = ends[-1]["t"] if ends else math.inf
+    succeeded = {str(e.get("node")): e for e in of_kind(events, Ev.AGENT_WORKERS_SUCCEEDED)
+                 if reached <= e["t"] <= t_end}
+    if total is not None and top < total:
+        return None
+    if total is None and not succeeded:
+        return None
     started: dict[str, float] = {}
     for e in of_kind(events, Ev.NODE_STARTED):
         if e.get("role") in (None, "node") and e["t"] <= t_end:
@@ -189,9 +218,33 @@ def done_but_not_exited(events: list[Event], total: int | None) -> str | None:
     if not running:
         return None
     failed = {str(e.get("node")) for e in of_kind(events, Ev.AGENT_WORKERS_FAILED) if e["t"] > reached}
+    # nodes started again after the last step: a replacement joins a new round that the nodes done training never
+    # join; the ones still running from before sit in torchrun's exit barrier, waiting for the replaced node's agent
+    replaced = {str(e.get("node")) for e in of_kind(events, Ev.NODE_STARTED)
+                if e.get("replacement") and e.get("role") in (None, "node") and reached <= e["t"] <= t_end}
 
     def what(node: str) -> str:
-        return (f"{node} (its workers failed after the last step and its agent restarted them into a new "
-                "rendezvous round)" if node in failed else f"{node} (still running)")
-    return (f"all steps done ({top} of {total}); {len(running)} node(s) did not exit: "
-            + ", ".join(what(n) for n in running))
+        if node in failed:
+            return (f"{node} (its workers failed after the last step and its agent restarted them into a new "
+                    "rendezvous round)")
+        if node in replaced:
+            return (f"{node} (a replacement started after the last step, waiting in a new rendezvous round for "
+                    "peers that finished training and will never join)")
+        gone = ", ".join(f"{n}'s" for n in sorted(replaced - {node}))
+        if node in succeeded:
+            timeout = succeeded[node].get("barrier_timeout_s")
+            return (f"{node} (its workers finished; its agent waits in torchrun's exit barrier"
+                    f"{f', up to {timeout:g} s,' if isinstance(timeout, (int, float)) else ''} for every agent of "
+                    f"the round{f', and {gone} was replaced' if gone else ''})")
+        if gone:
+            return (f"{node} (still running: torchrun's exit barrier waits for every agent of the round, and "
+                    f"{gone} was replaced after the last step)")
+        if succeeded:  # its agent, which says so for the others, never saw its workers all exit
+            return (f"{node} (its workers did not all exit after the last step: one still runs, in a collective or "
+                    f"with a process group never destroyed; the agent of {', '.join(sorted(succeeded))} waits for it "
+                    "in torchrun's exit barrier)")
+        return f"{node} (still running: in torchrun's exit barrier, or a process group never destroyed)"
+    done = (f"all steps done ({top} of {total})" if total is not None else
+            f"training ended at step {top} (torchrun's agent on {', '.join(sorted(succeeded))} saw every worker "
+            "exit 0 after it)")
+    return f"{done}; {len(running)} node(s) did not exit: " + ", ".join(what(n) for n in running)

@@ -14,7 +14,13 @@ from typing import Any
 from chaos.analysis.breakdown import breakdown_for_result, recovery_breakdowns
 from chaos.analysis.channel import channel_summary
 from chaos.analysis.checkpoints import checkpoint_checkers, restart_loop_cause
-from chaos.analysis.hangs import add_hangs, done_but_not_exited, failed_after_last_step, hung_cause
+from chaos.analysis.hangs import (
+    add_hangs,
+    done_but_not_exited,
+    failed_after_last_step,
+    hung_cause,
+    single_point_lost,
+)
 from chaos.analysis.load import of_kind
 from chaos.analysis.metrics import fault_metrics, goodput, restarts_after_completion, worker_restarts
 from chaos.analysis.planned import missing_promises, never_acted, not_injected
@@ -77,7 +83,7 @@ def evaluate_checkpoint_expectations(scenario: Scenario, verdicts: dict[str, Ver
     wanted = scenario.expect.checkpoint
     out = []
     for name, v in verdicts.items():
-        limit = getattr(wanted, name) if wanted is not None else None
+        limit = getattr(wanted, name, None) if wanted is not None else None  # a verdict no scenario can require yet
         if name == "matches_golden" and limit is not None:
             # equal as printed proves no bitwise equality (the digits not printed may differ), only closeness
             accepted = {"bitwise": ("bitwise",), "within_noise": ("bitwise", "within_noise", "equal_as_printed")}.get(
@@ -108,9 +114,24 @@ def add_oom_kills(faults: list[dict[str, Any]], events: list[Event]) -> None:
         if mine:
             f["oom_kills"] = [{k: e.get(k) for k in ("node", "pid", "role", "rank", "local_rank", "killed_at",
                                                     "limit_bytes") if e.get(k) is not None}
-                              | {"after_injection_s": (e["killed_at"] - f["t_injected"])
-                                 if f.get("t_injected") is not None and e.get("killed_at") is not None else None}
-                              for e in mine]
+                              | _after_injection(e.get("killed_at"), f.get("t_injected")) for e in mine]
+
+
+def _after_injection(killed_at: float | None, t_injected: float | None) -> dict[str, Any]:
+    """``after_injection_s`` of an OOM kill, never negative. ``t_injected`` is when the runtime's call returned,
+    after the memory limit took effect, and ``killed_at`` is the kernel's record of the kill converted to the wall
+    clock (on another host under Slurm, that host's clock): a kill during the injection, or a few ms of clock
+    difference, puts the record before the injection. The fault caused the kill, so it did not come first: said as
+    0 with the measured difference in ``after_injection_note``."""
+    if killed_at is None or t_injected is None:
+        return {"after_injection_s": None}
+    after = killed_at - t_injected
+    if after >= 0:
+        return {"after_injection_s": after}
+    return {"after_injection_s": 0.0,
+            "after_injection_note": f"the kernel's record of the kill is {-after:.3f} s before the injection was "
+                                    "recorded (the limit acts before the runtime's call returns, and the kernel's "
+                                    "clock is not the engine's): reported as 0, the kill came from the fault"}
 
 
 def add_node_replacements(faults: list[dict[str, Any]], events: list[Event]) -> None:
@@ -182,6 +203,9 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
             why = f"{done}; stopped: {why}"
         if late:  # workers that died after the last step, restarted into a round nobody joins
             why += f"; {late}"
+        lost = single_point_lost(events) if not done else None
+        if lost:  # the node the launcher cannot do without was hit: said, so the stop reads as the end it was
+            why += f"; {lost}"
         if unmatched:
             why += f"; no training step was recorded: {unmatched}"
     elif missing and not unmatched:  # a run whose planned fault did not happen proves nothing about that fault

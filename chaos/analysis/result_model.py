@@ -20,8 +20,9 @@ from chaos.analysis.verdict import Verdict
 # Changes whenever a field's meaning does (4: each fault says whether it is ``disruptive``, as its kind declared
 # it; 7: each disruptive fault's ``recovery_breakdown``; 8: ``resources``, the cores each node was pinned to, a
 # hang's ``hang`` outcome; 9: a lasting fault's ``node_replaced``, whether it was put on its node's replacement;
-# 12: not checked where the evidence is empty, ``equal_as_printed``, ``goodput_why``).
-RESULT_SCHEMA_VERSION = 13
+# 12: not checked where the evidence is empty, ``equal_as_printed``, ``goodput_why``; 13: ``one_writer_per_file``;
+# 14: ``next_resume_intact`` and ``replay_consistent``, a fault's ``oom_kills[].after_injection_note``).
+RESULT_SCHEMA_VERSION = 14
 
 # The per-fault figures (chaos.analysis.metrics.FaultMetrics computes them; ``expect`` bounds gate four of them).
 FAULT_FIGURES = ("recovery_s", "catch_up_s", "lost_steps", "lost_work_s", "slowdown", "effect_latency_s")

@@ -410,6 +410,9 @@ class Engine:
                 **({"traceback": end.traceback} if end.traceback else {})))
             step("heal faults", parts.faults.heal_all)
             cleaned = step("runtime teardown", parts.runtime.teardown) or []
+            if parts.plan.launcher is not None:  # what the launcher's nodes leave outside their trees (Ray's agents)
+                cleaned += step("launcher cleanup",
+                                lambda: type(parts.plan.launcher).cleanup(self.run_id, only_orphans=False)) or []
             step("record runtime", parts.record_runtime, quiet=True)  # what teardown saw (the allocation released)
             # after the nodes are gone: nothing holds a file open on the mount (`chaos cleanup` unmounts one left)
             step("storage layer stop (`chaos cleanup` unmounts it)", parts.storage.stop)

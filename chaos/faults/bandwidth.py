@@ -7,9 +7,10 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from chaos.faults.base import FaultContext
+from chaos.faults.base import FaultContext, SweepAxis
 from chaos.faults.netbase import NetworkFault, NetworkFaultSpec, impairment, mechanism_or_fail
 from chaos.net.capabilities import kernel_features
+from chaos.net.units import rate_bits
 from chaos.spec import stored
 
 # A burst of at least one full-size frame per timer tick, and a queue that holds 400 ms of traffic.
@@ -38,6 +39,13 @@ class Bandwidth(NetworkFault):
     summary = "the node's egress is capped at `rate` (a saturated uplink, a throttled cloud NIC)"
     mechanism_checks = ("tc tbf",)
     colour = "#e377c2"
+    sweep_axis = SweepAxis(
+        option="rate", examples="1gbit,100mbit,10mbit", badness=lambda value: -rate_bits(value),
+        # a step that were all transfer slows as the bandwidth falls
+        slowdown=lambda better, worse: rate_bits(better) / rate_bits(worse), unimpaired=lambda value: False,
+        point_field="bits_per_s", point_value=rate_bits, x=rate_bits, log_x=True,
+        x_label="link bandwidth per node (bit/s, tc tbf)",
+        how="every node's link capped (bandwidth, netns, tc tbf, the whole run)")
 
     def impair(self, ctx: FaultContext) -> str:
         assert ctx.node is not None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -83,6 +84,25 @@ class FaultContext:
     closing: bool = False
 
 
+@dataclass(frozen=True)
+class SweepAxis:
+    """How ``chaos compare --sweep KIND=V1,V2,...`` (chaos/sweep.py) draws a kind that impairs one node's link, put
+    on every node for the whole run: the kind declares it (``FaultKind.sweep_axis``), the sweep never names it."""
+
+    option: str  # the option the swept value sets (a bandwidth's rate)
+    examples: str  # values for the usage message, best link first: "1gbit,100mbit,10mbit"
+    badness: Callable[[str], float]  # how bad a link a value makes (larger: worse): the order of the curve
+    # at most how much longer a step takes on the worse value than on the better one, for planning a point's steps
+    slowdown: Callable[[str, str], float]
+    unimpaired: Callable[[str], bool]  # a value that is the link as it is: that point runs with no fault at all
+    point_field: str  # the field of a sweep point (chaos.sweep.Point) that holds the value as a number
+    point_value: Callable[[str], float]  # that number
+    x: Callable[[str], float]  # where a value goes on the plot's x axis
+    log_x: bool  # a log x axis, the worse links at the low end; else linear, the worse links at the high end
+    x_label: str
+    how: str  # what every node's link suffers, for the report's sentence
+
+
 class FaultKind(ABC):
     kind: ClassVar[str]
     options: ClassVar[type[FaultSpec]]
@@ -120,6 +140,8 @@ class FaultKind(ABC):
     # A network kind that acts by iptables DROP rules alone (no qdisc, no queue process): the only network
     # impairments the Slurm runtime's cluster agent carries out (chaos.cluster.netexec).
     drop_rules_only: ClassVar[bool] = False
+    # A kind that impairs one node's link and can be swept over link quality (chaos compare --sweep): its axis.
+    sweep_axis: ClassVar[SweepAxis | None] = None
 
     @abstractmethod
     def inject(self, ctx: FaultContext) -> str:

@@ -15,11 +15,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from chaos.faults.base import FaultContext
+from chaos.faults.base import FaultContext, SweepAxis
 from chaos.faults.netbase import NetworkFault, NetworkFaultSpec, impairment, mechanism_or_fail
 from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, engine_mark
 from chaos.net.capabilities import delay_mechanism
 from chaos.net.impair import start_delayer
+from chaos.net.units import delay_seconds
 from chaos.spec import Seconds, stored
 
 QUEUE = 7
@@ -49,6 +50,14 @@ class Delay(NetworkFault):
     summary = "every packet through the node waits `delay` (± `jitter`): a slow or distant link"
     mechanism_checks = ("delay mechanism",)
     colour = "#2ca02c"
+    sweep_axis = SweepAxis(
+        option="delay", examples="0ms,5ms,20ms", badness=delay_seconds,
+        # a step that were all round trips slows as the delay grows (1 ms stands for the unimpaired link's own)
+        slowdown=lambda better, worse: (delay_seconds(worse) + 1e-3) / (delay_seconds(better) + 1e-3),
+        unimpaired=lambda value: delay_seconds(value) == 0, point_field="delay_s", point_value=delay_seconds,
+        x=lambda value: delay_seconds(value) * 1000, log_x=False,
+        x_label="delay added to every packet of every node (ms)",
+        how="every node's packets delayed (delay, netns, the delay fault's mechanism, the whole run; 0: no fault)")
 
     def impair(self, ctx: FaultContext) -> str:
         assert ctx.node is not None and ctx.spec.delay is not None

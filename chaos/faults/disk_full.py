@@ -25,6 +25,7 @@ class DiskFullOptions(StorageFaultSpec):
 
 class DiskFull(StorageFault):
     kind = "disk_full"
+    layer_effect = "quota"
     options = DiskFullOptions
     summary = "writes to the checkpoint storage fail with ENOSPC (now, or after `after_bytes` more)"
     colour = "#8c564b"

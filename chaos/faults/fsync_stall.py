@@ -21,6 +21,7 @@ class FsyncStallOptions(StorageFaultSpec):
 
 class FsyncStall(StorageFault):
     kind = "fsync_stall"
+    layer_effect = "stall_fsync"
     options = FsyncStallOptions
     summary = "fsync on matching checkpoint files blocks until healed (`duration`, or the run's end)"
     colour = "#dbdb8d"

@@ -38,6 +38,7 @@ class IoErrorOptions(StorageFaultSpec):
 
 class IoError(StorageFault):
     kind = "io_error"
+    layer_effect = "error"
     options = IoErrorOptions
     summary = "operations on matching checkpoint files fail with EIO (or `errno`)"
     colour = "#c49c94"

@@ -35,6 +35,8 @@ class LostWritesOptions(FaultSpec):
 
 class LostWrites(FaultKind):
     kind = "lost_writes"
+    # The storage layer's effect of its rule (chaos.storage.rules.EFFECTS): the power loss, applied once at install.
+    layer_effect = "power_loss"
     options = LostWritesOptions
     summary = "power loss of the node: its tree is SIGKILLed and data it never fsynced is cut away"
     needs = frozenset({KILL, STORAGE_LAYER, LAYER_OUTLIVES_NODE})
@@ -48,7 +50,7 @@ class LostWrites(FaultKind):
         report.unlink(missing_ok=True)
         try:
             install(ctx, {"paths": ctx.spec.paths, "node": ctx.node, "writeback_s": ctx.spec.writeback_s,
-                          "report": str(report)})
+                          "report": str(report)}, self.layer_effect)
             said = json.loads(report.read_text())
             cut = said["truncated"]
         except Exception as exc:

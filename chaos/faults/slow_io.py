@@ -34,6 +34,7 @@ class SlowIoOptions(StorageFaultSpec):
 
 class SlowIo(StorageFault):
     kind = "slow_io"
+    layer_effect = "slow"
     options = SlowIoOptions
     summary = "matching storage operations wait `latency`; reads and writes share a `bandwidth` cap"
     colour = "#bcbd22"

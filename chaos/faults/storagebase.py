@@ -81,17 +81,18 @@ def storage_of(ctx: FaultContext) -> StorageControl:
     return storage
 
 
-def install(ctx: FaultContext, rule: dict[str, Any]) -> StorageControl:
-    """Install ``rule`` (``fault_id`` and ``kind`` added) and wait for the server; on failure take it back out,
-    so a server that answers late never enforces a fault the history records as failed."""
+def install(ctx: FaultContext, rule: dict[str, Any], effect: str) -> StorageControl:
+    """Install ``rule`` (``fault_id``, ``kind`` and the ``effect`` the kind declares added) and wait for the server;
+    on failure take it back out, so a server that answers late never enforces a fault the history records as
+    failed."""
     storage = storage_of(ctx)
-    rule = {"fault_id": ctx.fault_id, "kind": ctx.spec.kind, **rule}
+    rule = {"fault_id": ctx.fault_id, "kind": ctx.spec.kind, "effect": effect, **rule}
     try:
         storage.apply(rule)
     except BaseException:
         withdraw(storage, ctx.fault_id)
         raise
-    ctx.details.update({k: v for k, v in rule.items() if k not in ("fault_id", "kind", "report")},
+    ctx.details.update({k: v for k, v in rule.items() if k not in ("fault_id", "kind", "effect", "report")},
                        rules_version=storage.version, enforced_by=storage.enforced_by)
     return storage
 
@@ -128,6 +129,9 @@ class StorageFault(FaultKind):
     """An impairment of the checkpoint storage: installed as a rule, removed exactly on heal."""
 
     kind: ClassVar[str] = ""
+    # What the storage layer does with the operations the rule matches: one of chaos.storage.rules.EFFECTS (quota,
+    # error, slow, stall_fsync, power_loss), declared here so that the layer never needs the kind's name.
+    layer_effect: ClassVar[str] = ""
     needs: ClassVar[frozenset[str]] = frozenset({STORAGE_LAYER})
     targets_node: ClassVar[bool] = False
     lasts_until_healed: ClassVar[bool] = True
@@ -150,7 +154,7 @@ class StorageFault(FaultKind):
     def inject(self, ctx: FaultContext) -> str:
         spec = ctx.spec
         node = None if spec.node is None else f"node{spec.node}"
-        storage = install(ctx, {"paths": spec.paths, "node": node, **self.rule(ctx)})
+        storage = install(ctx, {"paths": spec.paths, "node": node, **self.rule(ctx)}, self.layer_effect)
         return f"storage layer rule ({storage.described()}): {self.text(ctx, node)}"
 
     def heal(self, ctx: FaultContext) -> dict[str, Any]:

@@ -80,8 +80,10 @@ class Launcher(ABC):
     runtimes: ClassVar[frozenset[str] | None] = None
     # fault kind → why it does not apply to jobs of this launcher (validation refuses it with these words).
     refused_faults: ClassVar[dict[str, str]] = {}
-    # The node whose loss ends the job whatever the restart policy says, in words (None: there is none).
+    # The node whose loss ends the job whatever the restart policy says, in words (None: there is none), and its
+    # name where it is always the same node (the analysis names it when a run that hit it did not finish).
     single_point_of_failure: ClassVar[str | None] = None
+    single_point_node: ClassVar[str | None] = None
     # What bounds the recovery's phases under this launcher, in words the recovery breakdown cites from the history
     # ("detection", "restart": the phases chaos.analysis.breakdown names when a job has no torchrun agent).
     levers: ClassVar[dict[str, str]] = {}
@@ -129,7 +131,9 @@ class Launcher(ABC):
     def describe(self) -> dict[str, Any]:
         """What result.json's ``environment.launcher`` records."""
         return {"launcher": self.name, "mode": self.mode, "orchestrator": self.orchestrator,
-                **({"levers": dict(self.levers)} if self.levers else {})}
+                **({"levers": dict(self.levers)} if self.levers else {}),
+                **({"single_point_of_failure": self.single_point_of_failure,
+                    "single_point_node": self.single_point_node} if self.single_point_node else {})}
 
 
 def _check_launcher(name: str, cls: type[Launcher]) -> str | None:

@@ -19,7 +19,8 @@ class Process(Launcher):
     mode = "centralized"
     orchestrator = "the engine (cluster.node_restart)"
     single_node = True
-    single_point_of_failure = "node0 (the only node)"
+    # node0 is the only node, but the engine's node_restart brings it back: not a loss the job cannot survive
+    single_point_of_failure = "node0 (the only node; cluster.node_restart restarts it)"
 
     @classmethod
     def layout(cls, cluster: Any) -> str:

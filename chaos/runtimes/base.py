@@ -97,6 +97,13 @@ class Runtime(ABC):
         # The run's launcher (chaos.launchers), set by the engine: which processes of a node are its workers.
         self.launcher: Any = None
 
+    def agent_words(self) -> str:
+        """What stays when only a node's workers are signalled, for the fault's mechanism: torchrun's agent, or the
+        process of whichever launcher runs the node."""
+        name = getattr(self.launcher, "name", "torchrun")
+        # process's workers have an agent only under torchrun --standalone
+        return "the torchrun agent stays" if name in ("torchrun", "process") else f"the node's {name} launcher stays"
+
     def select_workers(self, tree: list[Any], node_pid: int) -> list[Any]:
         """A node's worker processes among ``tree`` (psutil processes; ``node_pid`` the node's main process), as
         the run's launcher says: torchrun's workers by default, a Ray Train worker actor under Ray."""

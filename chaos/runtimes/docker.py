@@ -35,7 +35,7 @@ from chaos.capabilities import (
     STORAGE_LAYER,
 )
 from chaos.cgroup import layout, proc_cgroup
-from chaos.events import NODE_BANNER
+from chaos.events import NODE_BANNER, signal_exit_code
 from chaos.image import VENV, ImageBuildError, build_image_with, image_tag, image_with
 from chaos.machine import APT, Check
 from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, with_local_rank
@@ -295,7 +295,7 @@ class DockerRuntime(Runtime):
         state = self._state(name, max_age_s=EXIT_POLL_S)
         if state is None or state["Status"] in ("created", "running", "paused", "restarting"):
             return None
-        return int(state["ExitCode"])
+        return signal_exit_code(int(state["ExitCode"]))  # docker says 137 for a SIGKILL: -9, as on every runtime
 
     def _pid(self, name: str) -> int:
         state = self._state(name)
@@ -331,7 +331,7 @@ class DockerRuntime(Runtime):
                 proc.send_signal(sig)
             except psutil.NoSuchProcess:
                 pass
-        return f"{what} to {len(chosen)} worker process(es) from the host; the torchrun agent stays"
+        return f"{what} to {len(chosen)} worker process(es) from the host; {self.agent_words()}"
 
     def node_pids(self, name: str) -> list[int]:
         init = psutil.Process(self._pid(name))

@@ -154,7 +154,7 @@ class LocalRuntime(Runtime):
             raise RuntimeError(f"{name} has no worker with LOCAL_RANK={local_rank}")
         signal_all(chosen, sig)
         return f"{what} to {len(chosen)} worker process(es) (pid {', '.join(str(p.pid) for p in chosen)}); " \
-               "the torchrun agent stays"
+               f"{self.agent_words()}"
 
     def freeze(self, name: str) -> str:
         procs = self._stop_tree(name)

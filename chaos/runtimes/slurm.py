@@ -44,7 +44,7 @@ from chaos.cluster.agent import AgentError, ask, read_config
 from chaos.cluster.netcmd import prefix
 from chaos.cluster.netexec import leftover_rules
 from chaos.cluster.spec import AGENT_FILE, clusters_up, engine_run_argv, state_dir
-from chaos.events import Ev
+from chaos.events import Ev, signal_exit_code
 from chaos.machine import Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, leftover_owner_files
 from chaos.plan import OWN_STACK_STORE_PORT, REPO_ROOT, Addressing, NodePlan, Plan, node_names
@@ -778,7 +778,7 @@ class SlurmRuntime(Runtime):
         proc = self._procs.get(name)
         if proc is None:
             return None
-        code = proc.poll()
+        code = signal_exit_code(proc.poll())  # srun says 137 for a SIGKILLed step: -9, as on every runtime
         if code != 0:
             return code
         if proc.pid not in self._judged:

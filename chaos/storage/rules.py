@@ -2,13 +2,13 @@
 
 The server calls :meth:`Rules.check` before every operation it serves and obeys the :class:`Outcome`; it tells
 :class:`Rules` what happened (:meth:`Rules.wrote`, :meth:`Rules.synced`, :meth:`Rules.renamed`,
-:meth:`Rules.truncated`, :meth:`Rules.removed`) so that rules with state can follow: ``disk_full`` counts the bytes
-written since it was injected, ``lost_writes`` needs each file's length at its last fsync. One :class:`Rules`
+:meth:`Rules.truncated`, :meth:`Rules.removed`) so that rules with state can follow: a ``quota`` counts the bytes
+written since it was installed, a ``power_loss`` needs each file's length at its last fsync. One :class:`Rules`
 lives in the server for the whole run; a new ``rules.json`` version is installed with :meth:`Rules.install`,
 which keeps the per-file and per-rule state. Thread-safe: a multithreaded server may call it from every
 operation's thread (one lock, held for microseconds; never while the server sleeps or stalls).
 
-Pure but for two things: :meth:`Rules.install` of a new ``lost_writes`` rule truncates the node's unsynced files
+Pure but for two things: :meth:`Rules.install` of a new ``power_loss`` rule truncates the node's unsynced files
 in the backing directory (the power loss) and writes what it did to the rule's ``report`` path, which the fault
 reads back for the history; and :meth:`Rules.check` of ``open_write`` reads a file's size (its durable length,
 when the layer meets the file for the first time). Both reach a file beneath the backing directory with no link
@@ -16,11 +16,15 @@ followed (:mod:`chaos.storage.beneath`): a workload that renamed a directory and
 place gets that file refused (recorded in the report), never truncated through the link; nor is a file with hard
 links (another name, maybe outside the directory, for the same bytes).
 
-Rule fields shared by every kind: ``fault_id``, ``kind``, ``paths`` (a glob on the path relative to the
-checkpoint directory; ``*`` also matches ``/``), ``node`` (only operations of processes of that node; ``null``
-= every node, and the only value that matches callers whose node is unknown). Rules are consulted in
-``fault_id`` order: the first error wins (an error is answered at once: neither delayed nor stalled); otherwise
-the delays of every matching rule add up, and a stalling rule blocks the operation.
+Rule fields shared by every effect: ``fault_id``, ``effect``, ``kind`` (the fault's, for the record), ``paths``
+(a glob on the path relative to the checkpoint directory; ``*`` also matches ``/``), ``node`` (only operations of
+processes of that node; ``null`` = every node, and the only value that matches callers whose node is unknown).
+Rules are consulted in ``fault_id`` order: the first error wins (an error is answered at once: neither delayed nor
+stalled); otherwise the delays of every matching rule add up, and a stalling rule blocks the operation.
+
+A rule says what the layer does by its ``effect`` (:data:`EFFECTS`), which the fault kind that installs it declares
+(``layer_effect``, chaos/faults/storagebase.py): the layer knows the effects, never the kinds, so a kind of a
+plug-in can use them as the built-in ones do.
 """
 
 from __future__ import annotations
@@ -50,7 +54,13 @@ RULE_OPS: dict[str, tuple[str, ...]] = {
     "open": ("open_write", "open_read"), "open_write": ("open_write",), "open_read": ("open_read",),
     "unlink": ("unlink",),
 }
-KINDS = ("disk_full", "io_error", "slow_io", "fsync_stall", "lost_writes")
+# What a rule does to the operations it matches, named by the rule's ``effect``:
+# quota: a write fails with ENOSPC once more than ``after_bytes`` were written since the rule came;
+# error: an operation (of ``ops``) fails with ``errno`` (EIO), with ``probability``, at most ``count`` times;
+# slow: an operation (of ``ops``) waits ``latency_ms``, and reads and writes share ``bandwidth_bps``;
+# stall_fsync: an fsync blocks while the rule is installed;
+# power_loss: no operation; at install, the unsynced data of the rule's node is cut (``writeback_s``, ``report``).
+EFFECTS = ("quota", "error", "slow", "stall_fsync", "power_loss")
 
 
 @dataclass(frozen=True)
@@ -84,14 +94,14 @@ class FileState:
 class RuleState:
     """What one rule has counted since it was installed (kept across installs while the rule stays)."""
 
-    written: int = 0  # disk_full: bytes written to matching files
-    failures: int = 0  # io_error: operations failed so far (for ``count``)
-    busy_until: float = 0.0  # slow_io: when the bandwidth cap is free again (clock seconds)
+    written: int = 0  # quota: bytes written to matching files
+    failures: int = 0  # error: operations failed so far (for ``count``)
+    busy_until: float = 0.0  # slow: when the bandwidth cap is free again (clock seconds)
     rng: random.Random = field(default_factory=random.Random)
 
 
 class RuleError(ValueError):
-    """A rule the layer cannot enforce (an unknown kind or errno): refused at install, so the fault fails."""
+    """A rule the layer cannot enforce (an unknown effect or errno): refused at install, so the fault fails."""
 
 
 def errno_value(name: str) -> int:
@@ -104,7 +114,7 @@ def errno_value(name: str) -> int:
 
 class Rules:
     def __init__(self, backing: Path, clock: Callable[[], float] = time.monotonic):
-        self.backing = backing  # the directory holding the real bytes (lost_writes truncates files there)
+        self.backing = backing  # the directory holding the real bytes (a power loss truncates files there)
         self.version = 0
         self.rules: list[dict[str, Any]] = []
         self.files: dict[str, FileState] = {}
@@ -119,8 +129,8 @@ class Rules:
     def install(self, document: dict[str, Any]) -> None:
         """A new ``rules.json`` (``{"version": n, "rules": [...]}``) takes effect for the next operation.
 
-        A rule seen for the first time starts its counters at zero (``disk_full`` counts from its injection); a
-        new ``lost_writes`` rule is the power loss itself, applied here, once. Raises :class:`RuleError` for a
+        A rule seen for the first time starts its counters at zero (a ``quota`` counts from its injection); a
+        new ``power_loss`` rule is the power loss itself, applied here, once. Raises :class:`RuleError` for a
         rule it cannot enforce, before changing anything (the server then does not acknowledge the version, and
         the fault is recorded as failed)."""
         with self._lock:
@@ -135,7 +145,7 @@ class Rules:
             for rule in fresh:
                 self._state[int(rule["fault_id"])] = RuleState(rng=random.Random(int(rule["fault_id"])))
                 self.matched[int(rule["fault_id"])] = 0
-                if rule["kind"] == "lost_writes":
+                if rule["effect"] == "power_loss":
                     self._power_loss(rule)
 
     def stalled(self, fault_id: int | None) -> bool:
@@ -145,7 +155,7 @@ class Rules:
 
     def any_installed(self, fault_ids: tuple[int, ...]) -> bool:
         """Whether any of the rules that delay an operation is still installed (the server re-asks while it
-        sleeps: a healed slow_io releases the operations it was slowing)."""
+        sleeps: a healed slow rule releases the operations it was slowing)."""
         with self._lock:
             return any(rule.get("fault_id") in fault_ids for rule in self.rules)
 
@@ -160,19 +170,19 @@ class Rules:
             for rule in self.rules:
                 if not _matches(rule, op, relpath, node):
                     continue
-                fid, kind = int(rule["fault_id"]), rule["kind"]
+                fid, effect = int(rule["fault_id"]), rule["effect"]
                 state = self._state[fid]
                 self.matched[fid] = self.matched.get(fid, 0) + 1
-                if kind == "disk_full" and op == "write" and nbytes > 0 and \
+                if effect == "quota" and op == "write" and nbytes > 0 and \
                         state.written + nbytes > int(rule.get("after_bytes", 0)):
                     return Outcome(errno="ENOSPC", fault_id=fid)
-                if kind == "io_error":
+                if effect == "error":
                     count = rule.get("count")
                     if (count is None or state.failures < int(count)) and \
                             state.rng.random() < float(rule.get("probability", 1.0)):
                         state.failures += 1
                         return Outcome(errno=str(rule.get("errno", "EIO")), fault_id=fid)
-                if kind == "slow_io":
+                if effect == "slow":
                     delay_ids.append(fid)
                     delay += float(rule.get("latency_ms", 0.0)) / 1000.0
                     bps = rule.get("bandwidth_bps")
@@ -181,7 +191,7 @@ class Rules:
                         start = max(now, state.busy_until)
                         state.busy_until = start + nbytes / float(bps)
                         delay += state.busy_until - now
-                if kind == "fsync_stall" and stall_id is None:
+                if effect == "stall_fsync" and stall_id is None:
                     stall_id = fid
             if op == "unlink":
                 self.files.pop(relpath, None)
@@ -198,7 +208,7 @@ class Rules:
             state.dirty_nodes.add(node)
             state.last_write = self._clock()
             for rule in self.rules:
-                if rule["kind"] == "disk_full" and _matches(rule, "write", relpath, node):
+                if rule["effect"] == "quota" and _matches(rule, "write", relpath, node):
                     self._state[int(rule["fault_id"])].written += nbytes
 
     def synced(self, relpath: str) -> None:
@@ -233,7 +243,7 @@ class Rules:
         with self._lock:
             self.files.pop(relpath, None)
 
-    # ------------------------------------------------------------------ lost_writes
+    # ------------------------------------------------------------------ power_loss
     def _power_loss(self, rule: dict[str, Any]) -> None:
         """Cut every file with unsynced data of the rule's node back to its length at its last fsync."""
         node = rule.get("node")
@@ -322,12 +332,12 @@ def _refused(relpath: str, exc: OSError) -> str:
 
 
 def _validate(rule: dict[str, Any]) -> None:
-    if "fault_id" not in rule or rule.get("kind") not in KINDS:
-        raise RuleError(f"a rule needs a fault_id and a kind among {', '.join(KINDS)}: {rule}")
+    if "fault_id" not in rule or rule.get("effect") not in EFFECTS:
+        raise RuleError(f"a rule needs a fault_id and an effect among {', '.join(EFFECTS)}: {rule}")
     for op in rule.get("ops") or ():
         if op not in RULE_OPS:
             raise RuleError(f"unknown operation {op!r} (expected one of {', '.join(RULE_OPS)})")
-    if rule["kind"] == "io_error":
+    if rule["effect"] == "error":
         errno_value(str(rule.get("errno", "EIO")))
     paths = str(rule.get("paths") or "*")
     if paths.startswith("/") or ".." in paths.split("/"):
@@ -340,12 +350,12 @@ def _matches(rule: dict[str, Any], op: str, relpath: str, node: str | None) -> b
         return False
     if not fnmatchcase(relpath, str(rule.get("paths") or "*")):
         return False
-    kind = rule["kind"]
-    if kind == "disk_full":
+    effect = rule["effect"]
+    if effect == "quota":
         return op == "write"
-    if kind == "fsync_stall":
+    if effect == "stall_fsync":
         return op == "fsync"
-    if kind == "lost_writes":
+    if effect == "power_loss":
         return False
     ops = rule.get("ops")
     if not ops:

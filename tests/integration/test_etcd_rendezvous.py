@@ -66,7 +66,7 @@ def test_docker_a_dead_member_host_regroups_or_hangs_as_documented(machine_for: 
     outcome must come with its own evidence."""
     result, run_dir, history = run(CRASH, "docker", machine_for)
     exited = member_killed(history)
-    assert exited["code"] == 137, exited  # docker kill: the container's exit status
+    assert exited["code"] == -9, exited  # docker kill: the container's 137, said as on every runtime
     logs = [(run_dir / "logs" / f"etcd{i}.log").read_text(errors="replace") for i in (1, 2)]
     assert any("became leader" in log for log in logs), "the surviving members never elected a leader"
     crash = next(f for f in result["faults"] if f["target"] == "node2")

@@ -1,0 +1,257 @@
+"""One node of a Ray cluster under torch-chaos: ``python -m chaos.launchers.ray_node head|worker ...``.
+
+The engine starts one of these per node, as it starts torchrun's agent for an elastic job; the runtime's mark
+(``CHAOS_TREE``) and the engine's environment (``CHAOS_*``) pass from it to ``ray start`` and from there to the
+GCS, the raylet and every worker process the raylet spawns (measured, docs/launchers.md "Ray"), so the runtime's
+crash, freeze and teardown reach Ray's processes like any others, and the probe in a Ray Train worker reaches the
+engine's channel.
+
+``head``: ``ray start --head --block`` (``--num-cpus 0``: no training runs on the head, it holds the GCS and the
+driver), waits until the expected number of worker nodes joined (bounded: a clear error and exit 3 when they do
+not), then runs the driver (the argv after ``--``) with ``RAY_ADDRESS`` set, stops its own Ray processes and exits
+with the driver's exit code. ``worker``: ``ray start --address HEAD:PORT --block``, retried while the head is not up
+yet (bounded), until the node is killed or its raylet ends (the head gone). Either: on SIGTERM or SIGINT it stops
+everything it started, and on a normal end it removes its ``--temp-dir`` (Ray's session folders, sockets, logs).
+Never ``ray stop``: that kills every Ray process of the machine by name, other nodes' and other runs' included.
+
+Standard library and psutil only, so the engine can import it for its constants without Ray installed; the
+``ray`` command is taken from the same interpreter's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+# Ray's unix sockets live under --temp-dir/session_<date>_<pid>/sockets/; a sun_path holds 107 bytes and the
+# session part takes ~60 of them (measured), so the temp dir itself must stay short.
+MAX_TEMP_DIR = 40
+OBJECT_STORE_BYTES = 150 * 1024 * 1024  # Ray's minimum is 75 MiB; its default (30% of RAM) is far too much here
+JOIN_TIMEOUT_S = 120.0  # head: how long worker nodes may take to join
+CONNECT_TIMEOUT_S = 60.0  # worker: how long the head may take to come up
+STOP_GRACE_S = 5.0  # SIGTERM to `ray start --block`, then SIGKILL to what is left
+EXIT_NO_WORKERS = 3  # head: the worker nodes never joined
+ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
+RUN_ID_FILE = "run_id"  # beside the nodes' temp dirs: which run they belong to (the launcher's cleanup reads it)
+
+# Counts the worker nodes (alive, not the head) through the GCS client, without registering a driver.
+_COUNT_WORKERS = """
+import sys, time
+from ray._raylet import GcsClient
+want, deadline = int(sys.argv[2]), time.monotonic() + float(sys.argv[3])
+seen = -1
+while time.monotonic() < deadline:
+    try:
+        infos = GcsClient(address=sys.argv[1]).get_all_node_info(timeout=2).values()
+        seen = sum(1 for i in infos if i.state == 0 and not i.is_head_node)
+    except Exception:
+        seen = -1
+    if seen >= want:
+        sys.exit(0)
+    time.sleep(0.5)
+print(f"ray_node: {max(seen, 0)} of {want} worker node(s) joined the head at {sys.argv[1]} within {sys.argv[3]} s"
+      if seen >= 0 else f"ray_node: the head's GCS at {sys.argv[1]} never answered within {sys.argv[3]} s",
+      file=sys.stderr, flush=True)
+sys.exit(1)
+"""
+
+
+def ray_command() -> str:
+    """The ``ray`` script of this interpreter's environment (PATH may not have it inside a run's node)."""
+    beside = Path(sys.executable).parent / "ray"
+    return str(beside) if beside.exists() else (shutil.which("ray") or "ray")
+
+
+def start_argv(role: str, args: argparse.Namespace) -> list[str]:
+    """The ``ray start --block`` command line of a head or worker node."""
+    argv = [ray_command(), "start", "--block", f"--node-ip-address={args.node_ip_address}",
+            f"--temp-dir={args.temp_dir}", f"--object-store-memory={args.object_store_bytes}"]
+    if role == "head":
+        argv += ["--head", f"--port={args.port}", "--num-cpus=0", "--disable-usage-stats", "--include-dashboard=false"]
+    else:
+        argv += [f"--address={args.address}", f"--num-cpus={args.num_cpus}"]
+    return argv
+
+
+def check_temp_dir(path: str) -> str | None:
+    if not os.path.isabs(path):
+        return f"--temp-dir must be absolute, got {path!r}"
+    if len(path) > MAX_TEMP_DIR:
+        return (f"--temp-dir {path!r} is {len(path)} characters; Ray's socket paths under it must fit in 107 bytes, "
+                f"keep it within {MAX_TEMP_DIR} (e.g. /tmp/ray-<run id>/<node>)")
+    return None
+
+
+def remove_temp_dir(temp_dir: str) -> None:
+    """Remove this node's Ray temp dir, and the run's parent folder once no other node's is left in it."""
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    parent = Path(temp_dir).parent
+    try:
+        if all(p.name == RUN_ID_FILE for p in parent.iterdir()):
+            shutil.rmtree(parent, ignore_errors=True)
+    except OSError:
+        pass
+
+
+class Node:
+    """The processes this node started: ``ray start --block`` (and its GCS, raylet, workers) and the driver."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.ray: subprocess.Popen[bytes] | None = None
+        self.driver: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+        self.env = {**os.environ, **ENV}
+
+    def start_ray(self, role: str) -> subprocess.Popen[bytes]:
+        Path(self.args.temp_dir).mkdir(parents=True, exist_ok=True)
+        if self.args.run_id:
+            (Path(self.args.temp_dir).parent / RUN_ID_FILE).write_text(self.args.run_id)
+        argv = start_argv(role, self.args)
+        print(f"ray_node: {' '.join(argv)}", flush=True)
+        self.ray = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL)
+        return self.ray
+
+    def descendants(self) -> list[psutil.Process]:
+        """Every process below this one, and every process of this node's tree mark that re-parented (a Ray
+        worker whose raylet died), so a stop misses nothing it started."""
+        found: dict[int, psutil.Process] = {}
+        try:
+            found.update((p.pid, p) for p in psutil.Process().children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+        mark = os.environ.get("CHAOS_TREE")
+        if mark:
+            for proc in psutil.process_iter(["pid"]):
+                if proc.pid == os.getpid() or proc.pid in found:
+                    continue
+                try:
+                    if proc.environ().get("CHAOS_TREE") == mark:
+                        found[proc.pid] = proc
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                    continue
+        return list(found.values())
+
+    def stop(self) -> None:
+        """SIGTERM to the driver and ``ray start`` (which stops its GCS and raylet), SIGKILL to what is left,
+        then remove the node's temp dir."""
+        self.stopping = True
+        procs = self.descendants()
+        for child in (self.driver, self.ray):
+            if child is not None and child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in (self.driver, self.ray):
+            if child is not None:
+                try:
+                    child.wait(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    pass
+        left = [p for p in procs + self.descendants() if p.is_running()]
+        for proc in left:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(left, timeout=2)
+        remove_temp_dir(self.args.temp_dir)
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        print(f"ray_node: {signal.Signals(signum).name}: stopping this node's Ray processes", flush=True)
+        self.stop()
+        os._exit(128 + signum)
+
+
+def run_head(args: argparse.Namespace, driver: Sequence[str]) -> int:
+    node = Node(args)
+    signal.signal(signal.SIGTERM, node.on_signal)
+    signal.signal(signal.SIGINT, node.on_signal)
+    ray = node.start_ray("head")
+    address = f"{args.node_ip_address}:{args.port}"
+    waiter = subprocess.Popen([sys.executable, "-c", _COUNT_WORKERS, address, str(args.expect_workers),
+                               str(args.join_timeout_s)], env=node.env)
+    while waiter.poll() is None:
+        if ray.poll() is not None:
+            waiter.kill()
+            print(f"ray_node: `ray start --head` ended with {ray.returncode} before the cluster was up",
+                  file=sys.stderr, flush=True)
+            node.stop()
+            return ray.returncode or 1
+        time.sleep(0.2)
+    if waiter.returncode != 0:
+        node.stop()
+        return EXIT_NO_WORKERS
+    print(f"ray_node: {args.expect_workers} worker node(s) joined; driver: {' '.join(driver)}", flush=True)
+    node.driver = subprocess.Popen(list(driver), env={**node.env, "RAY_ADDRESS": address}, stdin=subprocess.DEVNULL)
+    code = node.driver.wait()
+    print(f"ray_node: the driver exited with {code}", flush=True)
+    node.stop()
+    return code
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    node = Node(args)
+    signal.signal(signal.SIGTERM, node.on_signal)
+    signal.signal(signal.SIGINT, node.on_signal)
+    deadline = time.monotonic() + args.connect_timeout_s
+    while True:
+        started = time.monotonic()
+        code = node.start_ray("worker").wait()
+        # `ray start --block` that ran a while and ended: the raylet died or lost the head. One that failed at once
+        # could not reach the head yet: try again until the deadline.
+        if time.monotonic() - started > 15 or time.monotonic() > deadline:
+            break
+        print(f"ray_node: `ray start` ended with {code}; the head may not be up yet, retrying", flush=True)
+        time.sleep(1)
+    print(f"ray_node: `ray start --block` ended with {code}", flush=True)
+    node.stop()
+    return code if code else 1  # a worker node is never meant to end on its own
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    driver: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, driver = argv[:cut], argv[cut + 1:]
+    p = argparse.ArgumentParser(prog="python -m chaos.launchers.ray_node", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="role", required=True)
+    for role in ("head", "worker"):
+        s = sub.add_parser(role)
+        s.add_argument("--node-ip-address", required=True, help="the address Ray registers this node on")
+        s.add_argument("--temp-dir", required=True, help=f"Ray's session folder (absolute, <= {MAX_TEMP_DIR} chars)")
+        s.add_argument("--object-store-bytes", type=int, default=OBJECT_STORE_BYTES)
+        s.add_argument("--run-id", default="", help=f"written to <temp dir>/../{RUN_ID_FILE} for chaos cleanup")
+        if role == "head":
+            s.add_argument("--port", type=int, required=True, help="the GCS port")
+            s.add_argument("--expect-workers", type=int, required=True, help="worker nodes to wait for")
+            s.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S)
+        else:
+            s.add_argument("--address", required=True, help="the head's GCS, HOST:PORT")
+            s.add_argument("--num-cpus", type=int, default=1, help="CPUs this node offers to Ray")
+            s.add_argument("--connect-timeout-s", type=float, default=CONNECT_TIMEOUT_S)
+    args = p.parse_args(argv)
+    if (problem := check_temp_dir(args.temp_dir)) is not None:
+        p.error(problem)
+    if args.role == "head" and not driver:
+        p.error("head: the driver command goes after `--`")
+    if args.role == "worker" and driver:
+        p.error("worker: takes no driver command")
+    return args, driver
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, driver = parse_args(argv)
+    return run_head(args, driver) if args.role == "head" else run_worker(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""`launcher: ray` for real: a Ray cluster (head + worker nodes through chaos.launchers.ray_node) runs Ray Train's
+TorchTrainer (workloads/ray_train.py) under each fault of scenarios/ray/, with its documented verdict.
+
+The gate runs one: a Ray Train worker SIGKILLed on the local runtime, which must pass with its recovery measured and
+all four checkpoint verdicts checked (~4 min here on 2 cores: the golden run and the faulted run each start a Ray
+cluster, ~45 s to the first step). The rest waits for --full. Each test leaves nothing behind (`no_leftovers`: no
+marked process; the Ray launcher's teardown also removes Ray's unmarked agents and its temp dirs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from chaos.history import read_history
+from chaos.launchers.ray import TEMP_PREFIX, temp_root
+from tests.runs import run_scenario, shipped
+from tests.tiers import FULL
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers")]
+
+EXPECTED_VERDICT = {
+    "ray/worker-crash": "pass",
+    "ray/worker-node-crash": "pass",
+    "ray/head-crash": "hung",
+    "ray/partition": "pass",
+    "ray/slow-checkpoint-store": "pass",
+    "ray/bug-ignore-checkpoint": "fail",
+}
+FOUR = ("digests_ok", "resumed_from_newest_valid", "exactly_once", "matches_golden")
+
+
+def run(name: str) -> tuple[dict[str, Any], Path]:
+    result, run_dir = run_scenario(shipped(name))
+    assert not Path(temp_root(result["run_id"])).exists(), f"the run's Ray temp dirs are left ({TEMP_PREFIX}...)"
+    ray_left = [p.pid for p in psutil.process_iter(["cmdline"])
+                if (p.info["cmdline"] or [""])[0].startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent"))]
+    assert ray_left == [], f"Ray agents outlived the run: {ray_left}"
+    return result, run_dir
+
+
+def events(run_dir: Path, name: str) -> list[dict[str, Any]]:
+    return [e for e in read_history(run_dir / "events.jsonl") if e.get("event") == name]
+
+
+def test_ray_restarts_a_killed_train_worker_from_its_newest_committed_checkpoint() -> None:
+    result, run_dir = run("ray/worker-crash")
+    assert result["verdict"] == EXPECTED_VERDICT["ray/worker-crash"], (result["why"], run_dir)
+    [fault] = result["faults"]
+    assert "RayTrainWorker" in fault["mechanism"] or "worker process" in fault["mechanism"], fault["mechanism"]
+    assert fault["recovery_s"] is not None and 0 < fault["recovery_s"] < 180, fault
+    for verdict in FOUR:
+        assert result["checkpoint"][verdict]["ok"] is True, (verdict, result["checkpoint"][verdict])
+    assert result["checkpoint"]["matches_golden"]["mode"] == "bitwise", result["checkpoint"]["matches_golden"]
+    # the new worker group loaded the checkpoint Ray's controller had committed, on both ranks
+    loads = events(run_dir, "checkpoint_loaded")
+    assert {e["rank"] for e in loads} == {0, 1} and len({e["incarnation"] for e in loads}) == 1, loads
+
+
+@FULL
+def test_a_lost_worker_node_is_replaced_by_the_spare_one() -> None:
+    result, run_dir = run("ray/worker-node-crash")
+    assert result["verdict"] == EXPECTED_VERDICT["ray/worker-node-crash"], (result["why"], run_dir)
+    assert result["faults"][0]["recovery_s"] is not None, result["faults"][0]
+    assert all(result["checkpoint"][v]["ok"] is True for v in FOUR), result["checkpoint"]
+    after = {e["node"] for e in events(run_dir, "process_started") if e["t"] > result["faults"][0]["t_injected"]}
+    assert "node1" not in after and len(after) == 2, after
+
+
+@FULL
+def test_losing_the_head_leaves_the_workers_waiting_at_their_next_report() -> None:
+    result, run_dir = run("ray/head-crash")
+    assert result["verdict"] == EXPECTED_VERDICT["ray/head-crash"], (result["why"], run_dir)
+    assert result["end_reason"] != "completed", result
+    # the workers ran on to their next ray.train.report (every 25 steps), whose barrier died with the head
+    assert result["steps_completed"] % 25 == 0 and result["steps_completed"] > 110, result["steps_completed"]
+
+
+@FULL
+def test_a_partitioned_worker_node_costs_a_worker_group_restart() -> None:
+    result, run_dir = run("ray/partition")
+    assert result["verdict"] == EXPECTED_VERDICT["ray/partition"], (result["why"], run_dir)
+
+
+@FULL
+def test_a_slow_checkpoint_store_slows_the_reports_and_fails_nothing() -> None:
+    result, run_dir = run("ray/slow-checkpoint-store")
+    assert result["verdict"] == EXPECTED_VERDICT["ray/slow-checkpoint-store"], (result["why"], run_dir)
+    assert result["checkpoint"]["matches_golden"]["mode"] == "bitwise", result["checkpoint"]["matches_golden"]
+
+
+@FULL
+def test_a_restart_that_ignores_get_checkpoint_fails_as_lost_progress() -> None:
+    result, run_dir = run("ray/bug-ignore-checkpoint")
+    assert result["verdict"] == EXPECTED_VERDICT["ray/bug-ignore-checkpoint"], (result["why"], run_dir)
+    resumed = result["checkpoint"]["resumed_from_newest_valid"]
+    assert resumed["ok"] is False and resumed["verdict"] == "lost_all_progress", resumed
