@@ -55,9 +55,9 @@ def _args_schema(schema: dict[str, Any]) -> None:
 
 
 class ShippedWorkload(Strict):
-    name: Literal["ddp-mlp", "ray-mlp"] = Field(
+    name: Literal["ddp-mlp", "ray-mlp", "tf-mlp"] = Field(
         description="a reference workload shipped in workloads/: ddp-mlp (train.py, torchrun or one process), "
-        "ray-mlp (ray_train.py, launcher: ray)")
+        "ray-mlp (ray_train.py, launcher: ray), tf-mlp (tf_train.py, launcher: tf-multiworker)")
     args: dict[str, str | int | float | bool] = Field(
         default_factory=dict, json_schema_extra=_args_schema,
         description="command-line arguments, e.g. {steps: 800, checkpoint_every: 50}; declared in "

@@ -82,7 +82,28 @@ RAY_MLP: dict[str, Arg] = {
     "bug": Arg(str, None, "plant a known resume bug", choices=RAY_BUGS),
 }
 
-SHIPPED: dict[str, dict[str, Arg]] = {"ddp-mlp": DDP_MLP, "ray-mlp": RAY_MLP}
+
+TF_BUGS = ("ignore-backup",)
+
+# workloads/tf_train.py (launcher: tf-multiworker): a small Keras model under MultiWorkerMirroredStrategy.
+TF_MLP: dict[str, Arg] = {
+    "epochs": Arg(int, 12, "epochs to train (BackupAndRestore backs up at the end of each)", min=1),
+    "steps_per_epoch": Arg(int, 20, "global steps per epoch (the data set is exactly one epoch)", min=1),
+    "global_batch": Arg(int, 64, "samples per global step, split across the workers", min=1),
+    "features": Arg(int, 16, min=1),
+    "hidden": Arg(int, 64, min=1),
+    "lr": Arg(float, 0.05, min=0),
+    "seed": Arg(int, 1234, "model initialisation seed"),
+    "data_seed": Arg(int, 4321, "data seed"),
+    "checkpoint_dir": Arg(str, None, "BackupAndRestore's backup_dir is <dir>/backup", required=True,
+                          set_by_plan=True),
+    "step_time_ms": DDP_MLP["step_time_ms"],
+    "pg_timeout_s": Arg(float, 10.0, "CommunicationOptions(timeout_seconds): how long a collective waits for a "
+                        "lost peer before it fails", min=0, set_by_plan=True),
+    "bug": Arg(str, None, "plant a known resume bug", choices=TF_BUGS),
+}
+
+SHIPPED: dict[str, dict[str, Arg]] = {"ddp-mlp": DDP_MLP, "ray-mlp": RAY_MLP, "tf-mlp": TF_MLP}
 
 
 def add_arguments(parser: argparse.ArgumentParser, declared: dict[str, Arg]) -> None:

@@ -25,6 +25,7 @@ from tests.integration import (
     test_storage_faults,
     test_store_faults,
     test_straggler,
+    test_tf_launcher,
 )
 
 # Run by `chaos compare` in the README's example only; their verdicts are not documented, their files validate.
@@ -42,7 +43,7 @@ def test_every_shipped_scenario_is_run_by_an_integration_test() -> None:
                     | set(test_nodes_per_host.EXPECTED_VERDICT)
                     | set(test_straggler.EXPECTED_VERDICT) | set(test_hang.EXPECTED_VERDICT)
                     | set(test_ray_launcher.EXPECTED_VERDICT)
-                    | set(test_native_crash.EXPECTED_VERDICT)
+                    | set(test_native_crash.EXPECTED_VERDICT) | set(test_tf_launcher.EXPECTED_VERDICT)
                     | set(test_store_faults.EXPECTED_VERDICT) | set(test_slurm_runtime.EXPECTED_VERDICT)
                     | {name for name, _ in test_etcd_rendezvous.EXPECTED_VERDICT}
                     | {f"bugs/{bug}" for bug in test_planted_bugs.EXPECTED}
