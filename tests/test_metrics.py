@@ -145,3 +145,19 @@ def test_a_restart_after_the_job_finished_is_counted_apart_and_not_blamed_on_the
     assert m.slowdown == pytest.approx(5.0, rel=0.05)
     assert worker_restarts(events) == 0
     assert restarts_after_completion(events) == 1
+
+
+def test_steps_after_losing_the_single_point_of_failure_are_no_recovery() -> None:
+    """Under Ray a crash of the head (node0) leaves the workers training to their next report, which never returns:
+    the run hangs, and the steps the old workers made after the crash are not a recovery (measured: 0.06 s was
+    reported before)."""
+    h = H(dt=0.1).start(ranks=2).steps(1, 30)
+    h.events[0]["environment"] = {"launcher": "ray", "single_point_node": "node1"}  # H's faults target node1
+    h.fault(0).steps(31, 35)
+    [m] = fault_metrics(h.end(reason="hung"))
+    assert m.recovery_s is None and m.lost_steps is None
+    assert m.note is not None and "single point of failure" in m.note
+    # the same history without the launcher's word: a fault after which steps went on is recovered at once
+    h.events[0]["environment"] = {"launcher": "torchrun"}
+    [m] = fault_metrics(sorted(h.events, key=lambda e: e["t"]))
+    assert m.recovery_s is not None

@@ -306,6 +306,8 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
                      if checkpoint_source(events) == Source.STORAGE else {})
     median, _ = median_step_time(events)
     done = completion_time(events)
+    started = of_kind(events, Ev.RUN_STARTED)
+    spof = ((started[0].get("environment") or {}).get("single_point_node") if started else None)
     out = []
     for i, f in enumerate(injected):
         t_f = f["t"]
@@ -332,6 +334,12 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
             after = array("q", (i for i in after if (nodes[i], pids[i]) in new_pids))
         if not after:
             m.note = "the job completed no step after this fault"
+            continue
+        if not m.restarted and done == float("inf") and m.target == spof:
+            # Under Ray a crash of the head leaves the workers training to their next report, which never returns:
+            # steps after the fault by the old workers of a job that never finished are no recovery.
+            m.note = (f"{m.target} is the job's single point of failure under its launcher and the job never "
+                      "finished: the steps after this fault were its old workers running on, not a recovery")
             continue
         first = after[0]
         first_t, first_step = times[first], step_no[first]
