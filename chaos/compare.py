@@ -73,6 +73,8 @@ class Column:
     # the settings in force that bound recovery phases (plan.yaml's elastic_settings, min_nodes,
     # node_restart.delay_s); None: no plan recorded
     settings: dict[str, Any] | None = None
+    # a launcher's own words for what bounds its detection and restart (Launcher.levers, from run_started)
+    levers: dict[str, str] | None = None
     # the column's short name in the table, the bullets and the plots (with_short); the legend maps it to label
     short: str = ""
 
@@ -136,6 +138,7 @@ def measure(run: Path | RunAnalysis) -> Column:
         recovery_s=figures.recovery_s, lost_work_s=figures.lost_work_s, lost_steps=figures.lost_steps,
         goodput=result.goodput, node_seconds_per_step=figures.node_seconds_per_step,
         duration_s=result.duration_s, machine=_machine(result.environment),
+        levers=dict(result.environment.get("levers") or {}) or None,
         **_first_breakdown(analysis.breakdowns),
         resources=dict(result.resources) if result.resources is not None else None,
         final_step=analysis.final[0], final_loss=analysis.final[1],
@@ -196,7 +199,12 @@ def setup_steps(plan: dict[str, Any], node_restart: dict[str, Any] | None = None
     argv = [str(a) for a in nodes[0].get("argv") or []]
     script = next((PurePath(a).name for a in argv[1:] if a.endswith(".py")), "the training script")
     backend = _arg(argv, "--rdzv-backend")
-    if backend is not None:
+    own = plan.get("launcher")
+    if own not in (None, "torchrun", "process"):  # a launcher of its own: its node processes, by name
+        launcher = f"{own} node process"
+        steps.append(f"start the {own} launcher's node process on each of the {len(nodes)} hosts (the job: "
+                     f"{script})" if len(nodes) > 1 else f"start the {own} launcher's node process ({script})")
+    elif backend is not None:
         if store:
             steps.append("run the rendezvous store on a host of its own")
         if servers:
@@ -219,8 +227,9 @@ def setup_steps(plan: dict[str, Any], node_restart: dict[str, Any] | None = None
         steps.append(f"start 1 process on the host ({script})")
     hosts = len(nodes) + (1 if store else 0)
     if hosts > 1:
-        steps.append(f"a network between the {hosts} hosts (the rendezvous port and the process group's ports "
-                     f"open between them)")
+        ports = ("the rendezvous port and the process group's ports" if own in (None, "torchrun", "process")
+                 else f"the {own} cluster's ports and the process group's ports")
+        steps.append(f"a network between the {hosts} hosts ({ports} open between them)")
     if plan.get("checkpoint_dir"):
         steps.append("checkpoint storage every host reads and writes (shared)" if len(nodes) > 1
                      else "checkpoint storage on the host")
@@ -375,6 +384,10 @@ def shrinks(c: Column) -> str:
     it when no setting does."""
     if c.largest_phase is None:
         return "—"
+    if c.levers:  # a launcher of its own (Ray): its detection and restart are bounded by what it says
+        said = [c.levers[p] for p in ("detection", "restart") if p in c.largest_phase.split(" + ") and p in c.levers]
+        if said:
+            return "; ".join(said + phase_costs(c.largest_phase))
     keys = phase_settings(c.largest_phase, c.mode)
     parts = [f"{k} ({_setting(c.settings, k)})" for k in keys] + phase_costs(c.largest_phase)
     return "; ".join(parts) or "—"
