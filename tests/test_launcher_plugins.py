@@ -103,3 +103,16 @@ def test_a_run_that_lost_its_launchers_single_point_of_failure_says_so() -> None
     assert single_point_lost(_history(env, "node1")) is None  # type: ignore[arg-type]
     assert single_point_lost(_history(env, "node0", disruptive=False)) is None  # type: ignore[arg-type]
     assert single_point_lost(_history({"launcher": "torchrun"}, "node0")) is None  # type: ignore[arg-type]
+
+
+def test_compare_names_a_launchers_own_setup() -> None:
+    from chaos.compare import setup_steps
+
+    node = {"role": "node", "argv": ["python", "-c", "from chaos.launchers.ray_node import main", "head", "--",
+                                     "python", "ray_train.py"]}
+    plan = {"launcher": "ray", "nodes": [dict(node, name=f"node{i}") for i in range(3)], "checkpoint_dir": "/c",
+            "resources": {"cpus_per_node": 1}}
+    steps = setup_steps(plan, {"policy": "on-failure", "delay_s": 1, "max_restarts": 10})
+    assert steps[1] == "start the ray launcher's node process on each of the 3 hosts (the job: ray_train.py)"
+    assert "the ray cluster's ports" in steps[2] and "rendezvous" not in " ".join(steps)
+    assert steps[-1] == "a supervisor that restarts a failed host's ray node process (after 1 s, at most 10 times)"
