@@ -3,11 +3,13 @@ tests/integration/test_ray_launcher.py)."""
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import pytest
 
 from chaos.launchers import ray_node
+from chaos.launchers.ray_node import UnsafeTempDir, private_dir, write_run_id
 
 
 def test_head_command_keeps_ray_on_the_given_address_and_temp_dir() -> None:
@@ -59,3 +61,30 @@ def test_the_last_node_to_stop_removes_the_runs_temp_folder(tmp_path: Path) -> N
     assert sorted(p.name for p in root.iterdir()) == ["node0", ray_node.RUN_ID_FILE]  # node0 still runs
     ray_node.remove_temp_dir(str(root / "node0"))
     assert not root.exists()
+
+
+def test_the_run_folder_is_private_and_a_planted_one_is_refused(tmp_path: Path) -> None:
+    """The Ray folders' names under /tmp are guessable: a link or another user's folder there must not receive
+    Ray's sockets and logs written by the engine's user."""
+    mine = tmp_path / "tchaos-ray-aaaaaa"
+    private_dir(mine)
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o700
+    private_dir(mine)  # a replaced node finds its own folder from before
+    write_run_id(mine, "r-1")
+    assert (mine / "run_id").read_text() == "r-1"
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link = tmp_path / "tchaos-ray-bbbbbb"
+    link.symlink_to(target)
+    with pytest.raises(UnsafeTempDir, match="is a link"):
+        private_dir(link)
+    shared = tmp_path / "tchaos-ray-cccccc"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(UnsafeTempDir, match="writable by others"):
+        private_dir(shared)
+    (mine / "run_id").unlink()
+    (mine / "run_id").symlink_to(target / "planted")
+    with pytest.raises(OSError):
+        write_run_id(mine, "r-2")
+    assert not (target / "planted").exists()

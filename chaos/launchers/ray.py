@@ -159,6 +159,9 @@ class Ray(Launcher):
         removed = []
         parent, _, stem = TEMP_PREFIX.rpartition("/")
         for root in sorted(Path(parent).glob(stem + "*")):
+            info = root.lstat()
+            if root.is_symlink() or info.st_uid != os.getuid():  # not this user's: not ours to read or remove
+                continue
             try:
                 owner = (root / RUN_ID_FILE).read_text().strip()
             except OSError:

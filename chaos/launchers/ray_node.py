@@ -24,6 +24,7 @@ import argparse
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -91,6 +92,37 @@ def check_temp_dir(path: str) -> str | None:
     return None
 
 
+class UnsafeTempDir(RuntimeError):
+    """A temp folder that exists but is not this user's private directory: Ray's sockets and logs do not go there."""
+
+
+def private_dir(path: Path) -> None:
+    """Make ``path`` this user's private directory (0700), or accept it only when it already is one.
+
+    The run's Ray folders sit under /tmp with a name that anyone who sees the run id can guess. A folder another
+    local user made there first, or a link planted in its place, would have the engine's user (root, for netns)
+    write Ray's sockets, logs and the run id through it; so an existing one must be a real directory, owned by this
+    user and writable by nobody else (a replaced node finds its own folder from before, which is)."""
+    try:
+        os.mkdir(path, 0o700)
+        return
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        what = ("a link" if stat.S_ISLNK(info.st_mode) else "not a directory" if not stat.S_ISDIR(info.st_mode)
+                else f"owned by uid {info.st_uid}" if info.st_uid != os.getuid() else "writable by others")
+        raise UnsafeTempDir(f"{path} exists and is {what}: Ray's session is not put there; remove it (or run "
+                            "`chaos cleanup`) and run again")
+
+
+def write_run_id(folder: Path, run_id: str) -> None:
+    """``<folder>/run_id`` for the launcher's cleanup, never through a link planted in its place."""
+    fd = os.open(folder / RUN_ID_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(run_id)
+
+
 def remove_temp_dir(temp_dir: str) -> None:
     """Remove this node's Ray temp dir, and the run's parent folder once no other node's is left in it."""
     shutil.rmtree(temp_dir, ignore_errors=True)
@@ -113,9 +145,11 @@ class Node:
         self.env = {**os.environ, **ENV}
 
     def start_ray(self, role: str) -> subprocess.Popen[bytes]:
-        Path(self.args.temp_dir).mkdir(parents=True, exist_ok=True)
+        temp = Path(self.args.temp_dir)
+        private_dir(temp.parent)  # the run's folder, shared by its nodes on one host
+        private_dir(temp)
         if self.args.run_id:
-            (Path(self.args.temp_dir).parent / RUN_ID_FILE).write_text(self.args.run_id)
+            write_run_id(temp.parent, self.args.run_id)
         argv = start_argv(role, self.args)
         print(f"ray_node: {' '.join(argv)}", flush=True)
         self.ray = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL)
@@ -250,7 +284,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, driver = parse_args(argv)
-    return run_head(args, driver) if args.role == "head" else run_worker(args)
+    try:
+        return run_head(args, driver) if args.role == "head" else run_worker(args)
+    except UnsafeTempDir as exc:
+        print(f"ray_node: {exc}", file=sys.stderr, flush=True)
+        return 2
 
 
 if __name__ == "__main__":
