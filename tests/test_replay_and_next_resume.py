@@ -140,15 +140,43 @@ def test_the_recorded_planted_bug_fails_replay_and_correct_runs_do_not(recorded:
 
 # ------------------------------------------------------------------------------------------ the next resume
 
+def _layer_saw(j: Job, path: str, step: int) -> Job:
+    """The storage layer's record of bytes going to ``path`` (it stamps its own events, just after the job's)."""
+    j.events.append({"t": j.t + 0.1, "source": Source.STORAGE, "event": Ev.CHECKPOINT_SAVE_STARTED, "path": path,
+                     "step": step})
+    return j
+
+
 def test_a_torn_newest_checkpoint_at_the_end_fails_with_the_file_named() -> None:
     j = Job().start("a")
     for s in range(1, 5):
         j.step(s)
-    j.save(2).save(4, finish=False)  # the job's last save never finished (a crash during it)
+    _layer_saw(j.save(2), "s2", 2)
+    _layer_saw(j.save(4, finish=False), "s4", 4)  # the last save, writing s4 itself, never finished (a crash)
     v = verdicts(j.finish(4))["next_resume_intact"]
     assert v.ok is False and v.get("verdict") == "next_resume_torn", v
     assert "s4 (step 4), is torn" in v.why and "newest whole checkpoint is s2 (step 2)" in v.why
     assert v.get("next_resume")["newest_whole_step"] == 2
+
+
+def test_an_atomic_save_cut_short_leaves_the_previous_checkpoint_whole() -> None:
+    """A stalled fsync stops the save of step 4 inside its temporary file (measured: storage/fsync-stall-hangs):
+    the name the job reported was never written, so a restart loads s2, which is whole (no false alarm)."""
+    j = Job().start("a")
+    for s in range(1, 5):
+        j.step(s)
+    _layer_saw(j.save(2), ".s2.tmp", 2)
+    _layer_saw(j.save(4, finish=False), ".s4.tmp", 4)
+    v = verdicts(j.finish(4))["next_resume_intact"]
+    assert v.ok is True and "s2 (step 2), is whole" in v.why, v
+
+
+def test_an_unfinished_save_no_layer_watched_is_not_checked() -> None:
+    j = Job().start("a")
+    for s in range(1, 5):
+        j.step(s)
+    v = verdicts(j.save(2).save(4, finish=False).finish(4))["next_resume_intact"]
+    assert v.ok is None and "no storage layer watched the files" in v.why, v
 
 
 def test_an_empty_or_damaged_newest_checkpoint_fails() -> None:

@@ -833,6 +833,11 @@ def _noise_verdict(cmp: LossComparison, control: dict[str, Any], golden_losses: 
 
 # ------------------------------------------------------------------------------------------ the next resume
 
+# The job's report of a save and the storage layer's record of its first write come from two processes: the layer's
+# may be stamped a little before the job's (the job reports after its open returned).
+_LAYER_SLACK_S = 1.0
+
+
 def _on_disk_at_end(events: list[Event]) -> dict[str, dict[str, Any]]:
     """Each checkpoint file on disk when the history ends (path -> its last state): ``whole`` (its last save
     finished), ``torn`` (a save started over it and never finished), ``empty`` (its last save finished with 0
@@ -840,8 +845,16 @@ def _on_disk_at_end(events: list[Event]) -> dict[str, dict[str, Any]]:
     save read other bytes than were saved). Deleted files and a save's temporary names (renamed away by the job's
     other saves) are not there."""
     files: dict[str, dict[str, Any]] = {}
+    before: dict[str, dict[str, Any] | None] = {}  # a file's state before the save now in progress over it
     sized: set[str] = set()  # the kinds of file (numbers blanked) a save ever wrote bytes to
     source = checkpoint_source(events)
+    # Where the storage layer saw bytes go (path -> times), when it watched and the job's own reports are the
+    # source: an atomic writer's unfinished save went to a temporary name, never to the name the job reported.
+    layer: dict[str, list[float]] = {}
+    if source != Source.STORAGE:
+        for e in of_kinds(events, Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED):
+            if e.get("source") == Source.STORAGE and e.get("path"):
+                layer.setdefault(str(e["path"]), []).append(float(e["t"]))
     for e in of_kinds(events, Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED, Ev.CHECKPOINT_DELETED,
                       Ev.CHECKPOINT_LOADED, Ev.FAULT_INJECTED):
         kind = e.get("event")
@@ -861,6 +874,7 @@ def _on_disk_at_end(events: list[Event]) -> dict[str, dict[str, Any]]:
         if kind == Ev.CHECKPOINT_DELETED:
             files.pop(path, None)
         elif kind == Ev.CHECKPOINT_SAVE_STARTED:
+            before[path] = files.get(path)
             files[path] = {"path": path, "step": e.get("step"), "t": e["t"], "state": "torn",
                            "why": "a save started over it and never finished (torn or partial file)"}
         elif kind == Ev.CHECKPOINT_SAVE_FINISHED:
@@ -877,6 +891,29 @@ def _on_disk_at_end(events: list[Event]) -> dict[str, dict[str, Any]]:
                 and e.get("sha256") and files[path].get("sha256") and e["sha256"] != files[path]["sha256"]:
             files[path].update(state="damaged", why=f"a load at {e['t']:.3f} read bytes (sha256 "
                                f"{str(e['sha256'])[:12]}) other than its last save wrote (digest mismatch)")
+    # a load of a name after a save over it started: the name was there (what the restart read is what it held)
+    read = {str(e["path"]): float(e["t"]) for e in of_kinds(events, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)
+            if e.get("path")}
+    for f in files.values():
+        if f["state"] == "torn" and read.get(f["path"], -math.inf) > f["t"]:
+            f["state"] = "torn_read"  # settled below: no layer evidence can make it absent
+    if source != Source.STORAGE and not layer:
+        for f in files.values():
+            if f["state"] == "torn":  # the job said it started; nothing says where its bytes went
+                f.update(state="unknown", why="its save never finished, and no storage layer watched the files to "
+                         "tell whether the save was writing this name or a temporary one")
+    if layer:
+        for path, f in list(files.items()):
+            # the job reported a save of this name that never finished, and the storage layer saw no byte written
+            # to it since: the save was writing elsewhere (its temporary), so the name holds what it held before
+            if f["state"] == "torn" and not any(t >= f["t"] - _LAYER_SLACK_S for t in layer.get(path, ())):
+                if before.get(path) is None:
+                    files.pop(path)
+                else:
+                    files[path] = before[path]  # type: ignore[assignment]
+    for f in files.values():
+        if f["state"] == "torn_read":
+            f["state"] = "torn"
     temporary = _temporaries(events)
     return {p: f for p, f in files.items() if not (temporary and _DIGITS.sub("#", p) in temporary)}
 
@@ -905,6 +942,11 @@ def next_resume_intact(events: list[Event]) -> Verdict:
     entry = {"path": top["path"], "step": newest_step, "state": bad[0]["state"] if bad else "whole",
              "files": len(newest_set), "newest_whole_step": whole["step"] if whole else None,
              "newest_whole_path": whole["path"] if whole else None}
+    if bad and all(f["state"] == "unknown" for f in bad):
+        b = bad[0]
+        return _verdict(None, f"not checked: the newest checkpoint, {os.path.basename(b['path'])} (step "
+                              f"{b.get('step')}): {b['why']}", next_resume=entry)
+    bad = [f for f in bad if f["state"] != "unknown"]
     if bad:
         b = bad[0]
         fallback = (f"; the newest whole checkpoint is {os.path.basename(whole['path'])} (step {whole['step']})"
