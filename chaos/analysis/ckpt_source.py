@@ -42,7 +42,8 @@ def checkpoint_events(events: list[Event], *kinds: Ev) -> list[Event]:
     return memo(events, "checkpoint_events:" + ",".join(kinds), compute)
 
 
-def _environment(events: list[Event]) -> dict[str, Any]:
+def run_environment(events: list[Event]) -> dict[str, Any]:
+    """``run_started``'s ``environment`` (empty when the history has none)."""
     started = of_kind(events, Ev.RUN_STARTED)
     environment: Any = started[0].get("environment") if started else None
     return environment if isinstance(environment, dict) else {}
@@ -50,7 +51,7 @@ def _environment(events: list[Event]) -> dict[str, Any]:
 
 def storage_layer(events: list[Event]) -> str | None:
     """``environment.storage_layer`` of ``run_started``: ``fuse``, ``inotify``, ``off``, or None (not recorded)."""
-    layer = _environment(events).get("storage_layer")
+    layer = run_environment(events).get("storage_layer")
     return layer if isinstance(layer, str) else None
 
 
@@ -68,7 +69,7 @@ def loads_visible(events: list[Event]) -> tuple[bool, str]:
         return True, "the storage layer saw every read of the checkpoint directory"
     if layer == "inotify":
         # histories before storage_layer_why fell back to inotify only for a machine without FUSE
-        why = _environment(events).get("storage_layer_why") or "no /dev/fuse or libfuse3"
+        why = run_environment(events).get("storage_layer_why") or "no /dev/fuse or libfuse3"
         return False, f"the storage layer ran as an inotify watcher ({why}): it sees files saved, not files read"
     if layer == "off":
         return False, ("no storage layer served the checkpoint directory (storage_layer: off) and the job reports "

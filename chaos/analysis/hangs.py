@@ -21,6 +21,7 @@ import math
 from typing import Any
 
 from chaos.analysis.checkpoints import last_new_step
+from chaos.analysis.ckpt_source import run_environment
 from chaos.analysis.load import of_kind
 from chaos.events import EndReason, Ev, Source
 from chaos.history import Event
@@ -148,8 +149,7 @@ def single_point_lost(events: list[Event]) -> str | None:
     Under Ray the head holds the GCS, the controller and the driver: a crash of node0 ends the job whatever the
     restart policy says, and the run then stops on the stall timeout, whose words alone ("no step for 60s") do not
     say that the job could not have come back."""
-    started = of_kind(events, Ev.RUN_STARTED)
-    env = (started[0].get("environment") or {}) if started else {}
+    env = run_environment(events)
     node, words = env.get("single_point_node"), env.get("single_point_of_failure")
     if not node:
         return None

@@ -15,7 +15,7 @@ from itertools import accumulate, compress, islice, repeat
 from operator import eq, lt, sub
 from typing import Any
 
-from chaos.analysis.ckpt_source import checkpoint_events, checkpoint_source
+from chaos.analysis.ckpt_source import checkpoint_events, checkpoint_source, run_environment
 from chaos.analysis.load import History, memo, of_kind, step_table
 from chaos.analysis.rounds import intended_step, resume_load, rounds
 from chaos.analysis.steps import StepTable, time_order
@@ -306,8 +306,7 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
                      if checkpoint_source(events) == Source.STORAGE else {})
     median, _ = median_step_time(events)
     done = completion_time(events)
-    started = of_kind(events, Ev.RUN_STARTED)
-    spof = ((started[0].get("environment") or {}).get("single_point_node") if started else None)
+    spof = run_environment(events).get("single_point_node")
     out = []
     for i, f in enumerate(injected):
         t_f = f["t"]
