@@ -190,8 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="what this machine supports (docker, root, netem, NFQUEUE, tbf, image), "
                        "with the command that fixes each gap")
     d.add_argument("--json", action="store_true")
-    im = sub.add_parser("image", help="build the node image for the docker runtime (offline with debootstrap)")
-    im.add_argument("action", choices=["build", "tag"])
+    im = sub.add_parser("image", help="build the node image for the docker runtime (offline with debootstrap), or "
+                        "prune the images no run here would use any more")
+    im.add_argument("action", choices=["build", "tag", "prune"])
+    im.add_argument("--dry-run", action="store_true", help="prune: list what would be removed, remove nothing")
     im.add_argument("--method", choices=["auto", "debootstrap", "dockerfile"], default="auto",
                     help="auto: dockerfile when python:3.11-slim is already here, else debootstrap (offline)")
     im.add_argument("--force", action="store_true", help="rebuild even when the image for these inputs exists")

@@ -445,3 +445,45 @@ def build_image_with(packages: tuple[str, ...], base: str | None = None,
     result = BuildResult(tag, "extra", time.monotonic() - start, _image_size(client, tag))
     log(f"built {tag} in {result.seconds:.0f} s ({result.size_bytes / 1e9:.2f} GB)")
     return result
+
+
+@dataclass(frozen=True)
+class PrunedImage:
+    """One image ``chaos image prune`` looked at and did not keep: what it was, whether it is gone, and why."""
+
+    tag: str
+    size_bytes: int
+    removed: bool
+    why: str
+
+
+def prune_images(keep: set[str], dry_run: bool = False) -> list[PrunedImage]:
+    """Remove the node images (``torch-chaos:<tag>``) and launcher images (``torch-chaos-extra:<tag>``) not in
+    ``keep`` (the tags a run on this machine would use now: the caller knows the launchers).
+
+    Why: every change of an input (torch on the host, a launcher's pinned packages) makes a new tag of 1-3 GB
+    and nothing else ever removes the old one. An image a container still uses is kept and said so; the Slurm
+    cluster's image is ``chaos cluster``'s and left alone."""
+    from docker.errors import APIError
+
+    client = _client()
+    current = image_tag()
+    pruned: list[PrunedImage] = []
+    for repo in (IMAGE_REPO, f"{IMAGE_REPO}-extra"):
+        for image in client.images.list(name=repo):
+            size = int(image.attrs.get("Size", 0))
+            for tag in image.tags:
+                if not tag.startswith(f"{repo}:") or tag in keep:
+                    continue
+                why = (f"built for other inputs than this machine's (the node image now is {current})"
+                       if repo == IMAGE_REPO else "no installed launcher's packages on the current node image")
+                if dry_run:
+                    pruned.append(PrunedImage(tag, size, False, f"would be removed: {why}"))
+                    continue
+                try:
+                    client.images.remove(tag)
+                except APIError as exc:  # 409: a container (running or stopped) still uses it
+                    pruned.append(PrunedImage(tag, size, False, f"kept: {exc.explanation or exc}"))
+                    continue
+                pruned.append(PrunedImage(tag, size, True, why))
+    return pruned
