@@ -25,10 +25,13 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaos.machine import Check
 from chaos.marks import leftover_owner_files
+
+if TYPE_CHECKING:
+    from chaos.runtimes.capability import ResourceControl
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 OWNERS_DIR = Path("/run/torch-chaos/memory")
@@ -160,7 +163,7 @@ class NodeMemory:
     before: dict[str, str] = field(default_factory=dict)  # limit files as they were, to write back at heal
 
     @classmethod
-    def of(cls, runtime: Any, node: str, fault_id: int) -> NodeMemory:
+    def of(cls, runtime: ResourceControl, node: str, fault_id: int) -> NodeMemory:
         lay = layout()
         if lay is None:
             raise RuntimeError("no memory cgroup controller on this machine (neither cgroup v2 nor v1 memory)")

@@ -24,13 +24,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from chaos.cgroup import NodeMemory
 from chaos.events import Ev
 from chaos.marks import DELAYERS, ENGINE_VAR, TREE_VAR, engine_mark
+
+if TYPE_CHECKING:
+    from chaos.runtimes.capability import ResourceControl
 
 # ------------------------------------------------------------------------------------------ the kernel's record
 
@@ -222,7 +225,7 @@ class OomWatch:
     """Turns the kernel's record of one node's OOM kills into ``oom_killed`` events, each kill once."""
 
     mem: NodeMemory
-    runtime: Any
+    runtime: ResourceControl
     klog: KernelLog = field(default_factory=KernelLog)
     counted: int = 0  # the cgroup's oom_kill counter as last reported
     who: dict[int, dict[str, Any]] = field(default_factory=dict)

@@ -79,14 +79,15 @@ class HostControl(Protocol):
 # Which members a runtime that declares a capability must implement itself (not inherit the base's Unsupported):
 # any one of the alternatives. CPU_QUOTA is a quota of the node's own (a container's) or host processes the fault
 # puts in a cpu cgroup; the capabilities not listed are backed by the lifecycle (storage, rendezvous servers).
+_P, _N, _R, _H = ProcessControl, NetworkControl, ResourceControl, HostControl
 BACKING: dict[str, tuple[type, tuple[tuple[str, ...], ...]]] = {
-    KILL: (ProcessControl, (("kill",),)),
-    KILL_WORKERS: (ProcessControl, (("kill_workers",),)),
-    FREEZE: (ProcessControl, (("freeze", "thaw"),)),
-    NODE_NETWORK: (NetworkControl, (("net_enter",),)),
-    MEMORY_CGROUP: (ResourceControl, (("memory_cgroup", "node_pids"),)),
-    CPU_QUOTA: (ResourceControl, (("cpu_quota", "set_cpu_quota"), ("node_pids",))),
-    HOST_LOSS: (HostControl, (("lose_host", "return_host"),)),
+    KILL: (_P, ((_P.kill.__name__,),)),
+    KILL_WORKERS: (_P, ((_P.kill_workers.__name__,),)),
+    FREEZE: (_P, ((_P.freeze.__name__, _P.thaw.__name__),)),
+    NODE_NETWORK: (_N, ((_N.net_enter.__name__,),)),
+    MEMORY_CGROUP: (_R, ((_R.memory_cgroup.__name__, _R.node_pids.__name__),)),
+    CPU_QUOTA: (_R, ((_R.cpu_quota.__name__, _R.set_cpu_quota.__name__), (_R.node_pids.__name__,))),
+    HOST_LOSS: (_H, ((_H.lose_host.__name__, _H.return_host.__name__),)),
 }
 
 
