@@ -298,7 +298,9 @@ class FaultBase(Line):
 
 
 class FaultInjected(FaultBase):
-    """The fault took effect: ``t`` is when the runtime call returned (t_f of the metric definitions)."""
+    """The fault took effect: ``t`` (t_f of the metric definitions) is when the runtime says it took effect where
+    it can tell (docker: the daemon saw the container die; slurm: its helper step saw the signal land), else when
+    the runtime call returned."""
 
     mechanism: str  # how it was done (e.g. "SIGKILL to the process tree", "tc tbf ..."), for the report
     # kind-specific; ``path`` / ``paths``: checkpoint file(s) it damaged or removed (no longer valid after t)
@@ -308,6 +310,8 @@ class FaultInjected(FaultBase):
     # when the engine decided to inject (its trigger met); ``t - t_decided`` is the fault-effect latency: the
     # runtime's call from decision to signal delivered / rule in effect (absent in histories before it was kept)
     t_decided: NotRequired[float]
+    # when the runtime call returned, where ``t`` is the effect the runtime reported instead (absent otherwise)
+    t_returned: NotRequired[float]
 
 
 class FaultSkipped(FaultBase):

@@ -205,3 +205,22 @@ def test_a_recorded_quickstart_splits_its_recovery_from_torchruns_own_agent_even
              if e.get("source") == Source.AGENT and e["t"] > fault["t_injected"]]
     assert {Ev.AGENT_RENDEZVOUS_STARTED, Ev.AGENT_WORKERS_STARTED} <= {e["event"] for e in agent}
     assert {e["node"] for e in agent if e["event"] == Ev.AGENT_WORKERS_STARTED} >= {"node0", "node1"}
+
+
+def test_the_floor_is_the_jobs_own_first_start_beside_each_restart() -> None:
+    """launch at 1000.0, first step 2.5 s later; the crash's recovery (1.0 s idle + 2 s start + first step) sits
+    on that floor, and the text report says how many times it is."""
+    from chaos.analysis.breakdown import start_floor
+    from chaos.reports.text import breakdown_notes
+
+    h = H(dt=0.1)
+    h.events.append({"t": 1000.0, "source": Source.ENGINE, "event": Ev.NODE_STARTED, "node": "node0"})
+    h.wait(2.4).start(ranks=2).steps(1, 20).fault(0).wait(3.0).start(ranks=2, load=20).steps(21, 40)
+    events = h.end()
+    assert start_floor(events) == pytest.approx(2.5)
+    [fault] = [m.to_dict() for m in fault_metrics(events)]
+    [b] = recovery_breakdowns(events, [fault])
+    assert b.floor_s == pytest.approx(2.5) and b.to_dict()["floor_s"] == pytest.approx(2.5)
+    assert any(line.startswith("floor: the job's own first start (launch to first step) took 2.5 s")
+               for line in breakdown_notes(b))
+    assert start_floor([e for e in events if e["event"] != Ev.NODE_STARTED]) is None  # no launch: no floor

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.analysis.ckpt_source import checkpoint_events
-from chaos.analysis.load import of_kind, of_kinds
+from chaos.analysis.load import of_kind, of_kinds, step_table
 from chaos.analysis.result_model import FaultResult
 from chaos.events import Ev, Source
 from chaos.history import Event
@@ -52,6 +52,8 @@ class RecoveryBreakdown:
     agent_rounds: int | None = None  # rendezvous rounds the agents completed during the recovery
     scheduler: dict[str, Any] | None = None  # what Slurm did beside the phases (scheduler_part)
     restarted: bool = True  # False: the job did not restart, so there are no phases (one span to the next step)
+    # the job's own first start, launch -> first step (start_floor): what any restart costs at the least
+    floor_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """report.json's spelling (result.json carries :func:`breakdown_for_result`'s)."""
@@ -59,6 +61,7 @@ class RecoveryBreakdown:
                 **({"agent_rounds": self.agent_rounds} if self.restarted else {}),
                 "phases": self.phases, "not_measured": self.not_measured,
                 "largest": self.largest, "advice": self.advice,
+                **({"floor_s": self.floor_s} if self.floor_s is not None else {}),
                 **({"scheduler": self.scheduler} if self.scheduler else {})}
 
 
@@ -87,7 +90,25 @@ def recovery_breakdowns(events: list[Event],
         part = scheduler_part(events, fault, until)
         if part:
             b.scheduler = part
+        if b.restarted:
+            b.floor_s = start_floor(events)
     return out
+
+
+def start_floor(events: list[Event]) -> float | None:
+    """The job's own first start: from the first node's launch to the first completed step, in this run.
+
+    Why: a restart does at least what a start does (processes, ``import torch``, the rendezvous or process group,
+    the first step), so this is the floor a recovery sits on; beside it a reader sees how much of the recovery the
+    job's settings (detection, timeouts, delays) add. Measured on the run itself, the observer included, so it is
+    the floor under the same conditions. None without a launch or a step."""
+    launches = [e["t"] for e in of_kind(events, Ev.NODE_STARTED)]
+    steps = step_table(events).values("t", 0.0)
+    if not launches or not len(steps):
+        return None
+    first = min(launches)
+    after = [t for t in steps if t >= first]
+    return min(after) - first if after else None
 
 
 def scheduler_part(events: list[Event], fault: FaultResult | Mapping[str, Any],
@@ -234,6 +255,7 @@ def breakdown_for_result(b: RecoveryBreakdown) -> dict[str, Any]:
     """A breakdown as result.json carries it: phases as objects, the advice left to the reports."""
     return {"phases": [{"phase": name, "seconds": s} for name, s in b.phases],
             "not_measured": b.not_measured, "largest": b.largest, "agent_rounds": b.agent_rounds,
+            **({"floor_s": b.floor_s} if b.floor_s is not None else {}),
             **({"scheduler": b.scheduler} if b.scheduler else {})}
 
 

@@ -175,7 +175,8 @@ class FaultScheduler:
             self._progress.fault_injected()
         self._history.write(Ev.FAULT_INJECTED, **base, mechanism=mechanism, details=ctx.details,
                             trigger_event=trigger_event.get("event") if trigger_event else None,
-                            max_step=self._progress.max_step, t_decided=t_decided, t=f.t_injected)
+                            max_step=self._progress.max_step, t_decided=t_decided, t=f.t_injected,
+                            **({"t_returned": now} if f.t_injected != now else {}))
         self._observe(f)
         if node is not None and impl.stops_node:
             self._nodes.stopped(node)

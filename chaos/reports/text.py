@@ -233,6 +233,9 @@ def breakdown_notes(b: RecoveryBreakdown) -> list[str]:
     lines = [f"not measured separately: {x['phase']} ({x['why']})" for x in b.not_measured]
     if b.agent_rounds:
         lines.append(f"rendezvous rounds the agents completed during the recovery: {b.agent_rounds}")
+    if b.floor_s and b.recovery_s is not None:
+        lines.append(f"floor: the job's own first start (launch to first step) took {b.floor_s:.1f} s; this "
+                     f"recovery is {b.recovery_s / b.floor_s:.1f}x that")
     sched: Mapping[str, Any] = b.scheduler or {}
     if "host_not_responding_after_s" in sched:
         lines.append(f"Slurm said a host does not respond {sched['host_not_responding_after_s']:.1f} s after the "
