@@ -10,9 +10,9 @@ allocation ``scancel`` delivers the signal yet prints "Invalid job id specified"
 judged by the processes' state, read by the helper.
 
 Hosts are known only once ``salloc`` returns, which happens in :meth:`SlurmRuntime.prepare` (after the golden run,
-inside the engine's try/finally, so teardown always releases it). Until then the plan names hosts by placeholders
-(``{slurm-host:node1}``, ``{slurm-channel}``) that each step's command and environment get substituted with; the
-``slurm_allocated`` event records the real ones. The job is named ``torch-chaos-<run id>`` and its comment names the
+itself a run of its own allocation; inside the engine's try/finally, so teardown always releases it). Until then the
+plan names hosts by placeholders (``{slurm-host:node1}``, ``{slurm-channel}``) that each step's command and
+environment get substituted with; the ``slurm_allocated`` event records the real ones. The job is named ``torch-chaos-<run id>`` and its comment names the
 engine (``engine=<host>:<pid>``), so ``chaos cleanup`` finds allocations whose engine is gone with ``squeue``.
 """
 
@@ -397,7 +397,8 @@ class SlurmRuntime(Runtime):
     # Faults needing root on the hosts (their network, a memory cgroup) are not Slurm's to give. The storage layer
     # is a FUSE mount each node's host makes as the user (fusermount3), checked on every allocated host.
     capabilities = frozenset({KILL, KILL_WORKERS, FREEZE, CHECKPOINT_STORAGE, STORAGE_LAYER})
-    golden_beside_engine = False  # the engine is on a login node: a local reference run of the job is not one
+    golden_beside_engine = False  # the engine is on a login node: the golden run is one on the cluster, its own
+    # allocation before the faulted run's (chaos.golden.golden_where)
     fuse_on_engine_host = False  # the nodes write the shared filesystem from their hosts, past the login node ...
     fuse_on_node_hosts = True  # ... so each node's host runs the layer around the node's command (hostlayer.py)
     # Losing a host and the hosts' networks (partition, isolate ...): only where a cluster agent gives them (the
