@@ -12,8 +12,9 @@ judged by the processes' state, read by the helper.
 Hosts are known only once ``salloc`` returns, which happens in :meth:`SlurmRuntime.prepare` (after the golden run,
 itself a run of its own allocation; inside the engine's try/finally, so teardown always releases it). Until then the
 plan names hosts by placeholders (``{slurm-host:node1}``, ``{slurm-channel}``) that each step's command and
-environment get substituted with; the ``slurm_allocated`` event records the real ones. The job is named ``torch-chaos-<run id>`` and its comment names the
-engine (``engine=<host>:<pid>``), so ``chaos cleanup`` finds allocations whose engine is gone with ``squeue``.
+environment get substituted with; the ``slurm_allocated`` event records the real ones. The job is named
+``torch-chaos-<run id>`` and its comment names the engine (``engine=<host>:<pid>``), so ``chaos cleanup`` finds
+allocations whose engine is gone with ``squeue``.
 """
 
 from __future__ import annotations
