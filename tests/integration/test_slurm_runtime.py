@@ -309,6 +309,7 @@ def test_slurm_golden_run_on_the_cluster_catches_a_lost_optimizer(docker_client:
         byo_script_on_slurm(st, capsys)
         bug = REPO_ROOT / "examples/byo/slurm-per-step-no-optimizer-state.yaml"
         run = in_controller(st, *chaos_argv(st, "run", str(bug), "--out", "/shared/runs", "--json"), timeout=420)
+        assert run.stdout.strip(), f"exit {run.returncode}: {run.stderr[-4000:]}"
         result = json.loads(run.stdout)
         golden = result["checkpoint"]["matches_golden"]
         assert result["verdict"] == "fail" and golden["ok"] is False and golden["mode"] == "diverged", golden
@@ -334,6 +335,7 @@ def byo_script_on_slurm(st: dict[str, Any], capsys: pytest.CaptureFixture[str]) 
     checked" with the reason, never ok."""
     scenario = REPO_ROOT / "examples/byo/slurm-per-step-node-crash.yaml"
     run = in_controller(st, *chaos_argv(st, "run", str(scenario), "--out", "/shared/runs", "--json"), timeout=420)
+    assert run.stdout.strip(), f"exit {run.returncode}: {run.stderr[-4000:]}"
     result = json.loads(run.stdout)
     assert result["verdict"] == "pass", result["why"]
     golden = result["checkpoint"]["matches_golden"]
