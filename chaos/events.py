@@ -164,7 +164,8 @@ class RunStarted(Line):
     scenario: str  # the scenario's name
     environment: dict[str, Any]  # host, versions, runtime and elastic settings (copied to result.json)
     plan: dict[str, Any]  # the resolved plan: nodes, commands, fault timeline
-    golden: dict[str, Any] | None  # {key, run_dir, cached} of the fault-free reference, or None without one
+    # {key, run_dir, cached, where} of the fault-free reference (where: beside the engine or on the cluster), or None
+    golden: dict[str, Any] | None
 
 
 class RunEnded(Line):

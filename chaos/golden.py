@@ -18,6 +18,14 @@ there is no agent to restart anything), right after the step the faulted run res
 resumes from the same checkpoint. It is cached beside the golden run under ``<key>-control-<step>/`` with the same
 lock discipline, and trusted only with exactly its one planned restart.
 
+Where the golden run runs (``checks.golden``): *beside* the engine, as local processes (the reference numbers do not
+depend on where nodes run: a container runs the same torch build), or on the *cluster*: the same job on the
+scenario's own runtime, fault-free. The default is beside where the runtime's nodes are this machine's kind
+(local, docker, netns) and on the cluster where the engine sits on a login node (Slurm: an allocation of the same
+shape before the faulted run's, its run directory under the faulted run's ``--out``, which the hosts share; the
+cache holds its summary, keyed apart from a local one). Either way its summary lands in the run directory's
+``golden.json``, so ``matches_golden`` is computed the same way.
+
 This module runs nothing itself: the caller passes how to run a scenario (the engine passes itself), so the
 golden cache does not import the engine.
 """
@@ -33,7 +41,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from chaos.analysis.checkpoints import first_resume_step, golden_summary
 from chaos.analysis.hangs import failed_after_last_step
@@ -73,8 +81,27 @@ GoldenRunner = Callable[[Scenario], dict[str, Any]]
 ControlRunner = Callable[[Scenario, int], dict[str, Any]]
 
 
+GoldenWhere = Literal["beside", "cluster"]
+
+
+def golden_where(scenario: Scenario) -> GoldenWhere | None:
+    """Where the scenario's golden run runs (``checks.golden``): ``true`` is beside the engine where the runtime
+    allows it and on the cluster where it does not (a login node); None when no golden run is asked for."""
+    asked = scenario.checks.golden
+    if asked is False:
+        return None
+    if asked is True:
+        return "beside" if runtime_class(scenario.cluster.runtime).golden_beside_engine else "cluster"
+    return asked
+
+
+def on_cluster(scenario: Scenario) -> bool:
+    """Whether the golden run is a run on the scenario's own (non-local) runtime, not local processes."""
+    return golden_where(scenario) == "cluster" and scenario.cluster.runtime != "local"
+
+
 def wants_golden(scenario: Scenario) -> bool:
-    return scenario.checks.golden and no_golden_why(scenario) is None
+    return golden_where(scenario) is not None and no_golden_why(scenario) is None
 
 
 def no_golden_why(scenario: Scenario) -> str | None:
@@ -85,10 +112,11 @@ def no_golden_why(scenario: Scenario) -> str | None:
         return "the script prints no loss (progress_regex has no 'loss' group), so a golden run would have nothing " \
                "to compare"
     runtime = scenario.cluster.runtime
-    if not runtime_class(runtime).golden_beside_engine:
-        return (f"the golden run is made of local processes beside the engine, and on runtime {runtime} that is a "
-                "login node, not the nodes' kind of machine: run the same scenario fault-free on the cluster "
-                "(faults: []) and compare, or on runtime local for a CPU-sized job")
+    if golden_where(scenario) == "beside" and not runtime_class(runtime).golden_beside_engine:
+        return (f"checks.golden: beside asks for local processes beside the engine, and on runtime {runtime} that "
+                "is a login node, not the nodes' kind of machine: write checks.golden: cluster (the default on "
+                f"{runtime}) to run the fault-free job on the cluster itself, or use runtime local for a CPU-sized "
+                "job")
     return None
 
 
@@ -116,6 +144,8 @@ def golden_key(scenario: Scenario) -> str:
         workload["code_sha256"] = hashlib.sha256(script.read_bytes()).hexdigest()
     material = {"workload": workload, "mode": c.mode, "world_size": c.nodes * c.procs_per_node,
                 "threads": c.threads_per_proc, "torch": torch_version()}
+    if on_cluster(scenario):  # the cluster's hosts and torch build, not this machine's: never a local run's key
+        material["ran_on"] = c.runtime
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -126,10 +156,12 @@ def golden_scenario(scenario: Scenario) -> Scenario:
     return scenario.model_copy(deep=True, update={
         "name": f"{scenario.name}-golden", "faults": [], "expect": Expect(), "checks": Checks(golden=False),
         "workload": workload,
-        # Local processes: the reference numbers do not depend on where nodes run (a container runs the same torch
-        # build), and a fault-free run needs no network of its own.
+        # Beside the engine, local processes: the reference numbers do not depend on where nodes run (a container
+        # runs the same torch build), and a fault-free run needs no network of its own. On the cluster: the same
+        # runtime and allocation shape (its options, spares included), the job alone.
         "cluster": scenario.cluster.model_copy(update={"node_restart": NodeRestart(policy="never"),
-                                                       "runtime": "local"}),
+                                                       "runtime": scenario.cluster.runtime if on_cluster(scenario)
+                                                       else "local"}),
     })
 
 
@@ -312,14 +344,18 @@ class GoldenCache:
     """The golden summary of a scenario's workload, from the cache or from a new golden run (then cached)."""
 
     def __init__(self, run_scenario: ScenarioRunner, directory: Path | None = None,
-                 on_wait: Callable[[str], None] | None = None):
+                 on_wait: Callable[[str], None] | None = None, cluster_out: Path | None = None):
         self.run_scenario = run_scenario
         self.directory = Path(directory) if directory is not None else default_cache_dir()
         self.on_wait = on_wait  # told when another process holds the key's lock (the wait can be a minute)
+        # Where a golden or control run on the cluster puts its run directory: the faulted run's --out, which the
+        # cluster's hosts share (the cache directory is the engine host's own, which a compute host cannot write).
+        self.cluster_out = cluster_out
 
     def __call__(self, scenario: Scenario) -> dict[str, Any]:
         def compute(home: Path) -> dict[str, Any]:
-            summary = self._compute(golden_scenario(scenario), home, "fault-free", golden_problem)
+            summary = self._compute(golden_scenario(scenario), self._home(scenario, home), "fault-free",
+                                    golden_problem)
             missed = golden_missed_progress(scenario, summary)
             if missed is not None:  # not a reference (and not cached): the pattern is fixed before the next run
                 summary.update(trusted=False, untrusted_why=f"the fault-free run recorded no step: {missed}")
@@ -330,11 +366,17 @@ class GoldenCache:
     def control(self, scenario: Scenario, resume_step: int) -> dict[str, Any]:
         """The control run's summary for a clean resume from ``resume_step`` (cached like the golden run)."""
         def compute(home: Path) -> dict[str, Any]:
-            summary = self._compute(control_scenario(scenario, resume_step), home, "control", control_problem)
+            summary = self._compute(control_scenario(scenario, resume_step), self._home(scenario, home), "control",
+                                    control_problem)
             summary["resume_step"] = resume_step
             return summary
 
         return self._cached(f"{golden_key(scenario)}-control-{resume_step}", CONTROL_FILE, compute)
+
+    def _home(self, scenario: Scenario, home: Path) -> Path:
+        """Where the reference run's run directory goes: the cache entry, or for a run on the cluster the faulted
+        run's --out (the hosts write it)."""
+        return self.cluster_out if on_cluster(scenario) and self.cluster_out is not None else home
 
     def _cached(self, key: str, filename: str, compute: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
         home = self.directory / key
@@ -361,7 +403,9 @@ class GoldenCache:
             events = read_history(run_dir / "events.jsonl")
             summary = golden_summary(events)
             summary.update(run_dir=str(run_dir), cached=False, trusted=True, trigger_counts=trigger_counts(events),
-                           resumed_from=first_resume_step(events))
+                           resumed_from=first_resume_step(events),
+                           where="beside" if scenario.cluster.runtime == "local" else "cluster",
+                           runtime=scenario.cluster.runtime)
             result_path = run_dir / "result.json"
             result = json.loads(result_path.read_text()) if result_path.exists() else {}
             # named by matches_golden when it did not complete (result.json's, else the history's own)

@@ -220,7 +220,11 @@ class CheckpointExpect(Strict):
 
 
 class Checks(Strict):
-    golden: bool = Field(True, description="run (or reuse) a fault-free golden run to compare the final model with")
+    golden: bool | Literal["beside", "cluster"] = Field(
+        True, description="run (or reuse) a fault-free golden run to compare the final model with, and where: beside: "
+        "local processes beside the engine; cluster: a run of the same job on the scenario's runtime (on Slurm an "
+        "allocation of its own, before the faulted run); true: beside where the runtime allows it (local, docker, "
+        "netns), else on the cluster (slurm); false: none")
     loss_rtol: float | None = Field(
         None, ge=0, description="pin the relative loss tolerance of the golden comparison (no control run). Unset: "
         "bitwise, else within the noise a control run measures for a clean resume; 1e-3 when the world size "

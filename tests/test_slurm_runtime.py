@@ -260,18 +260,45 @@ def test_a_replacement_goes_to_a_free_spare_and_never_back_to_a_lost_host() -> N
     assert rt._place("node1") == ("c2", True)  # no spare left: the same host again
 
 
-def test_no_golden_run_beside_a_login_node_and_the_verdict_says_why() -> None:
-    """The golden run is local processes beside the engine: on Slurm that is the login node, so none is made (it
-    would train the whole job there), and matches_golden says so instead of "checks.golden is off"."""
-    from chaos.golden import no_golden_why, wants_golden
+def test_the_golden_run_runs_on_the_cluster_by_default_never_beside_a_login_node(tmp_path: Path) -> None:
+    """On Slurm the engine is on a login node, so a golden run of local processes beside it is no reference (it would
+    train the whole job there). By default (`checks.golden: true`) the fault-free run is a run of the same job on
+    the cluster itself, same runtime and allocation shape, its run directory under the faulted run's --out (shared
+    with the hosts; the golden cache is the login node's own), and its cache key says where it ran. Asked for
+    explicitly beside the engine, it is not made and matches_golden says why and what to write instead."""
+    from chaos.golden import GoldenCache, golden_key, golden_scenario, golden_where, no_golden_why, wants_golden
 
-    scenario = parse_scenario(SCENARIO.replace("faults:", "checks: {golden: true}\nfaults:"))
-    assert scenario.checks.golden and not wants_golden(scenario)
-    why = no_golden_why(scenario)
-    assert why is not None and "login node" in why
+    scenario = parse_scenario(SCENARIO)
+    assert golden_where(scenario) == "cluster" and wants_golden(scenario) and no_golden_why(scenario) is None
+    reference = golden_scenario(scenario)
+    assert reference.cluster.runtime == "slurm" and reference.faults == []
+    assert reference.cluster.slurm == scenario.cluster.slurm  # type: ignore[attr-defined]
+    assert reference.cluster.node_restart.policy == "never"
     text = "\n".join(line for line in SCENARIO.splitlines() if not line.startswith("  slurm:"))
     local = parse_scenario(text.replace("runtime: slurm", "runtime: local"))
-    assert wants_golden(local) and no_golden_why(local) is None
+    assert golden_where(local) == "beside" and golden_scenario(local).cluster.runtime == "local"
+    assert golden_key(local) != golden_key(scenario)  # a reference made elsewhere is not this one
+
+    beside = parse_scenario(SCENARIO.replace("faults:", "checks: {golden: beside}\nfaults:"))
+    assert golden_where(beside) == "beside" and not wants_golden(beside)
+    why = no_golden_why(beside)
+    assert why is not None and "login node" in why and "checks.golden: cluster" in why
+    off = parse_scenario(SCENARIO.replace("faults:", "checks: {golden: false}\nfaults:"))
+    assert golden_where(off) is None and not wants_golden(off)
+
+    homes: list[Path] = []
+
+    def runner(s: Any, home: Path) -> Path:
+        homes.append(home)
+        (home / "g").mkdir(parents=True)
+        (home / "g" / "events.jsonl").write_text("")
+        return home / "g"
+
+    cache = GoldenCache(runner, directory=tmp_path / "cache", cluster_out=tmp_path / "shared-runs")
+    cache(scenario)
+    assert homes == [tmp_path / "shared-runs"]  # on the cluster: under the faulted run's --out
+    cache(local)
+    assert homes[1].parent == tmp_path / "cache"  # beside the engine: in the cache, as before
 
 
 def test_an_outer_job_s_slurm_variables_do_not_shape_the_steps(monkeypatch: pytest.MonkeyPatch) -> None:

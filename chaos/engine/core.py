@@ -50,6 +50,9 @@ from chaos.golden import (
     trigger_problems,
     wants_golden,
 )
+from chaos.golden import (
+    on_cluster as golden_on_cluster,
+)
 from chaos.history import HistoryWriter
 from chaos.loading import load_scenario, resolve_scenario_path
 from chaos.plan import Plan, build_plan
@@ -216,7 +219,8 @@ class Engine:
         self.on_update = on_update
         self.log: list[str] = []
         cache = GoldenCache(functools.partial(run_in_engine, tell_parent=self._from_reference_run,
-                                              on_update=self._reference_progress), on_wait=self.note)
+                                              on_update=self._reference_progress), on_wait=self.note,
+                            cluster_out=Path(out_dir).resolve())
         self.golden: GoldenRunner = golden if golden is not None else cache
         self.control: ControlRunner | None = control if control is not None else (
             cache.control if golden is None else None)
@@ -323,7 +327,9 @@ class Engine:
             if self.scenario.checks.golden:  # asked for, but none: say why, never "checks.golden is off"
                 self.note(f"no golden run: {no_golden_why(self.scenario)}")
             return None
-        self.note("golden run: the same job without faults (cached after the first time)")
+        self.note("golden run: the same job without faults (cached after the first time), "
+                  + (f"on the {self.scenario.cluster.runtime} cluster itself" if golden_on_cluster(self.scenario)
+                     else "beside the engine"))
         self._enter(Phase.GOLDEN)
         self._update(parts)
         summary = self.golden(self.scenario)
@@ -343,7 +349,8 @@ class Engine:
             self._refused = TriggerCannotFire(f"the faulted run was not started: {'; '.join(problems)}")
         if summary.get("trusted") is False:
             self.note(f"golden run not trusted: {summary.get('untrusted_why')}")
-        return {"key": summary.get("key"), "run_dir": summary.get("run_dir"), "cached": summary.get("cached")}
+        return {"key": summary.get("key"), "run_dir": summary.get("run_dir"), "cached": summary.get("cached"),
+                **({"where": w} if (w := summary.get("where")) else {})}  # absent from a summary cached before
 
     def _control(self, parts: RunParts) -> bool:
         """After a completed run whose losses differ from the golden run's by less than any noise band could

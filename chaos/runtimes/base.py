@@ -48,7 +48,8 @@ class Runtime(ABC):
     cleanup_order: ClassVar[int] = 50
     # Whether the fault-free reference (chaos/golden.py) may run as local processes beside the engine. True where
     # the engine's machine is the nodes' kind of machine; a scheduler's login node is not (no GPUs, shared by
-    # everyone), so a runtime that says False gets no golden run and matches_golden says why.
+    # everyone), so on a runtime that says False the golden run is a run on the cluster itself (checks.golden:
+    # true means cluster there; beside is refused and matches_golden says why).
     golden_beside_engine: ClassVar[bool] = True
     # Whether a FUSE mount on the engine's host can serve the nodes' checkpoint directory: true where the nodes'
     # file operations go through that host's kernel (processes, namespaces, containers with a bind mount). A

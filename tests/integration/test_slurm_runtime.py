@@ -227,8 +227,8 @@ def test_slurm_runtime_node_crash_ctrl_c_and_cleanup(docker_client: Any, tmp_pat
 @pytest.mark.slow
 def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """The other shipped Slurm scenarios to their documented verdicts (nine real runs, ~5 min), then a user's own
-    script (one more, ~40 s). The host-lost ones last: each waits until its lost host is back (returned when its
+    """The other shipped Slurm scenarios to their documented verdicts (nine real runs, ~5 min); a user's own script
+    is the next test's. The host-lost ones last: each waits until its lost host is back (returned when its
     run ends) and idle."""
     monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
     name = f"rv{os.getpid()}"
@@ -290,17 +290,57 @@ def test_slurm_scenario_verdicts(docker_client: Any, tmp_path: Path, monkeypatch
                 gone = f", allocation gone {time.monotonic() - ended:.1f} s after the engine" if wait_s else ""
                 print(f"\n{scenario}: {result['verdict']} in {result['duration_s']:.1f} s, recovery {recovery}{gone} "
                       f"({fault['mechanism']})")
+
+
+@FULL
+@pytest.mark.slow
+def test_slurm_golden_run_on_the_cluster_catches_a_lost_optimizer(docker_client: Any, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 32, item 6: on Slurm the golden run cannot run beside the engine (a login node), so it runs on the
+    cluster itself, and matches_golden is checked there as on local. A user's own script
+    (examples/byo/per_step_ddp.py) that does not restore its optimizer must fail as diverged, and its correct twin
+    must pass with the golden comparison made (four real runs: a golden and a faulted run each, ~4 min)."""
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
+    name = f"rg{os.getpid()}"
+    with cluster_slurm.cluster(name, nodes=NODES, repo=str(REPO_ROOT), log=lambda line: None) as up:
+        st = up.state
+        assert st["engine"]["installed"], st["engine"]
         byo_script_on_slurm(st, capsys)
+        bug = REPO_ROOT / "examples/byo/slurm-per-step-no-optimizer-state.yaml"
+        run = in_controller(st, *chaos_argv(st, "run", str(bug), "--out", "/shared/runs", "--json"), timeout=420)
+        assert run.stdout.strip(), f"exit {run.returncode}: {run.stderr[-4000:]}"
+        result = json.loads(run.stdout)
+        golden = result["checkpoint"]["matches_golden"]
+        assert result["verdict"] == "fail" and golden["ok"] is False and golden["mode"] == "diverged", golden
+        assert result["faults"][0]["restarted"] and result["node_replacements"] == 1, result["faults"]
+        check_golden_on_cluster(st, result)
+        assert in_controller(st, "squeue", "-h").stdout.strip() == ""
+        with capsys.disabled():
+            print(f"\nbyo no-optimizer-state on slurm: {result['verdict']} in {result['duration_s']:.1f} s: "
+                  f"matches_golden {golden['why']}")
+
+
+def check_golden_on_cluster(st: dict[str, Any], result: dict[str, Any]) -> None:
+    """The golden run ran on the cluster: its run directory under the shared --out, Slurm its runtime."""
+    summary = json.loads(in_controller(st, "cat", f"/shared/runs/{result['run_id']}/golden.json").stdout)
+    assert summary["where"] == "cluster" and summary["runtime"] == "slurm", summary
+    assert summary["run_dir"].startswith("/shared/runs/") and summary["completed"] and summary["trusted"], summary
 
 
 def byo_script_on_slurm(st: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     """A user's own script (examples/byo/per_step_ddp.py: plain DDP, print-only progress, its own checkpoint
     files) on Slurm: the documented verdict (pass, as on local), the crash and the replacement on the spare measured
-    from the printed steps, and the checks Slurm cannot make said "not checked" with the reason, never ok."""
+    from the printed steps, the golden comparison made on the cluster, and the check Slurm cannot make said "not
+    checked" with the reason, never ok."""
     scenario = REPO_ROOT / "examples/byo/slurm-per-step-node-crash.yaml"
-    run = in_controller(st, *chaos_argv(st, "run", str(scenario), "--out", "/shared/runs", "--json"), timeout=300)
+    run = in_controller(st, *chaos_argv(st, "run", str(scenario), "--out", "/shared/runs", "--json"), timeout=420)
+    assert run.stdout.strip(), f"exit {run.returncode}: {run.stderr[-4000:]}"
     result = json.loads(run.stdout)
     assert result["verdict"] == "pass", result["why"]
+    golden = result["checkpoint"]["matches_golden"]
+    assert golden["ok"] is True, golden  # compared with a golden run on the cluster, not "not checked"
+    check_golden_on_cluster(st, result)
     fault = result["faults"][0]
     assert fault["injected"] and fault["mechanism"].startswith("scancel --signal=KILL "), fault
     assert fault["restarted"] and result["node_replacements"] == 1 and 0 < fault["lost_steps"] <= 50, fault
@@ -315,7 +355,7 @@ def byo_script_on_slurm(st: dict[str, Any], capsys: pytest.CaptureFixture[str]) 
     assert in_controller(st, "squeue", "-h").stdout.strip() == ""
     with capsys.disabled():
         print(f"\nbyo per_step_ddp.py on slurm: {result['verdict']} in {result['duration_s']:.1f} s, recovery "
-              f"{fault['recovery_s']:.1f} s, {fault['lost_steps']} step(s) lost")
+              f"{fault['recovery_s']:.1f} s, {fault['lost_steps']} step(s) lost, matches_golden {golden['why']}")
 
 
 def check_disk_full(client: Any, st: dict[str, Any], result: dict[str, Any], fault: dict[str, Any]) -> None:
