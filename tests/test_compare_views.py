@@ -7,10 +7,10 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.browser import CHROMIUM, launch
 from tests.conftest import RECORDED_REPORTS_GROUP
 
 # One worker draws the comparison for every test here and tests/test_recorded_runs.py's that read it (the
@@ -68,27 +68,12 @@ def test_conclusions_rank_on_time_to_result(compared: dict[str, Path]) -> None:
     assert "highest on quickstart (0.42), yet centralized-crash finished first" in goodput
 
 
-def test_the_compare_page_in_headless_chromium(compared: dict[str, Path]) -> None:
-    if CHROMIUM is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (apt-get install -y chromium); CI must run the browser test")
-        pytest.skip("chromium is not installed (apt-get install -y chromium)")
-    from playwright.sync_api import sync_playwright
-
-    page_path = compared["html"]
-    requests: list[str] = []
-    with sync_playwright() as p:
-        browser = launch(p)
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900}, java_script_enabled=False)
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto(page_path.as_uri())
-            plots = page.locator("figure svg")
-            assert plots.count() == 3
-            for i in range(plots.count()):
-                box = plots.nth(i).bounding_box()
-                assert box is not None and box["width"] > 300 and box["height"] > 100
-            assert page.locator("#legend tbody tr").count() == 2
-        finally:
-            browser.close()
-    assert requests == [page_path.as_uri()], "the page must load nothing but itself"
+def test_the_compare_page_in_headless_chromium(chromium_views: dict[str, Any]) -> None:
+    """The page as Chromium showed it (opened by the session fixture ``chromium_views``, tests/conftest.py, in
+    the browser that also opens the recorded report)."""
+    view = chromium_views["compare"]
+    assert len(view["plot_boxes"]) == 3
+    for box in view["plot_boxes"]:
+        assert box is not None and box["width"] > 300 and box["height"] > 100
+    assert view["legend_rows"] == 2
+    assert view["requests"] == [view["uri"]], "the page must load nothing but itself"

@@ -41,9 +41,36 @@ def install_fake_package(root: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
 
 
-def chaos(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "chaos", *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=60)
+# A test's CLI calls run one after another in one new interpreter (``chaos.cli.main``, what ``python -m chaos``
+# calls), the fake distribution on its path from the start as for a user: each call's exit code, stdout and stderr
+# come back apart. An interpreter per call cost ~0.7 CPU-s more each and proved nothing more (issue 30).
+_CALLS = """
+import contextlib, io, json, sys
+from chaos.cli import main
+done = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+        if isinstance(code, str):  # what the interpreter would print and exit 1 with
+            print(code, file=sys.stderr)
+            code = 1
+    done.append([code or 0, out.getvalue(), err.getvalue()])
+print(json.dumps(done))
+"""
+
+
+def chaos(calls: list[list[str]], env: dict[str, str], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    """Each of ``calls`` (a command line without ``chaos``) as a finished process would be: returncode, stdout,
+    stderr. A call that raises out of ``main`` ends the interpreter with its traceback, which fails here."""
+    proc = subprocess.run([sys.executable, "-c", _CALLS, json.dumps(calls)], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [subprocess.CompletedProcess(argv, code, out, err)
+            for argv, (code, out, err) in zip(calls, json.loads(proc.stdout), strict=True)]
 
 
 def test_builtins_register_through_entry_points() -> None:
@@ -58,7 +85,10 @@ def test_builtins_register_through_entry_points() -> None:
 
 def test_broken_plugins_are_reported_not_dropped(tmp_path: Path) -> None:
     env = install_fake_package(tmp_path)
-    listed = chaos(["plugins", "--json"], env, tmp_path)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\ncluster: {runtime: broken_runtime}\nworkload: {name: ddp-mlp}\nfaults:\n"
+                        "  - {kind: broken_import, at_step: 3}\n")
+    listed, checked = chaos([["plugins", "--json"], ["validate", "--no-machine", str(scenario)]], env, tmp_path)
     assert listed.returncode == 1, listed.stderr
     report = json.loads(listed.stdout)
     failed = "\n".join(report["failed_to_load"])
@@ -67,10 +97,6 @@ def test_broken_plugins_are_reported_not_dropped(tmp_path: Path) -> None:
     assert "optional_example" in failed and "EXAMPLES names name, which is not a required field" in failed
     assert "broken_runtime" in failed
     assert "crash" in {p["name"] for p in report["plugins"]}  # the built-ins still load
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text("name: s\ncluster: {runtime: broken_runtime}\nworkload: {name: ddp-mlp}\nfaults:\n"
-                        "  - {kind: broken_import, at_step: 3}\n")
-    checked = chaos(["validate", "--no-machine", str(scenario)], env, tmp_path)
     assert checked.returncode == 2
     said = checked.stderr.replace("\n", "")
     assert "s.yaml:5: faults[0].kind: the plug-in for 'broken_import' is installed but failed to load" in said, said
@@ -105,14 +131,13 @@ def test_a_plugin_hook_that_raises_is_named_not_a_traceback(tmp_path: Path) -> N
     (info / "entry_points.txt").write_text("[torch_chaos.faults]\nraising = chaos_raising:Raising\n"
                                            "instance_check = chaos_raising:InstanceCheck\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    doctor = chaos(["doctor", "--json"], env, tmp_path)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nworkload: {name: ddp-mlp}\nfaults:\n  - {kind: raising, target: 1, at_step: 3}\n")
+    doctor, checked = chaos([["doctor", "--json"], ["validate", "--no-machine", str(scenario)]], env, tmp_path)
     assert "Traceback" not in doctor.stderr, doctor.stderr
     said = doctor.stdout.replace("\n", " ")
     assert "the plug-in 'raising' (chaos_raising) raised in machine_checks(): OSError: probe failed" in said, said
     assert "instance_check" in said and "check must be @classmethod, as in FaultKind" in said, said
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text("name: s\nworkload: {name: ddp-mlp}\nfaults:\n  - {kind: raising, target: 1, at_step: 3}\n")
-    checked = chaos(["validate", "--no-machine", str(scenario)], env, tmp_path)
     assert checked.returncode == 2 and "Traceback" not in checked.stderr, checked.stderr
     assert ("s.yaml:4: faults[0].kind: the plug-in 'raising' (chaos_raising) raised in check(): RuntimeError: a bug "
             "in check") in checked.stderr.replace("\n", ""), checked.stderr
