@@ -100,6 +100,14 @@ def torch_version() -> str | None:
         return None
 
 
+def _installed(dist: str) -> str | None:
+    """An installed distribution's version from its metadata (no import), None when it is not installed."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def golden_key(scenario: Scenario) -> str:
     w = scenario.workload
     c = scenario.cluster
@@ -116,6 +124,8 @@ def golden_key(scenario: Scenario) -> str:
         workload["code_sha256"] = hashlib.sha256(script.read_bytes()).hexdigest()
     material = {"workload": workload, "mode": c.mode, "world_size": c.nodes * c.procs_per_node,
                 "threads": c.threads_per_proc, "torch": torch_version()}
+    if c.mode == "tf-multiworker":  # TensorFlow computes that job's numbers (only there: other keys stay as they were)
+        material["tensorflow"] = _installed("tensorflow")
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
