@@ -134,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     task_id = strategy.cluster_resolver.task_id or 0  # TF_CONFIG's index (None when run alone)
     is_chief = task_id == 0
+    # One incarnation per group, not per process: the checks follow the final model back through the group that
+    # trained it, and a group's steps are every worker's (its sample ids split across them).
+    probe.set_context(incarnation=_group_incarnation(tf, strategy, is_chief))
 
     x, y = make_data(args)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.global_batch).repeat()
@@ -270,6 +273,18 @@ def _final_barrier(tf: Any, strategy: Any) -> None:
         return strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
 
     meet()
+
+
+def _group_incarnation(tf: Any, strategy: Any, is_chief: bool) -> str:
+    """A name every worker of this group agrees on: the chief's random number, summed with the others' zeros in
+    one all-reduce (a float64 holds integers below 2**53 exactly)."""
+    mine = float(int.from_bytes(os.urandom(6), "big")) if is_chief else 0.0
+
+    @tf.function
+    def agree() -> Any:
+        return strategy.reduce("SUM", strategy.run(lambda: tf.constant(mine, dtype=tf.float64)), axis=None)
+
+    return f"tf-group-{int(agree().numpy()):012x}"
 
 
 def _autoshard_data(tf: Any) -> Any:
