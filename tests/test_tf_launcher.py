@@ -196,3 +196,23 @@ def test_a_tf_recovery_without_the_restore_marks_merges_and_says_why() -> None:
     assert b.phases[-1][0] == f"{TF_INIT} + {TF_RESTORE} + {FIRST_STEP}"
     assert [x["phase"] for x in b.not_measured] == [TF_INIT, TF_RESTORE]
     assert sum(s for _, s in b.phases) == pytest.approx(fault["recovery_s"])
+
+
+def test_a_print_only_tf_recovery_uses_the_storage_layers_first_read_and_marks_no_start() -> None:
+    """Without the probe: process_started is inferred at the first printed step (no start to mark), and the
+    storage layer's first read of the backup is where the restore began."""
+    from chaos.analysis.breakdown import FIRST_STEP, TF_DETECTION, TF_INIT, TF_RELAUNCH, TF_RESTORE, recovery_breakdowns
+    from chaos.events import Ev, Source
+
+    events, fault = _tf_crash_history()
+    t_f = fault["t_injected"]
+    events = [e if e.get("source") != Source.WORKLOAD or e["event"] == Ev.STEP_COMPLETED else
+              {**e, "source": Source.PROGRESS} for e in events
+              if e["event"] not in (Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)]
+    events.append({"t": t_f + 11.0, "source": Source.STORAGE, "event": Ev.CHECKPOINT_LOADED, "node": "node0",
+                   "pid": 99, "path": "ckpt-5.index", "step": 100, "sha256": "x"})
+    [b] = recovery_breakdowns(sorted(events, key=lambda e: e["t"]), [fault])
+    assert [name for name, _ in b.phases] == [TF_DETECTION, f"{TF_RELAUNCH} + {TF_INIT}",
+                                                 f"{TF_RESTORE} + {FIRST_STEP}"]
+    assert dict(b.phases)[f"{TF_RELAUNCH} + {TF_INIT}"] == pytest.approx(8.0)
+    assert "no probe" in b.not_measured[0]["why"] and "first read" in b.not_measured[-1]["why"]

@@ -257,29 +257,36 @@ def tf_phases(events: list[Event], t_f: float, end: float) -> tuple[list[tuple[s
     their next collective failed), the new one starts when its last worker is relaunched (the group can step only
     once every worker joined), then TensorFlow's start, the backup's restore, the first step."""
 
-    def times(name: Ev) -> list[float]:
+    def times(name: Ev, source: str | None = None) -> list[float]:
+        """``source`` None: any writer but the storage layer."""
         return sorted(e["t"] for e in events if e.get("event") == name and t_f < e["t"] <= end
-                      and e.get("source") != Source.STORAGE)
+                      and (e.get("source") != Source.STORAGE if source is None else e.get("source") == source))
 
     # a node whose exit was followed by its relaunch within the recovery: the old group's workers
     exits = sorted(e["t"] for e in events if e.get("event") == Ev.NODE_EXITED and t_f < e["t"] <= end
                    and e.get("code") not in (0, None) and e.get("role") != "store")
     t_detect = exits[-1] if exits else None
     after = t_detect if t_detect is not None else t_f
-    procs = [t for t in times(Ev.PROCESS_STARTED) if t >= after]
+    # a print-only script's process_started is inferred at its first printed step: it marks no start
+    procs = [t for t in times(Ev.PROCESS_STARTED, source=Source.WORKLOAD) if t >= after]
     t_relaunch = procs[-1] if procs else None
     load_started = [t for t in times(Ev.CHECKPOINT_LOAD_STARTED) if t >= (t_relaunch or after)]
     t_init = load_started[0] if load_started else None
+    # a script without the probe: the storage layer's first read of the backup is where its restore began
+    reads = [t for t in times(Ev.CHECKPOINT_LOADED, source=Source.STORAGE) if t >= (t_relaunch or after)]
+    if t_init is None and reads and not times(Ev.CHECKPOINT_LOADED):
+        t_init = reads[0]
     loaded = [t for t in times(Ev.CHECKPOINT_LOADED) if t >= (t_init or t_relaunch or after)]
     t_restore = loaded[-1] if loaded else None
     boundaries = [
         (TF_DETECTION, t_detect, "no node exited non-zero after the fault (a survivor that hung on its collective "
                                  "instead of failing, or a history without node_exited events)"),
-        (TF_RELAUNCH, t_relaunch, "no process_started after the old group ended (the script reports none through "
-                                  "chaos.probe)"),
+        (TF_RELAUNCH, t_relaunch, "the script reports no process_started (no probe): its workers' start is not "
+                                  "marked"),
         (TF_INIT, t_init, "no checkpoint_load_started (the script does not report its restore through the probe, "
-                          "or the relaunched group started from scratch)"),
-        (TF_RESTORE, t_restore, "no checkpoint_loaded after the restore began"),
+                          "or the relaunched group started from scratch), and the storage layer saw no read"),
+        (TF_RESTORE, t_restore, "the storage layer sees a restore's first read, not its end (no probe)" if reads
+         else "no checkpoint_loaded after the restore began"),
     ]
     phases: list[tuple[str, float | None]] = []
     not_measured: list[dict[str, str]] = []
