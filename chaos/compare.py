@@ -22,6 +22,7 @@ from chaos.analysis.run import RunAnalysis, analyze_run
 from chaos.analysis.throughput import training_setup
 from chaos.loading import ScenarioInvalid, load_bounded_yaml
 from chaos.paths import read_small, write_output
+from chaos.registry import PluginError, launcher_class
 from chaos.reports import write_report
 from chaos.reports.compare_plots import figures
 from chaos.reports.html import CSS
@@ -77,6 +78,12 @@ class Column:
     levers: dict[str, str] | None = None
     # the column's short name in the table, the bullets and the plots (with_short); the legend maps it to label
     short: str = ""
+    # who recovers the job and what its loss stops (the launcher's orchestrator and single_point_of_failure, from
+    # run_started's environment, else the launcher's class); None: not recorded and the launcher is not installed
+    launcher: str | None = None
+    orchestrator: str | None = None
+    single_point: str | None = None
+    restarts: int | None = None  # worker restarts the run counted (result.json)
 
     @property
     def tag(self) -> str:
@@ -144,7 +151,24 @@ def measure(run: Path | RunAnalysis) -> Column:
         final_step=analysis.final[0], final_loss=analysis.final[1],
         training=training_setup(scenario.workload), time_to_result_s=analysis.time_to_result_s,
         **_from_plan(analysis.run_dir / "plan.yaml", scenario),
+        **_recovery_model(result.environment), restarts=result.restarts,
     )
+
+
+def _recovery_model(env: Mapping[str, Any]) -> dict[str, Any]:
+    """The launcher, its orchestrator and its single point of failure: the run's own record, else the installed
+    launcher's class (a run recorded before the launcher declared it)."""
+    name = env.get("launcher")
+    name = name if isinstance(name, str) else None
+    cls: Any = None
+    if name is not None:
+        try:
+            cls = launcher_class(name)
+        except PluginError:  # a launcher not installed here: only what the run recorded
+            cls = None
+    orchestrator = env.get("orchestrator") or getattr(cls, "orchestrator", None) or None
+    single = env.get("single_point_of_failure") or getattr(cls, "single_point_of_failure", None)
+    return {"launcher": name, "orchestrator": orchestrator, "single_point": single}
 
 
 # The engine's plan.yaml is a few KB; anything past this is not one. Its lists can be long: resources.host_cpus
@@ -540,6 +564,52 @@ def conclusions(columns: list[Column]) -> list[str]:
     return out
 
 
+# How each kind of job recovers from a lost node, by mode: the mechanism's name (what the orchestrator does);
+# the run's figures say how long it took. A mode not listed is described by its launcher's orchestrator alone.
+RECOVERY_MECHANISM = {
+    "centralized": "restart of the whole job: the one node is the job, and the engine starts it again",
+    "elastic": "elastic regroup: the surviving torchrun agents notice the lost node, run a new rendezvous and "
+               "restart their workers in the new group",
+    "ray": "group restart: Ray Train ends the whole worker group and starts a new one once it can place it",
+    "tf-multiworker": "relaunch by the supervisor: MultiWorkerMirroredStrategy is not elastic and nothing in "
+                      "TensorFlow restarts a worker; the survivors fail in their next collective and the "
+                      "supervisor relaunches every worker",
+}
+# Where the comparison has no column yet for a framework the project's question names, what would fill it.
+PENDING_COLUMNS = {
+    "flower": "Flower (federated learning): the server (SuperLink and ServerApp) is the expected single point of "
+              "failure; its column comes with the flower launcher (rounds instead of steps)",
+}
+
+
+def recovery_models(columns: list[Column]) -> list[str]:
+    """Per column: how its framework recovered from the fault (the mechanism, who did it, the measured recovery,
+    the steps trained again, the largest part) and which node, if any, it cannot lose."""
+    columns = with_short(columns)
+    out = []
+    for c in columns:
+        how = RECOVERY_MECHANISM.get(c.mode) or f"{c.mode}"
+        text = f"{c.tag}: {how}"
+        if c.orchestrator:
+            text += f" (here: {c.orchestrator})"
+        measured = []
+        if c.recovery_s is not None:
+            measured.append(f"first new step {c.recovery_s:.1f} s after the fault")
+        if c.lost_steps is not None:
+            measured.append(f"{c.lost_steps} steps trained again")
+        if c.largest_phase and c.largest_s is not None:
+            measured.append(f"largest part {c.largest_phase} ({c.largest_s:.1f} s)")
+        if c.restarts is not None:
+            measured.append(f"{c.restarts} worker restart{'s' if c.restarts != 1 else ''}")
+        text += ". Measured: " + ", ".join(measured) if measured else ". Recovery not measured"
+        text += (f". Single point of failure: {c.single_point}" if c.single_point else
+                 ". Single point of failure: none named by its launcher")
+        out.append(text + ".")
+    present = {c.launcher for c in columns} | {c.mode for c in columns}
+    out += [f"Not in this comparison: {why}." for name, why in PENDING_COLUMNS.items() if name not in present]
+    return out
+
+
 def time_to_result_ranking(columns: list[Column]) -> list[Column]:
     """The columns with a time to result, first to finish first; none when fewer than two have one. Time to
     result (start → the last step first completed, faults included) is what a user waits for; goodput, relative
@@ -639,6 +709,7 @@ def render_markdown(columns: list[Column], base: Path | None = None, plots: dict
     lines += [f"| {tag} | {label} | {verdict} | [{report}]({report}) | `{run}` |"
               for tag, label, verdict, report, run in legend_rows(columns, base)]
     lines += ["", "## Conclusions", "", *[f"- {s}" for s in conclusions(columns)], ""]
+    lines += ["## How each recovered from the same fault", "", *[f"- {s}" for s in recovery_models(columns)], ""]
     for name, png in (plots or {}).items():
         lines += [f"## {PLOT_TITLES.get(name, name)}", "", f"![{name}]({png})", ""]
     lines += ["## Figures", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -658,6 +729,7 @@ def render_html(columns: list[Column], base: Path | None = None, plots: dict[str
     head = "".join(f"<th>{escape(c.tag)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in table(columns))
     items = "".join(f"<li>{escape(s)}</li>" for s in conclusions(columns))
+    models = "".join(f"<li>{escape(s)}</li>" for s in recovery_models(columns))
     legend = "".join(f"<tr><td><b>{escape(tag)}</b></td><td>{escape(label)}</td><td>{escape(verdict)}</td>"
                      f"<td><a href='{escape(report)}'>{escape(report)}</a></td><td><code>{escape(run)}</code></td></tr>"
                      for tag, label, verdict, report, run in legend_rows(columns, base))
@@ -670,7 +742,8 @@ def render_html(columns: list[Column], base: Path | None = None, plots: dict[str
             f"below.</p><p>Measured on: {escape(columns[0].machine if columns else '')}.</p>"
             f"<table id=legend><thead><tr>{''.join(f'<th>{escape(h)}</th>' for h in LEGEND_HEADER)}</tr></thead>"
             f"<tbody>{legend}</tbody></table>"
-            f"<h2>Conclusions</h2><ul>{items}</ul>{figs}<h2>Figures</h2>"
+            f"<h2>Conclusions</h2><ul>{items}</ul><h2>How each recovered from the same fault</h2>"
+            f"<ul id=recovery-models>{models}</ul>{figs}<h2>Figures</h2>"
             f"<table id=figures><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table></body></html>\n")
 
 
@@ -697,5 +770,6 @@ def write_comparison(runs: list[Path] | list[RunAnalysis], output: Path) -> dict
     write_output(paths["html"], render_html(columns, output, svgs))
     write_output(paths["json"], json.dumps({
         "columns": [asdict(c) | {"run_dir": where(c.run_dir, output)} for c in columns],
-        "legend": {c.tag: c.label for c in columns}, "conclusions": conclusions(columns)}, indent=2) + "\n")
+        "legend": {c.tag: c.label for c in columns}, "conclusions": conclusions(columns),
+        "recovery_models": recovery_models(columns)}, indent=2) + "\n")
     return paths

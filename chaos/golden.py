@@ -128,6 +128,14 @@ def torch_version() -> str | None:
         return None
 
 
+def _installed(dist: str) -> str | None:
+    """An installed distribution's version from its metadata (no import), None when it is not installed."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def golden_key(scenario: Scenario) -> str:
     w = scenario.workload
     c = scenario.cluster
@@ -146,6 +154,8 @@ def golden_key(scenario: Scenario) -> str:
                 "threads": c.threads_per_proc, "torch": torch_version()}
     if on_cluster(scenario):  # the cluster's hosts and torch build, not this machine's: never a local run's key
         material["ran_on"] = c.runtime
+    if c.mode == "tf-multiworker":  # TensorFlow computes that job's numbers (only there: other keys stay as they were)
+        material["tensorflow"] = _installed("tensorflow")
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 

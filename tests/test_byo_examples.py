@@ -20,7 +20,8 @@ from tests.byo_scenarios import BYO_DIR, byo_names, byo_text
 # a progress line each script prints (copied from a real run) and the step the scenario's regex must read from it
 SCRIPTS = {"per_step_ddp.py": ("step=170 loss=0.1920733899", "170"),
            "epoch_snapshot_ddp.py": ("[GPU0] Epoch 17 | Batchsize: 32 | Steps: 8", "17"),
-           "dcp_sharded_ddp.py": ('{"it": 100, "loss": 0.0123456789}', "100")}
+           "dcp_sharded_ddp.py": ('{"it": 100, "loss": 0.0123456789}', "100"),
+           "tf_mwms_plain.py": ("step=110 loss=0.9843093752861023", "110")}
 
 
 def declared_bugs(script: Path) -> tuple[str, ...]:

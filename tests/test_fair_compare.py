@@ -529,3 +529,23 @@ def test_a_sweep_points_pace_is_taken_after_every_nodes_impairment_took_effect()
     plain = [e for e in events if e["event"] != "fault_injected"]
     pace, share, measured = impaired_pace(sorted(plain, key=lambda e: e["t"]))
     assert measured == 58 and share == pytest.approx(0.9)  # 18 fast intervals, 40 slow: the median is a slow one
+
+
+def test_the_compare_page_says_how_each_framework_recovered_and_what_it_cannot_lose() -> None:
+    from dataclasses import replace
+
+    from chaos.compare import _recovery_model, recovery_models
+
+    central = replace(_column("central", 1, None), recovery_s=3.7, lost_steps=30, restarts=1,
+                      largest_phase="detection + restart", largest_s=3.6,
+                      **_recovery_model({"launcher": "process", "orchestrator": "the engine (cluster.node_restart)"}))
+    tf = replace(_column("tf", 2, None), mode="tf-multiworker", recovery_s=10.2, lost_steps=30, restarts=2,
+                 **_recovery_model({"launcher": "tf-multiworker"}))  # recorded without them: the class's words
+    lines = recovery_models([central, tf])
+    assert lines[0].startswith("central: restart of the whole job") and "3.7 s after the fault" in lines[0]
+    assert "30 steps trained again" in lines[0] and "Single point of failure: node0" in lines[0]
+    assert lines[1].startswith("tf: relaunch by the supervisor") and "10.2 s" in lines[1]
+    assert "none among the workers" in lines[1] and "2 worker restarts" in lines[1]
+    assert lines[-1].startswith("Not in this comparison: Flower")  # its place until the flower launcher is in
+    unknown = replace(_column("x", 2, None), mode="elastic", **_recovery_model({"launcher": "not-installed"}))
+    assert "none named by its launcher" in recovery_models([unknown])[0]

@@ -29,7 +29,8 @@ from tests.integration import (
 )
 
 # Run by `chaos compare` in the README's example only; their verdicts are not documented, their files validate.
-VALIDATED_ONLY = {"compare/centralized", "compare/elastic-tuned", "compare/elastic-torchrun-defaults", "compare/ray"}
+VALIDATED_ONLY = {"compare/centralized", "compare/elastic-tuned", "compare/elastic-torchrun-defaults", "compare/ray",
+                  "compare/tf"}
 
 
 def shipped_names() -> set[str]:

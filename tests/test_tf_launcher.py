@@ -98,3 +98,121 @@ def test_doctor_check_without_tensorflow(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(tfl, "tf_versions", lambda: (None, "ModuleNotFoundError: No module named 'tensorflow'"))
     (check,) = tfl.TfMultiWorker.machine_checks()
     assert not check.ok and "No module named" in check.detail and "torch-chaos[tf]" in check.fix
+
+
+# --------------------------------------------------------------------------- what the verdicts and breakdown read
+
+def test_worker_sample_ids_are_each_workers_slice_of_the_global_batch() -> None:
+    """The layout measured with TF 2.21 (DATA auto-sharding after the rebatch): worker i gets the i-th slice."""
+    from workloads.tf_train import worker_sample_ids
+
+    assert worker_sample_ids(0, 4, 2, 0) == [0, 1] and worker_sample_ids(0, 4, 2, 1) == [2, 3]
+    assert worker_sample_ids(3, 4, 2, 1) == [14, 15]
+    # every sample of an epoch exactly once across the workers
+    epoch = sorted(i for b in range(5) for w in range(2) for i in worker_sample_ids(b, 64, 2, w))
+    assert epoch == list(range(5 * 64))
+
+
+def test_the_golden_key_of_a_tf_job_names_tensorflows_version_and_others_do_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos import golden
+    from chaos.loading import parse_scenario
+
+    tf_job = parse_scenario("name: t\ncluster: {launcher: tf-multiworker, nodes: 2}\nworkload: {name: tf-mlp}\n")
+    torch_job = parse_scenario("name: c\ncluster: {mode: centralized, nodes: 1}\nworkload: {name: ddp-mlp}\n")
+    before = golden.golden_key(tf_job), golden.golden_key(torch_job)
+    real = golden._installed
+    monkeypatch.setattr(golden, "_installed", lambda dist: "9.9.9" if dist == "tensorflow" else real(dist))
+    assert golden.golden_key(tf_job) != before[0]
+    assert golden.golden_key(torch_job) == before[1]
+
+
+def _tf_crash_history() -> tuple[list[dict], dict]:
+    """Worker 1 crashes at t_f; worker 0 exits 1 at +3 s (its collective failed); the engine relaunches node1 at
+    +1 s and node0 at +4 s; their process_started at +1.2 and +4.2 s, the restore begins at +11 s and ends at
+    +11.2 s; the first step 0.5 s later."""
+    from chaos.analysis.metrics import fault_metrics
+    from chaos.events import Ev, Source
+    from tests.histories import H
+
+    h = H(dt=0.1).start(ranks=2).steps(1, 110).fault(0)
+    h.events[0]["environment"] = {"mode": "tf-multiworker", "levers": tfl.TfMultiWorker.levers}
+    t_f = h.t
+    for node, dt, code in (("node1", 0.05, -9), ("node0", 3.0, 1)):
+        h.events.append({"t": t_f + dt, "source": Source.ENGINE, "event": Ev.NODE_EXITED, "node": node,
+                         "code": code, "will_replace": True})
+        h.events.append({"t": t_f + dt + 1.0, "source": Source.ENGINE, "event": Ev.NODE_STARTED, "node": node,
+                         "argv": [], "replacement": True})
+    h.t = t_f + 1.2
+    h.start(ranks=1)
+    h.pid += 5
+    h.events.append({"t": t_f + 4.2, "source": Source.WORKLOAD, "event": Ev.PROCESS_STARTED, "node": "node0",
+                     "pid": h.pid, "rank": 0, "world_size": 2})
+    for rank, pid in ((0, h.pid), (1, h.pid - 5)):
+        h.events.append({"t": t_f + 11.0, "source": Source.WORKLOAD, "event": Ev.CHECKPOINT_LOAD_STARTED,
+                         "node": f"node{rank}", "pid": pid, "rank": rank, "step": 100, "path": "ckpt-5"})
+        h.events.append({"t": t_f + 11.1 + 0.1 * rank, "source": Source.WORKLOAD, "event": Ev.CHECKPOINT_LOADED,
+                         "node": f"node{rank}", "pid": pid, "rank": rank, "step": 100, "path": "ckpt-5",
+                         "sha256": "x"})
+    h.t = t_f + 11.6
+    h.steps(101, 110)
+    events = sorted(h.end(), key=lambda e: e["t"])
+    [fault] = [m.to_dict() for m in fault_metrics(events)]
+    return events, fault
+
+
+def test_a_tf_recovery_splits_into_detection_relaunch_init_restore_and_first_step() -> None:
+    from chaos.analysis.breakdown import (
+        FIRST_STEP,
+        TF_DETECTION,
+        TF_INIT,
+        TF_RELAUNCH,
+        TF_RESTORE,
+        phase_costs,
+        phase_settings,
+        recovery_breakdowns,
+    )
+
+    events, fault = _tf_crash_history()
+    [b] = recovery_breakdowns(events, [fault])
+    phases = dict(b.phases)
+    assert list(phases) == [TF_DETECTION, TF_RELAUNCH, TF_INIT, TF_RESTORE, FIRST_STEP]
+    assert phases == pytest.approx({TF_DETECTION: 3.0, TF_RELAUNCH: 1.2, TF_INIT: 6.8, TF_RESTORE: 0.2,
+                                    FIRST_STEP: fault["recovery_s"] - 11.2}, abs=1e-3)
+    assert b.not_measured == [] and b.largest["phase"] == TF_INIT
+    assert "importing TensorFlow" in b.advice
+    assert phase_settings(TF_RELAUNCH, "tf-multiworker") == ["node_restart.delay_s"]
+    assert phase_settings(TF_INIT, "tf-multiworker") == []  # not torchrun's process-group timeout
+    assert phase_costs(TF_INIT) and phase_costs(TF_DETECTION)
+
+
+def test_a_tf_recovery_without_the_restore_marks_merges_and_says_why() -> None:
+    from chaos.analysis.breakdown import FIRST_STEP, TF_INIT, TF_RESTORE, recovery_breakdowns
+    from chaos.events import Ev
+
+    events, fault = _tf_crash_history()
+    events = [e for e in events if e["event"] not in (Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)]
+    [b] = recovery_breakdowns(events, [fault])
+    assert b.phases[-1][0] == f"{TF_INIT} + {TF_RESTORE} + {FIRST_STEP}"
+    assert [x["phase"] for x in b.not_measured] == [TF_INIT, TF_RESTORE]
+    assert sum(s for _, s in b.phases) == pytest.approx(fault["recovery_s"])
+
+
+def test_a_print_only_tf_recovery_uses_the_storage_layers_first_read_and_marks_no_start() -> None:
+    """Without the probe: process_started is inferred at the first printed step (no start to mark), and the
+    storage layer's first read of the backup is where the restore began."""
+    from chaos.analysis.breakdown import FIRST_STEP, TF_DETECTION, TF_INIT, TF_RELAUNCH, TF_RESTORE, recovery_breakdowns
+    from chaos.events import Ev, Source
+
+    events, fault = _tf_crash_history()
+    t_f = fault["t_injected"]
+    events = [e if e.get("source") != Source.WORKLOAD or e["event"] == Ev.STEP_COMPLETED else
+              {**e, "source": Source.PROGRESS} for e in events
+              if e["event"] not in (Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)]
+    events.append({"t": t_f + 11.0, "source": Source.STORAGE, "event": Ev.CHECKPOINT_LOADED, "node": "node0",
+                   "pid": 99, "path": "ckpt-5.index", "step": 100, "sha256": "x"})
+    [b] = recovery_breakdowns(sorted(events, key=lambda e: e["t"]), [fault])
+    assert [name for name, _ in b.phases] == [TF_DETECTION, f"{TF_RELAUNCH} + {TF_INIT}",
+                                                 f"{TF_RESTORE} + {FIRST_STEP}"]
+    assert dict(b.phases)[f"{TF_RELAUNCH} + {TF_INIT}"] == pytest.approx(8.0)
+    assert "no probe" in b.not_measured[0]["why"] and "first read" in b.not_measured[-1]["why"]

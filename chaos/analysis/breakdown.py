@@ -11,6 +11,13 @@ The phases, in order, and the marks that end them (docs/design.md, "Recovery bre
 - checkpoint load: until the last ``checkpoint_loaded``;
 - first step: until the first step of a new worker (the end of ``recovery_s``).
 
+A TensorFlow MultiWorkerMirroredStrategy job (``mode: tf-multiworker``) has no agent: the engine relaunches every
+worker that failed. Its phases, in TF's terms (:func:`tf_phases`): detection, until the last worker of the old group
+exited (the survivors' collectives failed on the lost peer: ``node_exited``); relaunch, until the last relaunched
+worker's ``process_started`` (``node_restart.delay_s``, the interpreter); worker init, until the first
+``checkpoint_load_started`` (importing TensorFlow, the strategy's cluster connect, the model); restore, until the last
+``checkpoint_loaded`` (BackupAndRestore's backup); first step.
+
 A missing mark merges its phase into the next (their names joined by " + "), so the measured spans always add up
 to ``recovery_s``; ``not_measured`` says which boundary is missing and why. The largest span is named with the
 settings that shrink it (``largest``, ``advice``), citing the measured number and the values in force.
@@ -31,6 +38,12 @@ from chaos.history import Event
 DETECTION, RENDEZVOUS, WORKER_START = "detection", "rendezvous", "worker start (spawn, imports)"
 WORKER_INIT, LOAD, FIRST_STEP = "worker init (process group)", "checkpoint load", "first step"
 RESTART = "restart"  # a centralized job: the engine restarts it (no agent)
+# A TensorFlow MultiWorkerMirroredStrategy job's phases (tf_phases)
+TF_MODE = "tf-multiworker"
+TF_DETECTION = "detection (the survivors' collectives fail)"
+TF_RELAUNCH = "relaunch (node_restart delay, interpreter start)"
+TF_INIT = "worker init (TensorFlow import, cluster connect)"
+TF_RESTORE = "restore (BackupAndRestore's backup)"
 _AGENT_ACTS = (Ev.AGENT_WORKERS_FAILED, Ev.AGENT_MEMBERSHIP_CHANGED, Ev.AGENT_RENDEZVOUS_STARTED)
 _AGENT_EVENTS = (*_AGENT_ACTS, Ev.AGENT_RENDEZVOUS_COMPLETED, Ev.AGENT_WORKERS_STARTED)
 _JOB_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)
@@ -80,6 +93,8 @@ def recovery_breakdowns(events: list[Event],
         e for e in checkpoint_events(events, *_JOB_EVENTS[1:]) if e.get("source") != Source.STORAGE] + [
         e for e in of_kind(events, Ev.CHECKPOINT_LOADED) if e.get("source") == Source.STORAGE]
     settings = _settings(events)
+    if settings.get("mode") == TF_MODE:  # the old group's end is its nodes' exits (tf_phases)
+        marks += of_kind(events, Ev.NODE_EXITED)
     out = [recovery_breakdown(marks, f, settings) for f in typed if f.counts_for_recovery]
     by_id = {f.id: f for f in typed}
     starts = sorted(f.t_injected for f in typed if f.counts_for_recovery and f.t_injected is not None)
@@ -195,6 +210,11 @@ def recovery_breakdown(events: list[Event], fault: FaultResult,
 
     agent = times(*_AGENT_EVENTS)
     out.agent_rounds = _rounds(events, t_f, end)
+    if not agent and settings.get("mode") == TF_MODE:
+        out.phases, out.not_measured = tf_phases(events, t_f, end)
+        out.largest = _largest(out.phases, recovery_s)
+        out.advice = _advice(out.largest, settings, out.agent_rounds) if out.largest else None
+        return out
     if not agent:
         out.phases = _legacy_phases(times, t_f, end, settings.get("mode"))
         second = RENDEZVOUS if _elastic(settings.get("mode")) else RESTART
@@ -249,6 +269,59 @@ def recovery_breakdown(events: list[Event], fault: FaultResult,
     out.largest = _largest(phases, recovery_s)
     out.advice = _advice(out.largest, settings, out.agent_rounds) if out.largest else None
     return out
+
+
+def tf_phases(events: list[Event], t_f: float, end: float) -> tuple[list[tuple[str, float | None]],
+                                                                     list[dict[str, str]]]:
+    """A MultiWorkerMirroredStrategy group's recovery from a lost worker, split in TF's terms (the module's
+    docstring): the old group is gone when its last worker exited (the lost one at the fault, the survivors when
+    their next collective failed), the new one starts when its last worker is relaunched (the group can step only
+    once every worker joined), then TensorFlow's start, the backup's restore, the first step."""
+
+    def times(name: Ev, source: str | None = None) -> list[float]:
+        """``source`` None: any writer but the storage layer."""
+        return sorted(e["t"] for e in events if e.get("event") == name and t_f < e["t"] <= end
+                      and (e.get("source") != Source.STORAGE if source is None else e.get("source") == source))
+
+    # a node whose exit was followed by its relaunch within the recovery: the old group's workers
+    exits = sorted(e["t"] for e in events if e.get("event") == Ev.NODE_EXITED and t_f < e["t"] <= end
+                   and e.get("code") not in (0, None) and e.get("role") != "store")
+    t_detect = exits[-1] if exits else None
+    after = t_detect if t_detect is not None else t_f
+    # a print-only script's process_started is inferred at its first printed step: it marks no start
+    procs = [t for t in times(Ev.PROCESS_STARTED, source=Source.WORKLOAD) if t >= after]
+    t_relaunch = procs[-1] if procs else None
+    load_started = [t for t in times(Ev.CHECKPOINT_LOAD_STARTED) if t >= (t_relaunch or after)]
+    t_init = load_started[0] if load_started else None
+    # a script without the probe: the storage layer's first read of the backup is where its restore began
+    reads = [t for t in times(Ev.CHECKPOINT_LOADED, source=Source.STORAGE) if t >= (t_relaunch or after)]
+    if t_init is None and reads and not times(Ev.CHECKPOINT_LOADED):
+        t_init = reads[0]
+    loaded = [t for t in times(Ev.CHECKPOINT_LOADED) if t >= (t_init or t_relaunch or after)]
+    t_restore = loaded[-1] if loaded else None
+    boundaries = [
+        (TF_DETECTION, t_detect, "no node exited non-zero after the fault (a survivor that hung on its collective "
+                                 "instead of failing, or a history without node_exited events)"),
+        (TF_RELAUNCH, t_relaunch, "the script reports no process_started (no probe): its workers' start is not "
+                                  "marked"),
+        (TF_INIT, t_init, "no checkpoint_load_started (the script does not report its restore through the probe, "
+                          "or the relaunched group started from scratch), and the storage layer saw no read"),
+        (TF_RESTORE, t_restore, "the storage layer sees a restore's first read, not its end (no probe)" if reads
+         else "no checkpoint_loaded after the restore began"),
+    ]
+    phases: list[tuple[str, float | None]] = []
+    not_measured: list[dict[str, str]] = []
+    pending: list[str] = []
+    t = t_f
+    for name, mark, why in boundaries:
+        pending.append(name)
+        if mark is None or mark < t:
+            not_measured.append({"phase": name, "why": why})
+            continue
+        phases.append((" + ".join(pending), mark - t))
+        pending, t = [], mark
+    phases.append((" + ".join([*pending, FIRST_STEP]), end - t))
+    return phases, not_measured
 
 
 def breakdown_for_result(b: RecoveryBreakdown) -> dict[str, Any]:
@@ -324,14 +397,21 @@ PHASE_SETTINGS: dict[str, tuple[str, ...]] = {
     RENDEZVOUS: ("last_call_timeout_s", "join_timeout_s", "min_nodes"),
     RESTART: ("node_restart.delay_s",),
     WORKER_INIT: ("process_group_timeout_s", "share_rendezvous_store"),
+    TF_RELAUNCH: ("node_restart.delay_s",),
 }
 # What shrinks a phase that no setting bounds (the short form of _lever).
 PHASE_COST = {WORKER_START: "fewer or lazier imports, a warm file cache", LOAD: "a smaller checkpoint, faster storage",
-              FIRST_STEP: "the first step's warm-up (allocation, lazy initialisation)"}
+              FIRST_STEP: "the first step's warm-up (allocation, lazy initialisation)",
+              TF_DETECTION: "survivors that fail fast on a lost peer (CommunicationOptions.timeout_seconds bounds "
+                            "one that waits)",
+              TF_INIT: "TensorFlow's import and the strategy's cluster connect on every relaunched worker",
+              TF_RESTORE: "a smaller backup, faster storage"}
 
 
 def _canon(part: str) -> str:
     """A phase's name as PHASE_SETTINGS knows it (a history without agent events names them shorter)."""
+    if part in (TF_DETECTION, TF_RELAUNCH, TF_INIT, TF_RESTORE):  # TF's own names, not torchrun's shorter ones
+        return part
     for name in (WORKER_START, WORKER_INIT):
         if part.startswith(name.split(" (")[0]):
             return name
@@ -381,6 +461,15 @@ def _lever(phase: str, settings: dict[str, Any], rounds: int | None) -> str:
     levers = settings.get("levers") or {}
     if phase in (DETECTION, RESTART) and levers.get(phase):  # the launcher's words (Launcher.describe)
         return str(levers[phase])
+    tf_lever = {TF_DETECTION: "detection", TF_RELAUNCH: "restart"}.get(phase)
+    if tf_lever and levers.get(tf_lever):  # tf-multiworker's own words for its detection and relaunch
+        return str(levers[tf_lever])
+    if phase == TF_INIT:
+        return ("importing TensorFlow and connecting the strategy's cluster on every relaunched worker (seconds of "
+                "CPU each): the group steps only once its last worker is up, so a warm standby worker or fewer "
+                "imports shrink it")
+    if phase == TF_RESTORE:
+        return "BackupAndRestore reading the last epoch's backup: a smaller model or faster storage"
     if phase == DETECTION and settings.get("mode") == "centralized":
         return "the engine sees the job's process exit at its next poll (a fraction of a second)"
     if phase == DETECTION:

@@ -80,7 +80,12 @@ class TfMultiWorker(Launcher):
     orchestrator = ("the engine (cluster.node_restart relaunches every worker that failed: the lost one and the "
                     "survivors whose collectives failed with it; BackupAndRestore resumes the epoch)")
     runtimes = frozenset({"local", "netns", "docker"})
-    single_point_of_failure = None  # any worker's loss stops the group, and any relaunched group resumes
+    # No node whose loss differs from any other's (no single_point_node): every worker's loss stops the group, and
+    # the relaunched group resumes from the backup either way. Measured: the chief's crash cost what a worker's did.
+    single_point_of_failure = ("none among the workers: any worker's loss stops the whole group, the chief's "
+                               "(worker 0: it writes the backup and hosts the coordination service) included, and "
+                               "the group is relaunched the same way; what the job cannot lose is its supervisor "
+                               "(here the engine's node_restart; a TFJob's controller in production)")
     refused_faults: ClassVar[dict[str, str]] = {
         "kill_worker": _OWN_PROCESS,
         "oom_kill": "it makes the kernel kill a worker process with a LOCAL_RANK, and a TF worker has none; use "

@@ -31,7 +31,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers"),
 
 SCENARIOS = REPO_ROOT / "scenarios" / "tf"
 # the shipped scenarios these tests run, by name under scenarios/ (tests/test_suite_coverage.py)
-EXPECTED_VERDICT = {"tf/worker-crash": "pass", "tf/chief-crash": "pass", "tf/ignore-backup": "fail"}
+EXPECTED_VERDICT = {"tf/worker-crash": "pass", "tf/chief-crash": "pass", "tf/ignore-backup": "fail",
+                    "tf/partition": "pass"}
+BYO = REPO_ROOT / "examples" / "byo"
+# the plain MWMS script's scenarios (examples/byo/README.md documents them)
+BYO_VERDICT = {"tf-mwms-worker-crash": "pass", "tf-mwms-timestamped-backup": "fail"}
 ENTRY_POINT = "tf-multiworker = chaos.launchers.tf:TfMultiWorker"
 
 
@@ -51,12 +55,12 @@ def chaos_env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def run_tf(name: str, tmp: Path, runtime: str | None = None) -> tuple[dict, Path]:
-    """result.json of one run of scenarios/tf/<name>.yaml (on ``runtime``, else the scenario's), and its run
-    directory."""
+def run_tf(name: str, tmp: Path, runtime: str | None = None, where: Path = SCENARIOS) -> tuple[dict, Path]:
+    """result.json of one run of <where>/<name>.yaml (scenarios/tf by default; on ``runtime``, else the
+    scenario's), and its run directory."""
     extra = ["--runtime", runtime] if runtime else []
     out = subprocess.run([sys.executable, "-m", "chaos", "run", "--json", "--out", str(tmp / "runs"), *extra,
-                          str(SCENARIOS / f"{name}.yaml")], env=chaos_env(tmp), capture_output=True, text=True,
+                          str(where / f"{name}.yaml")], env=chaos_env(tmp), capture_output=True, text=True,
                          timeout=900)
     assert out.stdout.strip(), out.stderr[-3000:]
     (run_dir,) = (tmp / "runs").iterdir()
@@ -86,7 +90,12 @@ def test_worker_crash_relaunches_the_group(tmp_path: Path) -> None:
     _recovered(result, "node1")
     checks = result["checkpoint"]
     assert checks["digests_ok"]["ok"] is True and checks["resumed_from_newest_valid"]["ok"] is True, checks
+    # the workers' sample ids and a golden run of the same job: the other two verdicts are checked too
+    assert checks["exactly_once"]["ok"] is True, checks["exactly_once"]
+    assert checks["matches_golden"]["ok"] is True, checks["matches_golden"]
     _restarted_both(run_dir)
+    phases = [p["phase"] for p in result["faults"][0]["recovery_breakdown"]["phases"]]
+    assert phases[0].startswith("detection (the survivors' collectives fail)"), phases
 
 
 @pytest.mark.full
@@ -130,3 +139,21 @@ def test_refused_faults_are_refused_with_the_reason(tmp_path: Path, fault: str, 
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert words in out.stdout + out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.full
+def test_partition_fails_both_collectives_and_the_group_resumes_after_the_heal(tmp_path: Path) -> None:
+    result, run_dir = run_tf("partition", tmp_path)
+    assert result["verdict"] == EXPECTED_VERDICT["tf/partition"], result["why"]
+    _restarted_both(run_dir)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("name", list(BYO_VERDICT))
+def test_the_plain_mwms_script_and_its_resume_bug(tmp_path: Path, name: str) -> None:
+    """A TF script that never imports chaos: steps from its printed lines, the backup from the storage layer."""
+    result, _ = run_tf(name, tmp_path, where=BYO)
+    assert result["verdict"] == BYO_VERDICT[name], result["why"]
+    resumed = result["checkpoint"]["resumed_from_newest_valid"]
+    if BYO_VERDICT[name] == "fail":
+        assert resumed["ok"] is False and resumed["verdict"] == "lost_all_progress", resumed
