@@ -11,6 +11,17 @@ The phases, in order, and the marks that end them (docs/design.md, "Recovery bre
 - checkpoint load: until the last ``checkpoint_loaded``;
 - first step: until the first step of a new worker (the end of ``recovery_s``).
 
+Under Ray (``launcher: ray``, mode "ray") the phases are Ray's, ended by the controller's lines the head's launcher
+turns into ``ray_*`` events (:mod:`chaos.launchers.ray_node`) and by the job's own marks:
+
+- detection: until Ray Train's controller decides on the failure (``ray_failure_detected``, "[FailurePolicy]
+  RETRY"): its poll of the workers, or the GCS's health checks for a lost node;
+- worker-group restart: until the new group is up (``ray_worker_group_started``: placement group, new actors, their
+  process group);
+- checkpoint restore: the training function's start, ``ray.train.get_checkpoint()`` and the load, until the last
+  ``checkpoint_loaded``;
+- first step.
+
 A missing mark merges its phase into the next (their names joined by " + "), so the measured spans always add up
 to ``recovery_s``; ``not_measured`` says which boundary is missing and why. The largest span is named with the
 settings that shrink it (``largest``, ``advice``), citing the measured number and the values in force.
@@ -31,6 +42,8 @@ from chaos.history import Event
 DETECTION, RENDEZVOUS, WORKER_START = "detection", "rendezvous", "worker start (spawn, imports)"
 WORKER_INIT, LOAD, FIRST_STEP = "worker init (process group)", "checkpoint load", "first step"
 RESTART = "restart"  # a centralized job: the engine restarts it (no agent)
+RAY_RESTART, RAY_RESTORE = "worker-group restart", "checkpoint restore"  # Ray's phases (with DETECTION, FIRST_STEP)
+_RAY_EVENTS = (Ev.RAY_FAILURE_DETECTED, Ev.RAY_WORKER_GROUP_STARTED)
 _AGENT_ACTS = (Ev.AGENT_WORKERS_FAILED, Ev.AGENT_MEMBERSHIP_CHANGED, Ev.AGENT_RENDEZVOUS_STARTED)
 _AGENT_EVENTS = (*_AGENT_ACTS, Ev.AGENT_RENDEZVOUS_COMPLETED, Ev.AGENT_WORKERS_STARTED)
 _JOB_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)
@@ -73,7 +86,7 @@ def recovery_breakdowns(events: list[Event],
     typed = [as_fault(f) for f in faults]
     # The job's own marks. The storage layer's checkpoint_loaded is a load's first read, not its end: it only
     # marks where a load began, for a script without the probe (recovery_breakdown keeps it apart).
-    marks = of_kinds(events, *_AGENT_EVENTS) + of_kind(events, Ev.PROCESS_STARTED) + [
+    marks = of_kinds(events, *_AGENT_EVENTS, *_RAY_EVENTS) + of_kind(events, Ev.PROCESS_STARTED) + [
         e for e in checkpoint_events(events, *_JOB_EVENTS[1:]) if e.get("source") != Source.STORAGE] + [
         e for e in of_kind(events, Ev.CHECKPOINT_LOADED) if e.get("source") == Source.STORAGE]
     settings = _settings(events)
@@ -172,6 +185,8 @@ def recovery_breakdown(events: list[Event], fault: FaultResult,
         return sorted(e["t"] for e in events if e.get("event") in names and t_f < e["t"] <= end
                       and (e.get("source") != Source.STORAGE if source is None else e.get("source") == source))
 
+    if settings.get("mode") == "ray" and times(*_RAY_EVENTS):
+        return _ray_breakdown(out, events, times, t_f, end, settings)
     agent = times(*_AGENT_EVENTS)
     out.agent_rounds = _rounds(events, t_f, end)
     if not agent:
@@ -230,6 +245,47 @@ def recovery_breakdown(events: list[Event], fault: FaultResult,
     return out
 
 
+def _ray_breakdown(out: RecoveryBreakdown, events: list[Event], times: Any, t_f: float, end: float,
+                   settings: dict[str, Any]) -> RecoveryBreakdown:
+    """Ray's phases (the module's docstring): the controller's decision, the new group up, the last load."""
+    detected = [e for e in events if e.get("event") == Ev.RAY_FAILURE_DETECTED and t_f < e["t"] <= end]
+    detect = detected[0]["t"] if detected else None
+    started = [t for t in times(Ev.RAY_WORKER_GROUP_STARTED) if t >= (detect or t_f)]
+    t_group = started[0] if started else None
+    loaded = [t for t in times(Ev.CHECKPOINT_LOADED) if t >= (t_group or detect or t_f)]
+    reads = times(Ev.CHECKPOINT_LOADED, source=Source.STORAGE)
+    no_probe = not times(Ev.PROCESS_STARTED, source=Source.WORKLOAD)
+    boundaries: list[tuple[str, float | None, str]] = [
+        (DETECTION, detect, "no \"[FailurePolicy]\" line of Ray Train's controller reached the driver's output "
+                            "between the fault and the first new step"),
+        (RAY_RESTART, t_group, "no \"Started training worker group\" line of the controller after its decision"),
+        (RAY_RESTORE, loaded[-1] if loaded else None,
+         "the storage layer sees a load's first read, not its end, and the script reports no loads (no probe)"
+         if reads and no_probe else "the script reports no checkpoint_loaded (no probe)" if no_probe else
+         "no checkpoint_loaded after the new group started (it started from scratch?)"),
+    ]
+    phases: list[tuple[str, float | None]] = []
+    not_measured: list[dict[str, str]] = []
+    pending: list[str] = []
+    t = t_f
+    for name, mark, why in boundaries:
+        pending.append(name)
+        if mark is None or mark < t:
+            not_measured.append({"phase": name, "why": why if mark is None else (
+                "its mark came before the previous one (a controller line is stamped when the driver printed it, "
+                "after Ray's log forwarding)")})
+            continue
+        phases.append((" + ".join(pending), mark - t))
+        pending, t = [], mark
+    phases.append((" + ".join([*pending, FIRST_STEP]), end - t))
+    counted = {k: detected[0][k] for k in ("error_count", "max_failures") if detected and k in detected[0]}
+    out.phases, out.not_measured = phases, not_measured
+    out.largest = _largest(phases, out.recovery_s or 0.0)
+    if out.largest:
+        out.advice = _advice(out.largest, {**settings, **{f"ray_{k}": v for k, v in counted.items()}}, None)
+    return out
+
+
 def breakdown_for_result(b: RecoveryBreakdown) -> dict[str, Any]:
     """A breakdown as result.json carries it: phases as objects, the advice left to the reports."""
     return {"phases": [{"phase": name, "seconds": s} for name, s in b.phases],
@@ -267,6 +323,10 @@ def _elastic(mode: str | None) -> bool:
 def _no_agent_why(settings: dict[str, Any], events: list[Event]) -> str:
     if settings.get("mode") == "centralized":
         return "a centralized job has no elastic agent: the engine restarts it, so detection and restart are one"
+    if settings.get("mode") == "ray":
+        return ("no ray_* event of Ray Train's controller fell between this fault and the first new step (a history "
+                "from before chaos.launchers.ray_node read the driver's output, or the controller's lines changed), "
+                "so detection and the worker group's restart are one span")
     if not _elastic(settings.get("mode")):
         return (f"a {settings.get('mode')} job has no torchrun agent: "
                 f"{settings.get('orchestrator') or 'its launcher'} restarts it, and the history marks no moment "
@@ -357,8 +417,12 @@ def _lever(phase: str, settings: dict[str, Any], rounds: int | None) -> str:
         return f"{v} s in this run" if v is not None else "not recorded"
 
     levers = settings.get("levers") or {}
-    if phase in (DETECTION, RESTART) and levers.get(phase):  # the launcher's words (Launcher.describe)
-        return str(levers[phase])
+    if levers.get(phase):  # the launcher's words (Launcher.describe)
+        said = str(levers[phase])
+        if phase == RAY_RESTART and settings.get("ray_max_failures") is not None:
+            said += (f" (this run: failure {settings.get('ray_error_count', '?')} of at most "
+                     f"{settings['ray_max_failures']}, from the controller's line)")
+        return said
     if phase == DETECTION and settings.get("mode") == "centralized":
         return "the engine sees the job's process exit at its next poll (a fraction of a second)"
     if phase == DETECTION:
