@@ -423,6 +423,11 @@ def _lever(phase: str, settings: dict[str, Any], rounds: int | None) -> str:
             said += (f" (this run: failure {settings.get('ray_error_count', '?')} of at most "
                      f"{settings['ray_max_failures']}, from the controller's line)")
         return said
+    if phase == RAY_RESTART:
+        return ("Ray Train's start of a new worker group (FailureConfig.max_failures allows it): placement group, new "
+                "actors, their process group")
+    if phase == RAY_RESTORE:
+        return "the training function's start, ray.train.get_checkpoint() and the checkpoint's read"
     if phase == DETECTION and settings.get("mode") == "centralized":
         return "the engine sees the job's process exit at its next poll (a fraction of a second)"
     if phase == DETECTION:
