@@ -34,6 +34,8 @@ from ray.train.torch import TorchTrainer, prepare_data_loader, prepare_model
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+BUGS = ("ignore-checkpoint", "epoch-not-restored")
+
 
 def make_data(samples: int, features: int, seed: int) -> TensorDataset:
     g = torch.Generator().manual_seed(seed)
@@ -100,7 +102,7 @@ def main() -> None:
     p.add_argument("--max-failures", type=int, default=3)
     p.add_argument("--storage-path", required=True)
     p.add_argument("--name", default="plain-mlp")
-    p.add_argument("--bug", choices=["ignore-checkpoint", "epoch-not-restored"], default=None)
+    p.add_argument("--bug", choices=BUGS, default=None)
     args = p.parse_args()
     ray.init()
     trainer = TorchTrainer(

@@ -29,12 +29,24 @@ EXPECTED_VERDICT = {
     "ray/partition": "pass",
     "ray/slow-checkpoint-store": "pass",
     "ray/bug-ignore-checkpoint": "fail",
+    "ray/worker-freeze": "FREEZE_VERDICT",
 }
 FOUR = ("digests_ok", "resumed_from_newest_valid", "exactly_once", "matches_golden")
 
 
 def run(name: str, runtime: str | None = None) -> tuple[dict[str, Any], Path]:
-    result, run_dir = run_scenario(shipped(name, runtime=runtime))
+    return left_nothing(*run_scenario(shipped(name, runtime=runtime)))
+
+
+def run_byo(name: str) -> tuple[dict[str, Any], Path]:
+    """An examples/byo scenario of the plain Ray Train script, as shipped (its script path made absolute)."""
+    from chaos.loading import parse_scenario
+    from tests.byo_scenarios import byo_text
+
+    return left_nothing(*run_scenario(parse_scenario(byo_text(name), f"{name}.yaml")))
+
+
+def left_nothing(result: dict[str, Any], run_dir: Path) -> tuple[dict[str, Any], Path]:
     assert not Path(temp_root(result["run_id"])).exists(), f"the run's Ray temp dirs are left ({TEMP_PREFIX}...)"
     ray_left = [p.pid for p in psutil.process_iter(["cmdline"])
                 if (p.info["cmdline"] or [""])[0].startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent"))]
@@ -58,6 +70,9 @@ def test_ray_restarts_a_killed_train_worker_from_its_newest_committed_checkpoint
     # the new worker group loaded the checkpoint Ray's controller had committed, on both ranks
     loads = events(run_dir, "checkpoint_loaded")
     assert {e["rank"] for e in loads} == {0, 1} and len({e["incarnation"] for e in loads}) == 1, loads
+    # the recovery in Ray's terms: each phase ended by its own mark (the controller's lines, the probe's loads)
+    phases = [p["phase"] for p in fault["recovery_breakdown"]["phases"]]
+    assert phases == ["detection", "worker-group restart", "checkpoint restore", "first step"], fault
 
 
 @FULL
@@ -111,6 +126,32 @@ def test_a_restart_that_ignores_get_checkpoint_fails_as_lost_progress() -> None:
     assert result["verdict"] == EXPECTED_VERDICT["ray/bug-ignore-checkpoint"], (result["why"], run_dir)
     resumed = result["checkpoint"]["resumed_from_newest_valid"]
     assert resumed["ok"] is False and resumed["verdict"] == "lost_all_progress", resumed
+
+
+@FULL
+def test_the_plain_ray_train_script_passes_a_worker_crash_judged_from_its_output_and_files() -> None:
+    """No probe: its printed epochs (each printed twice by Ray, counted once) and the checkpoint folders the
+    storage layer saw, of which only those Ray's controller committed are resume points."""
+    result, run_dir = run_byo("ray-plain-worker-crash")
+    assert result["verdict"] == "pass", (result["why"], result["checkpoint"], run_dir)
+    assert result["steps_completed"] == 40 and len(events(run_dir, "ray_checkpoint_committed")) >= 10, result
+    fault = result["faults"][0]
+    assert fault["restarted"] is True and fault["recovery_s"] is not None, fault
+    assert result["checkpoint"]["resumed_from_newest_valid"]["ok"] is True, result["checkpoint"]
+
+
+@FULL
+def test_the_plain_script_that_ignores_get_checkpoint_fails_for_that_cause() -> None:
+    result, run_dir = run_byo("ray-plain-ignore-checkpoint")
+    assert result["verdict"] == "fail", (result["why"], run_dir)
+    resumed = result["checkpoint"]["resumed_from_newest_valid"]
+    assert resumed["ok"] is False and resumed["verdict"] == "lost_all_progress", resumed
+
+
+@FULL
+def test_a_frozen_worker_node_ends_as_documented() -> None:
+    result, run_dir = run("ray/worker-freeze")
+    assert result["verdict"] == EXPECTED_VERDICT["ray/worker-freeze"], (result["why"], run_dir)
 
 
 LONG_RAY_RUN = """\
