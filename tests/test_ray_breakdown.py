@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,28 @@ def test_the_snapshot_names_the_committed_folders_and_a_torn_read_names_none() -
             "latest_checkpoint_result": {"checkpoint_dir_name": "checkpoint_b"}}
     assert committed_names(json.dumps(snap)) == ["checkpoint_a", "checkpoint_b"]
     assert committed_names(json.dumps(snap)[:40]) == []
+
+
+def test_the_head_records_each_committed_folder_once(tmp_path: Path) -> None:
+    from chaos.launchers.ray_node import SNAPSHOT, watch_commits
+
+    exp = tmp_path / "plain-mlp"
+    exp.mkdir()
+    got: list[tuple[Ev, float, dict[str, Any]]] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=watch_commits, args=(tmp_path, lambda e, t, f: got.append((e, t, f)), stop))
+    thread.start()
+    try:
+        (exp / SNAPSHOT).write_text(json.dumps({"checkpoint_results": [{"checkpoint_dir_name": "checkpoint_a"}]}))
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (exp / SNAPSHOT).write_text(json.dumps({"checkpoint_results": [{"checkpoint_dir_name": "checkpoint_a"},
+                                                                       {"checkpoint_dir_name": "checkpoint_b"}]}))
+        while len(got) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(5)
+    assert [(e, f["path"]) for e, _, f in got] == [(Ev.RAY_CHECKPOINT_COMMITTED, str(exp / "checkpoint_a")),
+                                                   (Ev.RAY_CHECKPOINT_COMMITTED, str(exp / "checkpoint_b"))]
