@@ -109,7 +109,6 @@ class Ev(StrEnum):
     RAY_FAILURE_DETECTED = "ray_failure_detected"
     RAY_WORKER_GROUP_STARTING = "ray_worker_group_starting"
     RAY_WORKER_GROUP_STARTED = "ray_worker_group_started"
-    RAY_CHECKPOINT_COMMITTED = "ray_checkpoint_committed"
 
 
 class EndReason(StrEnum):
@@ -586,14 +585,6 @@ class RayWorkerGroupStarted(RayLine):
     size: int
 
 
-class RayCheckpointCommitted(RayLine):
-    """Ray Train's controller committed a reported checkpoint folder (its ``checkpoint_manager_snapshot.json``
-    names it, seen by the head's launcher within a quarter second): from now on a restart may resume from it. A
-    folder reported but not committed when the group failed is never resumed from, although whole on disk."""
-
-    path: str  # the folder, <storage_path>/<experiment>/<checkpoint_dir_name>
-
-
 class StorageLine(Line):
     """Fields of every checkpoint event the storage layer writes (source ``storage``; docs/design.md, "The storage
     layer"): the probe's event names, with what a filesystem can and cannot know."""
@@ -679,7 +670,6 @@ FIELDS: dict[Ev, type] = {
     Ev.RAY_FAILURE_DETECTED: RayFailureDetected,
     Ev.RAY_WORKER_GROUP_STARTING: RayWorkerGroupStarting,
     Ev.RAY_WORKER_GROUP_STARTED: RayWorkerGroupStarted,
-    Ev.RAY_CHECKPOINT_COMMITTED: RayCheckpointCommitted,
 }
 
 

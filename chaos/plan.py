@@ -361,8 +361,7 @@ def build_plan(scenario: Scenario, run_id: str, run_dir: Path, net: Addressing |
     script = workload_argv(scenario, checkpoint_dir, settings)
     # The launcher (cluster.launcher, or the one cluster.mode names) builds each node's command from these parts.
     launcher = launcher_of(c)()
-    launch = launcher.node_plans(LaunchContext(scenario, run_id, run_dir, net, base_env, script, settings, pinned,
-                                                   checkpoint_dir))
+    launch = launcher.node_plans(LaunchContext(scenario, run_id, run_dir, net, base_env, script, settings, pinned))
     return Plan(scenario, run_id, run_dir, checkpoint_dir, launch.nodes, launch.store, settings, pause_on,
                 net.addresses, launch.store_port, servers=launch.servers, resources=resources, channel=net.channel,
                 channel_token=net.channel_token, launcher=launcher)

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -143,58 +142,3 @@ def test_a_ray_history_without_the_controllers_lines_is_one_span_and_says_why() 
     assert b.phases[0][0].startswith(f"{DETECTION} + restart"), b.phases
     assert "no ray_* event" in b.not_measured[0]["why"]
 
-
-def storage_save(t: float, path: str, step: int) -> list[dict[str, Any]]:
-    common = {"source": Source.STORAGE, "node": "node1", "pid": 7, "path": path, "step": step}
-    return [{"t": t, "event": Ev.CHECKPOINT_SAVE_STARTED, **common},
-            {"t": t + 0.01, "event": Ev.CHECKPOINT_SAVE_FINISHED, "sha256": f"s{step}", "bytes": 10, **common}]
-
-
-def test_under_ray_only_the_folders_the_controller_committed_are_resume_points() -> None:
-    """A script without the probe: the storage layer sees every reported folder whole, but Ray resumes only from
-    the ones its controller committed (chaos.launchers.ray_node's ray_checkpoint_committed)."""
-    from chaos.analysis.ckpt_source import available_at
-
-    exp = "/run/ckpt/plain-mlp"
-    ev = [*storage_save(1.0, f"{exp}/checkpoint_a/model.pt", 9), *storage_save(3.0, f"{exp}/checkpoint_b/model.pt", 10),
-          *storage_save(3.5, f"{exp}/checkpoint_manager_snapshot.json", 10)]
-    assert set(available_at(ev, 5.0)) == {f"{exp}/checkpoint_a/model.pt", f"{exp}/checkpoint_b/model.pt",
-                                          f"{exp}/checkpoint_manager_snapshot.json"}  # outside Ray: every file
-    ev.append({"t": 2.0, "event": Ev.RAY_CHECKPOINT_COMMITTED, "source": Source.RAY, "node": "node0", "pid": 9,
-               "path": f"{exp}/checkpoint_a"})
-    assert set(available_at(ev, 5.0)) == {f"{exp}/checkpoint_a/model.pt"}
-    assert available_at(ev, 1.5) == {}  # saved, not committed yet
-
-
-def test_the_snapshot_names_the_committed_folders_and_a_torn_read_names_none() -> None:
-    from chaos.launchers.ray_node import committed_names
-
-    snap = {"checkpoint_results": [{"checkpoint_dir_name": "checkpoint_a"}, {"checkpoint_dir_name": "checkpoint_b"}],
-            "latest_checkpoint_result": {"checkpoint_dir_name": "checkpoint_b"}}
-    assert committed_names(json.dumps(snap)) == ["checkpoint_a", "checkpoint_b"]
-    assert committed_names(json.dumps(snap)[:40]) == []
-
-
-def test_the_head_records_each_committed_folder_once(tmp_path: Path) -> None:
-    from chaos.launchers.ray_node import SNAPSHOT, watch_commits
-
-    exp = tmp_path / "plain-mlp"
-    exp.mkdir()
-    got: list[tuple[Ev, float, dict[str, Any]]] = []
-    stop = threading.Event()
-    thread = threading.Thread(target=watch_commits, args=(tmp_path, lambda e, t, f: got.append((e, t, f)), stop))
-    thread.start()
-    try:
-        (exp / SNAPSHOT).write_text(json.dumps({"checkpoint_results": [{"checkpoint_dir_name": "checkpoint_a"}]}))
-        deadline = time.monotonic() + 5
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.05)
-        (exp / SNAPSHOT).write_text(json.dumps({"checkpoint_results": [{"checkpoint_dir_name": "checkpoint_a"},
-                                                                       {"checkpoint_dir_name": "checkpoint_b"}]}))
-        while len(got) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        thread.join(5)
-    assert [(e, f["path"]) for e, _, f in got] == [(Ev.RAY_CHECKPOINT_COMMITTED, str(exp / "checkpoint_a")),
-                                                   (Ev.RAY_CHECKPOINT_COMMITTED, str(exp / "checkpoint_b"))]

@@ -174,16 +174,8 @@ def available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
     """Checkpoints complete and intact at time ``t``: saves finished (of the chosen source), minus those being
     overwritten (a later save started), deleted, or named damaged by a fault (``details.path`` / ``paths``), and
     minus the files of a save set that is not whole (fewer files than the job's whole saves of that kind held,
-    :func:`save_set_sizes`: one finished shard of a sharded save a crash cut short is not a checkpoint).
-
-    Under Ray Train, seen by the storage layer (a script without the probe): only the files of folders Ray's
-    controller had committed by ``t`` (``ray_checkpoint_committed``). A folder reported in the last poll before
-    a failure is whole on disk but never resumed from, and Ray's own files beside the folders (its snapshot, its
-    storage marker) are no checkpoint to resume from."""
+    :func:`save_set_sizes`: one finished shard of a sharded save a crash cut short is not a checkpoint)."""
     available = _replay(events, t)
-    if checkpoint_source(events) == Source.STORAGE and (commits := ray_commits(events)):
-        folders = {folder for when, folder in commits if when <= t}
-        available = {path: entry for path, entry in available.items() if _folder(path) in folders}
     sizes, temporary = save_set_sizes(events), _temporaries(events)
     counts: dict[tuple[str, int], int] = {}
     for path, entry in available.items():
@@ -193,20 +185,6 @@ def available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
     return {path: entry for path, entry in available.items()
             if (key := _save_set(path, entry["step"])) is None
             or counts.get(key, 0) >= sizes.get(_DIGITS.sub("#", key[0]), 1)}
-
-
-def _folder(path: str) -> tuple[str, str]:
-    """(experiment, checkpoint folder) of a file ``<storage_path>/<experiment>/<folder>/<file>``."""
-    parent = posixpath.dirname(path)
-    return posixpath.basename(posixpath.dirname(parent)), posixpath.basename(parent)
-
-
-def ray_commits(events: list[Event]) -> list[tuple[float, tuple[str, str]]]:
-    """(when, (experiment, folder)) of each checkpoint folder Ray Train's controller committed (chaos.launchers.
-    ray_node watches its snapshot); empty outside Ray."""
-    return memo(events, "ray_commits", lambda: [
-        (e["t"], (posixpath.basename(posixpath.dirname(str(e["path"]))), posixpath.basename(str(e["path"]))))
-        for e in of_kind(events, Ev.RAY_CHECKPOINT_COMMITTED) if e.get("path")])
 
 
 def newest(available: dict[str, dict[str, Any]]) -> dict[str, Any] | None:

@@ -46,8 +46,6 @@ class LaunchContext:
     settings: dict[str, Any]
     # node name → the cores it is pinned to (absent: not pinned)
     pinned: dict[str, list[int]] = field(default_factory=dict)
-    # where the job keeps its checkpoints (the run's, resolved by chaos.plan; None: not known)
-    checkpoint_dir: Path | None = None
 
     @property
     def python(self) -> str:

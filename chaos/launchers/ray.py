@@ -212,9 +212,8 @@ class Ray(Launcher):
             name = f"node{i}"
             common = ["--node-ip-address", net.addresses[name], "--temp-dir", f"{root}/{name}", "--run-id", ctx.run_id]
             if i == 0:
-                watch = ["--checkpoint-dir", str(ctx.checkpoint_dir)] if ctx.checkpoint_dir else []
                 argv = [python, "-c", code, "head", *common, "--port", str(port),
-                        "--expect-workers", str(c.nodes - 1), *watch, "--", *driver]
+                        "--expect-workers", str(c.nodes - 1), "--", *driver]
             else:
                 argv = [python, "-c", code, "worker", *common, "--address", head,
                         "--num-cpus", str(c.procs_per_node)]

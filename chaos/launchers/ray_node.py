@@ -26,7 +26,6 @@ it for its constants without Ray installed; the ``ray`` command is taken from th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -160,39 +159,6 @@ def relay(stream: IO[bytes], out: IO[bytes], lines: ControllerLines, lock: threa
             pass
     with lock:
         lines.flush()
-
-
-SNAPSHOT = "checkpoint_manager_snapshot.json"  # ray.train.v2._internal.constants.CHECKPOINT_MANAGER_SNAPSHOT_FILENAME
-COMMIT_POLL_S = 0.25
-
-
-def committed_names(text: str) -> list[str]:
-    """The checkpoint folders a Ray Train controller's snapshot names (committed: a restart resumes from the latest);
-    none for a torn read (the controller rewrites the file in place)."""
-    try:
-        snap = json.loads(text)
-    except ValueError:
-        return []
-    results = [*(snap.get("checkpoint_results") or []), snap.get("latest_checkpoint_result") or {}]
-    names = [r.get("checkpoint_dir_name") for r in results if isinstance(r, dict)]
-    return list(dict.fromkeys(n for n in names if isinstance(n, str) and n))
-
-
-def watch_commits(root: Path, write: Any, stop: threading.Event) -> None:
-    """Write ``ray_checkpoint_committed`` for each folder Ray Train's controller commits under ``root`` (the run's
-    checkpoint dir, Ray's ``storage_path``): a reported checkpoint is a resume point only once the controller's
-    snapshot names it (docs/ray.md), which the storage layer, seeing the folder's files written, cannot tell."""
-    seen: set[tuple[str, str]] = set()
-    while not stop.wait(COMMIT_POLL_S):
-        for snapshot in [*root.glob(SNAPSHOT), *root.glob(f"*/{SNAPSHOT}")]:
-            try:
-                names = committed_names(snapshot.read_text())
-            except OSError:
-                continue
-            for name in names:
-                if (str(snapshot.parent), name) not in seen:
-                    seen.add((str(snapshot.parent), name))
-                    write(Ev.RAY_CHECKPOINT_COMMITTED, time.time(), {"path": str(snapshot.parent / name)})
 
 
 def ray_command() -> str:
@@ -362,13 +328,9 @@ def run_head(args: argparse.Namespace, driver: Sequence[str]) -> int:
               for stream, out in ((node.driver.stdout, sys.stdout.buffer), (node.driver.stderr, sys.stderr.buffer))]
     for thread in relays:
         thread.start()
-    stop = threading.Event()
-    if args.checkpoint_dir:
-        threading.Thread(target=watch_commits, args=(Path(args.checkpoint_dir), write, stop), daemon=True).start()
     code = node.driver.wait()
     for thread in relays:
         thread.join(timeout=STOP_GRACE_S)  # the driver's last lines before ours
-    stop.set()
     print(f"ray_node: the driver exited with {code}", flush=True)
     node.stop()
     return code
@@ -411,7 +373,6 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
             s.add_argument("--port", type=int, required=True, help="the GCS port")
             s.add_argument("--expect-workers", type=int, required=True, help="worker nodes to wait for")
             s.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S)
-            s.add_argument("--checkpoint-dir", default="", help="Ray Train's storage_path: its commits are recorded")
         else:
             s.add_argument("--address", required=True, help="the head's GCS, HOST:PORT")
             s.add_argument("--num-cpus", type=int, default=1, help="CPUs this node offers to Ray")

@@ -8,7 +8,7 @@ A ``TorchTrainer`` of ``--workers`` CPU workers (gloo) trains a small MLP with A
 DistributedSampler). After each epoch every worker reports its metrics with ``ray.train.report`` and rank 0 adds a
 checkpoint folder (``model.pt``: model, optimizer and the epoch). ``FailureConfig(max_failures=...)`` lets Ray
 restart the worker group after a failure; the restarted workers resume from ``ray.train.get_checkpoint()``.
-Rank 0 prints ``epoch=N loss=X`` after each epoch (N = the epochs done, X = the loss averaged over the epoch's
+Rank 0 prints ``epoch=N loss=X`` after each epoch's report (N = the epochs done, X = the loss averaged over the epoch's
 batches and the workers).
 
 ``--bug NAME`` switches on one realistic resume mistake (off by default):
@@ -80,12 +80,12 @@ def train_func(config: dict[str, Any]) -> None:
             mean /= dist.get_world_size()
         metrics = {"epoch": epoch, "loss": float(mean)}
         if rank == 0:
-            print(f"epoch={epoch + 1} loss={float(mean):.10g}", flush=True)
             with tempfile.TemporaryDirectory() as tmp:
                 inner = model.module if hasattr(model, "module") else model
                 torch.save({"model": inner.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
                            os.path.join(tmp, "model.pt"))
                 ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
+            print(f"epoch={epoch + 1} loss={float(mean):.10g}", flush=True)
         else:
             ray.train.report(metrics)
 
