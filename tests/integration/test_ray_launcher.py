@@ -131,10 +131,11 @@ def test_a_restart_that_ignores_get_checkpoint_fails_as_lost_progress() -> None:
 @FULL
 def test_the_plain_ray_train_script_passes_a_worker_crash_judged_from_its_output_and_files() -> None:
     """No probe: its printed epochs (each printed twice by Ray, counted once) and the checkpoint folders the
-    storage layer saw, of which only those Ray's controller committed are resume points."""
+    storage layer saw (the scenario's short controller poll commits each report before the kill lands)."""
     result, run_dir = run_byo("ray-plain-worker-crash")
     assert result["verdict"] == "pass", (result["why"], result["checkpoint"], run_dir)
-    assert result["steps_completed"] == 40 and len(events(run_dir, "ray_checkpoint_committed")) >= 10, result
+    assert result["steps_completed"] == 40, result
+    assert len(events(run_dir, "process_started")) == 2, "one round before the kill, one after (each line once)"
     fault = result["faults"][0]
     assert fault["restarted"] is True and fault["recovery_s"] is not None, fault
     assert result["checkpoint"]["resumed_from_newest_valid"]["ok"] is True, result["checkpoint"]
