@@ -42,6 +42,7 @@ from typing import IO, Any
 import psutil
 
 from chaos.events import Ev, Source
+from chaos.probe import write_record
 
 # Ray's unix sockets live under --temp-dir/session_<date>_<pid>/sockets/; a sun_path holds 107 bytes and the
 # session part takes ~60 of them (measured), so the temp dir itself must stay short.
@@ -135,8 +136,6 @@ def controller_event_writer(history: str | None, node: str, pid: int) -> Any:
     def write(event: Ev, t: float, fields: dict[str, Any]) -> None:
         if not history:
             return
-        from chaos.probe import write_record
-
         try:
             with lock:
                 write_record({"t": t, "source": Source.RAY, "event": event, "node": node, "pid": pid, **fields},
