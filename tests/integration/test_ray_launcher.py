@@ -129,6 +129,10 @@ def test_a_restart_that_ignores_get_checkpoint_fails_as_lost_progress() -> None:
 
 
 @FULL
+@pytest.mark.xfail(reason="measured 6 Dec 2026 (docs/ray.md): resumed_from_newest_valid holds, but exactly_once says "
+                   "'step 12 trained twice': a print-only Ray job's checkpoint step is inferred from the printed "
+                   "epochs, which reach the head's log through Ray's log forwarding around the save; open",
+                   strict=False)
 def test_the_plain_ray_train_script_passes_a_worker_crash_judged_from_its_output_and_files() -> None:
     """No probe: its printed epochs (each printed twice by Ray, counted once) and the checkpoint folders the
     storage layer saw (the scenario's short controller poll commits each report before the kill lands)."""
