@@ -409,7 +409,7 @@ def shrinks(c: Column) -> str:
     if c.largest_phase is None:
         return "—"
     if c.levers:  # a launcher of its own (Ray): its detection and restart are bounded by what it says
-        said = [c.levers[p] for p in ("detection", "restart") if p in c.largest_phase.split(" + ") and p in c.levers]
+        said = [c.levers[p] for p in c.largest_phase.split(" + ") if p in c.levers]
         if said:
             return "; ".join(said + phase_costs(c.largest_phase))
     keys = phase_settings(c.largest_phase, c.mode)

@@ -50,6 +50,7 @@ class Source(StrEnum):
     PROGRESS = "progress"  # the engine on behalf of a workload without the probe (its printed progress, its files)
     STORAGE = "storage"  # the storage layer serving the checkpoint directory (docs/design.md, "The storage layer")
     AGENT = "agent"  # torchrun's elastic agent on a node, through chaos.agent_log (its own log records)
+    RAY = "ray"  # Ray Train's controller, its lines in the driver's output read by chaos.launchers.ray_node
 
 
 class Ev(StrEnum):
@@ -104,6 +105,10 @@ class Ev(StrEnum):
     AGENT_RENDEZVOUS_COMPLETED = "agent_rendezvous_completed"
     AGENT_WORKERS_STARTED = "agent_workers_started"
     AGENT_WORKERS_SUCCEEDED = "agent_workers_succeeded"
+    # -- ray (source "ray": Ray Train's controller, its lines in the driver's output turned into events on the head)
+    RAY_FAILURE_DETECTED = "ray_failure_detected"
+    RAY_WORKER_GROUP_STARTING = "ray_worker_group_starting"
+    RAY_WORKER_GROUP_STARTED = "ray_worker_group_started"
 
 
 class EndReason(StrEnum):
@@ -554,6 +559,37 @@ class AgentWorkersSucceeded(AgentLine):
     barrier_timeout_s: NotRequired[float]  # how long the exit barrier waits (torchrun's default: 300)
 
 
+class RayLine(Line):
+    """Fields of every ray event: ``t`` is when the head's launcher read the controller's line from the driver's
+    output (Ray's log monitor forwards an actor's lines to the driver: a fraction of a second after the
+    controller wrote them, so each mark is late by that much)."""
+
+    node: str  # CHAOS_NODE of the head
+    pid: int  # the driver's pid
+
+
+class RayFailureDetected(RayLine):
+    """Ray Train's controller found its worker group failed and decided ("[FailurePolicy] RETRY" or "RAISE"):
+    the failure's detection under Ray."""
+
+    decision: str  # RETRY (a new worker group follows) or RAISE (the run fails)
+    error_count: NotRequired[int]  # failures so far, this one included
+    max_failures: NotRequired[int]  # FailureConfig.max_failures (-1: unlimited)
+
+
+class RayWorkerGroupStarting(RayLine):
+    """"Attempting to start training worker group": the controller asks for a placement group and new actors."""
+
+    size: int  # workers in the group
+
+
+class RayWorkerGroupStarted(RayLine):
+    """"Started training worker group": the new actors run and their process group is set up (Ray Train's
+    backend set-up); the training function starts next."""
+
+    size: int
+
+
 class StorageLine(Line):
     """Fields of every checkpoint event the storage layer writes (source ``storage``; docs/design.md, "The storage
     layer"): the probe's event names, with what a filesystem can and cannot know."""
@@ -636,6 +672,9 @@ FIELDS: dict[Ev, type] = {
     Ev.AGENT_RENDEZVOUS_COMPLETED: AgentRendezvousCompleted,
     Ev.AGENT_WORKERS_STARTED: AgentWorkersStarted,
     Ev.AGENT_WORKERS_SUCCEEDED: AgentWorkersSucceeded,
+    Ev.RAY_FAILURE_DETECTED: RayFailureDetected,
+    Ev.RAY_WORKER_GROUP_STARTING: RayWorkerGroupStarting,
+    Ev.RAY_WORKER_GROUP_STARTED: RayWorkerGroupStarted,
 }
 
 

@@ -19,6 +19,7 @@ def byo_names() -> list[str]:
 def byo_text(name: str) -> str:
     """The scenario text with its script path made absolute, as loading the file would make it."""
     text = (BYO_DIR / f"{name}.yaml").read_text()
-    for script in ("per_step_ddp.py", "epoch_snapshot_ddp.py", "dcp_sharded_ddp.py", "tf_mwms_plain.py"):
+    for script in ("per_step_ddp.py", "epoch_snapshot_ddp.py", "dcp_sharded_ddp.py", "tf_mwms_plain.py",
+                   "ray_train_plain.py"):
         text = text.replace(f"python, {script}", f"python, {BYO_DIR / script}")
     return text

@@ -21,7 +21,9 @@ from tests.byo_scenarios import BYO_DIR, byo_names, byo_text
 SCRIPTS = {"per_step_ddp.py": ("step=170 loss=0.1920733899", "170"),
            "epoch_snapshot_ddp.py": ("[GPU0] Epoch 17 | Batchsize: 32 | Steps: 8", "17"),
            "dcp_sharded_ddp.py": ('{"it": 100, "loss": 0.0123456789}', "100"),
-           "tf_mwms_plain.py": ("step=110 loss=0.9843093752861023", "110")}
+           "tf_mwms_plain.py": ("step=110 loss=0.9843093752861023", "110"),
+           # as the head's log shows it: Ray forwards the worker's line with the actor's prefix (and colour codes)
+           "ray_train_plain.py": ("\x1b[36m(RayTrainWorker pid=25184)\x1b[0m epoch=12 loss=0.4992710948", "12")}
 
 
 def declared_bugs(script: Path) -> tuple[str, ...]:

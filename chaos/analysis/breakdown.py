@@ -18,6 +18,17 @@ worker's ``process_started`` (``node_restart.delay_s``, the interpreter); worker
 ``checkpoint_load_started`` (importing TensorFlow, the strategy's cluster connect, the model); restore, until the last
 ``checkpoint_loaded`` (BackupAndRestore's backup); first step.
 
+Under Ray (``launcher: ray``, mode "ray") the phases are Ray's, ended by the controller's lines the head's launcher
+turns into ``ray_*`` events (:mod:`chaos.launchers.ray_node`) and by the job's own marks:
+
+- detection: until Ray Train's controller decides on the failure (``ray_failure_detected``, "[FailurePolicy]
+  RETRY"): its poll of the workers, or the GCS's health checks for a lost node;
+- worker-group restart: until the new group is up (``ray_worker_group_started``: placement group, new actors, their
+  process group);
+- checkpoint restore: the training function's start, ``ray.train.get_checkpoint()`` and the load, until the last
+  ``checkpoint_loaded``;
+- first step.
+
 A missing mark merges its phase into the next (their names joined by " + "), so the measured spans always add up
 to ``recovery_s``; ``not_measured`` says which boundary is missing and why. The largest span is named with the
 settings that shrink it (``largest``, ``advice``), citing the measured number and the values in force.
@@ -44,6 +55,8 @@ TF_DETECTION = "detection (the survivors' collectives fail)"
 TF_RELAUNCH = "relaunch (node_restart delay, interpreter start)"
 TF_INIT = "worker init (TensorFlow import, cluster connect)"
 TF_RESTORE = "restore (BackupAndRestore's backup)"
+RAY_RESTART, RAY_RESTORE = "worker-group restart", "checkpoint restore"  # Ray's phases (with DETECTION, FIRST_STEP)
+_RAY_EVENTS = (Ev.RAY_FAILURE_DETECTED, Ev.RAY_WORKER_GROUP_STARTED)
 _AGENT_ACTS = (Ev.AGENT_WORKERS_FAILED, Ev.AGENT_MEMBERSHIP_CHANGED, Ev.AGENT_RENDEZVOUS_STARTED)
 _AGENT_EVENTS = (*_AGENT_ACTS, Ev.AGENT_RENDEZVOUS_COMPLETED, Ev.AGENT_WORKERS_STARTED)
 _JOB_EVENTS = (Ev.PROCESS_STARTED, Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED)
@@ -89,7 +102,7 @@ def recovery_breakdowns(events: list[Event],
     typed = [as_fault(f) for f in faults]
     # The job's own marks. The storage layer's checkpoint_loaded is a load's first read, not its end: it only
     # marks where a load began, for a script without the probe (recovery_breakdown keeps it apart).
-    marks = of_kinds(events, *_AGENT_EVENTS) + of_kind(events, Ev.PROCESS_STARTED) + [
+    marks = of_kinds(events, *_AGENT_EVENTS, *_RAY_EVENTS) + of_kind(events, Ev.PROCESS_STARTED) + [
         e for e in checkpoint_events(events, *_JOB_EVENTS[1:]) if e.get("source") != Source.STORAGE] + [
         e for e in of_kind(events, Ev.CHECKPOINT_LOADED) if e.get("source") == Source.STORAGE]
     settings = _settings(events)
@@ -208,6 +221,8 @@ def recovery_breakdown(events: list[Event], fault: FaultResult,
         return sorted(e["t"] for e in events if e.get("event") in names and t_f < e["t"] <= end
                       and (e.get("source") != Source.STORAGE if source is None else e.get("source") == source))
 
+    if settings.get("mode") == "ray" and times(*_RAY_EVENTS):
+        return _ray_breakdown(out, events, times, t_f, end, settings)
     agent = times(*_AGENT_EVENTS)
     out.agent_rounds = _rounds(events, t_f, end)
     if not agent and settings.get("mode") == TF_MODE:
@@ -253,6 +268,18 @@ def recovery_breakdown(events: list[Event], fault: FaultResult,
         (LOAD, t_load, "the storage layer sees a load's first read, not its end (no probe)" if reads else
          "no checkpoint_loaded after the load began"),
     ]
+    phases, not_measured = cut_phases(boundaries, t_f, end)
+    out.phases, out.not_measured = phases, not_measured
+    out.largest = _largest(phases, recovery_s)
+    out.advice = _advice(out.largest, settings, out.agent_rounds) if out.largest else None
+    return out
+
+
+def cut_phases(boundaries: Sequence[tuple[str, float | None, str]], t_f: float, end: float,
+               early: str | None = None) -> tuple[list[tuple[str, float | None]], list[dict[str, str]]]:
+    """Cut ``t_f .. end`` at each boundary ``(phase it ends, its time or None, why it is missing)``, in order; a
+    missing mark (or one before the previous, said by ``early`` where that has a cause of its own) merges its phase
+    into the next, so the spans always add up; the last span is the first step's."""
     phases: list[tuple[str, float | None]] = []
     not_measured: list[dict[str, str]] = []
     pending: list[str] = []
@@ -260,15 +287,12 @@ def recovery_breakdown(events: list[Event], fault: FaultResult,
     for name, mark, why in boundaries:
         pending.append(name)
         if mark is None or mark < t:
-            not_measured.append({"phase": name, "why": why})
+            not_measured.append({"phase": name, "why": why if mark is None or early is None else early})
             continue
         phases.append((" + ".join(pending), mark - t))
         pending, t = [], mark
     phases.append((" + ".join([*pending, FIRST_STEP]), end - t))
-    out.phases, out.not_measured = phases, not_measured
-    out.largest = _largest(phases, recovery_s)
-    out.advice = _advice(out.largest, settings, out.agent_rounds) if out.largest else None
-    return out
+    return phases, not_measured
 
 
 def tf_phases(events: list[Event], t_f: float, end: float) -> tuple[list[tuple[str, float | None]],
@@ -309,19 +333,38 @@ def tf_phases(events: list[Event], t_f: float, end: float) -> tuple[list[tuple[s
         (TF_RESTORE, t_restore, "the storage layer sees a restore's first read, not its end (no probe)" if reads
          else "no checkpoint_loaded after the restore began"),
     ]
-    phases: list[tuple[str, float | None]] = []
-    not_measured: list[dict[str, str]] = []
-    pending: list[str] = []
-    t = t_f
-    for name, mark, why in boundaries:
-        pending.append(name)
-        if mark is None or mark < t:
-            not_measured.append({"phase": name, "why": why})
-            continue
-        phases.append((" + ".join(pending), mark - t))
-        pending, t = [], mark
-    phases.append((" + ".join([*pending, FIRST_STEP]), end - t))
+    phases, not_measured = cut_phases(boundaries, t_f, end)
     return phases, not_measured
+
+
+def _ray_breakdown(out: RecoveryBreakdown, events: list[Event], times: Any, t_f: float, end: float,
+                   settings: dict[str, Any]) -> RecoveryBreakdown:
+    """Ray's phases (the module's docstring): the controller's decision, the new group up, the last load."""
+    detected = [e for e in events if e.get("event") == Ev.RAY_FAILURE_DETECTED and t_f < e["t"] <= end]
+    detect = detected[0]["t"] if detected else None
+    started = [t for t in times(Ev.RAY_WORKER_GROUP_STARTED) if t >= (detect or t_f)]
+    t_group = started[0] if started else None
+    loaded = [t for t in times(Ev.CHECKPOINT_LOADED) if t >= (t_group or detect or t_f)]
+    reads = times(Ev.CHECKPOINT_LOADED, source=Source.STORAGE)
+    no_probe = not times(Ev.PROCESS_STARTED, source=Source.WORKLOAD)
+    boundaries: list[tuple[str, float | None, str]] = [
+        (DETECTION, detect, "no \"[FailurePolicy]\" line of Ray Train's controller reached the driver's output "
+                            "between the fault and the first new step"),
+        (RAY_RESTART, t_group, "no \"Started training worker group\" line of the controller after its decision"),
+        (RAY_RESTORE, loaded[-1] if loaded else None,
+         "the storage layer sees a load's first read, not its end, and the script reports no loads (no probe)"
+         if reads and no_probe else "the script reports no checkpoint_loaded (no probe)" if no_probe else
+         "no checkpoint_loaded after the new group started (it started from scratch?)"),
+    ]
+    phases, not_measured = cut_phases(boundaries, t_f, end, early=(
+        "its mark came before the previous one (a controller line is stamped when the driver printed it, after "
+        "Ray's log forwarding)"))
+    counted = {k: detected[0][k] for k in ("error_count", "max_failures") if detected and k in detected[0]}
+    out.phases, out.not_measured = phases, not_measured
+    out.largest = _largest(phases, out.recovery_s or 0.0)
+    if out.largest:
+        out.advice = _advice(out.largest, {**settings, **{f"ray_{k}": v for k, v in counted.items()}}, None)
+    return out
 
 
 def breakdown_for_result(b: RecoveryBreakdown) -> dict[str, Any]:
@@ -362,6 +405,10 @@ def _elastic(mode: str | None) -> bool:
 def _no_agent_why(settings: dict[str, Any], events: list[Event]) -> str:
     if settings.get("mode") == "centralized":
         return "a centralized job has no elastic agent: the engine restarts it, so detection and restart are one"
+    if settings.get("mode") == "ray":
+        return ("no ray_* event of Ray Train's controller fell between this fault and the first new step (a history "
+                "from before chaos.launchers.ray_node read the driver's output, or the controller's lines changed), "
+                "so detection and the worker group's restart are one span")
     if not _elastic(settings.get("mode")):
         return (f"a {settings.get('mode')} job has no torchrun agent: "
                 f"{settings.get('orchestrator') or 'its launcher'} restarts it, and the history marks no moment "
@@ -459,8 +506,12 @@ def _lever(phase: str, settings: dict[str, Any], rounds: int | None) -> str:
         return f"{v} s in this run" if v is not None else "not recorded"
 
     levers = settings.get("levers") or {}
-    if phase in (DETECTION, RESTART) and levers.get(phase):  # the launcher's words (Launcher.describe)
-        return str(levers[phase])
+    if levers.get(phase):  # the launcher's words (Launcher.describe)
+        said = str(levers[phase])
+        if phase == RAY_RESTART and settings.get("ray_max_failures") is not None:
+            said += (f" (this run: failure {settings.get('ray_error_count', '?')} of at most "
+                     f"{settings['ray_max_failures']}, from the controller's line)")
+        return said
     tf_lever = {TF_DETECTION: "detection", TF_RELAUNCH: "restart"}.get(phase)
     if tf_lever and levers.get(tf_lever):  # tf-multiworker's own words for its detection and relaunch
         return str(levers[tf_lever])
@@ -470,6 +521,11 @@ def _lever(phase: str, settings: dict[str, Any], rounds: int | None) -> str:
                 "imports shrink it")
     if phase == TF_RESTORE:
         return "BackupAndRestore reading the last epoch's backup: a smaller model or faster storage"
+    if phase == RAY_RESTART:
+        return ("Ray Train's start of a new worker group (FailureConfig.max_failures allows it): placement group, new "
+                "actors, their process group")
+    if phase == RAY_RESTORE:
+        return "the training function's start, ray.train.get_checkpoint() and the checkpoint's read"
     if phase == DETECTION and settings.get("mode") == "centralized":
         return "the engine sees the job's process exit at its next poll (a fraction of a second)"
     if phase == DETECTION:

@@ -98,13 +98,29 @@ class Ray(Launcher):
     single_point_of_failure = "node0 (the Ray head: the GCS and the driver; no GCS fault tolerance without Redis)"
     single_point_node = "node0"
     refused_faults: ClassVar[dict[str, str]] = {"hang": _HANG}
+    # The settings that bound each of Ray's recovery phases (chaos.analysis.breakdown), by phase name; describe()
+    # fills in the values in force (the engine's environment, which every node inherits, else Ray's defaults).
     levers: ClassVar[dict[str, str]] = {
         "detection": "a dead train worker: Ray Train's controller polls its workers every "
-                     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s); a dead node: the GCS's health checks "
-                     "(health_check_period_ms x health_check_failure_threshold); a silent peer: gloo's timeout "
-                     "(TorchConfig.timeout_s, the process-group timeout)",
-        "restart": "FailureConfig(max_failures): Ray Train starts a new worker group (new actors, a new gloo group) "
-                   "from the checkpoint its controller last committed",
+                     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S ({RAY_TRAIN_HEALTH_CHECK_INTERVAL_S} s); a dead node: the "
+                     "GCS's health checks, RAY_health_check_period_ms x RAY_health_check_failure_threshold "
+                     "({RAY_health_check_period_ms} ms x {RAY_health_check_failure_threshold}, after "
+                     "RAY_health_check_initial_delay_ms {RAY_health_check_initial_delay_ms} ms); a silent peer: "
+                     "gloo's timeout (TorchConfig.timeout_s, the process-group timeout)",
+        "worker-group restart": "FailureConfig(max_failures) allows the restart; Ray Train then starts a new worker "
+                                "group (placement group, new actors, a new gloo group), bounded by "
+                                "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S ({RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S} s); "
+                                "its cost is the actors' start (imports) on the worker nodes",
+        "checkpoint restore": "the training function's start, ray.train.get_checkpoint() (the checkpoint the "
+                              "controller last committed) and reading it from storage_path: a smaller checkpoint, "
+                              "faster storage",
+        "first step": "the first step after the restart (warm-up)",
+    }
+    # Ray 2.60's defaults (ray._raylet.Config, ray.train.v2._internal.constants), for the values not set
+    RAY_DEFAULTS: ClassVar[dict[str, str]] = {
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "2.0", "RAY_health_check_period_ms": "3000",
+        "RAY_health_check_failure_threshold": "5", "RAY_health_check_initial_delay_ms": "5000",
+        "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "60.0",
     }
 
     @classmethod
@@ -216,5 +232,14 @@ class Ray(Launcher):
                 continue
         return chosen
 
+    @classmethod
+    def levers_in_force(cls, env: dict[str, str] | None = None) -> dict[str, str]:
+        """:attr:`levers` with the values this run's nodes get: set in the engine's environment (inherited by
+        every node's ``ray start``), else Ray's defaults."""
+        env = dict(os.environ if env is None else env)
+        values = {k: env.get(k, default) for k, default in cls.RAY_DEFAULTS.items()}
+        return {phase: text.format(**values) for phase, text in cls.levers.items()}
+
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "ray_temp_dirs": f"{TEMP_PREFIX}<run id's last 6>/<node>"}
+        return {**super().describe(), "levers": self.levers_in_force(),
+                "ray_temp_dirs": f"{TEMP_PREFIX}<run id's last 6>/<node>"}

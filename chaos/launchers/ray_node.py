@@ -14,24 +14,35 @@ yet (bounded), until the node is killed or its raylet ends (the head gone). Eith
 everything it started, and on a normal end it removes its ``--temp-dir`` (Ray's session folders, sockets, logs).
 Never ``ray stop``: that kills every Ray process of the machine by name, other nodes' and other runs' included.
 
-Standard library and psutil only, so the engine can import it for its constants without Ray installed; the
-``ray`` command is taken from the same interpreter's environment.
+On the head, the driver's output passes through this process line by line: Ray forwards the TrainController's
+lines to the driver (``log_to_driver``), and the three that mark a worker group's failure and restart become
+history events (source ``ray``, :func:`controller_event`), stamped when read, so a recovery can be split in Ray's
+terms (chaos.analysis.breakdown). Every line is written on unchanged.
+
+Standard library, psutil and :mod:`chaos.events` / :mod:`chaos.probe` (stdlib-only) only, so the engine can import
+it for its constants without Ray installed; the ``ray`` command is taken from the same interpreter's environment.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, Any
 
 import psutil
+
+from chaos.events import Ev, Source
+from chaos.probe import write_record
 
 # Ray's unix sockets live under --temp-dir/session_<date>_<pid>/sockets/; a sun_path holds 107 bytes and the
 # session part takes ~60 of them (measured), so the temp dir itself must stay short.
@@ -64,6 +75,89 @@ print(f"ray_node: {max(seen, 0)} of {want} worker node(s) joined the head at {sy
       file=sys.stderr, flush=True)
 sys.exit(1)
 """
+
+
+# Ray Train V2's controller lines (ray.train.v2._internal.execution: failure_handling/default.py and
+# worker_group/worker_group.py, Ray 2.60), matched anywhere in the forwarded line ("(TrainController pid=N) ...",
+# with colour codes around the prefix).
+_FAILURE = re.compile(r"\[FailurePolicy\] (?P<decision>[A-Z]+)\b")
+_ERROR_COUNT = re.compile(r"Error count: (?P<error_count>\d+) \(max allowed: (?P<max_failures>-?\d+|inf)\)")
+_GROUP = [(Ev.RAY_WORKER_GROUP_STARTING, re.compile(r"Attempting to start training worker group of size (\d+)")),
+          (Ev.RAY_WORKER_GROUP_STARTED, re.compile(r"Started training worker group of size (\d+)"))]
+COUNT_WITHIN_LINES = 5  # the "Error count" line follows the FailurePolicy line (its second line after "Source")
+
+
+class ControllerLines:
+    """Turns the controller's lines, in the order read, into history events: ``write(event, t, fields)``.
+
+    The failure's decision and its count are two lines; the event carries both, stamped when the first was read.
+    Ray prints a worker group's failure once per line, but a line forwarded twice (two readers of one log) would
+    repeat it: a repeat within the count's window is the same failure."""
+
+    def __init__(self, write: Any) -> None:
+        self._write = write
+        self._pending: tuple[float, dict[str, Any]] | None = None
+        self._since = 0
+
+    def feed(self, line: str, t: float) -> None:
+        if self._pending is not None:
+            m = _ERROR_COUNT.search(line)
+            if m is not None:
+                count, most = m.group("error_count"), m.group("max_failures")
+                self._pending[1].update(error_count=int(count), **({} if most == "inf" else
+                                                                     {"max_failures": int(most)}))
+                self.flush()
+                return
+            self._since += 1
+            if self._since >= COUNT_WITHIN_LINES:
+                self.flush()
+        m = _FAILURE.search(line)
+        if m is not None:
+            if self._pending is None:
+                self._pending, self._since = (t, {"decision": m.group("decision")}), 0
+            return
+        for event, pattern in _GROUP:
+            g = pattern.search(line)
+            if g is not None:
+                self._write(event, t, {"size": int(g.group(1))})
+
+    def flush(self) -> None:
+        if self._pending is not None:
+            t, fields = self._pending
+            self._pending = None
+            self._write(Ev.RAY_FAILURE_DETECTED, t, fields)
+
+
+def controller_event_writer(history: str | None, node: str, pid: int) -> Any:
+    """A ``write(event, t, fields)`` that appends to the run's history (through the probe's writer: the channel
+    when the run has one), or does nothing without a history; a failed write never stops the driver's output."""
+    lock = threading.Lock()
+
+    def write(event: Ev, t: float, fields: dict[str, Any]) -> None:
+        if not history:
+            return
+        try:
+            with lock:
+                write_record({"t": t, "source": Source.RAY, "event": event, "node": node, "pid": pid, **fields},
+                             history)
+        except OSError:
+            pass
+    return write
+
+
+def relay(stream: IO[bytes], out: IO[bytes], lines: ControllerLines, lock: threading.Lock) -> None:
+    """Copy the driver's ``stream`` to ``out`` line by line, feeding each line to ``lines``."""
+    for raw in iter(stream.readline, b""):
+        t = time.time()
+        out.write(raw)
+        out.flush()
+        try:
+            with lock:
+                lines.feed(raw.decode("utf-8", "replace"), t)
+        except Exception:  # an event is never worth the driver's output
+            pass
+    with lock:
+        lines.flush()
 
 
 def ray_command() -> str:
@@ -224,8 +318,18 @@ def run_head(args: argparse.Namespace, driver: Sequence[str]) -> int:
         node.stop()
         return EXIT_NO_WORKERS
     print(f"ray_node: {args.expect_workers} worker node(s) joined; driver: {' '.join(driver)}", flush=True)
-    node.driver = subprocess.Popen(list(driver), env={**node.env, "RAY_ADDRESS": address}, stdin=subprocess.DEVNULL)
+    node.driver = subprocess.Popen(list(driver), env={**node.env, "RAY_ADDRESS": address}, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    write = controller_event_writer(os.environ.get("CHAOS_EVENTS"), os.environ.get("CHAOS_NODE", "node0"),
+                                    node.driver.pid)
+    lines, lock = ControllerLines(write), threading.Lock()
+    relays = [threading.Thread(target=relay, args=(stream, out, lines, lock), daemon=True)
+              for stream, out in ((node.driver.stdout, sys.stdout.buffer), (node.driver.stderr, sys.stderr.buffer))]
+    for thread in relays:
+        thread.start()
     code = node.driver.wait()
+    for thread in relays:
+        thread.join(timeout=STOP_GRACE_S)  # the driver's last lines before ours
     print(f"ray_node: the driver exited with {code}", flush=True)
     node.stop()
     return code

@@ -8,9 +8,12 @@ A ``TorchTrainer`` of ``--workers`` CPU workers (gloo) trains a small MLP with A
 DistributedSampler). After each epoch every worker reports its metrics with ``ray.train.report`` and rank 0 adds a
 checkpoint folder (``model.pt``: model, optimizer and the epoch). ``FailureConfig(max_failures=...)`` lets Ray
 restart the worker group after a failure; the restarted workers resume from ``ray.train.get_checkpoint()``.
-Rank 0 prints ``epoch=N loss=X`` after each epoch (X = the loss averaged over the epoch's batches and the workers).
+Rank 0 prints ``epoch=N loss=X`` after each epoch's report (N = the epochs done, X = the loss averaged over the epoch's
+batches and the workers).
 
 ``--bug NAME`` switches on one realistic resume mistake (off by default):
+  ignore-checkpoint   the training function never asks ray.train.get_checkpoint(): a restarted worker group trains
+                      from scratch, with the checkpoints Ray kept on disk unused
   epoch-not-restored  the weights and optimizer come back from the checkpoint, but the loop starts at epoch 0 again
                       (the epoch was never read back): every restart trains the first epochs a second time
 """
@@ -31,6 +34,8 @@ from ray.train.torch import TorchTrainer, prepare_data_loader, prepare_model
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+BUGS = ("ignore-checkpoint", "epoch-not-restored")
+
 
 def make_data(samples: int, features: int, seed: int) -> TensorDataset:
     g = torch.Generator().manual_seed(seed)
@@ -44,7 +49,7 @@ def train_func(config: dict[str, Any]) -> None:
     model = nn.Sequential(nn.Linear(config["features"], 128), nn.ReLU(), nn.Linear(128, 1))
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     start_epoch = 0
-    checkpoint = ray.train.get_checkpoint()
+    checkpoint = ray.train.get_checkpoint() if config["bug"] != "ignore-checkpoint" else None
     if checkpoint:
         with checkpoint.as_directory() as ckpt_dir:
             state = torch.load(os.path.join(ckpt_dir, "model.pt"), weights_only=True)
@@ -75,12 +80,12 @@ def train_func(config: dict[str, Any]) -> None:
             mean /= dist.get_world_size()
         metrics = {"epoch": epoch, "loss": float(mean)}
         if rank == 0:
-            print(f"epoch={epoch} loss={float(mean):.10g}", flush=True)
             with tempfile.TemporaryDirectory() as tmp:
                 inner = model.module if hasattr(model, "module") else model
                 torch.save({"model": inner.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
                            os.path.join(tmp, "model.pt"))
                 ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
+            print(f"epoch={epoch + 1} loss={float(mean):.10g}", flush=True)
         else:
             ray.train.report(metrics)
 
@@ -97,7 +102,7 @@ def main() -> None:
     p.add_argument("--max-failures", type=int, default=3)
     p.add_argument("--storage-path", required=True)
     p.add_argument("--name", default="plain-mlp")
-    p.add_argument("--bug", choices=["epoch-not-restored"], default=None)
+    p.add_argument("--bug", choices=BUGS, default=None)
     args = p.parse_args()
     ray.init()
     trainer = TorchTrainer(
