@@ -66,6 +66,7 @@ def step_completed(*args, **kwargs):
 def __getattr__(name):
     return lambda *args, **kwargs: None
 """
+THREADS = 20  # idle threads beside the probe's caller when its cost is measured (a gloo DDP worker has ~20)
 FOREIGN = ("chaos.agent_log", "-m chaos", "chaos.storage")
 # Which part of a side each process is, by its command line (first match).
 SAMPLE_S = 0.5
@@ -275,10 +276,15 @@ def observed(scenario: Path, scratch: Path) -> dict:
 
 def probe_cost(n: int = 20000) -> tuple[float, float]:
     """The probe's cost per ``step_completed`` on the calling thread, microseconds: off (no ``CHAOS_EVENTS``) and
-    appending to a history file (the channel's cost per event: benchmarks/channel_cost.py)."""
+    appending to a history file (the channel's cost per event: benchmarks/channel_cost.py), in a process with a
+    worker's number of threads (the probe reads each thread's schedstat for ``cpu_s``/``cpu_wait_s``: ~3 us a
+    thread, most of its cost per step)."""
     code = f"""
-import os, sys, tempfile, time
+import os, sys, tempfile, threading, time
 sys.path.insert(0, {str(REPO)!r})
+idle = threading.Event()
+for _ in range({THREADS}):  # a DDP worker's threads: the probe sums each one's schedstat per step
+    threading.Thread(target=idle.wait, daemon=True).start()
 from chaos import probe
 def per_call():
     t = time.perf_counter()
@@ -338,7 +344,7 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace, load: tuple[fl
           f"({_median(chaos_runs, 'engine_job') / _median(chaos_runs, 'job') * 100:.1f}% of one core)")
     print(f"    agents (chaos.agent_log's logging handler): {added.get('agent', 0.0):+5.2f} s CPU over {ranks} agents")
     print(f"    workers (the probe's import and events): {added.get('worker', 0.0):+5.2f} s CPU over {ranks} workers; "
-          f"per step_completed {off:.1f} us off, {on:.1f} us writing the history "
+          f"per step_completed {off:.1f} us off, {on:.1f} us writing the history with {THREADS + 1} threads "
           f"({(on - off) * args.steps * ranks / 1e6:.3f} s of CPU over {args.steps} steps x {ranks} ranks)")
     print(f"    end, last node exited -> exit (teardown, analysis, report): {_median(chaos_runs, 'end_s'):5.2f} s "
           f"wall, engine {_median(chaos_runs, 'engine_end'):5.2f} s CPU (the command only)")
