@@ -25,6 +25,7 @@ under the machine lock (``--lock``, default ``$TORCH_CHAOS_MACHINE_LOCK`` or /tm
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import fcntl
 import json
@@ -245,6 +246,7 @@ def main() -> None:
     p.add_argument("--lock", default=_default_lock(), help="flock held for each job pair ('' for none)")
     args = p.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores, kernel {os.uname().release}")
+    compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "chaos"), quiet=1)  # as an install has it
     if args.pairs or args.raw_pairs:
         micro(args)
         if args.attribute:
