@@ -17,14 +17,28 @@ the script prints medians, the ratio of medians and the median of the per-pair r
   (engine, storage layer, agents, workers), medians per side. On a machine whose cores the job keeps busy, CPU the
   observer adds is time the job loses.
 
-    flock /tmp/torch-chaos-machine.lock python benchmarks/observer_overhead.py --steps 600 --pairs 10
+- time to first step: launch to the first ``step_completed`` (the probe's event on the observed side; on the bare
+  side the stub probe notes the moment of its first call in a file, nothing more);
+- which part of observing costs what: the observed command split into start-up (launch to first node started), the
+  job and the end (last node exited to exit: teardown, analysis, report), with the engine's CPU in each, and the CPU
+  observing adds to the agents (the :mod:`chaos.agent_log` handler) and to the workers (the probe's import and its
+  events), beside the probe's cost per ``step_completed`` measured on its own.
 
-Run it alone on the machine (under the machine lock): other jobs change both sides unevenly.
+    python benchmarks/observer_overhead.py --steps 300 --pairs 10
+
+Each pair runs under the machine lock (``--lock``, default ``$TORCH_CHAOS_MACHINE_LOCK`` or
+/tmp/torch-chaos-machine.lock where it exists), so other real clusters do not run beside it; the lock is released
+between pairs. Torch-chaos's bytecode is compiled first (``compileall``), as an installed package's is: with
+``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every run would compile the engine's and the probe's
+sources again, a cost a user's install does not have.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -34,12 +48,26 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
-STUB_PROBE = "def __getattr__(name):\n    return lambda *args, **kwargs: None\n"
+# A no-op probe, except that the first step_completed of a process appends the time to $BENCH_FIRST_STEP.
+STUB_PROBE = """\
+import os, time
+_seen = []
+def step_completed(*args, **kwargs):
+    if not _seen:
+        _seen.append(1)
+        with open(os.environ["BENCH_FIRST_STEP"], "a") as f:
+            f.write(f"{time.time()}\\n")
+def __getattr__(name):
+    return lambda *args, **kwargs: None
+"""
+THREADS = 20  # idle threads beside the probe's caller when its cost is measured (a gloo DDP worker has ~20)
+FOREIGN = ("chaos.agent_log", "-m chaos", "chaos.storage")
 # Which part of a side each process is, by its command line (first match).
 SAMPLE_S = 0.5
 ROLES = (("storage layer", "chaos.storage"), ("engine", "chaos run"), ("agent", "torch.distributed.run"),
@@ -76,15 +104,18 @@ def stub_package(scratch: Path) -> Path:
 
 
 class Sampler:
-    """CPU seconds (user + system) of processes and all their descendants, by role.
+    """CPU seconds (user + system) of processes and all their descendants, by role, over time.
 
     One pass over /proc per sample, every ``SAMPLE_S``, on both sides alike: psutil's ``children(recursive=True)``
     scans every process of the machine per call, which the bare side (one root per node) paid once per node and
-    the observed side (one root) once."""
+    the observed side (one root) once. Every command line seen is kept, so the bare side's whole tree can be checked
+    for torch-chaos processes."""
 
     def __init__(self, roots: list[int]):
         self.roots = set(roots)
         self.last: dict[int, tuple[str, float]] = {}
+        self.series: list[tuple[float, dict[str, float]]] = []  # (wall time, CPU by role so far)
+        self.cmdlines: dict[int, str] = {}
 
     def sample(self) -> None:
         procs = {}
@@ -108,11 +139,14 @@ class Sampler:
                     cmd = " ".join(proc.cmdline())
             except psutil.Error:
                 continue
+            if cmd:
+                self.cmdlines.setdefault(pid, cmd)
             role = next((r for r, key in ROLES if key in cmd), "other")
             known = self.last.get(pid)
             if known is not None and known[0] != "other":
                 role = known[0]  # an exiting process reads with no command line: it keeps the role it had
             self.last[pid] = (role, times.user + times.system)
+        self.series.append((time.time(), self.by_role()))
 
     def by_role(self) -> dict[str, float]:
         out: dict[str, float] = defaultdict(float)
@@ -120,15 +154,39 @@ class Sampler:
             out[role] += cpu
         return dict(out)
 
+    def at(self, t: float, role: str) -> float:
+        """A role's CPU seconds by wall time ``t`` (the last sample at or before it)."""
+        cpu = 0.0
+        for when, roles in self.series:
+            if when > t:
+                break
+            cpu = roles.get(role, 0.0)
+        return cpu
 
-def bare(scenario: Path, scratch: Path) -> tuple[float, float, dict[str, float]]:
-    """One bare torchrun job: (job seconds, command seconds: the same, CPU by role)."""
+
+@contextlib.contextmanager
+def machine_lock(path: str | None) -> Iterator[None]:
+    """Hold the machine lock (flock) for one pair, where there is one."""
+    if not path:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def bare(scenario: Path, scratch: Path) -> dict:
+    """One bare torchrun job: job and command seconds (the same), launch to first step, CPU by role."""
     nodes = plan(scenario, scratch / "plan")
     stub = stub_package(scratch)
     ckpt = scratch / "bare-checkpoints"
     ckpt.mkdir(parents=True, exist_ok=True)
+    first = scratch / "first-step"
     procs, logs = [], []
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
     for node in nodes:
         argv = list(node["argv"])
         if argv[1] != "-c" or "chaos.agent_log" not in argv[2]:
@@ -137,7 +195,7 @@ def bare(scenario: Path, scratch: Path) -> tuple[float, float, dict[str, float]]
         if "--checkpoint-dir" in argv:
             argv[argv.index("--checkpoint-dir") + 1] = str(ckpt)
         env = {k: v for k, v in node["env"].items() if not k.startswith("CHAOS_")}
-        env = {**_base_env(), **env, "PYTHONPATH": str(stub)}
+        env = {**_base_env(), **env, "PYTHONPATH": str(stub), "BENCH_FIRST_STEP": str(first)}
         log = open(scratch / f"bare-{node['name']}.log", "w")
         logs.append(log)
         procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=scratch))
@@ -154,11 +212,19 @@ def bare(scenario: Path, scratch: Path) -> tuple[float, float, dict[str, float]]
         log.close()
     if any(codes):
         raise SystemExit(f"bare torchrun failed (exit codes {codes}); logs in {scratch}")
-    return took, took, sampler.by_role()
+    foreign = [cmd for cmd in sampler.cmdlines.values()
+               if any(key in cmd for key in FOREIGN) or str(REPO / "chaos") in cmd]
+    if foreign:
+        raise SystemExit(f"a torch-chaos process in the bare side's tree: {foreign[0]}")
+    if not checked:
+        raise SystemExit("no bare worker was seen: the stub check did not run")
+    first_step = min(float(x) for x in first.read_text().split()) - wall0
+    return {"job": took, "command": took, "first_step": first_step, "cpu": sampler.by_role(),
+            "processes": len(sampler.cmdlines)}
 
 
 def _only_the_stub(procs: list[subprocess.Popen[str]], stub: Path) -> bool:
-    """Whether a bare worker was seen and every file of a ``chaos`` package any bare process has open or mapped
+    """Whether a bare worker was seen and every file of a ``chaos`` package any bare worker has open or mapped
     is the stub's (raises when one is not). True once a worker was seen."""
     seen_worker = False
     for root in procs:
@@ -169,47 +235,56 @@ def _only_the_stub(procs: list[subprocess.Popen[str]], stub: Path) -> bool:
         for proc in tree:
             try:
                 cmd = " ".join(proc.cmdline())
-                if "chaos.agent_log" in cmd or "-m chaos" in cmd:
-                    raise SystemExit(f"a torch-chaos process in the bare side's tree: {cmd}")
-                if "train.py" in cmd:
-                    seen_worker = True
-                    paths = [m.path for m in proc.memory_maps()] + [f.path for f in proc.open_files()]
+                if "train.py" not in cmd:
+                    continue
+                seen_worker = True
+                paths = [m.path for m in proc.memory_maps()] + [f.path for f in proc.open_files()]
             except psutil.Error:
                 continue
-            if "train.py" in cmd:
-                foreign = [x for x in paths if "/chaos/" in x and not x.startswith(str(stub))]
-                if foreign:
-                    raise SystemExit(f"torch-chaos files in a bare worker: {foreign}")
+            foreign = [x for x in paths if "/chaos/" in x and not x.startswith(str(stub))]
+            if foreign:
+                raise SystemExit(f"torch-chaos files in a bare worker: {foreign}")
     return seen_worker
 
 
-def observed(scenario: Path, scratch: Path) -> tuple[float, float, dict[str, float]]:
-    """One ``chaos run``: (job seconds from its history, command seconds, CPU by role)."""
+def observed(scenario: Path, scratch: Path) -> dict:
+    """One ``chaos run``: job seconds from its history, command seconds, launch to first step, its phases and the
+    engine's CPU in each, CPU by role."""
     out = scratch / "runs"
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
     proc = subprocess.Popen([sys.executable, "-m", "chaos", "run", str(scenario), "--json", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_base_env())
     sampler = Sampler([proc.pid])
     while proc.poll() is None:
         sampler.sample()
         time.sleep(SAMPLE_S)
     stdout, stderr = proc.communicate()
-    took = time.monotonic() - t0
+    took, wall1 = time.monotonic() - t0, time.time()
+    sampler.series.append((wall1, sampler.by_role()))
     if proc.returncode != 0:
         raise SystemExit(f"chaos run failed ({proc.returncode}): {stdout[-2000:]}{stderr[-2000:]}")
     run_dir = out / json.loads(stdout)["run_id"]
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
     started = min(e["t"] for e in events if e.get("event") == "node_started")
     exited = max(e["t"] for e in events if e.get("event") == "node_exited")
-    return exited - started, took, sampler.by_role()
+    first_step = min(e["t"] for e in events if e.get("event") == "step_completed")
+    engine = [sampler.at(started, "engine"), sampler.at(exited, "engine"), sampler.at(wall1, "engine")]
+    return {"job": exited - started, "command": took, "first_step": first_step - wall0, "cpu": sampler.by_role(),
+            "start_s": started - wall0, "end_s": wall1 - exited,
+            "engine_start": engine[0], "engine_job": engine[1] - engine[0], "engine_end": engine[2] - engine[1]}
 
 
 def probe_cost(n: int = 20000) -> tuple[float, float]:
     """The probe's cost per ``step_completed`` on the calling thread, microseconds: off (no ``CHAOS_EVENTS``) and
-    appending to a history file (the channel's cost per event: benchmarks/channel_cost.py)."""
+    appending to a history file (the channel's cost per event: benchmarks/channel_cost.py), in a process with a
+    worker's number of threads (the probe reads each thread's schedstat for ``cpu_s``/``cpu_wait_s``: ~3 us a
+    thread, most of its cost per step)."""
     code = f"""
-import os, sys, tempfile, time
+import os, sys, tempfile, threading, time
 sys.path.insert(0, {str(REPO)!r})
+idle = threading.Event()
+for _ in range({THREADS}):  # a DDP worker's threads: the probe sums each one's schedstat per step
+    threading.Thread(target=idle.wait, daemon=True).start()
 from chaos import probe
 def per_call():
     t = time.perf_counter()
@@ -220,54 +295,85 @@ off = per_call()
 os.environ["CHAOS_EVENTS"] = os.path.join(tempfile.mkdtemp(), "events.jsonl")
 print(off, per_call())
 """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAOS_")}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=_base_env())
     off, on = (float(x) for x in done.stdout.split())
     return off, on
 
 
 def _base_env() -> dict[str, str]:
-    import os
-
+    """This process's environment without the engine's variables."""
     return {k: v for k, v in os.environ.items() if not k.startswith("CHAOS_")}
+
+
+def _median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def _default_lock() -> str | None:
+    path = os.environ.get("TORCH_CHAOS_MACHINE_LOCK") or "/tmp/torch-chaos-machine.lock"
+    return path if os.path.exists(path) else None
+
+
+def report(runs: dict[str, list[dict]], args: argparse.Namespace, load: tuple[float, float]) -> None:
+    """Medians, ratios and where the difference goes."""
+    bare_runs, chaos_runs = runs["bare"], runs["chaos"]
+    n = len(bare_runs)
+    print(f"{args.nodes} nodes x {args.steps} steps, n={n} interleaved pairs (medians; load average {load[0]:.1f} "
+          f"before, {load[1]:.1f} after, {psutil.cpu_count()} cores; each pair under {args.lock or 'no lock'}):")
+    for what in ("job", "command", "first_step"):
+        b, c = _median(bare_runs, what), _median(chaos_runs, what)
+        pair = statistics.median(rc[what] / rb[what] for rb, rc in zip(bare_runs, chaos_runs, strict=True))
+        label = {"job": "job", "command": "command", "first_step": "to step 1"}[what]
+        print(f"  {label:9} bare torchrun {b:6.2f} s   chaos run {c:6.2f} s   ratio {c / b:.3f} "
+              f"(median of per-pair ratios {pair:.3f})")
+    roles = sorted({role for side in runs.values() for r in side for role in r["cpu"]})
+    print("  CPU seconds by role (median per run; chaos minus bare is what observing adds):")
+    added = {}
+    for role in roles:
+        b = statistics.median(r["cpu"].get(role, 0.0) for r in bare_runs)
+        c = statistics.median(r["cpu"].get(role, 0.0) for r in chaos_runs)
+        added[role] = c - b
+        print(f"    {role:14} bare {b:6.2f}   chaos {c:6.2f}   added {c - b:+6.2f}")
+    off, on = probe_cost()
+    ranks = args.nodes
+    print("  where observing's cost goes (medians of the observed runs):")
+    print(f"    start-up, launch -> first node started: {_median(chaos_runs, 'start_s'):5.2f} s wall, engine "
+          f"{_median(chaos_runs, 'engine_start'):5.2f} s CPU (the command only, not the job)")
+    print(f"    engine during the job (polling every 20 ms, the history channel, heartbeat): "
+          f"{_median(chaos_runs, 'engine_job'):5.2f} s CPU "
+          f"({_median(chaos_runs, 'engine_job') / _median(chaos_runs, 'job') * 100:.1f}% of one core)")
+    print(f"    agents (chaos.agent_log's logging handler): {added.get('agent', 0.0):+5.2f} s CPU over {ranks} agents")
+    print(f"    workers (the probe's import and events): {added.get('worker', 0.0):+5.2f} s CPU over {ranks} workers; "
+          f"per step_completed {off:.1f} us off, {on:.1f} us writing the history with {THREADS + 1} threads "
+          f"({(on - off) * args.steps * ranks / 1e6:.3f} s of CPU over {args.steps} steps x {ranks} ranks)")
+    print(f"    end, last node exited -> exit (teardown, analysis, report): {_median(chaos_runs, 'end_s'):5.2f} s "
+          f"wall, engine {_median(chaos_runs, 'engine_end'):5.2f} s CPU (the command only)")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--pairs", type=int, default=10)
+    ap.add_argument("--lock", default=_default_lock(), help="flock held for each pair ('' for none)")
     args = ap.parse_args()
-    runs: dict[str, list[tuple[float, float, dict[str, float]]]] = {"bare": [], "chaos": []}
-    load0 = os.getloadavg()
+    compileall.compile_dir(str(REPO / "chaos"), quiet=1)  # as an installed package has it
+    runs: dict[str, list[dict]] = {"bare": [], "chaos": []}
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="torch-chaos-overhead-") as tmp:
         scenario = Path(tmp) / "observer-overhead.yaml"
         scenario.write_text(SCENARIO.format(steps=args.steps, nodes=args.nodes))
         for i in range(args.pairs):
-            for side, fn in (("bare", bare), ("chaos", observed)) if i % 2 == 0 else (("chaos", observed),
-                                                                                      ("bare", bare)):
-                scratch = Path(tmp) / f"{side}-{i}"
-                scratch.mkdir()
-                runs[side].append(fn(scenario, scratch))
-                print(f"  {side:5} #{i + 1}: job {runs[side][-1][0]:6.2f} s, command {runs[side][-1][1]:6.2f} s",
-                      flush=True)
-    print(f"{args.nodes} nodes x {args.steps} steps, n={args.pairs} interleaved pairs (medians; load average "
-          f"{load0[0]:.1f} before, {os.getloadavg()[0]:.1f} after, {psutil.cpu_count()} cores):")
-    for j, what in enumerate(("job", "command")):
-        b = statistics.median(r[j] for r in runs["bare"])
-        c = statistics.median(r[j] for r in runs["chaos"])
-        pair = statistics.median(rc[j] / rb[j] for rb, rc in zip(runs["bare"], runs["chaos"], strict=True))
-        print(f"  {what:8} bare torchrun {b:6.2f} s   chaos run {c:6.2f} s   ratio {c / b:.3f} "
-              f"(median of per-pair ratios {pair:.3f})")
-    roles = sorted({role for side in runs.values() for r in side for role in r[2]})
-    print("  CPU seconds by role (median per run; chaos minus bare is what observing adds):")
-    for role in roles:
-        b = statistics.median(r[2].get(role, 0.0) for r in runs["bare"])
-        c = statistics.median(r[2].get(role, 0.0) for r in runs["chaos"])
-        print(f"    {role:14} bare {b:6.2f}   chaos {c:6.2f}   added {c - b:+6.2f}")
-    off, on = probe_cost()
-    print(f"  probe per step_completed: {off:.1f} us off, {on:.1f} us writing the history "
-          f"({(on - off) * args.steps / 1e6 * 1000:.1f} ms of CPU per rank over {args.steps} steps)")
+            order = (("bare", bare), ("chaos", observed))
+            with machine_lock(args.lock):
+                for side, fn in order if i % 2 == 0 else order[::-1]:
+                    scratch = Path(tmp) / f"{side}-{i}"
+                    scratch.mkdir()
+                    runs[side].append(fn(scenario, scratch))
+                    r = runs[side][-1]
+                    print(f"  {side:5} #{i + 1}: job {r['job']:6.2f} s, command {r['command']:6.2f} s, "
+                          f"to step 1 {r['first_step']:5.2f} s (load {os.getloadavg()[0]:.1f})", flush=True)
+    report(runs, args, (load0, os.getloadavg()[0]))
     return 0
 
 

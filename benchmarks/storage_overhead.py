@@ -5,7 +5,8 @@ printed with its n and the ratio of the medians (layer / plain):
 
 - ``save``: one checkpoint save as a job makes it: ``torch.save`` of a ``--mb`` MB state dict to a temporary name,
   ``fsync``, ``os.replace`` onto its final name (both sides fsync: a save that is not on the disk is not saved);
-- ``raw``: ``dd``-style throughput: ``--raw-mb`` MiB in 1 MiB writes, then ``fsync`` and close, in MB/s;
+  each part printed on its own (serialize into memory, write, fsync, rename);
+- ``raw``: ``dd if=/dev/zero bs=1M count=--raw-mb conv=fsync`` through the mount and on the disk, in MB/s;
 - ``job`` (``--job-pairs N``, 0 skips it): a save-heavy ``chaos run`` (2 nodes, ~8.7 MB checkpoints every 5 steps,
   60 saves) with the layer on against the same scenario with ``storage: {layer: off}``: the job's time from the
   history (first node started to last node exited). Real clusters: run it under the machine lock.
@@ -14,12 +15,19 @@ The server is the real one (``python -m chaos.storage serve``), recording to a s
 separate process with ``CHAOS_NODE`` set, as a node's is. Both directories are on the same disk (``--dir``).
 
     python benchmarks/storage_overhead.py --mb 9 --pairs 21 --raw-mb 200 --raw-pairs 7
-    flock /tmp/torch-chaos-machine.lock python benchmarks/storage_overhead.py --pairs 0 --raw-pairs 0 --job-pairs 5
+    python benchmarks/storage_overhead.py --pairs 0 --raw-pairs 0 --job-pairs 5
+
+``--attribute`` repeats the save and dd pairs with the server's sha256 replaced by a no-op (attribution only: such
+a layer records wrong digests), which splits the layer's cost into its hashing and the rest. Each job pair runs
+under the machine lock (``--lock``, default ``$TORCH_CHAOS_MACHINE_LOCK`` or /tmp/torch-chaos-machine.lock).
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
+import contextlib
+import fcntl
 import json
 import os
 import statistics
@@ -27,39 +35,42 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from chaos.storage.mounts import is_mounted, unmount
 
 WRITER = """
-import json, os, sys, time, torch
+import io, json, os, subprocess, sys, time, torch
 mb, pairs, raw_mb, raw_pairs, fuse_dir, plain_dir = (float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
                                                      int(sys.argv[4]), sys.argv[5], sys.argv[6])
 state = {"w": torch.randn(int(mb * 1024 * 1024 // 4))}
 out = {"fuse_save": [], "plain_save": [], "fuse_raw": [], "plain_raw": []}
 
 def save(d, i):
-    t = time.perf_counter()
+    # one save as a job makes it, split: serialize (torch.save into memory), write, fsync, rename (+ close)
+    t0 = time.perf_counter()
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    t1 = time.perf_counter()
     tmp = f"{d}/ckpt_{i}.pt.tmp"
     with open(tmp, "wb") as f:
-        torch.save(state, f)
+        f.write(buf.getbuffer())
         f.flush()
+        t2 = time.perf_counter()
         os.fsync(f.fileno())
+        t3 = time.perf_counter()
     os.replace(tmp, f"{d}/ckpt_{i}.pt")
-    took = time.perf_counter() - t
+    t4 = time.perf_counter()
     if i >= 3:
         os.unlink(f"{d}/ckpt_{i - 3}.pt")  # keep 3, as a job does
-    return took
-
-block = os.urandom(1 << 20)
+    return [t4 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3]
 
 def raw(d, i):
+    # dd with fsync: raw_mb MiB of zeros in 1 MiB blocks, fsync before dd exits; MB/s
     t = time.perf_counter()
-    fd = os.open(f"{d}/raw_{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    for _ in range(raw_mb):
-        os.write(fd, block)
-    os.fsync(fd)
-    os.close(fd)
+    subprocess.run(["dd", "if=/dev/zero", f"of={d}/raw_{i}", "bs=1M", f"count={raw_mb}", "conv=fsync"],
+                   check=True, capture_output=True)
     took = time.perf_counter() - t
     os.unlink(f"{d}/raw_{i}")
     return raw_mb * (1 << 20) / 1e6 / took
@@ -98,14 +109,31 @@ def pairs_line(name: str, unit: str, fuse: list[float], plain: list[float], high
             f"(median of per-pair ratios {per_pair:.3f}), n={len(fuse)} pairs")
 
 
-def micro(args: argparse.Namespace) -> None:
+# Attribution only (``--attribute``): the same server with sha256 replaced by a no-op, so the run shows what the
+# layer costs without its digests (FUSE round trips, copies, Python); the difference is the hashing's share.
+NO_HASH_SERVER = """
+import runpy, sys, types
+import chaos.storage.digests as digests
+class NoHash:
+    def update(self, data): pass
+    def hexdigest(self): return "0" * 64
+digests.hashlib = types.SimpleNamespace(sha256=NoHash)
+sys.argv = ["chaos.storage", *sys.argv[1:]]
+runpy.run_module("chaos.storage", run_name="__main__")
+"""
+SAVE_PARTS = ("total", "serialize", "write", "fsync", "rename")
+
+
+def micro(args: argparse.Namespace, no_hash: bool = False) -> None:
+    """The save and dd pairs through one mount of the real server (``no_hash``: its sha256 a no-op)."""
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         mount, plain, events = root / "ckpt", root / "plain", root / "events.jsonl"
         for d in (mount, plain, root / "events.jsonl.acks"):
             d.mkdir()
         events.touch()
-        server = subprocess.Popen([sys.executable, "-m", "chaos.storage", "serve", "--mount", str(mount),
+        start = [sys.executable, "-c", NO_HASH_SERVER] if no_hash else [sys.executable, "-m", "chaos.storage"]
+        server = subprocess.Popen([*start, "serve", "--mount", str(mount),
                                    "--events", str(events), "--run-id", "benchmark"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -118,20 +146,44 @@ def micro(args: argparse.Namespace) -> None:
                                   str(args.raw_pairs), str(mount), str(plain)],
                                  env={**os.environ, "CHAOS_NODE": "node0"}, capture_output=True, text=True,
                                  check=True).stdout
+            cpu = _cpu_s(server.pid)
         finally:
             unmount(str(mount))
             server.wait(10)
         times = json.loads(out)
         lines = [json.loads(line)["event"] for line in events.open()]
-    print(f"in {args.dir} (layer and plain directory on the same disk), interleaved pairs:")
+    what = "ATTRIBUTION ONLY, the server's sha256 a no-op" if no_hash else "the real server"
+    print(f"in {args.dir} (layer and plain directory on the same disk; {what}), interleaved pairs:")
     if args.pairs:
-        print(pairs_line(f"save of {args.mb} MB (torch.save, fsync, rename)", "ms",
-                         [t * 1000 for t in times["fuse_save"]], [t * 1000 for t in times["plain_save"]]))
+        for j, part in enumerate(SAVE_PARTS):
+            print(pairs_line(f"save of {args.mb} MB, {part}", "ms", [t[j] * 1000 for t in times["fuse_save"]],
+                             [t[j] * 1000 for t in times["plain_save"]]))
     if args.raw_pairs:
-        print(pairs_line(f"raw {args.raw_mb} MiB in 1 MiB writes + fsync", "MB/s", times["fuse_raw"],
+        print(pairs_line(f"dd {args.raw_mb} MiB (bs=1M conv=fsync)", "MB/s", times["fuse_raw"],
                          times["plain_raw"], higher_is_better=True))
+    print(f"  the server's CPU over the whole measurement: {cpu:.2f} s (user + system)")
     finished = lines.count("checkpoint_save_finished")
     print(f"  {len(lines)} history lines recorded ({finished} checkpoint_save_finished)")
+
+
+def _cpu_s(pid: int) -> float:
+    """A live process's CPU seconds so far (user + system, its threads included), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def machine_lock(path: str | None) -> Iterator[None]:
+    """Hold the machine lock (flock) for one pair, where there is one."""
+    if not path:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def job_time(scenario: Path, out: Path) -> float:
@@ -166,11 +218,18 @@ def job(args: argparse.Namespace) -> None:
             (root / f"{layer}.yaml").write_text(SAVE_HEAVY.format(layer=layer,
                                                                   faults=NO_EFFECT_FAULT if layer == "fuse" else "[]"))
         for i in range(args.job_pairs):
-            for layer in (("fuse", "off") if i % 2 == 0 else ("off", "fuse")):
-                times[layer].append(job_time(root / f"{layer}.yaml", root / f"run-{layer}-{i}"))
-                print(f"  pair {i}: {layer} {times[layer][-1]:.2f} s", file=sys.stderr)
+            with machine_lock(args.lock):
+                for layer in (("fuse", "off") if i % 2 == 0 else ("off", "fuse")):
+                    times[layer].append(job_time(root / f"{layer}.yaml", root / f"run-{layer}-{i}"))
+                    print(f"  pair {i}: {layer} {times[layer][-1]:.2f} s (load {os.getloadavg()[0]:.1f})",
+                          file=sys.stderr)
     print("save-heavy job (2 nodes, ~8.7 MB checkpoint every 5 steps, 60 saves), chaos run, layer fuse vs off:")
     print(pairs_line("job time", "s", times["fuse"], times["off"]))
+
+
+def _default_lock() -> str | None:
+    path = os.environ.get("TORCH_CHAOS_MACHINE_LOCK") or "/tmp/torch-chaos-machine.lock"
+    return path if os.path.exists(path) else None
 
 
 def main() -> None:
@@ -182,9 +241,16 @@ def main() -> None:
     p.add_argument("--job-pairs", type=int, default=0, help="interleaved save-heavy chaos run pairs (0 skips)")
     p.add_argument("--dir", default=os.environ.get("TMPDIR", "/var/tmp"),
                    help="where both directories live (a disk: /dev/shm would hide the disk's own cost)")
+    p.add_argument("--attribute", action="store_true",
+                   help="also run the save and dd pairs with the server's sha256 a no-op (attribution only)")
+    p.add_argument("--lock", default=_default_lock(), help="flock held for each job pair ('' for none)")
     args = p.parse_args()
+    print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores, kernel {os.uname().release}")
+    compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "chaos"), quiet=1)  # as an install has it
     if args.pairs or args.raw_pairs:
         micro(args)
+        if args.attribute:
+            micro(args, no_hash=True)
     if args.job_pairs:
         job(args)
 

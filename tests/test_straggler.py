@@ -425,3 +425,38 @@ def test_the_cpu_controller_is_found_on_a_hybrid_host_s_unified_hierarchy(tmp_pa
     (unified / "cgroup.controllers").write_text("cpu hugetlb\n")
     assert straggler.cpu_layout(mounts) == straggler.CpuLayout(2, unified)
     assert straggler.cpu_layout("") is None
+
+
+def test_probe_cpu_reading_keeps_one_descriptor_per_live_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe keeps each thread's schedstat open between steps (a step's reading was mostly open/close): a
+    thread that ends gives its descriptor back, CPU a thread burnt is still counted, and a forked child reads its
+    own threads, not the parent's descriptors."""
+    import threading
+
+    monkeypatch.setattr(probe, "_schedstat_pid", 0)
+    monkeypatch.setattr(probe, "_schedstat_fds", {})
+    monkeypatch.setattr(probe, "_cpu_seen", {})
+    assert probe._cpu_since_last() == {}  # the first call is the baseline
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (sum(range(300_000)), done.wait()))
+    worker.start()
+    try:
+        reading = probe._cpu_since_last()
+        assert str(worker.native_id) in probe._schedstat_fds
+        assert reading["cpu_s"] > 0  # the new thread's CPU so far counts in the step it appeared
+    finally:
+        done.set()
+        worker.join()
+    probe._cpu_since_last()
+    assert set(probe._schedstat_fds) == set(os.listdir("/proc/self/task"))  # the ended thread's descriptor closed
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        ok = probe._cpu_since_last() == {} and set(probe._schedstat_fds) == {str(os.getpid())}
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.close(read)
+    os.waitpid(child, 0)
+    probe._forget_schedstat()  # the descriptors this test opened
