@@ -152,6 +152,11 @@ def summary(result: ResultModel | Mapping[str, Any], console: Console, report: P
         console.print(Text.assemble(("note:", "yellow"), f" {late} worker restart(s) began after the job had reported "
                                     "its final state (e.g. a worker crashed while shutting down; see logs/); not "
                                     "counted as restarts above"))
+    if result.federated:  # a federated run: its rounds (chaos.analysis.federated)
+        from chaos.analysis.federated import text_lines
+
+        for line in text_lines(dict(result.federated)):
+            console.print(line, highlight=False)
     checks = Table(title="checkpoint correctness")
     for col in ("verdict", "result", "why"):
         checks.add_column(col, overflow="fold")
