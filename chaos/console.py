@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chaos.analysis.channel import skew_sentence
+from chaos.analysis.federated import text_lines
 from chaos.analysis.result_model import ResultModel
 from chaos.paths import shown
 from chaos.plan import fault_summary
@@ -153,8 +154,6 @@ def summary(result: ResultModel | Mapping[str, Any], console: Console, report: P
                                     "its final state (e.g. a worker crashed while shutting down; see logs/); not "
                                     "counted as restarts above"))
     if result.federated:  # a federated run: its rounds (chaos.analysis.federated)
-        from chaos.analysis.federated import text_lines
-
         for line in text_lines(dict(result.federated)):
             console.print(line, highlight=False)
     checks = Table(title="checkpoint correctness")

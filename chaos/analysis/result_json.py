@@ -34,6 +34,7 @@ from chaos.events import EndReason, Ev
 from chaos.golden import no_golden_why
 from chaos.history import Event
 from chaos.scenario import Bound, CommandWorkload, Scenario
+from chaos.workload_args import FLOWER_MLP
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
@@ -318,8 +319,6 @@ def _planned_rounds(scenario: Scenario) -> int | None:
     w = scenario.workload
     if getattr(w, "name", None) != "flower-mlp":
         return None
-    from chaos.workload_args import FLOWER_MLP
-
     value = w.args.get("rounds", FLOWER_MLP["rounds"].default)  # type: ignore[union-attr]
     return int(value) if isinstance(value, (int, float, str)) and str(value).isdigit() else None
 
