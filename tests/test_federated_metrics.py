@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.analysis.federated import expectation_values, federated_metrics, server_ended_training, text_lines
+from chaos.analysis.load import History
 from chaos.analysis.result_json import evaluate_federated_expectations
+from chaos.analysis.steps import StepTable
 from chaos.loading import parse_scenario
 
 ENV = {"launcher": "flower", "mode": "federated", "single_point_node": "node0",
@@ -17,10 +19,10 @@ ENV = {"launcher": "flower", "mode": "federated", "single_point_node": "node0",
 
 def _round(t: float, rnd: int, results: int, failures: int, sampled: list[str], failed: list[str] | None = None,
            loss: float = 0.5, acc: float = 0.8, pid: int = 100) -> dict[str, Any]:
-    return {"t": t, "source": "workload", "event": "step_completed", "node": "node0", "pid": pid, "rank": 0,
-            "step": rnd, "loss": loss, "fl_round": rnd, "fl_results": results, "fl_failures": failures,
-            "fl_sampled": sampled, "fl_result_nodes": [n for n in sampled if n not in (failed or [])],
-            "fl_failure_nodes": failed or [], "fl_aggregated": results > 0, "eval_accuracy": acc}
+    return {"t": t, "source": "workload", "event": "fl_round", "node": "node0", "pid": pid, "rank": 0,
+            "round": rnd, "results": results, "failures": failures, "sampled": sampled,
+            "result_nodes": [n for n in sampled if n not in (failed or [])], "failure_nodes": failed or [],
+            "aggregated": results > 0, "eval_loss": loss, "eval_accuracy": acc}
 
 
 def _history(rounds: list[dict[str, Any]], faults: list[tuple[float, str]], reason: str = "completed",
@@ -108,6 +110,10 @@ def test_quality_row_against_golden() -> None:
 def test_no_rounds_no_federated_section() -> None:
     events = [{"t": 1.0, "source": "workload", "event": "step_completed", "node": "node0", "pid": 1, "step": 1}]
     assert federated_metrics(events) is None
+    assert federated_metrics(History([], StepTable.of(events))) is None  # an indexed history (steps in a table)
+    rounds = [_round(10, 1, 2, 0, ["node1", "node2"])]
+    fed = federated_metrics(History(_history(rounds, [])), planned_rounds=1)
+    assert fed is not None and fed["rounds_completed"] == 1
 
 
 # expect.federated is a section of every scenario (the shared model does not need the flower launcher registered)

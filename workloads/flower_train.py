@@ -11,8 +11,9 @@ A client that dies mid-round is a *failure* of that round (``accept_failures``: 
 others); a frozen one is a failure once ``--pg-timeout-s`` (``ServerConfig.round_timeout``) passes. A round with no
 result is a *failed round* (nothing aggregated). After every round the server evaluates the global model on a
 held-out set of its own (centralized evaluation) and reports the round through ``chaos.probe`` as one
-``step_completed`` (``step`` = the round, ``loss`` = the evaluation loss) with the round's results, failures, the
-clients it sampled and the accuracy; and prints one line of the same (``round N results=R failures=F ...``).
+``fl_round`` (the round's results, failures, the clients it sampled, the evaluation loss and accuracy) and one
+``step_completed`` (``step`` = the round, ``loss`` = the evaluation loss: the engine's progress, triggers and stall
+timeout count rounds); and prints one line of the same (``round N results=R failures=F ...``).
 
 The server saves the global model (and the round) after each round, atomically, in ``--checkpoint-dir``; a
 restarted server (the engine's ``cluster.node_restart``: Flower itself restarts nothing) resumes from the newest
@@ -205,11 +206,11 @@ def run_server(args: argparse.Namespace) -> int:
         print(f"flower_train: round {rnd} results={len(results)} failures={len(failures)} "
               f"sampled={','.join(sampled)} eval_loss={loss:.6f} accuracy={acc:.4f}"
               + ("" if aggregated else " (failed: nothing aggregated)"), flush=True)
-        probe.step_completed(rnd, loss=loss, samples=len(results) * args.samples_per_client,
-                             duration_s=time.perf_counter() - state["t_round"], fl_round=rnd,
-                             fl_results=len(results), fl_failures=len(failures), fl_sampled=sampled,
-                             fl_result_nodes=results, fl_failure_nodes=failures,
-                             fl_errors=state.get("errors", []), fl_aggregated=aggregated, eval_accuracy=acc)
+        duration = time.perf_counter() - state["t_round"]
+        probe.emit("fl_round", round=rnd, results=len(results), failures=len(failures), sampled=sampled,
+                   result_nodes=results, failure_nodes=failures, errors=state.get("errors", []),
+                   aggregated=aggregated, eval_loss=loss, eval_accuracy=acc, duration_s=duration)
+        probe.step_completed(rnd, loss=loss, samples=len(results) * args.samples_per_client, duration_s=duration)
         if aggregated:
             save_checkpoint(ckpt_dir, rnd, weights, args.keep)
         state["final"] = (rnd, loss, acc, weights)

@@ -1,8 +1,8 @@
 """Federated figures of a run, from the rounds its server recorded (``launcher: flower``, docs/flower.md).
 
 A federated job's unit of progress is a round, not an optimizer step: the server reports each round as one
-``step_completed`` (``step`` = the round, ``loss`` = the global model's evaluation loss) with ``fl_round`` and the
-round's own fields (``fl_results``, ``fl_failures``, ``fl_sampled``, ``fl_aggregated``, ``eval_accuracy``). From
+``fl_round`` (its results, failures, sampled clients, whether it aggregated, the evaluation loss and accuracy) and
+one ``step_completed`` (``step`` = the round: what the engine's progress and triggers count). From
 them: rounds completed (aggregated) and failed (nothing came back), the results and failures of each round, the
 clients each sampled, rounds executed again (a restarted server that did not resume), the time from each fault to
 the next completed round, the rounds a server crash cost, and the final evaluation against the fault-free (golden)
@@ -19,23 +19,18 @@ from chaos.analysis.load import of_kind
 from chaos.events import EndReason, Ev
 from chaos.history import Event
 
-# the fields a round's step_completed carries beyond the step's own (workloads/flower_train.py writes them)
-ROUND_FIELDS = ("fl_results", "fl_failures", "fl_sampled", "fl_aggregated")
-
 
 def round_rows(events: list[Event]) -> list[dict[str, Any]]:
     """One row per executed round, in the order the server ran them (a redone round appears again)."""
     rows = []
-    for e in of_kind(events, Ev.STEP_COMPLETED):
-        if "fl_round" not in e:
-            continue
-        rows.append({"round": int(e["fl_round"]), "t": float(e["t"]),
-                     "results": int(e.get("fl_results") or 0), "failures": int(e.get("fl_failures") or 0),
-                     "sampled": list(e.get("fl_sampled") or []),
-                     "failed_clients": list(e.get("fl_failure_nodes") or []),
-                     "errors": list(e.get("fl_errors") or []),
-                     "aggregated": bool(e.get("fl_aggregated", bool(e.get("fl_results")))),
-                     "eval_loss": e.get("loss"), "eval_accuracy": e.get("eval_accuracy"),
+    for e in of_kind(events, Ev.FL_ROUND):
+        rows.append({"round": int(e["round"]), "t": float(e["t"]),
+                     "results": int(e.get("results") or 0), "failures": int(e.get("failures") or 0),
+                     "sampled": list(e.get("sampled") or []),
+                     "failed_clients": list(e.get("failure_nodes") or []),
+                     "errors": list(e.get("errors") or []),
+                     "aggregated": bool(e.get("aggregated", bool(e.get("results")))),
+                     "eval_loss": e.get("eval_loss"), "eval_accuracy": e.get("eval_accuracy"),
                      "pid": e.get("pid")})
     return sorted(rows, key=lambda r: r["t"])
 
