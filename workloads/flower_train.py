@@ -207,12 +207,12 @@ def run_server(args: argparse.Namespace) -> int:
               f"sampled={','.join(sampled)} eval_loss={loss:.6f} accuracy={acc:.4f}"
               + ("" if aggregated else " (failed: nothing aggregated)"), flush=True)
         duration = time.perf_counter() - state["t_round"]
+        if aggregated:  # saved before the round is reported: a fault triggered by the round finds it on disk
+            save_checkpoint(ckpt_dir, rnd, weights, args.keep)
         probe.emit("fl_round", round=rnd, results=len(results), failures=len(failures), sampled=sampled,
                    result_nodes=results, failure_nodes=failures, errors=state.get("errors", []),
                    aggregated=aggregated, eval_loss=loss, eval_accuracy=acc, duration_s=duration)
         probe.step_completed(rnd, loss=loss, samples=len(results) * args.samples_per_client, duration_s=duration)
-        if aggregated:
-            save_checkpoint(ckpt_dir, rnd, weights, args.keep)
         state["final"] = (rnd, loss, acc, weights)
         for key in ("results", "failures", "errors", "sampled"):
             state.pop(key, None)
