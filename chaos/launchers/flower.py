@@ -134,7 +134,8 @@ class Flower(Launcher):
             name = f"node{i}"
             env = {**ctx.base_env, **net.env, "CHAOS_NODE": name, "PYTHONPATH": path,
                    "FLOWER_ROLE": "server" if i == 0 else "client", "FLOWER_SERVER_ADDRESS": server,
-                   "RANK": str(i), "PYTHONUNBUFFERED": "1", "GRPC_VERBOSITY": "ERROR"}
+                   "RANK": str(i), "PYTHONUNBUFFERED": "1", "GRPC_VERBOSITY": "ERROR",
+                   "FLWR_TELEMETRY_ENABLED": "0"}  # no usage report from nodes that reach nothing outside
             nodes.append(NodePlan(name, i, list(argv), env, cpus=ctx.pinned.get(name)))
         return Launch(nodes, store_port=port)
 
