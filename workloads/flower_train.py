@@ -190,7 +190,12 @@ def run_server(args: argparse.Namespace) -> int:
                 if isinstance(node, str):
                     names[proxy.cid] = node
             state["results"] = [node_of(p) for p, _ in results]
-            state["failures"] = [node_of(f[0]) if isinstance(f, tuple) else type(f).__name__ for f in failures]
+            # a failure is (proxy, result) or a bare exception (a stream closed, a round timeout): the nodes sampled
+            # that returned nothing are the failed ones
+            got = {p.cid for p, _ in results}
+            missing = [node_of(p) for p in state.get("sampled", []) if p.cid not in got]
+            state["failures"] = missing if len(missing) == len(failures) else [
+                node_of(f[0]) if isinstance(f, tuple) else type(f).__name__ for f in failures]
             state["errors"] = sorted({type(f[1] if isinstance(f, tuple) else f).__name__ for f in failures})
             return super().aggregate_fit(server_round, results, failures)
 
