@@ -25,7 +25,6 @@ OTHER_MEANING = {
     ("chaos.analysis.checkpoints", "loss"): "the training loss column",
     ("chaos.analysis.series", "loss"): "the training loss column",
     ("chaos.analysis.steps", "loss"): "the training loss column",
-    ("chaos.analysis.federated", "loss"): "the evaluation loss column of a round",
     ("chaos.engine.progress", "loss"): "the progress regex's loss group",
     ("chaos.golden", "loss"): "the progress regex's loss group",
     ("chaos.reports.html", "loss"): "the loss figure",
