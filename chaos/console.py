@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chaos.analysis.channel import skew_sentence
+from chaos.analysis.federated import text_lines
 from chaos.analysis.result_model import ResultModel
 from chaos.paths import shown
 from chaos.plan import fault_summary
@@ -152,6 +153,9 @@ def summary(result: ResultModel | Mapping[str, Any], console: Console, report: P
         console.print(Text.assemble(("note:", "yellow"), f" {late} worker restart(s) began after the job had reported "
                                     "its final state (e.g. a worker crashed while shutting down; see logs/); not "
                                     "counted as restarts above"))
+    if result.federated:  # a federated run: its rounds (chaos.analysis.federated)
+        for line in text_lines(dict(result.federated)):
+            console.print(line, highlight=False)
     checks = Table(title="checkpoint correctness")
     for col in ("verdict", "result", "why"):
         checks.add_column(col, overflow="fold")

@@ -93,6 +93,7 @@ class Ev(StrEnum):
     CHECKPOINT_DELETED = "checkpoint_deleted"
     CHECKPOINT_REJECTED = "checkpoint_rejected"
     RUN_FINISHED = "run_finished"
+    FL_ROUND = "fl_round"
     # -- progress (source "progress": the engine watching a workload's checkpoint directory)
     CHECKPOINT_SEEN = "checkpoint_seen"
     # -- storage (source "storage": the storage layer; it also writes the CHECKPOINT_* events above for any script)
@@ -628,6 +629,24 @@ class StorageDeleted(StorageLine):
     replaced_by: NotRequired[str]  # the target a rename replaced
 
 
+class FlRound(WorkloadLine):
+    """A federated server finished a round (``launcher: flower``; chaos.analysis.federated reads it). The same
+    round is also a ``step_completed`` (``step`` = the round, ``loss`` = the evaluation loss): the engine's progress,
+    stall and trigger logic see rounds as steps; the round's own fields are kept here, out of the step table."""
+
+    round: int  # the global round (a restarted server that resumed goes on from the round it restored)
+    results: int  # sampled clients that returned a result
+    failures: int  # sampled clients that failed (a lost stream, a round timeout)
+    sampled: list[str]  # the nodes (or Flower client ids, when not yet known) the server sampled for the round
+    result_nodes: NotRequired[list[str]]
+    failure_nodes: NotRequired[list[str]]
+    errors: NotRequired[list[str]]  # the failures' exception types
+    aggregated: bool  # FedAvg produced a new global model (false: nothing came back, a failed round)
+    eval_loss: NotRequired[float | None]  # the global model's centralized evaluation after the round
+    eval_accuracy: NotRequired[float | None]
+    duration_s: NotRequired[float]  # from the round's sampling to its evaluation
+
+
 # Each event's field declaration (for documentation, ``chaos`` tooling and tests that check the writers).
 FIELDS: dict[Ev, type] = {
     Ev.RUN_STARTED: RunStarted,
@@ -663,6 +682,7 @@ FIELDS: dict[Ev, type] = {
     Ev.CHECKPOINT_DELETED: CheckpointDeleted,
     Ev.CHECKPOINT_REJECTED: CheckpointRejected,
     Ev.RUN_FINISHED: RunFinished,
+    Ev.FL_ROUND: FlRound,
     Ev.CHECKPOINT_SEEN: CheckpointSeen,
     Ev.STORAGE_OP_FAILED: StorageOpFailed,
     Ev.STORAGE_OP_STALLED: StorageOpStalled,

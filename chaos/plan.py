@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_WORKLOADS = {"ddp-mlp": REPO_ROOT / "workloads" / "train.py",
                      "ray-mlp": REPO_ROOT / "workloads" / "ray_train.py",
-                     "tf-mlp": REPO_ROOT / "workloads" / "tf_train.py"}
+                     "tf-mlp": REPO_ROOT / "workloads" / "tf_train.py",
+                     "flower-mlp": REPO_ROOT / "workloads" / "flower_train.py"}
 
 # Measured here to recover from a node crash in ~8 s (torchrun's defaults: ~46 s).
 # See docs/design.md, "Runtimes and fault mechanisms".

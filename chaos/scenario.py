@@ -241,6 +241,23 @@ class Storage(Strict):
         "require FUSE; inotify: save and delete events at coarser timing (no loads, holds or storage faults); off")
 
 
+class FederatedExpect(Strict):
+    """Round-level bounds for a federated run (``launcher: flower``; chaos.analysis.federated measures them)."""
+
+    rounds_completed: Bound | None = Field(None, description="distinct rounds the server aggregated")
+    rounds_failed: Bound | None = Field(None, description="rounds in which no sampled client returned a result")
+    client_failures: Bound | None = Field(None, description="client failures summed over every round")
+    rounds_redone: Bound | None = Field(None, description="rounds executed again after having completed (a "
+                                        "restarted server that did not resume)")
+    rounds_lost: Bound | None = Field(None, description="rounds a server crash cost (not run, or run again)")
+    to_next_round_s: Bound | None = Field(None, description="from each fault to the next completed round (the "
+                                          "worst fault's)")
+    final_accuracy: Bound | None = Field(None, description="the global model's final evaluation accuracy")
+    accuracy_drop: Bound | None = Field(None, description="the fault-free (golden) run's final accuracy minus "
+                                        "this run's")
+    loss_increase: Bound | None = Field(None, description="this run's final evaluation loss minus the golden run's")
+
+
 class Expect(Strict):
     completes: bool | None = Field(None, description="the job must (true) or must not (false) finish all steps")
     recovery_s: Bound | None = None
@@ -253,6 +270,8 @@ class Expect(Strict):
     faults_injected: Bound | None = Field(None, description="how many planned faults must really have happened "
                                           "(for plans whose faults are optional, e.g. those chaos explore makes)")
     checkpoint: CheckpointExpect | None = Field(None, description="checkpoint-correctness verdicts to require")
+    federated: FederatedExpect | None = Field(None, description="round-level bounds of a federated run (launcher: "
+                                              "flower), e.g. rounds_failed: {max: 1}")
 
 
 MAX_FAULTS = 64  # a plan of more faults than this is a mistake (and would take longer than any deadline to heal)

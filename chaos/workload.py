@@ -55,9 +55,10 @@ def _args_schema(schema: dict[str, Any]) -> None:
 
 
 class ShippedWorkload(Strict):
-    name: Literal["ddp-mlp", "ray-mlp", "tf-mlp"] = Field(
+    name: Literal["ddp-mlp", "ray-mlp", "tf-mlp", "flower-mlp"] = Field(
         description="a reference workload shipped in workloads/: ddp-mlp (train.py, torchrun or one process), "
-        "ray-mlp (ray_train.py, launcher: ray), tf-mlp (tf_train.py, launcher: tf-multiworker)")
+        "ray-mlp (ray_train.py, launcher: ray), tf-mlp (tf_train.py, launcher: tf-multiworker), flower-mlp "
+        "(flower_train.py, launcher: flower)")
     args: dict[str, str | int | float | bool] = Field(
         default_factory=dict, json_schema_extra=_args_schema,
         description="command-line arguments, e.g. {steps: 800, checkpoint_every: 50}; declared in "

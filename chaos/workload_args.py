@@ -103,7 +103,35 @@ TF_MLP: dict[str, Arg] = {
     "bug": Arg(str, None, "plant a known resume bug", choices=TF_BUGS),
 }
 
-SHIPPED: dict[str, dict[str, Arg]] = {"ddp-mlp": DDP_MLP, "ray-mlp": RAY_MLP, "tf-mlp": TF_MLP}
+FLOWER_BUGS = ("ignore-saved-model",)
+
+# workloads/flower_train.py (launcher: flower): FedAvg over a tiny PyTorch classifier, node0 the server.
+FLOWER_MLP: dict[str, Arg] = {
+    "rounds": Arg(int, 10, "federated rounds to run (ServerConfig.num_rounds)", min=1),
+    "clients_per_round": Arg(int, 2, "clients sampled per round (FedAvg's min_fit_clients; the server waits for "
+                             "this many to be connected)", min=1),
+    "local_steps": Arg(int, 20, "SGD steps each sampled client trains per round", min=1),
+    "batch": Arg(int, 32, "samples per local step", min=1),
+    "samples_per_client": Arg(int, 512, "synthetic samples in each client's shard (and the server's test set)",
+                              min=1),
+    "features": Arg(int, 16, min=1),
+    "hidden": Arg(int, 32, min=1),
+    "lr": Arg(float, 0.1, min=0),
+    "seed": Arg(int, 1234, "model initialisation seed (and the server's client sampling)"),
+    "data_seed": Arg(int, 4321, "data seed"),
+    "checkpoint_dir": Arg(str, None, "where the server saves the global model after each round", required=True,
+                          set_by_plan=True),
+    "keep": Arg(int, 3, "saved global models to keep", min=1),
+    "step_time_ms": Arg(float, 0.0, "extra simulated compute per local step (sleep)", min=0),
+    "pg_timeout_s": Arg(float, 10.0, "ServerConfig(round_timeout): how long a round waits for a silent client "
+                        "before it counts as a failure (0: forever)", min=0, set_by_plan=True),
+    "connect_timeout_s": Arg(float, 30.0, "how long a client keeps trying to reach the server (start_client's "
+                             "max_wait_time)", min=0),
+    "bug": Arg(str, None, "plant a known resume bug", choices=FLOWER_BUGS),
+}
+
+SHIPPED: dict[str, dict[str, Arg]] = {"ddp-mlp": DDP_MLP, "ray-mlp": RAY_MLP, "tf-mlp": TF_MLP,
+                                      "flower-mlp": FLOWER_MLP}
 
 
 def add_arguments(parser: argparse.ArgumentParser, declared: dict[str, Arg]) -> None:

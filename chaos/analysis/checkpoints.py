@@ -586,7 +586,11 @@ def golden_summary(events: list[Event]) -> dict[str, Any]:
             "state_sha256": finished[-1].get("state_sha256") if finished else None,
             "world_sizes": sorted(set(step_world_sizes(events, range(len(table))))),
             "world_size_basis": WORLD_SIZE_BASIS, "steps": max(losses) if losses else 0,
-            "completed": any(e.get("reason") == EndReason.COMPLETED for e in of_kind(events, Ev.RUN_ENDED))}
+            "completed": any(e.get("reason") == EndReason.COMPLETED for e in of_kind(events, Ev.RUN_ENDED)),
+            # a federated job's final evaluation (its server's run_finished): the quality row compares with it
+            **({"federated_final": {"round": finished[-1].get("step"), "eval_loss": finished[-1].get("eval_loss"),
+                                    "eval_accuracy": finished[-1].get("eval_accuracy")}}
+               if finished and "eval_accuracy" in finished[-1] else {})}
 
 
 class LineageLosses(NamedTuple):

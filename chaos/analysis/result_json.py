@@ -14,6 +14,7 @@ from typing import Any
 from chaos.analysis.breakdown import breakdown_for_result, recovery_breakdowns
 from chaos.analysis.channel import channel_summary
 from chaos.analysis.checkpoints import checkpoint_checkers, restart_loop_cause
+from chaos.analysis.federated import expectation_values, federated_metrics, server_ended_training
 from chaos.analysis.hangs import (
     add_hangs,
     done_but_not_exited,
@@ -33,6 +34,7 @@ from chaos.events import EndReason, Ev
 from chaos.golden import no_golden_why
 from chaos.history import Event
 from chaos.scenario import Bound, CommandWorkload, Scenario
+from chaos.workload_args import FLOWER_MLP
 
 # How the engine's end reason maps to a verdict before expectations are looked at.
 _END_VERDICTS = {EndReason.HUNG: "hung", EndReason.RESTART_LOOP: "restart_loop", EndReason.ERROR: "error",
@@ -75,6 +77,27 @@ def evaluate_expectations(scenario: Scenario, summary: dict[str, Any],
             value = summary[name]
             out.append({"name": name, "limit": bound.model_dump(exclude_none=True), "value": value,
                         "ok": _bound_ok(bound, value)})
+    return out
+
+
+def evaluate_federated_expectations(scenario: Scenario, fed: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """``expect.federated``'s bounds against the run's federated figures (a bound on a run with none fails, with
+    why)."""
+    wanted = scenario.expect.federated
+    if wanted is None:
+        return []
+    values = expectation_values(fed)
+    out = []
+    for name in type(wanted).model_fields:
+        bound: Bound | None = getattr(wanted, name)
+        if bound is None:
+            continue
+        value = values.get(name)
+        out.append({"name": f"federated.{name}", "limit": bound.model_dump(exclude_none=True), "value": value,
+                    "ok": _bound_ok(bound, value),
+                    **({"why": "not measured: " + ("the run recorded no federated round" if fed is None else
+                                                   "no fault or no golden run produced this figure")}
+                       if value is None else {})})
     return out
 
 
@@ -188,6 +211,8 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
                           for name, checker in checkers.checkers.items()}).check_each(events)
     expectations = evaluate_expectations(scenario, summary, faults)
     expectations += evaluate_checkpoint_expectations(scenario, checkpoint)
+    fed = federated_metrics(events, golden, _planned_rounds(scenario))
+    expectations += evaluate_federated_expectations(scenario, fed)
     if reason in _END_VERDICTS:
         verdict, why = _END_VERDICTS[reason], end.get("why", reason)
         cause = restart_loop_cause(events) if reason in (EndReason.RESTART_LOOP, EndReason.HUNG) else None
@@ -221,6 +246,8 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         verdict, why = "fail", f"expectation(s) not met: {', '.join(failed)}"
         if reason != EndReason.COMPLETED:
             why += f" (run ended: {end.get('why', reason)})"
+        if server_why := server_ended_training(fed, completed):  # the federated job's coordinator was lost
+            why += f"; {server_why}"
     t0 = started.get("t")
     for f in faults:
         f["t_injected_rel_s"] = f["t_injected"] - t0 if t0 and f["t_injected"] is not None else None
@@ -255,6 +282,8 @@ def build_result(run_dir: Path, scenario: Scenario, events: list[Event], golden:
         "environment": started.get("environment", {}),
         # what each node got; absent for a history from before schema 8, whose plan did not say
         **({"resources": r} if (r := resources_of(started)) is not None else {}),
+        # a federated run's rounds (launcher: flower; chaos.analysis.federated); absent for every other job
+        **({"federated": fed} if fed is not None else {}),
         # what the history channel measured (clock skew) and carried; absent for a history written without it
         **({"channel": ch} if (ch := channel_summary(events)) is not None else {}),
     }
@@ -283,6 +312,15 @@ def planned_steps(scenario: Scenario, golden: dict[str, Any] | None) -> int | No
     if golden and golden.get("completed") and golden.get("trusted", True) and golden.get("steps"):
         return int(golden["steps"])
     return None
+
+
+def _planned_rounds(scenario: Scenario) -> int | None:
+    """A shipped federated workload's ``rounds`` (its default when not given); None for any other workload."""
+    w = scenario.workload
+    if getattr(w, "name", None) != "flower-mlp":
+        return None
+    value = w.args.get("rounds", FLOWER_MLP["rounds"].default)  # type: ignore[union-attr]
+    return int(value) if isinstance(value, (int, float, str)) and str(value).isdigit() else None
 
 
 def _not_fired_why(missing: list[dict[str, Any]]) -> str:

@@ -21,7 +21,8 @@ from chaos.analysis.verdict import Verdict
 # it; 7: each disruptive fault's ``recovery_breakdown``; 8: ``resources``, the cores each node was pinned to, a
 # hang's ``hang`` outcome; 9: a lasting fault's ``node_replaced``, whether it was put on its node's replacement;
 # 12: not checked where the evidence is empty, ``equal_as_printed``, ``goodput_why``; 13: ``one_writer_per_file``;
-# 14: ``next_resume_intact`` and ``replay_consistent``, a fault's ``oom_kills[].after_injection_note``).
+# 14: ``next_resume_intact`` and ``replay_consistent``, a fault's ``oom_kills[].after_injection_note``). A
+# federated run's ``federated`` section is additive (absent for every other job), so it did not change it.
 RESULT_SCHEMA_VERSION = 14
 
 # The per-fault figures (chaos.analysis.metrics.FaultMetrics computes them; ``expect`` bounds gate four of them).
@@ -132,6 +133,7 @@ class ResultModel:
     resources: Mapping[str, Any] | None = None  # schema 8 on
     channel: Mapping[str, Any] | None = None
     history: Mapping[str, Any] | None = None  # what the figures rest on (added by the analysis, not the engine)
+    federated: Mapping[str, Any] | None = None  # a federated run's rounds (chaos.analysis.federated)
 
     @property
     def passed(self) -> bool:
@@ -167,6 +169,6 @@ class ResultModel:
                 checkpoint={name: Verdict.from_dict(v) for name, v in (data.get("checkpoint") or {}).items()},
                 golden_run=data.get("golden_run"), control_run=data.get("control_run"),
                 environment=data.get("environment") or {}, resources=data.get("resources"),
-                channel=data.get("channel"), history=data.get("history"))
+                channel=data.get("channel"), history=data.get("history"), federated=data.get("federated"))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ResultUnreadable(f"result.json of another shape than torch-chaos writes ({exc!r})") from exc

@@ -101,7 +101,7 @@ def training_setup(workload: Any) -> dict[str, Any] | None:
     declared = SHIPPED.get(getattr(workload, "name", None) or "")
     if declared is None or getattr(workload, "command", None) is not None:
         return None
-    # a workload without one of them (tf-mlp counts epochs, not steps) has no value for it: never the same setup
+    # a workload that declares no `steps` (tf-mlp's epochs, flower-mlp's rounds) has none of it in its setup
     return {k: workload.args.get(k, declared[k].default) for k in TRAINING_ARGS if k in declared}
 
 

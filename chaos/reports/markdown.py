@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from chaos.analysis.federated import text_lines
 from chaos.paths import shown, write_output
 from chaos.reports.bounds import bounds_lines
 from chaos.reports.model import Report
@@ -69,6 +70,8 @@ def render_markdown(report: Report, directory: Path, stem: str) -> str:
                     _table(STEP_TIMING_COLUMNS, step_timing_rows(f.extra["step_timing"])), ""]
             if node_rows := step_timing_node_rows(f.extra["step_timing"]):
                 out += [_table(("node", *STEP_TIMING_COLUMNS[2:]), node_rows), ""]
+    if r.federated:  # a federated run's rounds (chaos.analysis.federated)
+        out += ["## Federated rounds", "", "```", *text_lines(dict(r.federated)), "```", ""]
     out += ["## Expectations", "", _table(("expectation", "limit", "measured", "outcome"), [
         [x.name, limit_text(x.limit), fmt(x.value), "ok" if x.ok else "FAILED"]
         for x in r.expectations]), ""]
