@@ -75,6 +75,20 @@ def test_no_retrained_step_or_no_loss_is_not_checked() -> None:
     assert v.ok is None and v.why.startswith("not checked: no loss was recorded"), v
 
 
+def test_a_progress_regex_without_a_loss_group_is_not_checked_not_bitwise() -> None:
+    """Every printed line records "loss": null (the tutorial's epoch lines print none): steps trained twice are no
+    evidence of equal losses (byo epoch-off-by-one said "ok (bitwise) ... as printed, 0 decimals")."""
+    j = Job().start("a")
+    for s in range(1, 5):
+        j.step(s, loss=None)
+    j.save(2).step(5, loss=None)
+    j.start("b", load=2)
+    for s in range(3, 7):
+        j.step(s, loss=None)
+    v = verdicts(j.finish(6))["replay_consistent"]
+    assert v.ok is None and v.why.startswith("not checked: no loss was recorded"), v
+
+
 def test_every_rank_printing_the_same_step_is_no_replay() -> None:
     events = printed({s: 1.0 / s for s in range(1, 6)})
     # node1's log prints the same lines at the same moments: copies of one execution, not a second one
@@ -220,3 +234,14 @@ def test_a_scenario_can_require_the_two_verdicts(tmp_path: Path) -> None:
                     "expect: {checkpoint: {next_resume_intact: true, replay_consistent: true}}\n")
     wanted = load_scenario(path).expect.checkpoint
     assert wanted.next_resume_intact is True and wanted.replay_consistent is True
+
+
+def test_a_checkpoint_is_named_as_a_reader_knows_it() -> None:
+    """A shard's own name says nothing of its checkpoint (the byo DCP runs named `__1_0.distcp`): its folder is
+    named with it; a name that carries the step stays alone."""
+    from chaos.analysis.checkpoints import checkpoint_name
+
+    assert checkpoint_name("/r/ckpt/it_000120/__1_0.distcp", 120) == "it_000120/__1_0.distcp"
+    assert checkpoint_name("/r/ckpt/ckpt_300.pt", 300) == "ckpt_300.pt"
+    assert checkpoint_name("/r/ckpt/snapshot.pt", 14) == "ckpt/snapshot.pt"
+    assert checkpoint_name("latest", None) == "latest"

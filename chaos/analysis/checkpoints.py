@@ -922,6 +922,15 @@ def _on_disk_at_end(events: list[Event]) -> dict[str, dict[str, Any]]:
     return {p: f for p, f in files.items() if not (temporary and _DIGITS.sub("#", p) in temporary)}
 
 
+def checkpoint_name(path: str, step: Any) -> str:
+    """A checkpoint file as a reader knows it: its name, or ``folder/name`` where the name alone does not say the
+    step (a sharded checkpoint's shard, ``it_000120/__1_0.distcp``, or a fixed name such as ``latest``)."""
+    name = os.path.basename(path)
+    if isinstance(step, int) and any(int(d) == step for d in re.findall(r"\d+", name)):
+        return name
+    return os.path.join(os.path.basename(os.path.dirname(path)), name) if os.path.dirname(path) else name
+
+
 def next_resume_intact(events: list[Event]) -> Verdict:
     """The checkpoint a restart would load next, the newest on disk when the run ended, is whole: a crash during
     the job's last save that left it torn (a save that never finished, 0 bytes, bytes that match no recorded
@@ -948,18 +957,20 @@ def next_resume_intact(events: list[Event]) -> Verdict:
              "newest_whole_path": whole["path"] if whole else None}
     if bad and all(f["state"] == "unknown" for f in bad):
         b = bad[0]
-        return _verdict(None, f"not checked: the newest checkpoint, {os.path.basename(b['path'])} (step "
+        return _verdict(None, f"not checked: the newest checkpoint, {checkpoint_name(b['path'], b.get('step'))} (step "
                               f"{b.get('step')}): {b['why']}", next_resume=entry)
     bad = [f for f in bad if f["state"] != "unknown"]
     if bad:
         b = bad[0]
-        fallback = (f"; the newest whole checkpoint is {os.path.basename(whole['path'])} (step {whole['step']})"
+        fallback = (f"; the newest whole checkpoint is {checkpoint_name(whole['path'], whole['step'])} (step "
+                    f"{whole['step']})"
                     if whole and whole["path"] != b["path"] else "; no whole checkpoint is left to fall back to")
         return _verdict(False, f"next_resume_torn: the newest checkpoint on disk at the end, "
-                               f"{os.path.basename(b['path'])} (step {b.get('step')}), is {b['state']}: {b['why']}; a "
+                               f"{checkpoint_name(b['path'], b.get('step'))} (step {b.get('step')}), is {b['state']}: "
+                               f"{b['why']}; a "
                                f"restart would load it{fallback}", next_resume=entry, verdict="next_resume_torn")
-    return _verdict(True, f"the newest checkpoint on disk at the end, {os.path.basename(top['path'])} (step "
-                          f"{newest_step}), is whole: a restart would resume from it", next_resume=entry)
+    return _verdict(True, f"the newest checkpoint on disk at the end, {checkpoint_name(top['path'], newest_step)} "
+                          f"(step {newest_step}), is whole: a restart would resume from it", next_resume=entry)
 
 
 class NextResumeIntact:
@@ -1010,7 +1021,8 @@ def _replays(events: list[Event]) -> tuple[list[_Replay], int]:
             continue
         out.append(_Replay(s, losses[was], losses[r], key[r], sizes[was] != sizes[r],
                            (last_t[key[was]], first_t[key[r]])))
-    return out, len(rows)
+    # a progress_regex without a loss group records "loss": null on every line: those rows carry no loss
+    return out, sum(losses[r] is not None for r in rows)
 
 
 def _rel(a: float | None, b: float | None) -> float:
@@ -1074,6 +1086,11 @@ class ReplayConsistent:
         if not replays:
             return Verdict.not_checked("no step was trained twice (no resume re-trained a step whose loss was "
                                        "recorded)", mode="not_checked", steps_retrained=0)
+        valued = [r for r in replays if r.first is not None or r.again is not None]
+        if not valued:  # null both times: nothing to compare, which is no evidence of equality
+            return Verdict.not_checked(f"the {len(replays)} re-trained step(s) recorded no loss value either time",
+                                       mode="not_checked", steps_retrained=len(replays))
+        replays = valued
         tol, source, extra = self._tolerance()
         precision = printed_precision([x for r in replays for x in (r.first, r.again) if x is not None]) \
             if any(s == Source.PROGRESS for s in worker_steps(history).values("source")) else None
