@@ -280,3 +280,19 @@ def test_a_print_only_scripts_save_cost_comes_from_the_layer_and_a_probe_jobs_fr
     assert save_cost_s(save("storage", 1.0, 1.25)) == 0.25
     # the same save seen by both: the probe's report is the job's own
     assert save_cost_s(save("workload", 1.0, 1.5) + save("storage", 1.1, 1.3)) == 0.5
+
+
+def test_a_date_or_time_in_a_checkpoints_name_is_no_step() -> None:
+    """Ray Train names each checkpoint folder by its time (`checkpoint_2026-12-06_14-50-04.714704`): at step 12 the
+    month read as the save's step "from the name" (exact), and a correct resume looked like step 12 trained twice."""
+    from chaos.analysis.rounds import step_from_name
+    from chaos.storage.record import save_step, step_in_name
+
+    ray = "plain-mlp/checkpoint_2026-12-06_14-50-04.714704/model.pt"
+    assert step_in_name(ray) is None
+    assert save_step(ray, 12) == (12, "progress") and save_step(ray, 6) == (6, "progress")
+    assert step_from_name("checkpoint_2026-12-06_14-50-04.pt") is None
+    assert step_in_name("run-20261206-142948/ckpt_150.pt") == 150
+    # zero-padded steps are no dates: their digits do not start a plausible year-month-day
+    assert step_in_name("ckpt_00001000.pt") == 1000 and step_in_name("iter_0001000/model.pt") == 1000
+    assert save_step("epoch_12.pt", 12) == (12, "name")

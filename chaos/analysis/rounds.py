@@ -24,6 +24,7 @@ from chaos.analysis.ckpt_source import available_at, checkpoint_events, newest
 from chaos.analysis.load import memo, of_kind, step_table
 from chaos.events import Ev, Source
 from chaos.history import Event
+from chaos.step_names import blank_timestamps
 
 _LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 
@@ -46,8 +47,9 @@ class Round:
 
 
 def step_from_name(path: str) -> int | None:
-    """The last number in a file's name (``ckpt_150.pt`` -> 150), as the storage layer reads it."""
-    m = _LAST_NUMBER.search(os.path.basename(str(path)))
+    """The last number in a file's name (``ckpt_150.pt`` -> 150), as the storage layer reads it: never a date or a
+    time of day (``checkpoint_2026-12-06_14-50-04.pt`` names no step)."""
+    m = _LAST_NUMBER.search(blank_timestamps(os.path.basename(str(path))))
     return int(m.group(1)) if m else None
 
 

@@ -32,6 +32,7 @@ from chaos.events import Ev, Source
 from chaos.history import FileTail
 from chaos.probe import wait_for_ack
 from chaos.progress_regex import compile_progress, search
+from chaos.step_names import blank_timestamps
 
 if TYPE_CHECKING:
     from chaos.storage.hostlayer import Link
@@ -45,9 +46,10 @@ _STEP_WORD = re.compile(r"(?<![a-z])(?:global_step|steps?|iter(?:ation)?s?|it|ep
                         r"[-_ .]?(\d+)", re.IGNORECASE)
 
 
+
 def _parts(path: str) -> list[str]:
-    """The named parts of a relative path (no empty, ``.`` or ``..`` parts)."""
-    return [part for part in path.replace("\\", "/").split("/") if part not in ("", ".", "..")]
+    """The named parts of a relative path (no empty, ``.`` or ``..`` parts), dates and times of day blanked."""
+    return [blank_timestamps(part) for part in path.replace("\\", "/").split("/") if part not in ("", ".", "..")]
 
 
 def step_in_name(path: str) -> int | None:
