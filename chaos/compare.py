@@ -577,8 +577,9 @@ RECOVERY_MECHANISM = {
 }
 # Where the comparison has no column yet for a framework the project's question names, what would fill it.
 PENDING_COLUMNS = {
-    "flower": "Flower (federated learning): the server (SuperLink and ServerApp) is the expected single point of "
-              "failure; its column comes with the flower launcher (rounds instead of steps)",
+    "flower": "Flower (federated learning): it counts rounds, not steps, so its runs are read on their own "
+              "(docs/flower.md): a lost client is dropped from the next round's sample, and the server is the single "
+              "point of failure (its crash ends training unless something restarts it from a saved global model)",
 }
 
 
