@@ -245,6 +245,22 @@ def is_python(argv: list[str]) -> bool:
     return argv[0].endswith(".py") or (Path(argv[0]).name.startswith("python") and len(argv) > 1)
 
 
+def node_argv(script: list[str], python: str) -> list[str]:
+    """The job's command as one node process runs it (launchers without torchrun: Ray's driver, a TF worker, a
+    Flower node): a script path runs under the nodes' interpreter, ``[python, ...]`` gets that interpreter (a
+    container has its own), anything else runs as written."""
+    if script[0].endswith(".py"):  # a shipped workload's script, or `[train.py, ...]`
+        return [python, *script]
+    if is_python(script):
+        return [python, *script[1:]]
+    return list(script)
+
+
+def repo_pythonpath(base_env: dict[str, str]) -> str:
+    """PYTHONPATH for a node: the repository first (chaos.probe and the launchers' node modules), then the job's."""
+    return os.pathsep.join(p for p in (str(REPO_ROOT), base_env.get("PYTHONPATH", "")) if p)
+
+
 def python_script(argv: list[str]) -> list[str]:
     """torchrun starts a Python script on every node: accept ``[train.py, ...]``, ``[python, train.py, ...]`` or
     ``[python, -m, package.module, ...]`` (torchrun's own ``-m``); other interpreter options such as ``-c`` have no

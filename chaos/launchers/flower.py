@@ -23,12 +23,11 @@ point of failure: its clients lose their connection and exit, and training ends.
 from __future__ import annotations
 
 import importlib.metadata
-import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from chaos.launchers.base import Launch, LaunchContext, Launcher
 from chaos.machine import Check
-from chaos.plan import REPO_ROOT, NodePlan, is_python
+from chaos.plan import NodePlan, node_argv, repo_pythonpath
 
 if TYPE_CHECKING:
     import psutil
@@ -121,14 +120,8 @@ class Flower(Launcher):
         c, net = ctx.scenario.cluster, ctx.net
         port = net.store_port  # a free port the plan chose: the server's
         server = f"{net.addresses['node0']}:{port}"
-        script, python = ctx.script, ctx.python
-        if script[0].endswith(".py"):  # a shipped workload's script, or `[train.py, ...]`
-            argv = [python, *script]
-        elif is_python(script):  # `[python, ...]`: the nodes' interpreter (a container has its own)
-            argv = [python, *script[1:]]
-        else:
-            argv = list(script)
-        path = os.pathsep.join(p for p in (str(REPO_ROOT), ctx.base_env.get("PYTHONPATH", "")) if p)
+        argv = node_argv(ctx.script, ctx.python)
+        path = repo_pythonpath(ctx.base_env)
         nodes = []
         for i in range(c.nodes):
             name = f"node{i}"

@@ -31,7 +31,7 @@ from chaos.launchers.base import Launch, LaunchContext, Launcher
 from chaos.launchers.ray_node import RUN_ID_FILE
 from chaos.machine import Check
 from chaos.marks import marked_processes
-from chaos.plan import REPO_ROOT, NodePlan, is_python
+from chaos.plan import REPO_ROOT, NodePlan, node_argv, repo_pythonpath
 from chaos.registry import fault_plugins
 
 if TYPE_CHECKING:
@@ -199,14 +199,8 @@ class Ray(Launcher):
         code = (f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); from chaos.launchers.ray_node import main; "
                 "sys.exit(main())")
         python = ctx.python
-        script = ctx.script
-        if script[0].endswith(".py"):  # a shipped workload's script, or `[train.py, ...]`
-            driver = [python, *script]
-        elif is_python(script):  # `[python, ...]`: the nodes' interpreter (a container has its own)
-            driver = [python, *script[1:]]
-        else:
-            driver = list(script)
-        path = os.pathsep.join(p for p in (str(REPO_ROOT), ctx.base_env.get("PYTHONPATH", "")) if p)
+        driver = node_argv(ctx.script, python)
+        path = repo_pythonpath(ctx.base_env)
         nodes = []
         for i in range(c.nodes):
             name = f"node{i}"

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from chaos.launchers.base import Launch, LaunchContext, Launcher
 from chaos.machine import Check
-from chaos.plan import REPO_ROOT, NodePlan, free_port, is_python
+from chaos.plan import NodePlan, free_port, node_argv, repo_pythonpath
 
 if TYPE_CHECKING:
     import psutil
@@ -135,14 +135,8 @@ class TfMultiWorker(Launcher):
         c, net = ctx.scenario.cluster, ctx.net
         names = [f"node{i}" for i in range(c.nodes)]
         workers = worker_addresses([net.addresses[n] for n in names], net.store_port)
-        script, python = ctx.script, ctx.python
-        if script[0].endswith(".py"):  # a shipped workload's script, or `[train.py, ...]`
-            argv = [python, *script]
-        elif is_python(script):  # `[python, ...]`: the nodes' interpreter (a container has its own)
-            argv = [python, *script[1:]]
-        else:
-            argv = list(script)
-        path = ":".join(p for p in (str(REPO_ROOT), ctx.base_env.get("PYTHONPATH", "")) if p)
+        argv = node_argv(ctx.script, ctx.python)
+        path = repo_pythonpath(ctx.base_env)
         nodes = []
         for i, name in enumerate(names):
             env = {**ctx.base_env, **net.env, "CHAOS_NODE": name, "PYTHONPATH": path,
