@@ -82,4 +82,8 @@ def test_outside_runtime_runs_a_node_crash_and_refuses_what_it_cannot_do(plugin_
     # the whole tree went (agent and workers): the node was replaced and resumed from its checkpoint
     assert crash["mechanism"].startswith("SIGKILL to the node's") and crash["restarted"], crash
     assert crash["resumed_from"] == 150, crash
-    assert all(v["ok"] is True for k, v in result["checkpoint"].items() if k != "matches_golden"), result["checkpoint"]
+    # no verdict failed, and the ones a node crash with a resume proves are ok (the others may be not checked with
+    # a reason: replay_consistent when no step was trained twice)
+    assert not any(v["ok"] is False for v in result["checkpoint"].values()), result["checkpoint"]
+    assert all(result["checkpoint"][k]["ok"] is True for k in ("digests_ok", "resumed_from_newest_valid",
+                                                                  "one_writer_per_file", "next_resume_intact"))

@@ -70,9 +70,16 @@ def test_ray_restarts_a_killed_train_worker_from_its_newest_committed_checkpoint
     # the new worker group loaded the checkpoint Ray's controller had committed, on both ranks
     loads = events(run_dir, "checkpoint_loaded")
     assert {e["rank"] for e in loads} == {0, 1} and len({e["incarnation"] for e in loads}) == 1, loads
-    # the recovery in Ray's terms: each phase ended by its own mark (the controller's lines, the probe's loads)
-    phases = [p["phase"] for p in fault["recovery_breakdown"]["phases"]]
-    assert phases == ["detection", "worker-group restart", "checkpoint restore", "first step"], fault
+    # the recovery in Ray's terms, in order: each phase ended by its own mark (the controller's lines, the probe's
+    # loads). The controller's lines reach the history through Ray's log forwarding, so the probe's load can be
+    # stamped before "worker group started": then restore and first step are one span, and not_measured says why
+    # (--full saw it twice in one session); detection is always the controller's decision, apart.
+    breakdown = fault["recovery_breakdown"]
+    phases = [p["phase"] for p in breakdown["phases"]]
+    assert " + ".join(phases) == "detection + worker-group restart + checkpoint restore + first step", fault
+    assert phases[0] == "detection", fault
+    merged = {name for p in phases if " + " in p for name in p.split(" + ")[:-1]}
+    assert merged <= {x["phase"] for x in breakdown["not_measured"]}, breakdown
 
 
 @FULL

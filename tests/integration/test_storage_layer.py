@@ -41,7 +41,12 @@ limits: {{deadline_s: 90, stall_timeout_s: 60}}
 """)
     machine_for(scenario)
     result, run_dir = run_scenario(scenario)
-    assert result["verdict"] == "pass", (result["why"], run_dir)
+    # the crash left the newest snapshot torn on disk and nothing restarted: the checkpoint a restart would load
+    # next is broken, which next_resume_intact must say (issue 32), whatever else the run expected
+    assert result["verdict"] == "fail", (result["why"], run_dir)
+    resume = result["checkpoint"]["next_resume_intact"]
+    assert resume["ok"] is False and resume["verdict"] == "next_resume_torn" and "snapshot.pt" in resume["why"], resume
+    assert "next_resume_intact" in result["why"], result["why"]
     assert result["environment"]["storage_layer"] == "fuse"
     assert result["history"]["unreadable_count"] == 0, result["history"]  # every storage line is a usable event
     events = read_history(run_dir / "events.jsonl")
