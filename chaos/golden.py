@@ -298,6 +298,10 @@ def _failed_before_kill(run_dir: Path, events: list[Event]) -> str | None:
     return None
 
 
+# trigger_counts' count of the saves the storage layer saw (not an event name)
+LAYER_SAVES = "storage_layer_saves"
+
+
 class TriggerCannotFire(Exception):
     """A fault's ``on:`` trigger that the fault-free run shows cannot fire for this job (a write-progress event
     past a size no save of it reaches): said before the faulted run, which would end with the fault not injected."""
@@ -311,6 +315,9 @@ def trigger_counts(events: list[Event]) -> dict[str, int]:
         name = e.get("event")
         if name in names and e.get("source") != Source.ENGINE:
             counts[str(name)] = counts.get(str(name), 0) + 1
+    # the saves the storage layer itself saw: checkpoint_write_progress comes only from it (or a probe that says it)
+    counts[LAYER_SAVES] = sum(1 for e in events if e.get("event") == Ev.CHECKPOINT_SAVE_FINISHED
+                              and e.get("source") == Source.STORAGE)
     return counts
 
 
@@ -329,7 +336,13 @@ def trigger_problems(scenario: Scenario, summary: dict[str, Any]) -> tuple[list[
             continue
         seen = counts.get(on.event, 0)
         where = f"faults[{i}].on"
-        if on.event == Ev.CHECKPOINT_WRITE_PROGRESS and seen == 0 and saves:
+        if on.event == Ev.CHECKPOINT_WRITE_PROGRESS and seen == 0 and saves and counts.get(LAYER_SAVES) == 0:
+            problems.append(f"{where}: checkpoint_write_progress never happens for this job: its fault-free run "
+                            f"made {saves} save(s) and the storage layer saw none of them (the job reported them "
+                            "itself, and the layer, which emits this event, watches a shipped workload's "
+                            "checkpoints only when one of its faults acts through the mount); trigger on "
+                            "checkpoint_save_started")
+        elif on.event == Ev.CHECKPOINT_WRITE_PROGRESS and seen == 0 and saves:
             problems.append(f"{where}: checkpoint_write_progress never happens for this job: its fault-free run "
                             f"made {saves} save(s), none of which wrote {WRITE_PROGRESS_FIRST_BYTES >> 20} MiB "
                             "(the event fires when a save's bytes pass it); trigger on checkpoint_save_started")

@@ -288,6 +288,27 @@ faults:
     assert [f["injected"] for f in result["faults"]] == [False, False]
 
 
+def test_a_write_progress_trigger_the_layer_never_watched_says_so_not_that_saves_were_small() -> None:
+    """tf-mlp's fault-free run: 8 saves reported by its probe, no storage layer watching (a shipped workload gets it
+    only when a fault acts through the mount): "none of which wrote 1 MiB" was false for a 2 MB backup."""
+    from chaos.golden import LAYER_SAVES, trigger_counts, trigger_problems
+
+    counts = trigger_counts([{"t": 1.0, "source": "workload", "event": "checkpoint_save_finished"}] * 8)
+    assert counts[LAYER_SAVES] == 0 and counts["checkpoint_save_finished"] == 8
+    scenario = parse_scenario("""\
+name: t
+cluster: {nodes: 2, min_nodes: 1}
+workload: {name: ddp-mlp}
+faults:
+  - {kind: crash, target: event_node, on: {event: checkpoint_write_progress}}
+""")
+    [problem], _ = trigger_problems(scenario, {"trigger_counts": counts})
+    assert "the storage layer saw none of them" in problem and "wrote 1 MiB" not in problem, problem
+    counts[LAYER_SAVES] = 8  # the layer watched: then the saves were smaller than 1 MiB
+    [problem], _ = trigger_problems(scenario, {"trigger_counts": counts})
+    assert "none of which wrote 1 MiB" in problem, problem
+
+
 def test_a_write_progress_trigger_that_never_fired_says_the_saves_were_smaller() -> None:
     """Without a golden run to check against, the faulted run's own counts say it: "N save(s) seen, none of which
     wrote 1 MiB", not "the storage layer saw no such operation ... saved elsewhere, or never"."""
