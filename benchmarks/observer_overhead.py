@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -48,10 +46,10 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+from machine_lock import machine_lock  # benchmarks/: run as a script, its folder is on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 # A no-op probe, except that the first step_completed of a process appends the time to $BENCH_FIRST_STEP.
@@ -162,20 +160,6 @@ class Sampler:
                 break
             cpu = roles.get(role, 0.0)
         return cpu
-
-
-@contextlib.contextmanager
-def machine_lock(path: str | None) -> Iterator[None]:
-    """Hold the machine lock (flock) for one pair, where there is one."""
-    if not path:
-        yield
-        return
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def bare(scenario: Path, scratch: Path) -> dict:

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import contextlib
-import fcntl
 import json
 import os
 import statistics
@@ -35,8 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
+
+from machine_lock import machine_lock  # benchmarks/: run as a script, its folder is on sys.path
 
 from chaos.storage.mounts import is_mounted, unmount
 
@@ -170,20 +169,6 @@ def _cpu_s(pid: int) -> float:
     """A live process's CPU seconds so far (user + system, its threads included), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@contextlib.contextmanager
-def machine_lock(path: str | None) -> Iterator[None]:
-    """Hold the machine lock (flock) for one pair, where there is one."""
-    if not path:
-        yield
-        return
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def job_time(scenario: Path, out: Path) -> float:
