@@ -36,7 +36,7 @@ settings that shrink it (``largest``, ``advice``), citing the measured number an
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,6 +203,16 @@ def _settings(events: list[Event]) -> dict[str, Any]:
     return {}
 
 
+def marks_between(events: list[Event], t_f: float, end: float) -> Callable[..., list[float]]:
+    """``times(*names, source=None)``: the sorted times of those events in ``(t_f, end]``; ``source`` None means any
+    writer but the storage layer (its reads mark where a load began, kept apart by the callers)."""
+
+    def times(*names: Ev, source: str | None = None) -> list[float]:
+        return sorted(e["t"] for e in events if e.get("event") in names and t_f < e["t"] <= end
+                      and (e.get("source") != Source.STORAGE if source is None else e.get("source") == source))
+    return times
+
+
 def recovery_breakdown(events: list[Event], fault: FaultResult,
                        settings: dict[str, Any] | None = None) -> RecoveryBreakdown:
     """Split one fault's recovery_s at the marks of ``events`` (agent, process and checkpoint events)."""
@@ -216,10 +226,7 @@ def recovery_breakdown(events: list[Event], fault: FaultResult,
     t_f = fault.t_injected
     end = t_f + recovery_s
 
-    def times(*names: Ev, source: str | None = None) -> list[float]:
-        """``source`` None: any writer but the storage layer."""
-        return sorted(e["t"] for e in events if e.get("event") in names and t_f < e["t"] <= end
-                      and (e.get("source") != Source.STORAGE if source is None else e.get("source") == source))
+    times = marks_between(events, t_f, end)
 
     if settings.get("mode") == "ray" and times(*_RAY_EVENTS):
         return _ray_breakdown(out, events, times, t_f, end, settings)
@@ -302,10 +309,7 @@ def tf_phases(events: list[Event], t_f: float, end: float) -> tuple[list[tuple[s
     their next collective failed), the new one starts when its last worker is relaunched (the group can step only
     once every worker joined), then TensorFlow's start, the backup's restore, the first step."""
 
-    def times(name: Ev, source: str | None = None) -> list[float]:
-        """``source`` None: any writer but the storage layer."""
-        return sorted(e["t"] for e in events if e.get("event") == name and t_f < e["t"] <= end
-                      and (e.get("source") != Source.STORAGE if source is None else e.get("source") == source))
+    times = marks_between(events, t_f, end)
 
     # a node whose exit was followed by its relaunch within the recovery: the old group's workers
     exits = sorted(e["t"] for e in events if e.get("event") == Ev.NODE_EXITED and t_f < e["t"] <= end
