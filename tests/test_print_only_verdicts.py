@@ -356,3 +356,37 @@ def test_a_temporary_beside_the_old_file_of_its_step_does_not_make_saves_look_pa
     v = verdicts(s.end())["resumed_from_newest_valid"]
     assert v["ok"] is False and v["verdict"] == "resumed_from_stale", v
     assert "loaded ckpt_50.pt (step 50) while ckpt_150.pt (step 150) was complete and intact" in v["why"]
+
+
+def test_a_newer_file_of_a_kind_no_restart_loads_is_no_checkpoint_it_should_have_resumed_from() -> None:
+    """Ray Train's plain script (examples/byo/ray_train_plain.py, run 6 Dec 2026): each epoch a worker saves
+    ``checkpoint_<date>/model.pt`` before the epoch is printed, then the controller rewrites its own bookkeeping,
+    ``checkpoint_manager_snapshot.json``, after the print. The restart loads the newest model.pt; the snapshot,
+    labelled a step later by the printed progress, is no checkpoint of the kind the job resumes from (it said
+    "resumed_from_stale: loaded model.pt (step 11) while checkpoint_manager_snapshot.json (step 12) was complete")."""
+    s = Script()
+    for k in range(1, 13):
+        s.save(f"plain-mlp/checkpoint_2026-12-06_16-58-{30 + k:02d}.123456/model.pt")
+        s.step(k)
+        s.save("plain-mlp/checkpoint_manager_snapshot.json")
+    s.crash().load("plain-mlp/checkpoint_2026-12-06_16-58-42.123456/model.pt").step(13, 20)
+    s.save("plain-mlp/checkpoint_2026-12-06_16-59-00.123456/model.pt")
+    # the bookkeeping file cut short by the end of the run is not what a restart would load either
+    s.save("plain-mlp/checkpoint_manager_snapshot.json", finish=False)
+    every = verdicts(s.end())
+    v = every["resumed_from_newest_valid"]
+    assert v["ok"] is True, v
+    [restart] = v["restarts"]
+    assert restart["newest_valid_path"].endswith("16-58-42.123456/model.pt"), restart
+    nxt = every["next_resume_intact"]
+    assert nxt["ok"] is True and "16-59-00.123456/model.pt" in nxt["why"], nxt
+    # an older model.pt loaded instead is still stale, the snapshot beside it notwithstanding
+    s = Script()
+    for k in range(1, 13):
+        s.save(f"plain-mlp/checkpoint_2026-12-06_16-58-{30 + k:02d}.123456/model.pt")
+        s.step(k)
+        s.save("plain-mlp/checkpoint_manager_snapshot.json")
+    s.crash().load("plain-mlp/checkpoint_2026-12-06_16-58-40.123456/model.pt")
+    v = verdicts(s.step(11, 20).end())["resumed_from_newest_valid"]
+    assert v["ok"] is False and v["verdict"] == "resumed_from_stale", v
+    assert "16-58-42.123456" not in v["why"] and "model.pt (step 11)" in v["why"], v["why"]

@@ -17,6 +17,7 @@ from typing import Any
 from chaos.analysis.load import memo, of_kind, of_kinds, step_table
 from chaos.events import Ev, Source
 from chaos.history import Event
+from chaos.step_names import blank_timestamps
 
 CHECKPOINT_EVENTS = (Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_WRITE_PROGRESS, Ev.CHECKPOINT_SAVE_FINISHED,
                      Ev.CHECKPOINT_LOAD_STARTED, Ev.CHECKPOINT_LOADED, Ev.CHECKPOINT_DELETED,
@@ -120,6 +121,18 @@ def _replay(events: list[Event], t: float, changed: Callable[[str, dict[str, Any
 
 
 _DIGITS = re.compile(r"\d+")
+
+
+def file_kind(path: str) -> str:
+    """A checkpoint file's kind: its path with dates, times and numbers blanked (``ckpt_#.pt``,
+    ``checkpoint__/model.pt``), so every save of one series has one kind."""
+    return _DIGITS.sub("#", blank_timestamps(str(path)))
+
+
+def loaded_kinds(events: list[Event]) -> frozenset[str]:
+    """The kinds of file any process of the run read back as a checkpoint (of the chosen source)."""
+    return memo(events, "loaded_kinds", lambda: frozenset(
+        file_kind(str(e["path"])) for e in checkpoint_events(events, Ev.CHECKPOINT_LOADED) if e.get("path")))
 
 
 def _save_set(path: str, step: Any) -> tuple[str, int] | None:

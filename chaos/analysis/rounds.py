@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from chaos.analysis.ckpt_source import available_at, checkpoint_events, newest
+from chaos.analysis.ckpt_source import available_at, checkpoint_events, file_kind, newest
 from chaos.analysis.load import memo, of_kind, step_table
 from chaos.events import Ev, Source
 from chaos.history import Event
@@ -98,6 +98,17 @@ def _round_of(out: list[Round], start_t: list[float], t: float) -> int | None:
     return before if before >= 0 and not out[before].inferred else None
 
 
+def _newest_of_kind(available: dict[str, dict[str, Any]], load: Event | None) -> dict[str, Any] | None:
+    """The newest checkpoint a restart could have resumed from instead of what it loaded: of the loaded file's kind.
+    A file of another kind that no restart reads back (Ray Train's ``checkpoint_manager_snapshot.json``, written
+    beside the checkpoint folders after each report) is the framework's bookkeeping, not a checkpoint the job
+    passed over; a load-less restart is compared with every kind (lost_all_progress)."""
+    if load is None or not load.get("path"):
+        return newest(available)
+    kind = file_kind(str(load["path"]))
+    return newest({p: c for p, c in available.items() if file_kind(p) == kind}) or newest(available)
+
+
 def _describe(path: str, step: int | None) -> str:
     return f"{os.path.basename(str(path))} (step {step if step is not None else 'unknown'})"
 
@@ -150,7 +161,7 @@ def restart_checks(events: list[Event]) -> list[dict[str, Any]]:
         load = resume_load(events, rnd)
         at = load["t"] if load else (rnd.first_t if rnd.first_t is not None else rnd.t)
         available = available_at(events, at)
-        best = newest(available)
+        best = _newest_of_kind(available, load)
         entry: dict[str, Any] = {"t": at, "round": rnd.name, "loaded_path": load.get("path") if load else None,
                                  "loaded_step": intended_step(events, load) if load else None,
                                  "newest_valid_path": best["path"] if best else None,
