@@ -390,3 +390,13 @@ def test_a_newer_file_of_a_kind_no_restart_loads_is_no_checkpoint_it_should_have
     v = verdicts(s.step(11, 20).end())["resumed_from_newest_valid"]
     assert v["ok"] is False and v["verdict"] == "resumed_from_stale", v
     assert "16-58-42.123456" not in v["why"] and "model.pt (step 11)" in v["why"], v["why"]
+
+
+def test_a_restart_that_loads_a_checkpoint_and_trains_from_step_1_again_lost_every_step() -> None:
+    """The plain Ray script's epoch-not-restored bug (real run 6 Dec 2026): the weights came back from the step-11
+    checkpoint, the loop from epoch 0; lost_steps said 1 (from the file's step), the job redid 12."""
+    events = trained(170, atomic=True).crash().load("ckpt_150.pt").step(1, 200).end()
+    [fault] = fault_metrics(events)
+    assert fault.resumed_from == 150 and fault.lost_steps == 170, fault
+    correct = trained(170, atomic=True).crash().load("ckpt_150.pt").step(151, 200).end()
+    assert fault_metrics(correct)[0].lost_steps == 20

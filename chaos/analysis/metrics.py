@@ -362,7 +362,10 @@ def fault_metrics(events: list[Event]) -> list[FaultMetrics]:
         else:
             m.resumed_from = highest if highest is not None else first_step - 1
         h = highest if highest is not None else 0
-        m.lost_steps = max(0, h - m.resumed_from)
+        # The work redone: from the checkpoint's step, or from where the job's progress went back to when that is
+        # earlier (a restart that loads step 11 and trains from step 1 again redid 11 steps, not none).
+        redone_from = min(m.resumed_from, first_step - 1) if m.restarted else m.resumed_from
+        m.lost_steps = max(0, h - redone_from)
         target_step = h + 1
         caught = next((i for i in after if step_no[i] >= target_step), None)
         if caught is not None:

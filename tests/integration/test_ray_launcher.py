@@ -136,10 +136,6 @@ def test_a_restart_that_ignores_get_checkpoint_fails_as_lost_progress() -> None:
 
 
 @FULL
-@pytest.mark.xfail(reason="measured 6 Dec 2026 (docs/ray.md): resumed_from_newest_valid holds, but exactly_once says "
-                   "'step 12 trained twice': a print-only Ray job's checkpoint step is inferred from the printed "
-                   "epochs, which reach the head's log through Ray's log forwarding around the save; open",
-                   strict=False)
 def test_the_plain_ray_train_script_passes_a_worker_crash_judged_from_its_output_and_files() -> None:
     """No probe: its printed epochs (each printed twice by Ray, counted once) and the checkpoint folders the
     storage layer saw (the scenario's short controller poll commits each report before the kill lands)."""
@@ -158,6 +154,17 @@ def test_the_plain_script_that_ignores_get_checkpoint_fails_for_that_cause() -> 
     assert result["verdict"] == "fail", (result["why"], run_dir)
     resumed = result["checkpoint"]["resumed_from_newest_valid"]
     assert resumed["ok"] is False and resumed["verdict"] == "lost_all_progress", resumed
+
+
+@FULL
+def test_the_plain_script_that_restarts_its_epochs_fails_as_steps_trained_twice() -> None:
+    """--bug epoch-not-restored: the weights come back from get_checkpoint(), the loop from epoch 0."""
+    result, run_dir = run_byo("ray-plain-epoch-not-restored")
+    assert result["verdict"] == "fail", (result["why"], run_dir)
+    once = result["checkpoint"]["exactly_once"]
+    assert once["ok"] is False and once["verdict"] == "steps_trained_twice", once
+    assert result["checkpoint"]["resumed_from_newest_valid"]["ok"] is True, result["checkpoint"]
+    assert result["faults"][0]["lost_steps"] >= 11, result["faults"][0]
 
 
 @FULL
