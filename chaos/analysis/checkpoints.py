@@ -524,6 +524,8 @@ def _steps_once(events: list[Event]) -> Verdict:
         return _verdict(False, f"{kind}: {steps['problems'][0]}", verdict=kind, **details)
     resumed = [seg for seg in steps["lineage"] if seg.get("checkpoint_step") is not None]
     said = "; ".join(f"resumed at step {seg['first_step']} from a checkpoint holding step {seg['checkpoint_step']}"
+                     + (f" or {seg['checkpoint_step'] + 1} (read from the printed progress)"
+                        if "±" in str(seg.get("step_from")) else "")
                      for seg in resumed[:3])
     return _verdict(None, f"not checked for samples: no step trained twice or skipped in the surviving lineage"
                           f"{' (' + said + ')' if said else ''}; {PROBE_CALL}", **details)
