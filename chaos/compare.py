@@ -579,8 +579,9 @@ RECOVERY_MECHANISM = {
 # Where the comparison has no column yet for a framework the project's question names, what would fill it.
 PENDING_COLUMNS = {
     "flower": "Flower (federated learning): it counts rounds, not steps, so its runs are compared on their own "
-              "page, with rounds instead of steps (flower/compare.html; docs/flower.md): a lost client is dropped "
-              "from the next round's sample, and the server is the single "
+              "page, with rounds instead of steps (`chaos compare scenarios/compare/flower-*.yaml`: "
+              "reports/compare/flower/compare.html; docs/flower.md): a lost client is dropped from the next round's "
+              "sample, and the server is the single "
               "point of failure (its crash ends training unless something restarts it from a saved global model)",
 }
 
@@ -741,6 +742,9 @@ def render_html(columns: list[Column], base: Path | None = None, plots: dict[str
     body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in table(columns))
     items = "".join(f"<li>{escape(s)}</li>" for s in conclusions(columns))
     models = "".join(f"<li>{escape(s)}</li>" for s in recovery_models(columns, rounds_page))
+    if rounds_page:  # the federated runs' own page, beside this one: a link
+        models = models.replace(f"{escape(rounds_page)}.</li>",
+                                f"<a href='{escape(rounds_page)}'>{escape(rounds_page)}</a>.</li>")
     legend = "".join(f"<tr><td><b>{escape(tag)}</b></td><td>{escape(label)}</td><td>{escape(verdict)}</td>"
                      f"<td><a href='{escape(report)}'>{escape(report)}</a></td><td><code>{escape(run)}</code></td></tr>"
                      for tag, label, verdict, report, run in legend_rows(columns, base))

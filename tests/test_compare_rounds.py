@@ -148,7 +148,7 @@ def test_mixed_with_steps_the_flower_runs_go_to_their_own_linked_page(tmp_path: 
     assert [c["scenario"] for c in main["columns"]] == ["central"] and main["rounds_page"] == "flower/compare.html"
     assert main["recovery_models"][-1].endswith("they are on their own page, flower/compare.html.")
     assert not any(s.startswith("Not in this comparison: Flower") for s in main["recovery_models"])
-    assert "flower/compare.html" in paths["html"].read_text()
+    assert "<a href='flower/compare.html'>flower/compare.html</a>" in paths["html"].read_text()
 
 
 def test_a_sweep_refuses_flower_scenarios(capsys: pytest.CaptureFixture[str]) -> None:

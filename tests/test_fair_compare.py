@@ -547,6 +547,6 @@ def test_the_compare_page_says_how_each_framework_recovered_and_what_it_cannot_l
     assert lines[1].startswith("tf: relaunch by the supervisor") and "10.2 s" in lines[1]
     assert "none among the workers" in lines[1] and "2 worker restarts" in lines[1]
     # no Flower run in this comparison: the line says where Flower runs are compared (their own page)
-    assert lines[-1].startswith("Not in this comparison: Flower") and "flower/compare.html" in lines[-1]
+    assert lines[-1].startswith("Not in this comparison: Flower") and "reports/compare/flower/compare.html" in lines[-1]
     unknown = replace(_column("x", 2, None), mode="elastic", **_recovery_model({"launcher": "not-installed"}))
     assert "none named by its launcher" in recovery_models([unknown])[0]
