@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from html import escape
 from pathlib import Path, PurePath
@@ -20,6 +20,7 @@ from chaos.analysis.breakdown import RecoveryBreakdown, phase_costs, phase_setti
 from chaos.analysis.noise import CHANGED_WORLD_RTOL
 from chaos.analysis.run import RunAnalysis, analyze_run
 from chaos.analysis.throughput import training_setup
+from chaos.compare_names import run_report_name, short_names, where
 from chaos.compare_rounds import ROUNDS_SUBDIR, is_federated, write_round_comparison
 from chaos.loading import ScenarioInvalid, load_bounded_yaml
 from chaos.paths import read_small, write_output
@@ -90,37 +91,6 @@ class Column:
     def tag(self) -> str:
         """What the page calls the column: its short name (the long label is in the legend, once)."""
         return self.short or self.label
-
-
-# A short name longer than this is no shorter than a letter would be worth: columns are lettered A, B, C instead.
-SHORT_MAX = 28
-
-
-def short_names(columns: Sequence[Any]) -> list[str]:
-    """The columns' short names: their scenarios' names, less a prefix every one shares ("compare-centralized",
-    "compare-elastic-tuned" → "centralized", "elastic-tuned"); letters A, B, C ... when those are not distinct
-    (two runs of one scenario) or too long to be short."""
-    names = [c.scenario for c in columns]
-    if len(names) > 1:
-        cut = 0
-        first = names[0]
-        for i, ch in enumerate(first):
-            if ch == "-" and all(n[:i + 1] == first[:i + 1] and len(n) > i + 1 for n in names):
-                cut = i + 1
-        names = [n[cut:] for n in names]
-    if len(set(names)) == len(names) and all(0 < len(n) <= SHORT_MAX for n in names):
-        return names
-    return [_letter(i) for i in range(len(columns))]
-
-
-def _letter(i: int) -> str:
-    """A, B, ..., Z, AA, AB, ...: a name for the i-th column."""
-    out = ""
-    i += 1
-    while i:
-        i, r = divmod(i - 1, 26)
-        out = chr(65 + r) + out
-    return out
 
 
 def with_short(columns: list[Column]) -> list[Column]:
@@ -689,14 +659,6 @@ PLOT_TITLES = {"result": "Time to result and cost", "throughput": "Throughput ov
                "recovery": "Recovery breakdown"}
 
 
-def where(run_dir: str | Path, base: Path | None) -> str:
-    """A run directory as the page names it: relative to the page's own directory (``base``), so the page reads
-    the same on any machine it is copied to with its runs; the directory's own name without ``base``."""
-    if base is None:
-        return Path(run_dir).name
-    return os.path.relpath(Path(run_dir).resolve(), base.resolve())
-
-
 def legend_rows(columns: list[Column], base: Path | None) -> list[list[str]]:
     """(short name, long label, verdict, report, run directory relative to the page) per column."""
     return [[c.tag, c.label, c.verdict, run_report_name(c.run_dir), where(c.run_dir, base)] for c in columns]
@@ -726,12 +688,6 @@ def render_markdown(columns: list[Column], base: Path | None = None, plots: dict
     lines += ["## Figures", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in table(columns)]
     return "\n".join(lines) + "\n"
-
-
-def run_report_name(run_dir: str | Path) -> str:
-    """Each run's own report beside the comparison, named by its run directory (two runs of one scenario, e.g. two
-    cluster shapes of the same file, would overwrite one another under the scenario's name)."""
-    return f"{Path(run_dir).resolve().name}.html"
 
 
 def render_html(columns: list[Column], base: Path | None = None, plots: dict[str, str] | None = None,

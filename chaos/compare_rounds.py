@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.analysis.run import RunAnalysis
+from chaos.compare_names import run_report_name, short_names, where
 from chaos.paths import write_output
 from chaos.reports import write_report
 from chaos.reports.html import CSS
@@ -127,8 +128,6 @@ def _num(v: Any) -> float | None:
 
 def with_short(columns: list[RoundColumn]) -> list[RoundColumn]:
     """Short names as the step page makes them (a shared scenario prefix dropped, letters when they clash)."""
-    from chaos.compare import short_names
-
     return [c if c.short else replace(c, short=n) for c, n in zip(columns, short_names(columns), strict=True)]
 
 
@@ -260,8 +259,6 @@ LEGEND_HEADER = ("column", "run", "verdict", "report", "run directory")
 
 
 def _legend(columns: list[RoundColumn], base: Path | None) -> list[list[str]]:
-    from chaos.compare import run_report_name, where
-
     return [[c.tag, c.label, c.verdict, run_report_name(c.run_dir), where(c.run_dir, base)] for c in columns]
 
 
@@ -300,8 +297,6 @@ def render_html(columns: list[RoundColumn], base: Path | None = None) -> str:
 
 def write_round_comparison(analyses: list[RunAnalysis], output: Path) -> dict[str, Path]:
     """The federated page (HTML, Markdown, JSON) plus each run's own report beside it."""
-    from chaos.compare import run_report_name, where
-
     columns = with_short([measure_rounds(a) for a in analyses])
     output.mkdir(parents=True, exist_ok=True)
     for analysis in analyses:
