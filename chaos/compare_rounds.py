@@ -41,7 +41,8 @@ class RoundColumn:
     scenario: str
     run_dir: str
     verdict: str
-    faults: list[str]  # "crash of node1 after round 2", in plan order
+    faults: list[str]  # "crash of node1 after round 2", as injected
+    planned_faults: int  # faults the scenario planned (one that was never injected leaves faults short)
     rounds_planned: int | None
     rounds_completed: int
     rounds_failed: int
@@ -70,7 +71,8 @@ class RoundColumn:
 
     @property
     def fault_free(self) -> bool:
-        return not self.faults
+        """Planned without a fault: the reference (a planned fault that never happened does not make one)."""
+        return not self.planned_faults
 
 
 def _round_gaps(rows: list[dict[str, Any]]) -> list[float]:
@@ -109,6 +111,7 @@ def measure_rounds(analysis: RunAnalysis) -> RoundColumn:
         label=f"{scenario.name} (flower, server + {c.nodes - 1} clients"
               + (f", {planned} rounds" if planned else "") + (", node_restart" if restart else "") + ")",
         scenario=scenario.name, run_dir=str(analysis.run_dir), verdict=result.verdict, faults=faults,
+        planned_faults=len(scenario.faults),
         rounds_planned=planned, rounds_completed=completed, rounds_failed=int(fed.get("rounds_failed") or 0),
         round_executions=int(fed.get("round_executions") or 0), rounds_redone=redone,
         rounds_lost=(max(planned - completed, 0) + redone) if planned else None,
@@ -150,7 +153,7 @@ def table(columns: list[RoundColumn]) -> list[list[str]]:
     """The summary rows: a label, then one cell per column."""
     ref = reference(columns)
     rows: list[tuple[str, list[str]]] = [
-        ("fault", [", ".join(c.faults) or "none (reference)" for c in columns]),
+        ("fault", [_faults_text(c) for c in columns]),
         ("rounds completed / planned", [f"{c.rounds_completed} / {c.rounds_planned or '?'}" for c in columns]),
         ("rounds failed (nothing aggregated)", [str(c.rounds_failed) for c in columns]),
         ("rounds executed (incl. run again)", [f"{c.round_executions} ({c.rounds_redone} again)" for c in columns]),
@@ -172,6 +175,13 @@ def table(columns: list[RoundColumn]) -> list[list[str]]:
         ("verdict", [c.verdict for c in columns]),
     ]
     return [[name, *cells] for name, cells in rows]
+
+
+def _faults_text(c: RoundColumn) -> str:
+    if c.fault_free:
+        return "none (reference)"
+    missing = c.planned_faults - len(c.faults)
+    return ", ".join(c.faults + ([f"{missing} planned, not injected"] if missing > 0 else []))
 
 
 def _round_cell(r: dict[str, Any] | None) -> str:
@@ -212,6 +222,10 @@ def conclusions(columns: list[RoundColumn]) -> list[str]:
     for c in columns:
         if c.fault_free:
             continue
+        if not c.faults:
+            out.append(f"{c.tag}: its planned fault was never injected (verdict {c.verdict}), so its figures are "
+                       "not those of a run with a fault.")
+            continue
         text = f"{c.tag} ({'; '.join(c.faults)}): {c.rounds_completed} of {c.rounds_planned or '?'} rounds completed"
         text += (f", {c.rounds_failed} failed, {c.client_failures} client failure(s) in "
                  f"{c.rounds_with_failures} round(s)")
@@ -243,6 +257,10 @@ def conclusions(columns: list[RoundColumn]) -> list[str]:
             text += "; against " + ref.tag + ": " + ", ".join(
                 f"{c.tag} {(c.time_to_result_s or 0) - ref.time_to_result_s:+.1f} s" for c in timed if c is not ref)
         out.append(text + ".")
+    failing = [c for c in columns if c.verdict != "pass"]
+    if failing:
+        out.append("Not a pass: " + ", ".join(f"{c.tag} ({c.verdict})" for c in failing)
+                   + "; its report says why, and its figures are read with that in mind.")
     lost = [c for c in columns if c.rounds_lost]
     if lost:
         out.append("Rounds lost in: " + ", ".join(f"{c.tag} ({c.rounds_lost})" for c in lost)

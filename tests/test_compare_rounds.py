@@ -95,6 +95,17 @@ def test_a_server_lost_for_good_loses_the_rounds_it_never_ran(tmp_path: Path) ->
     assert "Rounds lost in: server-restart (3)" in said[-1]
 
 
+def test_a_planned_fault_that_never_happened_is_said_and_is_no_reference(tmp_path: Path) -> None:
+    ref = measure_rounds(_analysis("fault-free", _fed(None), tmp_path))
+    skipped = measure_rounds(_analysis("client-crash", _fed(None), tmp_path, "error"))
+    cols = compare_rounds.with_short([ref, skipped])
+    assert compare_rounds.reference(cols) is cols[0]
+    assert _row(table(cols), "fault") == ["none (reference)", "1 planned, not injected"]
+    said = conclusions(cols)
+    assert "client-crash: its planned fault was never injected (verdict error)" in said[1]
+    assert "Not a pass: client-crash (error)" in said[-2]
+
+
 def test_without_a_fault_free_column_the_quality_is_not_checked(tmp_path: Path) -> None:
     cols = compare_rounds.with_short([measure_rounds(_analysis("client-crash", _fed((12.5, "node1")), tmp_path))])
     assert _row(table(cols), "accuracy vs fault-free") == ["not checked (no fault-free column)"]
