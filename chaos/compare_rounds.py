@@ -235,6 +235,10 @@ def conclusions(columns: list[RoundColumn]) -> list[str]:
                 text += f" ({c.to_next_round_s / ref.median_round_s:.1f}× the fault-free median round)"
         else:
             text += "; no round completed after the fault"
+        if c.slowest_round_s is not None:
+            text += f"; its slowest round took {c.slowest_round_s:.2f} s" + (
+                f" (the fault-free run's {ref.slowest_round_s:.2f} s)" if ref is not None and ref.slowest_round_s
+                is not None else "")
         for target, sampled, failed in c.client_hits:
             text += f"; {target} was sampled in {sampled} later round(s) and failed in {failed}"
         if c.rounds_lost is not None:
