@@ -20,6 +20,8 @@ from chaos.analysis.breakdown import RecoveryBreakdown, phase_costs, phase_setti
 from chaos.analysis.noise import CHANGED_WORLD_RTOL
 from chaos.analysis.run import RunAnalysis, analyze_run
 from chaos.analysis.throughput import training_setup
+from chaos.compare_names import run_report_name, short_names, where
+from chaos.compare_rounds import ROUNDS_SUBDIR, is_federated, write_round_comparison
 from chaos.loading import ScenarioInvalid, load_bounded_yaml
 from chaos.paths import read_small, write_output
 from chaos.registry import PluginError, launcher_class
@@ -89,37 +91,6 @@ class Column:
     def tag(self) -> str:
         """What the page calls the column: its short name (the long label is in the legend, once)."""
         return self.short or self.label
-
-
-# A short name longer than this is no shorter than a letter would be worth: columns are lettered A, B, C instead.
-SHORT_MAX = 28
-
-
-def short_names(columns: list[Column]) -> list[str]:
-    """The columns' short names: their scenarios' names, less a prefix every one shares ("compare-centralized",
-    "compare-elastic-tuned" → "centralized", "elastic-tuned"); letters A, B, C ... when those are not distinct
-    (two runs of one scenario) or too long to be short."""
-    names = [c.scenario for c in columns]
-    if len(names) > 1:
-        cut = 0
-        first = names[0]
-        for i, ch in enumerate(first):
-            if ch == "-" and all(n[:i + 1] == first[:i + 1] and len(n) > i + 1 for n in names):
-                cut = i + 1
-        names = [n[cut:] for n in names]
-    if len(set(names)) == len(names) and all(0 < len(n) <= SHORT_MAX for n in names):
-        return names
-    return [_letter(i) for i in range(len(columns))]
-
-
-def _letter(i: int) -> str:
-    """A, B, ..., Z, AA, AB, ...: a name for the i-th column."""
-    out = ""
-    i += 1
-    while i:
-        i, r = divmod(i - 1, 26)
-        out = chr(65 + r) + out
-    return out
 
 
 def with_short(columns: list[Column]) -> list[Column]:
@@ -577,15 +548,18 @@ RECOVERY_MECHANISM = {
 }
 # Where the comparison has no column yet for a framework the project's question names, what would fill it.
 PENDING_COLUMNS = {
-    "flower": "Flower (federated learning): it counts rounds, not steps, so its runs are read on their own "
-              "(docs/flower.md): a lost client is dropped from the next round's sample, and the server is the single "
+    "flower": "Flower (federated learning): it counts rounds, not steps, so its runs are compared on their own "
+              "page, with rounds instead of steps (`chaos compare scenarios/compare/flower-*.yaml`: "
+              "reports/compare/flower/compare.html; docs/flower.md): a lost client is dropped from the next round's "
+              "sample, and the server is the single "
               "point of failure (its crash ends training unless something restarts it from a saved global model)",
 }
 
 
-def recovery_models(columns: list[Column]) -> list[str]:
+def recovery_models(columns: list[Column], rounds_page: str | None = None) -> list[str]:
     """Per column: how its framework recovered from the fault (the mechanism, who did it, the measured recovery,
-    the steps trained again, the largest part) and which node, if any, it cannot lose."""
+    the steps trained again, the largest part) and which node, if any, it cannot lose. ``rounds_page``: where
+    this comparison's federated runs were written (their own page), if it had any."""
     columns = with_short(columns)
     out = []
     for c in columns:
@@ -607,7 +581,11 @@ def recovery_models(columns: list[Column]) -> list[str]:
                  ". Single point of failure: none named by its launcher")
         out.append(text + ".")
     present = {c.launcher for c in columns} | {c.mode for c in columns}
-    out += [f"Not in this comparison: {why}." for name, why in PENDING_COLUMNS.items() if name not in present]
+    out += [f"Not in this comparison: {why}." for name, why in PENDING_COLUMNS.items() if name not in present
+            and not (name == "flower" and rounds_page)]
+    if rounds_page:
+        out.append(f"The Flower runs of this comparison count rounds, not steps: they are on their own page, "
+                   f"{rounds_page}.")
     return out
 
 
@@ -681,14 +659,6 @@ PLOT_TITLES = {"result": "Time to result and cost", "throughput": "Throughput ov
                "recovery": "Recovery breakdown"}
 
 
-def where(run_dir: str | Path, base: Path | None) -> str:
-    """A run directory as the page names it: relative to the page's own directory (``base``), so the page reads
-    the same on any machine it is copied to with its runs; the directory's own name without ``base``."""
-    if base is None:
-        return Path(run_dir).name
-    return os.path.relpath(Path(run_dir).resolve(), base.resolve())
-
-
 def legend_rows(columns: list[Column], base: Path | None) -> list[list[str]]:
     """(short name, long label, verdict, report, run directory relative to the page) per column."""
     return [[c.tag, c.label, c.verdict, run_report_name(c.run_dir), where(c.run_dir, base)] for c in columns]
@@ -698,7 +668,8 @@ LEGEND_HEADER = ("column", "run (scenario, mode, nodes × processes, preset, cor
                  "run directory")
 
 
-def render_markdown(columns: list[Column], base: Path | None = None, plots: dict[str, str] | None = None) -> str:
+def render_markdown(columns: list[Column], base: Path | None = None, plots: dict[str, str] | None = None,
+                    rounds_page: str | None = None) -> str:
     """The comparison as Markdown; ``base``: the directory it is written to (links relative to it); ``plots``:
     plot name → PNG file name beside it."""
     columns = with_short(columns)
@@ -710,7 +681,8 @@ def render_markdown(columns: list[Column], base: Path | None = None, plots: dict
     lines += [f"| {tag} | {label} | {verdict} | [{report}]({report}) | `{run}` |"
               for tag, label, verdict, report, run in legend_rows(columns, base)]
     lines += ["", "## Conclusions", "", *[f"- {s}" for s in conclusions(columns)], ""]
-    lines += ["## How each recovered from the same fault", "", *[f"- {s}" for s in recovery_models(columns)], ""]
+    lines += ["## How each recovered from the same fault", "",
+              *[f"- {s}" for s in recovery_models(columns, rounds_page)], ""]
     for name, png in (plots or {}).items():
         lines += [f"## {PLOT_TITLES.get(name, name)}", "", f"![{name}]({png})", ""]
     lines += ["## Figures", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -718,19 +690,17 @@ def render_markdown(columns: list[Column], base: Path | None = None, plots: dict
     return "\n".join(lines) + "\n"
 
 
-def run_report_name(run_dir: str | Path) -> str:
-    """Each run's own report beside the comparison, named by its run directory (two runs of one scenario, e.g. two
-    cluster shapes of the same file, would overwrite one another under the scenario's name)."""
-    return f"{Path(run_dir).resolve().name}.html"
-
-
-def render_html(columns: list[Column], base: Path | None = None, plots: dict[str, str] | None = None) -> str:
+def render_html(columns: list[Column], base: Path | None = None, plots: dict[str, str] | None = None,
+                rounds_page: str | None = None) -> str:
     """The comparison as one self-contained page; ``plots``: plot name → inline SVG (no script, no request)."""
     columns = with_short(columns)
     head = "".join(f"<th>{escape(c.tag)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in table(columns))
     items = "".join(f"<li>{escape(s)}</li>" for s in conclusions(columns))
-    models = "".join(f"<li>{escape(s)}</li>" for s in recovery_models(columns))
+    models = "".join(f"<li>{escape(s)}</li>" for s in recovery_models(columns, rounds_page))
+    if rounds_page:  # the federated runs' own page, beside this one: a link
+        models = models.replace(f"{escape(rounds_page)}.</li>",
+                                f"<a href='{escape(rounds_page)}'>{escape(rounds_page)}</a>.</li>")
     legend = "".join(f"<tr><td><b>{escape(tag)}</b></td><td>{escape(label)}</td><td>{escape(verdict)}</td>"
                      f"<td><a href='{escape(report)}'>{escape(report)}</a></td><td><code>{escape(run)}</code></td></tr>"
                      for tag, label, verdict, report, run in legend_rows(columns, base))
@@ -750,9 +720,19 @@ def render_html(columns: list[Column], base: Path | None = None, plots: dict[str
 
 def write_comparison(runs: list[Path] | list[RunAnalysis], output: Path) -> dict[str, Path]:
     """The comparison (HTML, Markdown, JSON) plus each run's own HTML report beside it, linked from the table.
-    Runs given as directories are analysed here, all before anything is written."""
+    Runs given as directories are analysed here, all before anything is written. Federated runs (rounds, not
+    steps) get a page of their own (chaos.compare_rounds): the whole comparison when every run is one, else
+    ``output/flower/``, which the step page names; a round is never laid out as a step."""
 
     analyses = [r if isinstance(r, RunAnalysis) else analyze_run(r) for r in runs]  # one per run: column, report
+    federated = [a for a in analyses if is_federated(a)]
+    if federated and len(federated) == len(analyses):
+        return write_round_comparison(federated, output)
+    rounds_page = None
+    if federated:
+        analyses = [a for a in analyses if not is_federated(a)]
+        page = write_round_comparison(federated, output / ROUNDS_SUBDIR)["html"]
+        rounds_page = os.path.relpath(page, output)
     columns = with_short([measure(analysis) for analysis in analyses])
     output.mkdir(parents=True, exist_ok=True)
     for analysis in analyses:
@@ -767,10 +747,11 @@ def write_comparison(runs: list[Path] | list[RunAnalysis], output: Path) -> dict
         svg = output / f"compare-{name}.svg"
         write_output(svg, svgs[name])
         files[name] = svg.name
-    write_output(paths["md"], render_markdown(columns, output, files))
-    write_output(paths["html"], render_html(columns, output, svgs))
+    write_output(paths["md"], render_markdown(columns, output, files, rounds_page))
+    write_output(paths["html"], render_html(columns, output, svgs, rounds_page))
     write_output(paths["json"], json.dumps({
         "columns": [asdict(c) | {"run_dir": where(c.run_dir, output)} for c in columns],
         "legend": {c.tag: c.label for c in columns}, "conclusions": conclusions(columns),
-        "recovery_models": recovery_models(columns)}, indent=2) + "\n")
-    return paths
+        "recovery_models": recovery_models(columns, rounds_page),
+        **({"rounds_page": rounds_page} if rounds_page else {})}, indent=2) + "\n")
+    return paths | ({"rounds_html": output / rounds_page} if rounds_page else {})

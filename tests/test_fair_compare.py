@@ -546,6 +546,7 @@ def test_the_compare_page_says_how_each_framework_recovered_and_what_it_cannot_l
     assert "30 steps trained again" in lines[0] and "Single point of failure: node0" in lines[0]
     assert lines[1].startswith("tf: relaunch by the supervisor") and "10.2 s" in lines[1]
     assert "none among the workers" in lines[1] and "2 worker restarts" in lines[1]
-    assert lines[-1].startswith("Not in this comparison: Flower")  # its place until the flower launcher is in
+    # no Flower run in this comparison: the line says where Flower runs are compared (their own page)
+    assert lines[-1].startswith("Not in this comparison: Flower") and "reports/compare/flower/compare.html" in lines[-1]
     unknown = replace(_column("x", 2, None), mode="elastic", **_recovery_model({"launcher": "not-installed"}))
     assert "none named by its launcher" in recovery_models([unknown])[0]

@@ -13,6 +13,7 @@ from chaos.loading import shipped_scenarios_dir
 from tests.integration import (
     test_etcd_rendezvous,
     test_explore,
+    test_flower_compare,
     test_flower_launcher,
     test_hang,
     test_memory_faults,
@@ -46,7 +47,7 @@ def test_every_shipped_scenario_is_run_by_an_integration_test() -> None:
                     | set(test_straggler.EXPECTED_VERDICT) | set(test_hang.EXPECTED_VERDICT)
                     | set(test_ray_launcher.EXPECTED_VERDICT)
                     | set(test_native_crash.EXPECTED_VERDICT) | set(test_tf_launcher.EXPECTED_VERDICT)
-                        | set(test_flower_launcher.EXPECTED_VERDICT)
+                        | set(test_flower_launcher.EXPECTED_VERDICT) | set(test_flower_compare.EXPECTED_VERDICT)
                     | set(test_store_faults.EXPECTED_VERDICT) | set(test_slurm_runtime.EXPECTED_VERDICT)
                     | {name for name, _ in test_etcd_rendezvous.EXPECTED_VERDICT}
                     | {f"bugs/{bug}" for bug in test_planted_bugs.EXPECTED}

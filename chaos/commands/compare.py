@@ -75,6 +75,11 @@ def _compare_sweep(args: argparse.Namespace) -> int:
         error("--sweep runs its scenarios; it does not take --from-runs")
         return EXIT_USAGE
     scenarios = [load(p, args.runtime) for p in args.items]
+    rounds = [s.name for s in scenarios if s.cluster.mode == "federated"]
+    if rounds:
+        error(f"--sweep draws steps per second against link quality; {', '.join(rounds)} count federated rounds, not "
+              "steps: compare them without --sweep (they get a page of their own, with rounds instead of steps)")
+        return EXIT_USAGE
     single = [s for s in scenarios if s.cluster.nodes == 1]
     multi = [s for s in scenarios if s.cluster.nodes > 1]
     if len(single) != 1 or not multi:
