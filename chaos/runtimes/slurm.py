@@ -15,6 +15,12 @@ plan names hosts by placeholders (``{slurm-host:node1}``, ``{slurm-channel}``) t
 environment get substituted with; the ``slurm_allocated`` event records the real ones. The job is named
 ``torch-chaos-<run id>`` and its comment names the engine (``engine=<host>:<pid>``), so ``chaos cleanup`` finds
 allocations whose engine is gone with ``squeue``.
+
+This module is the Runtime interface and the allocation's lifecycle (salloc, the shared-directory check, the
+observer, teardown, cleanup); it delegates to its parts: :mod:`~chaos.runtimes.slurm_steps` (the nodes' job steps),
+:mod:`~chaos.runtimes.slurm_hosts` (where each node runs, the spares, lost hosts), :mod:`~chaos.runtimes.slurm_network`
+(the channel's address towards the nodes, the cluster agent's network access) and
+:mod:`~chaos.runtimes.slurm_commands` (the words to Slurm).
 """
 
 from __future__ import annotations
