@@ -21,6 +21,7 @@ from chaos.cli import main
 from chaos.loading import ScenarioInvalid, parse_scenario, resolve_scenario_path
 from chaos.runtimes import slurm, slurm_helper, slurm_hosts
 from chaos.runtimes.slurm_commands import channel_bind, host_lost, parse_steps
+from chaos.runtimes.slurm_network import channel_addresses
 
 SCENARIO = """\
 name: s
@@ -369,6 +370,20 @@ def test_channel_host_is_an_address_of_this_host_and_never_every_interface_unask
     assert bind == "0.0.0.0" and warning is not None and "every interface" in warning
     checks = slurm.SlurmRuntime.machine_checks(slurm.SlurmOptions(channel_host="203.0.113.7"))
     assert [c.ok for c in checks if c.name == "slurm channel_host"] == [False]
+
+
+def test_the_channel_is_given_to_the_nodes_at_a_reachable_address_and_checked_again_at_the_allocation() -> None:
+    """Once the hosts are known: no channel_host, the engine's route towards the first host, listened on alone; an
+    every-interface bind still gives the nodes that routed address (0.0.0.0 reaches no one), with its warning; a
+    channel_host judged on another machine and not this host's stops the run, not a traceback."""
+    assert channel_addresses(slurm.SlurmOptions(), "127.0.0.1") == ("127.0.0.1", "127.0.0.1", None)
+    given = slurm.SlurmOptions(channel_host="127.0.0.1")
+    assert channel_addresses(given, "127.0.0.1") == ("127.0.0.1", "127.0.0.1", None)
+    every = slurm.SlurmOptions(channel_host="0.0.0.0", allow_any_address=True)
+    host, bind, warning = channel_addresses(every, "127.0.0.1")
+    assert (host, bind) == ("127.0.0.1", "0.0.0.0") and warning is not None and "every interface" in warning
+    with pytest.raises(RuntimeError, match=r"203\.0\.113\.7' is not an address of this host"):
+        channel_addresses(slurm.SlurmOptions(channel_host="203.0.113.7"), "127.0.0.1")
 
 
 def test_the_refusal_off_a_cluster_gives_the_container_clusters_docker_exec_line(
