@@ -34,15 +34,15 @@ from chaos.runtimes.slurm_hosts import Hosts
 
 
 class Steps:
-    """The nodes' job steps in the allocation ``hosts`` holds: their srun clients, their step names, the starts
+    """The nodes' job steps in the allocation ``alloc`` holds: their srun clients, their step names, the starts
     Slurm has not listed yet, and when the last crash/freeze signal went out. ``emit`` records a history event."""
 
-    def __init__(self, run_id: str, run_dir: Path, python: str, hosts: Hosts, logs: NodeLogs,
+    def __init__(self, run_id: str, run_dir: Path, python: str, alloc: Hosts, logs: NodeLogs,
                  log_path: Callable[[str], Path], emit: Callable[[dict[str, Any]], None]):
         self.run_id = run_id
         self.run_dir = run_dir
         self.python = python
-        self.hosts = hosts
+        self.alloc = alloc
         self._logs = logs
         self._log_path = log_path
         self._emit = emit
@@ -60,13 +60,13 @@ class Steps:
 
     def start(self, name: str, host: str, replacement: bool, argv: list[str], env: dict[str, str]) -> None:
         """``name``'s command as a new step on ``host``, its output appended to the node's log."""
-        assert self.hosts.job_id is not None
+        assert self.alloc.job_id is not None
         self._count[name] = self._count.get(name, 0) + 1
         step_name = f"{self.run_id[-6:]}-{name}-{self._count[name]}"
         fh = self._logs.reopen(name, where=host)
         full_env = {**slurm_environ(), **env, TREE_VAR: f"{self.run_id}/{name}", ENGINE_VAR: engine_mark()}
         self.procs[name] = subprocess.Popen(
-            srun_argv(self.hosts.job_id, host, step_name, str(self.run_dir), argv), env=full_env, stdout=fh,
+            srun_argv(self.alloc.job_id, host, step_name, str(self.run_dir), argv), env=full_env, stdout=fh,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         with self._lock:
             self._names[name] = step_name
@@ -80,25 +80,25 @@ class Steps:
         if code != 0:
             return code
         if proc.pid not in self._judged:
-            self._judged[proc.pid] = self.hosts.lost_host_code(name, self._log_path(name))
+            self._judged[proc.pid] = self.alloc.lost_host_code(name, self._log_path(name))
         return self._judged[proc.pid]
 
     def listed(self) -> dict[str, str]:
         """Step name -> JOB.STEP of this job's steps Slurm lists now."""
-        assert self.hosts.job_id is not None
-        return parse_steps(run_slurm(["squeue", "--steps", "-h", "-j", self.hosts.job_id, "-o", "%i %j"],
-                                     timeout=10).stdout, self.hosts.job_id)
+        assert self.alloc.job_id is not None
+        return parse_steps(run_slurm(["squeue", "--steps", "-h", "-j", self.alloc.job_id, "-o", "%i %j"],
+                                     timeout=10).stdout, self.alloc.job_id)
 
     def step_id(self, name: str, wait_s: float = 10.0) -> str:
         """JOB.STEP of the node's current step (a step just started may take a moment to be listed)."""
-        assert self.hosts.job_id is not None
+        assert self.alloc.job_id is not None
         step_name = self._names.get(name)
         if step_name is None:
             raise RuntimeError(f"{name} has no job step")
         deadline = time.monotonic() + wait_s
         while True:
-            steps = parse_steps(run_slurm(["squeue", "--steps", "-h", "-j", self.hosts.job_id, "-o", "%i %j"]).stdout,
-                                self.hosts.job_id)
+            steps = parse_steps(run_slurm(["squeue", "--steps", "-h", "-j", self.alloc.job_id, "-o", "%i %j"]).stdout,
+                                self.alloc.job_id)
             if step_name in steps:
                 return steps[step_name]
             if time.monotonic() > deadline or self.exit_code(name) is not None:
@@ -113,7 +113,7 @@ class Steps:
                 step_name = self._names.get(node)
                 if step_name in steps:
                     self._emit({"t": time.time(), "event": Ev.SLURM_STEP_STARTED, "node": node,
-                                "host": self.hosts.host_of.get(node, "?"), "step": steps[step_name],
+                                "host": self.alloc.host_of.get(node, "?"), "step": steps[step_name],
                                 "after_s": round(now - started, 3), "replacement": replacement})
                     del self.starts[node]
                 elif (proc := self.procs.get(node)) is not None and proc.poll() is not None:
@@ -121,9 +121,9 @@ class Steps:
 
     def helper(self, name: str, action: str, *args: str) -> dict[str, Any]:
         """Run the helper as a step on ``name``'s host; its JSON answer."""
-        assert self.hosts.job_id is not None
-        host = self.hosts.host_of[name]
-        argv = srun_argv(self.hosts.job_id, host, f"{self.run_id[-6:]}-helper", str(self.run_dir),
+        assert self.alloc.job_id is not None
+        host = self.alloc.host_of[name]
+        argv = srun_argv(self.alloc.job_id, host, f"{self.run_id[-6:]}-helper", str(self.run_dir),
                          [self.python, "-m", "chaos.runtimes.slurm_helper", action, f"{self.run_id}/{name}", *args])
         proc = run_slurm(argv, timeout=HELPER_TIMEOUT_S, env=helper_environ())
         for line in reversed(proc.stdout.splitlines()):
