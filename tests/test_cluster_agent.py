@@ -20,7 +20,7 @@ import pytest
 
 from chaos.cluster import agent
 from chaos.cluster.spec import STATE_DIR_ENV
-from chaos.runtimes import slurm
+from chaos.runtimes import slurm, slurm_commands, slurm_hosts
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 
@@ -306,25 +306,24 @@ def test_slurm_lose_host_asks_the_agent_and_the_lost_host_is_never_a_spare(
     monkeypatch.setenv(slurm.AGENT_FILE_ENV, str(path))
     monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
     rt = slurm.SlurmRuntime("20260101-000000-x-abcdef", tmp_path, slurm.SlurmOptions(spares=1))
-    rt.host_of, rt.spares = {"node0": "c1", "node1": "c2"}, ["c3"]
-    rt._procs["node1"] = None  # type: ignore[assignment]  # started once: the next start is a replacement
+    rt.alloc.host_of, rt.alloc.spares = {"node0": "c1", "node1": "c2"}, ["c3"]
     mechanism, facts = rt.lose_host("node1")
     assert mechanism.startswith("docker kill of tchaos-lab-c2 (host c2) by the cluster agent at 127.0.0.1:")
     assert facts["host"] == "c2" and facts["container"] == "tchaos-lab-c2" and facts["t_agent"] > 0
     assert rt.can_replace("node1") is None  # a spare is left
-    assert rt._place("node1") == ("c3", True) and rt.spares == []  # c2 is lost: never a spare again
+    assert rt.alloc.place("node1", started=True) == ("c3", True) and rt.alloc.spares == []  # c2 lost: never a spare
     assert rt.can_replace("node0") is None  # c1 is fine
-    rt.host_of["node1"] = "c2"
+    rt.alloc.host_of["node1"] = "c2"
     assert "no spare host left" in str(rt.can_replace("node1"))
     with pytest.raises(RuntimeError, match="no spare host is left"):
-        rt._place("node1")
+        rt.alloc.place("node1", started=True)
     assert rt.return_host("c2")["returned"] == "c2"
     assert docker.actions() == [("kill", "tchaos-lab-c2"), ("start", "tchaos-lab-c2")]
     rt2 = slurm.SlurmRuntime("20260101-000000-x-abcdeg", tmp_path, slurm.SlurmOptions())
-    rt2.host_of = {"node0": "c1"}
-    assert rt2.lose_host("node0")[1]["cleanup_record"] == str(slurm.lost_hosts_dir() / f"{rt2.run_id}.json")
+    rt2.alloc.host_of = {"node0": "c1"}
+    assert rt2.lose_host("node0")[1]["cleanup_record"] == str(slurm_commands.lost_hosts_dir() / f"{rt2.run_id}.json")
     assert rt2.teardown() == ["host c1 returned (docker start by the cluster agent)"]  # as the run found it
-    assert not (slurm.lost_hosts_dir() / f"{rt2.run_id}.json").exists()  # nothing left for cleanup
+    assert not (slurm_commands.lost_hosts_dir() / f"{rt2.run_id}.json").exists()  # nothing left for cleanup
 
 
 def test_cleanup_returns_the_hosts_of_an_engine_that_died(served: tuple[dict[str, Any], FakeDocker],
@@ -335,13 +334,13 @@ def test_cleanup_returns_the_hosts_of_an_engine_that_died(served: tuple[dict[str
     path = tmp_path / "agent.json"
     path.write_text(json.dumps(config))
     monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "state"))
-    owners = slurm.lost_hosts_dir()
+    owners = slurm_commands.lost_hosts_dir()
     owners.mkdir(parents=True)
     dead = {"run_id": "r-dead", "engine_pid": 999999999, "agent_file": str(path), "hosts": ["c2"]}
     alive = {"run_id": "r-alive", "engine_pid": os.getpid(), "agent_file": str(path), "hosts": ["c3"]}
     (owners / "r-dead.json").write_text(json.dumps(dead))
     (owners / "r-alive.json").write_text(json.dumps(alive))
-    assert slurm.SlurmRuntime._return_lost_hosts(None, only_orphans=True) == [
+    assert slurm_hosts.return_leftover_hosts(None, only_orphans=True) == [
         "host c2 returned (docker start by the cluster agent; run r-dead)"]
     assert docker.actions() == [("start", "tchaos-lab-c2")]
     assert not (owners / "r-dead.json").exists() and (owners / "r-alive.json").exists()
@@ -353,7 +352,7 @@ def test_the_no_agent_refusal_is_unsupported_not_a_traceback(tmp_path: Path,
 
     monkeypatch.setenv(slurm.AGENT_FILE_ENV, str(tmp_path / "absent.json"))
     rt = slurm.SlurmRuntime("20260101-000000-x-abcdef", tmp_path, slurm.SlurmOptions())
-    rt.host_of = {"node1": "c2"}
+    rt.alloc.host_of = {"node1": "c2"}
     with pytest.raises(Unsupported, match="needs root on it"):
         rt.lose_host("node1")
 

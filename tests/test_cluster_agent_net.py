@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from chaos.cluster import agent, netexec
-from chaos.runtimes import slurm
+from chaos.runtimes import slurm, slurm_network
 from tests import test_cluster_agent
 from tests.test_cluster_agent import TOKEN, FakeDocker, raw
 
@@ -203,7 +203,7 @@ def test_slurm_network_faults_go_through_the_agent_and_heal(tmp_path: Path, monk
         monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
         assert slurm.SlurmRuntime.capability_check("node_network").ok
         rt = slurm.SlurmRuntime("20260101-000000-s-abcdef", tmp_path, slurm.SlurmOptions())
-        rt.host_of = {"node1": "c1", "node2": "c2"}
+        rt.alloc.host_of = {"node1": "c1", "node2": "c2"}
         enter = rt.net_enter("node2")
         assert enter[-5:] == ["--config", str(path), "--host", "c2", "--"]
         imp = Impairment(enter, rt.interface("node2"), COMMENT)
@@ -236,7 +236,7 @@ def test_slurm_network_faults_are_refused_on_a_real_cluster_with_the_reason(
     assert [p.name for p in problems if "network" in p.name or "root" in p.name] == \
         ["slurm: node network (a cluster agent)"], problems
     rt = slurm.SlurmRuntime("20260101-000000-s-abcdef", tmp_path, slurm.SlurmOptions())
-    rt.host_of = {"node2": "c2"}
+    rt.alloc.host_of = {"node2": "c2"}
     with pytest.raises(Unsupported, match="needs root on it"):
         rt.net_enter("node2")
 
@@ -282,19 +282,19 @@ def test_cleanup_removes_the_rules_of_runs_whose_allocation_is_gone(tmp_path: Pa
         path = tmp_path / "agent.json"
         path.write_text(json.dumps({"address": "127.0.0.1", "port": server.server_address[1], "token": TOKEN}))
         monkeypatch.setenv(slurm.AGENT_FILE_ENV, str(path))
-        monkeypatch.setattr(slurm, "_run", fake_run)
-        removed = slurm.SlurmRuntime._cleanup_rules(None)
+        monkeypatch.setattr(slurm_network, "run_slurm", fake_run)
+        removed = slurm_network.cleanup_rules(None)
         # one namespace serves both fake hosts: the rule is removed once, the live run's kept, the other's kept
         assert removed == [f"iptables rule of 20260101-000000-gone-abcdef on c1 (INPUT -s 172.30.0.12/32 -m comment "
                            f"--comment {gone} -j DROP)"], removed
         assert table.rules == [f'-A INPUT -s 172.30.0.13/32 -m comment --comment "{live}" -j DROP',
                                "-A INPUT -s 10.9.9.9/32 -j ACCEPT"]
         said["squeue"] = ""
-        assert len(slurm.SlurmRuntime._cleanup_rules("20260101-000000-other-abcdef")) == 0  # another run's: kept
-        assert len(slurm.SlurmRuntime._cleanup_rules(None)) == 1
+        assert len(slurm_network.cleanup_rules("20260101-000000-other-abcdef")) == 0  # another run's: kept
+        assert len(slurm_network.cleanup_rules(None)) == 1
         assert table.rules == ["-A INPUT -s 10.9.9.9/32 -j ACCEPT"]
     finally:
         server.shutdown()
         server.server_close()
     monkeypatch.setenv(slurm.AGENT_FILE_ENV, str(tmp_path / "absent.json"))
-    assert slurm.SlurmRuntime._cleanup_rules(None) == []  # a real cluster: no agent, no rules of ours
+    assert slurm_network.cleanup_rules(None) == []  # a real cluster: no agent, no rules of ours

@@ -19,7 +19,9 @@ import pytest
 
 from chaos.cli import main
 from chaos.loading import ScenarioInvalid, parse_scenario, resolve_scenario_path
-from chaos.runtimes import slurm, slurm_helper
+from chaos.runtimes import slurm, slurm_helper, slurm_hosts
+from chaos.runtimes.slurm_commands import channel_bind, host_lost, parse_steps
+from chaos.runtimes.slurm_network import channel_addresses
 
 SCENARIO = """\
 name: s
@@ -51,7 +53,7 @@ def test_job_id_from_salloc_output() -> None:
 def test_node_states_steps_and_jobs() -> None:
     assert slurm.parse_node_states("c1 alloc\nc2 down*\nc3 idle\nc1 alloc\n\n") == {"c1": "alloc", "c2": "down*",
                                                                                      "c3": "idle"}
-    steps = slurm.parse_steps("12.0 abc123-node0-1\n12.1 abc123-node1-1\n13.0 other\n12.extern extern\n", "12")
+    steps = parse_steps("12.0 abc123-node0-1\n12.1 abc123-node1-1\n13.0 other\n12.extern extern\n", "12")
     assert steps == {"abc123-node0-1": "12.0", "abc123-node1-1": "12.1", "extern": "12.extern"}
     jobs = slurm.parse_jobs("12|torch-chaos-run1|engine=h:1\n13|bash|\n14|torch-chaos-run2|(null)\n")
     assert jobs == [("12", "torch-chaos-run1", "engine=h:1"), ("14", "torch-chaos-run2", "(null)")]
@@ -243,21 +245,21 @@ def test_scheduler_part_of_the_recovery_breakdown() -> None:
 
 
 def test_a_host_is_lost_when_slurm_says_it_does_not_respond() -> None:
-    assert slurm.host_lost("mix*") and slurm.host_lost("down*") and slurm.host_lost("down")
-    assert slurm.host_lost("drain") and slurm.host_lost("fail")
-    assert not slurm.host_lost("alloc") and not slurm.host_lost("mix") and not slurm.host_lost("idle")
-    assert not slurm.host_lost("")
+    assert host_lost("mix*") and host_lost("down*") and host_lost("down")
+    assert host_lost("drain") and host_lost("fail")
+    assert not host_lost("alloc") and not host_lost("mix") and not host_lost("idle")
+    assert not host_lost("")
 
 
 def test_a_replacement_goes_to_a_free_spare_and_never_back_to_a_lost_host() -> None:
-    rt = slurm.SlurmRuntime("20260101-000000-x-abcdef", "/tmp/nowhere", slurm.SlurmOptions(spares=1))
-    rt.host_of, rt.spares = {"node0": "c1", "node1": "c2"}, ["c3"]
-    assert rt._place("node1") == ("c2", False)  # the first start: its own host
-    rt._procs["node1"] = None  # type: ignore[assignment]  # started once: the next start is a replacement
-    assert rt._place("node1") == ("c3", True) and rt.spares == ["c2"]  # c2 is healthy: a spare again
-    rt._states["c3"] = "down*"
-    assert rt._place("node1") == ("c2", True) and rt.spares == []  # c3 is lost: not a spare any more
-    assert rt._place("node1") == ("c2", True)  # no spare left: the same host again
+    hosts = slurm_hosts.Hosts("20260101-000000-x-abcdef", lambda event: None)
+    hosts.host_of, hosts.spares = {"node0": "c1", "node1": "c2"}, ["c3"]
+    assert hosts.place("node1", started=False) == ("c2", False)  # the first start: its own host
+    # started once: the next start is a replacement
+    assert hosts.place("node1", started=True) == ("c3", True) and hosts.spares == ["c2"]  # c2 is healthy: a spare
+    hosts.states["c3"] = "down*"
+    assert hosts.place("node1", started=True) == ("c2", True) and hosts.spares == []  # c3 is lost: not a spare
+    assert hosts.place("node1", started=True) == ("c2", True)  # no spare left: the same host again
 
 
 def test_the_golden_run_runs_on_the_cluster_by_default_never_beside_a_login_node(tmp_path: Path) -> None:
@@ -324,7 +326,7 @@ def test_a_host_without_fuse_stops_a_run_that_needs_the_layer_before_any_node(
 
     monkeypatch.setattr(slurm, "_run", srun)
     rt = slurm.SlurmRuntime("20260101-000000-x-abcdef", tmp_path, slurm.SlurmOptions(python="/opt/py"))
-    rt.job_id, rt.hosts = "7", ["c1", "c2"]
+    rt.alloc.job_id, rt.alloc.hosts = "7", ["c1", "c2"]
     rt.storage_layer = object()
     with pytest.raises(RuntimeError, match=r"storage layer cannot run on every allocated host .* c2: /dev/fuse is "
                        r"missing .* set storage.layer: inotify"):
@@ -361,13 +363,27 @@ def test_channel_host_is_an_address_of_this_host_and_never_every_interface_unask
     said = capsys.readouterr()
     assert "cluster.slurm.channel_host: 0.0.0.0 is every interface of this host" in said.out + said.err
 
-    assert slurm.channel_bind("127.0.0.1", False) == ("127.0.0.1", None)
+    assert channel_bind("127.0.0.1", False) == ("127.0.0.1", None)
     with pytest.raises(ValueError, match=r"203\.0\.113\.7' is not an address of this host"):
-        slurm.channel_bind("203.0.113.7", False)  # TEST-NET-3: never a local address
-    bind, warning = slurm.channel_bind("0.0.0.0", True)
+        channel_bind("203.0.113.7", False)  # TEST-NET-3: never a local address
+    bind, warning = channel_bind("0.0.0.0", True)
     assert bind == "0.0.0.0" and warning is not None and "every interface" in warning
     checks = slurm.SlurmRuntime.machine_checks(slurm.SlurmOptions(channel_host="203.0.113.7"))
     assert [c.ok for c in checks if c.name == "slurm channel_host"] == [False]
+
+
+def test_the_channel_is_given_to_the_nodes_at_a_reachable_address_and_checked_again_at_the_allocation() -> None:
+    """Once the hosts are known: no channel_host, the engine's route towards the first host, listened on alone; an
+    every-interface bind still gives the nodes that routed address (0.0.0.0 reaches no one), with its warning; a
+    channel_host judged on another machine and not this host's stops the run, not a traceback."""
+    assert channel_addresses(slurm.SlurmOptions(), "127.0.0.1") == ("127.0.0.1", "127.0.0.1", None)
+    given = slurm.SlurmOptions(channel_host="127.0.0.1")
+    assert channel_addresses(given, "127.0.0.1") == ("127.0.0.1", "127.0.0.1", None)
+    every = slurm.SlurmOptions(channel_host="0.0.0.0", allow_any_address=True)
+    host, bind, warning = channel_addresses(every, "127.0.0.1")
+    assert (host, bind) == ("127.0.0.1", "0.0.0.0") and warning is not None and "every interface" in warning
+    with pytest.raises(RuntimeError, match=r"203\.0\.113\.7' is not an address of this host"):
+        channel_addresses(slurm.SlurmOptions(channel_host="203.0.113.7"), "127.0.0.1")
 
 
 def test_the_refusal_off_a_cluster_gives_the_container_clusters_docker_exec_line(

@@ -1,8 +1,10 @@
 """The Slurm runtime's words to Slurm: ``cluster.slurm``'s options and their checks, the ``salloc``/``srun`` lines
 the runtime issues, the parsers of what ``salloc``/``squeue``/``sinfo`` print, the history channel's address
 towards the compute hosts, and the environment the steps and helpers get. Plain functions of their arguments (no
-allocation, no process), so :mod:`chaos.runtimes.slurm` (the runtime itself: steps, faults, lost hosts, the
-observer) reads as what it does, and these are tested without Slurm.
+allocation, no process; :func:`run_slurm` alone runs a command, the one way the runtime's modules call a Slurm
+tool), so :mod:`chaos.runtimes.slurm` (the runtime itself) and its parts (:mod:`~chaos.runtimes.slurm_steps`,
+:mod:`~chaos.runtimes.slurm_hosts`, :mod:`~chaos.runtimes.slurm_network`) read as what they do, and these are
+tested without Slurm.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import ipaddress
 import os
 import re
 import socket
+import subprocess
 from pathlib import Path
 
 from pydantic import Field, ValidationInfo, field_validator
@@ -334,3 +337,11 @@ def slurm_environ() -> dict[str, str]:
     ...), which Slurm's tools read as defaults, so the steps would take the outer job's shape and
     ``scontrol show hostnames`` its host list. ``SLURM_CONF`` (which cluster) is kept."""
     return {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+
+
+def run_slurm(argv: list[str], timeout: float = 30.0,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm tool (or a helper step) to its end, its output as text, never reading the engine's stdin; the
+    steps' environment (:func:`slurm_environ`) unless ``env`` is given."""
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                          env=slurm_environ() if env is None else env, stdin=subprocess.DEVNULL)
