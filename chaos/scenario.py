@@ -239,6 +239,10 @@ class Storage(Strict):
     layer: Literal["auto", "fuse", "inotify", "off"] = Field(
         "auto", description="auto: the FUSE passthrough where this machine has FUSE, else the inotify watcher; fuse: "
         "require FUSE; inotify: save and delete events at coarser timing (no loads, holds or storage faults); off")
+    watch: bool = Field(
+        False, description="watch a shipped workload's checkpoint directory through the layer although no fault "
+        "needs it (its probe already reports its saves; the layer adds write progress). Set by torch-chaos for the "
+        "fault-free run of a scenario whose trigger only the layer emits, so both runs count the same events")
 
 
 class FederatedExpect(Strict):
