@@ -351,9 +351,9 @@ def trigger_problems(scenario: Scenario, summary: dict[str, Any]) -> tuple[list[
         if on.event == Ev.CHECKPOINT_WRITE_PROGRESS and seen == 0 and saves and counts.get(LAYER_SAVES) == 0:
             problems.append(f"{where}: checkpoint_write_progress never happens for this job: its fault-free run "
                             f"made {saves} save(s) and the storage layer saw none of them (the job reported them "
-                            "itself, and the layer, which emits this event, watches a shipped workload's "
-                            "checkpoints only when one of its faults acts through the mount); trigger on "
-                            "checkpoint_save_started")
+                            "itself, and the layer, which emits this event, did not watch its fault-free run: "
+                            "storage.layer is off, or the run was cached before such a trigger mounted it); "
+                            "trigger on checkpoint_save_started")
         elif on.event == Ev.CHECKPOINT_WRITE_PROGRESS and seen == 0 and saves:
             problems.append(f"{where}: checkpoint_write_progress never happens for this job: its fault-free run "
                             f"made {saves} save(s), none of which wrote {WRITE_PROGRESS_FIRST_BYTES >> 20} MiB "
