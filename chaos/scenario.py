@@ -118,6 +118,14 @@ def _able(need: str) -> list[str]:
         f"{n} (where it has it)" for n, r in runtime_plugins().items() if need in _conditional(r)]
 
 
+def _layer_only(workload: str, event: str) -> bool:
+    """Whether only the FUSE layer emits this trigger for a shipped workload (its probe never reports it)."""
+    from chaos.storage.layer import HELD_TRIGGERS  # the layer imports the plan, which imports this module
+    from chaos.workload_args import PROBE_CHECKPOINT_EVENTS
+
+    return event in HELD_TRIGGERS and event not in PROBE_CHECKPOINT_EVENTS.get(workload, frozenset())
+
+
 def _store_target_problems(kind: str, cluster: Any, plugins: dict[str, Any]) -> list[str]:
     """Why ``target: store`` cannot be taken here: no dedicated store process, or a kind that cannot act on one."""
     if not launcher_of(cluster).rendezvous:
@@ -485,6 +493,11 @@ def _build() -> dict[str, Any]:
                 if STORAGE_LAYER in plugin.needs and self.storage.layer in ("inotify", "off"):
                     problems.append(f"faults[{i}].kind: {fault.kind} acts through the storage layer's FUSE mount, "
                                     "which "
+                                    f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")
+                if (fault.on is not None and isinstance(self.workload, ShippedWorkload) and self.storage.layer
+                        in ("inotify", "off") and _layer_only(self.workload.name, fault.on.event)):
+                    problems.append(f"faults[{i}].on.event: {self.workload.name}'s probe never reports "
+                                    f"{fault.on.event}; only the storage layer's FUSE mount emits it, which "
                                     f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")
                 problems += [f"faults[{i}].{problem}" for problem in _problems_from(plugin, "check", fault, self)]
                 problems += [f"faults[{i}].{why}" for why in self._time_problems(fault)]

@@ -119,7 +119,13 @@ def test_a_shipped_workload_gets_the_layer_only_for_a_trigger_its_probe_does_not
     started = parse_scenario("name: s\ncluster: {launcher: tf-multiworker, nodes: 2}\nworkload: {name: tf-mlp}\n"
                              "faults: [{kind: crash, target: 0, on: {event: checkpoint_save_started}}]\n")
     assert choose(started) == "off" and not golden_scenario(started).storage.watch
-    assert choose(tf.model_copy(update={"storage": tf.storage.model_copy(update={"layer": "off"})})) == "off"
+    for layer in ("off", "inotify"):  # neither emits write progress: the fault could never fire
+        with pytest.raises(ScenarioInvalid) as exc:
+            parse_scenario("name: s\ncluster: {launcher: tf-multiworker, nodes: 2}\nworkload: {name: tf-mlp}\n"
+                           f"storage: {{layer: {layer}}}\n" + progress)
+        assert (f"faults[0].on.event: tf-mlp's probe never reports checkpoint_write_progress; only the storage "
+                f"layer's FUSE mount emits it, which storage.layer: {layer} turns off") in str(exc.value)
+    parse_scenario("name: s\nworkload: {name: ddp-mlp}\nstorage: {layer: off}\n" + progress)  # its probe does
 
 
 def test_a_shipped_workloads_triggers_count_the_layers_events_only_of_kinds_its_probe_never_reports() -> None:
