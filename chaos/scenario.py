@@ -53,7 +53,7 @@ from chaos.spec import (
     time_fields,
 )
 from chaos.workload import RESERVED_ENV, Arg, CommandWorkload, EnvValue, ShippedWorkload, Workload
-from chaos.workload_args import SHIPPED
+from chaos.workload_args import SHIPPED, layer_only_event
 from chaos.workload_args import problems as arg_problems
 
 # The workload section and rendezvous_server_names live in chaos.workload and chaos.plan (plug-ins import them);
@@ -116,14 +116,6 @@ def _able(need: str) -> list[str]:
     """The runtimes that give ``need``, those that give it on some machines only said so."""
     return [n for n, r in runtime_plugins().items() if need in r.capabilities] + [
         f"{n} (where it has it)" for n, r in runtime_plugins().items() if need in _conditional(r)]
-
-
-def _layer_only(workload: str, event: str) -> bool:
-    """Whether only the FUSE layer emits this trigger for a shipped workload (its probe never reports it)."""
-    from chaos.storage.layer import HELD_TRIGGERS  # the layer imports the plan, which imports this module
-    from chaos.workload_args import PROBE_CHECKPOINT_EVENTS
-
-    return event in HELD_TRIGGERS and event not in PROBE_CHECKPOINT_EVENTS.get(workload, frozenset())
 
 
 def _store_target_problems(kind: str, cluster: Any, plugins: dict[str, Any]) -> list[str]:
@@ -495,7 +487,7 @@ def _build() -> dict[str, Any]:
                                     "which "
                                     f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")
                 if (fault.on is not None and isinstance(self.workload, ShippedWorkload) and self.storage.layer
-                        in ("inotify", "off") and _layer_only(self.workload.name, fault.on.event)):
+                        in ("inotify", "off") and layer_only_event(self.workload.name, fault.on.event)):
                     problems.append(f"faults[{i}].on.event: {self.workload.name}'s probe never reports "
                                     f"{fault.on.event}; only the storage layer's FUSE mount emits it, which "
                                     f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")

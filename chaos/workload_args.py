@@ -148,6 +148,14 @@ PROBE_CHECKPOINT_EVENTS: dict[str, frozenset[str]] = {
     "tf-mlp": _SAVE_AND_LOAD,
     "flower-mlp": _SAVE_AND_LOAD,
 }
+# The checkpoint triggers the FUSE storage layer emits and holds until the fault lands (the inotify watcher cannot
+# hold them, and sees no load): chaos.storage.layer.HELD_TRIGGERS.
+LAYER_HELD_EVENTS = frozenset({Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_WRITE_PROGRESS, Ev.CHECKPOINT_LOADED})
+
+
+def layer_only_event(workload: str, event: str) -> bool:
+    """Whether only the FUSE layer emits this trigger for shipped workload ``workload`` (its probe never does)."""
+    return event in LAYER_HELD_EVENTS and event not in PROBE_CHECKPOINT_EVENTS.get(workload, frozenset())
 
 
 def add_arguments(parser: argparse.ArgumentParser, declared: dict[str, Arg]) -> None:

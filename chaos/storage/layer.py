@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 import psutil
 
 from chaos.capabilities import STORAGE_LAYER
-from chaos.events import Ev, Source
+from chaos.events import Source
 from chaos.machine import APT, Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, orphaned
 from chaos.plan import PlanError
@@ -32,7 +32,7 @@ from chaos.storage.hostlayer import wrap
 from chaos.storage.mounts import chaos_mounts, fuse_problem, is_mounted, unmount
 from chaos.storage.watcher import InotifyWatcher
 from chaos.workload import CommandWorkload, ShippedWorkload
-from chaos.workload_args import PROBE_CHECKPOINT_EVENTS
+from chaos.workload_args import LAYER_HELD_EVENTS, PROBE_CHECKPOINT_EVENTS, layer_only_event
 
 if TYPE_CHECKING:
     from chaos.channel import ChannelServer
@@ -72,7 +72,7 @@ def wanted(scenario: Scenario) -> bool:
 
 
 # Checkpoint events that only the FUSE layer holds (or sees at all: loads) for a script without the probe.
-HELD_TRIGGERS = frozenset({Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_WRITE_PROGRESS, Ev.CHECKPOINT_LOADED})
+HELD_TRIGGERS = LAYER_HELD_EVENTS
 
 
 def layer_only_triggers(scenario: Scenario) -> list[str]:
@@ -84,9 +84,7 @@ def layer_only_triggers(scenario: Scenario) -> list[str]:
     w = scenario.workload
     if not isinstance(w, ShippedWorkload):
         return []
-    reported = PROBE_CHECKPOINT_EVENTS.get(w.name, frozenset())
-    return [f.on.event for f in scenario.faults
-            if f.on is not None and f.on.event in HELD_TRIGGERS and f.on.event not in reported]
+    return [f.on.event for f in scenario.faults if f.on is not None and layer_only_event(w.name, f.on.event)]
 
 
 def counts_as_trigger(scenario: Scenario, event: Event) -> bool:
