@@ -54,6 +54,7 @@ from chaos.plan import SHIPPED_WORKLOADS
 from chaos.progress_regex import compile_progress
 from chaos.registry import PluginError, fault_plugins, runtime_class
 from chaos.scenario import Checks, CommandWorkload, Expect, NodeRestart, Scenario, ShippedWorkload, make_fault
+from chaos.storage.layer import counts_as_trigger, layer_only_triggers
 
 CACHE_ENV = GOLDEN_CACHE_ENV
 SUMMARY_FILE = "golden.json"
@@ -156,16 +157,26 @@ def golden_key(scenario: Scenario) -> str:
         material["ran_on"] = c.runtime
     if c.mode == "tf-multiworker":  # TensorFlow computes that job's numbers (only there: other keys stay as they were)
         material["tensorflow"] = _installed("tensorflow")
+    if golden_watches(scenario):  # its trigger counts include the layer's events: a run cached without them lacks them
+        material["storage_watch"] = True
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def golden_watches(scenario: Scenario) -> bool:
+    """Whether the fault-free run watches a shipped workload's checkpoints through the storage layer: when a fault
+    is triggered on an event only the layer emits for it (tf-mlp's checkpoint_write_progress), so that run counts
+    the occurrences the faulted run's trigger counts (trigger_problems, the cause's step)."""
+    return scenario.storage.watch or bool(layer_only_triggers(scenario))
 
 
 def golden_scenario(scenario: Scenario) -> Scenario:
     workload = scenario.workload.model_copy(deep=True)  # `update` values below are not copied by model_copy
     if isinstance(workload, ShippedWorkload):
         workload.args = {k: v for k, v in workload.args.items() if k not in PACING_ARGS}
+    storage = scenario.storage.model_copy(update={"watch": golden_watches(scenario)})
     return scenario.model_copy(deep=True, update={
         "name": f"{scenario.name}-golden", "faults": [], "expect": Expect(), "checks": Checks(golden=False),
-        "workload": workload,
+        "workload": workload, "storage": storage,
         # Beside the engine, local processes: the reference numbers do not depend on where nodes run (a container
         # runs the same torch build), and a fault-free run needs no network of its own. On the cluster: the same
         # runtime and allocation shape (its options, spares included), the job alone.
@@ -307,13 +318,14 @@ class TriggerCannotFire(Exception):
     past a size no save of it reaches): said before the faulted run, which would end with the fault not injected."""
 
 
-def trigger_counts(events: list[Event]) -> dict[str, int]:
-    """How often the fault-free run emitted each event a fault may be triggered on."""
+def trigger_counts(events: list[Event], scenario: Scenario | None = None) -> dict[str, int]:
+    """How often the fault-free run emitted each event a fault may be triggered on (counted as the engine counts
+    them for ``scenario``'s job, :func:`chaos.storage.layer.counts_as_trigger`; without it, every job source)."""
     names = set(get_args(TriggerEvent))
     counts: dict[str, int] = {}
     for e in events:
         name = e.get("event")
-        if name in names and e.get("source") != Source.ENGINE:
+        if name in names and e.get("source") != Source.ENGINE and (scenario is None or counts_as_trigger(scenario, e)):
             counts[str(name)] = counts.get(str(name), 0) + 1
     # the saves the storage layer itself saw: checkpoint_write_progress comes only from it (or a probe that says it)
     counts[LAYER_SAVES] = sum(1 for e in events if e.get("event") == Ev.CHECKPOINT_SAVE_FINISHED
@@ -339,9 +351,9 @@ def trigger_problems(scenario: Scenario, summary: dict[str, Any]) -> tuple[list[
         if on.event == Ev.CHECKPOINT_WRITE_PROGRESS and seen == 0 and saves and counts.get(LAYER_SAVES) == 0:
             problems.append(f"{where}: checkpoint_write_progress never happens for this job: its fault-free run "
                             f"made {saves} save(s) and the storage layer saw none of them (the job reported them "
-                            "itself, and the layer, which emits this event, watches a shipped workload's "
-                            "checkpoints only when one of its faults acts through the mount); trigger on "
-                            "checkpoint_save_started")
+                            "itself, and the layer, which emits this event, did not watch its fault-free run: "
+                            "storage.layer is off, or the run was cached before such a trigger mounted it); "
+                            "trigger on checkpoint_save_started")
         elif on.event == Ev.CHECKPOINT_WRITE_PROGRESS and seen == 0 and saves:
             problems.append(f"{where}: checkpoint_write_progress never happens for this job: its fault-free run "
                             f"made {saves} save(s), none of which wrote {WRITE_PROGRESS_FIRST_BYTES >> 20} MiB "
@@ -425,7 +437,8 @@ class GoldenCache:
             run_dir = self.run_scenario(scenario, home)
             events = read_history(run_dir / "events.jsonl")
             summary = golden_summary(events)
-            summary.update(run_dir=str(run_dir), cached=False, trusted=True, trigger_counts=trigger_counts(events),
+            summary.update(run_dir=str(run_dir), cached=False, trusted=True,
+                           trigger_counts=trigger_counts(events, scenario),
                            resumed_from=first_resume_step(events),
                            where="beside" if scenario.cluster.runtime == "local" else "cluster",
                            runtime=scenario.cluster.runtime)

@@ -53,7 +53,7 @@ from chaos.spec import (
     time_fields,
 )
 from chaos.workload import RESERVED_ENV, Arg, CommandWorkload, EnvValue, ShippedWorkload, Workload
-from chaos.workload_args import SHIPPED
+from chaos.workload_args import SHIPPED, layer_only_event
 from chaos.workload_args import problems as arg_problems
 
 # The workload section and rendezvous_server_names live in chaos.workload and chaos.plan (plug-ins import them);
@@ -239,6 +239,10 @@ class Storage(Strict):
     layer: Literal["auto", "fuse", "inotify", "off"] = Field(
         "auto", description="auto: the FUSE passthrough where this machine has FUSE, else the inotify watcher; fuse: "
         "require FUSE; inotify: save and delete events at coarser timing (no loads, holds or storage faults); off")
+    watch: bool = Field(
+        False, description="watch a shipped workload's checkpoint directory through the layer although no fault "
+        "needs it (its probe already reports its saves; the layer adds write progress). Set by torch-chaos for the "
+        "fault-free run of a scenario whose trigger only the layer emits, so both runs count the same events")
 
 
 class FederatedExpect(Strict):
@@ -481,6 +485,11 @@ def _build() -> dict[str, Any]:
                 if STORAGE_LAYER in plugin.needs and self.storage.layer in ("inotify", "off"):
                     problems.append(f"faults[{i}].kind: {fault.kind} acts through the storage layer's FUSE mount, "
                                     "which "
+                                    f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")
+                if (fault.on is not None and isinstance(self.workload, ShippedWorkload) and self.storage.layer
+                        in ("inotify", "off") and layer_only_event(self.workload.name, fault.on.event)):
+                    problems.append(f"faults[{i}].on.event: {self.workload.name}'s probe never reports "
+                                    f"{fault.on.event}; only the storage layer's FUSE mount emits it, which "
                                     f"storage.layer: {self.storage.layer} turns off; set storage.layer: auto or fuse")
                 problems += [f"faults[{i}].{problem}" for problem in _problems_from(plugin, "check", fault, self)]
                 problems += [f"faults[{i}].{why}" for why in self._time_problems(fault)]

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from chaos.events import Ev  # standard library only, like this module
+
 _JSON_TYPE = {int: "integer", float: "number", str: "string"}
 
 
@@ -83,7 +85,7 @@ RAY_MLP: dict[str, Arg] = {
 }
 
 
-TF_BUGS = ("ignore-backup",)
+TF_BUGS = ("ignore-backup", "non-atomic-save")
 
 # workloads/tf_train.py (launcher: tf-multiworker): a small Keras model under MultiWorkerMirroredStrategy.
 TF_MLP: dict[str, Arg] = {
@@ -132,6 +134,28 @@ FLOWER_MLP: dict[str, Arg] = {
 
 SHIPPED: dict[str, dict[str, Arg]] = {"ddp-mlp": DDP_MLP, "ray-mlp": RAY_MLP, "tf-mlp": TF_MLP,
                                       "flower-mlp": FLOWER_MLP}
+
+_SAVE_AND_LOAD = frozenset({Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_SAVE_FINISHED, Ev.CHECKPOINT_LOAD_STARTED,
+                            Ev.CHECKPOINT_LOADED})
+# The checkpoint events each shipped workload's own probe reports. The storage layer stays off for a shipped
+# workload (its probe already says when it saves and loads: the layer would report each save twice) unless a fault
+# is triggered on a checkpoint event the probe never reports: only train.py writes its checkpoint in chunks and says
+# so (checkpoint_write_progress); BackupAndRestore, Ray Train and Flower write theirs in one call the probe cannot
+# see inside, so that event comes from the layer alone (chaos.storage.layer.layer_only_triggers).
+PROBE_CHECKPOINT_EVENTS: dict[str, frozenset[str]] = {
+    "ddp-mlp": _SAVE_AND_LOAD | {Ev.CHECKPOINT_WRITE_PROGRESS},
+    "ray-mlp": _SAVE_AND_LOAD,
+    "tf-mlp": _SAVE_AND_LOAD,
+    "flower-mlp": _SAVE_AND_LOAD,
+}
+# The checkpoint triggers the FUSE storage layer emits and holds until the fault lands (the inotify watcher cannot
+# hold them, and sees no load): chaos.storage.layer.HELD_TRIGGERS.
+LAYER_HELD_EVENTS = frozenset({Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_WRITE_PROGRESS, Ev.CHECKPOINT_LOADED})
+
+
+def layer_only_event(workload: str, event: str) -> bool:
+    """Whether only the FUSE layer emits this trigger for shipped workload ``workload`` (its probe never does)."""
+    return event in LAYER_HELD_EVENTS and event not in PROBE_CHECKPOINT_EVENTS.get(workload, frozenset())
 
 
 def add_arguments(parser: argparse.ArgumentParser, declared: dict[str, Arg]) -> None:

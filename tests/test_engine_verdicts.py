@@ -289,8 +289,8 @@ faults:
 
 
 def test_a_write_progress_trigger_the_layer_never_watched_says_so_not_that_saves_were_small() -> None:
-    """tf-mlp's fault-free run: 8 saves reported by its probe, no storage layer watching (a shipped workload gets it
-    only when a fault acts through the mount): "none of which wrote 1 MiB" was false for a 2 MB backup."""
+    """A fault-free run of 8 saves reported by the probe, no storage layer watching (storage.layer: off, or a run
+    cached before a layer-only trigger mounted it): "none of which wrote 1 MiB" was false for a 2 MB backup."""
     from chaos.golden import LAYER_SAVES, trigger_counts, trigger_problems
 
     counts = trigger_counts([{"t": 1.0, "source": "workload", "event": "checkpoint_save_finished"}] * 8)

@@ -97,6 +97,59 @@ def test_which_layer_a_run_gets(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not needs_fuse(scenario("faults: [{kind: crash, target: 0, on: {event: checkpoint_save_finished}}]\n"))
 
 
+def test_a_shipped_workload_gets_the_layer_only_for_a_trigger_its_probe_does_not_report(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos.golden import golden_key, golden_scenario
+
+    monkeypatch.setattr(layer_module, "fuse_problem", lambda: None)
+    progress = "faults: [{kind: crash, target: event_node, on: {event: checkpoint_write_progress}}]\n"
+    ddp = parse_scenario("name: s\nworkload: {name: ddp-mlp}\n" + progress)
+    tf = parse_scenario("name: s\ncluster: {launcher: tf-multiworker, nodes: 2}\nworkload: {name: tf-mlp}\n"
+                        + progress)
+    # train.py reports its write progress itself: a layer would count each of its saves twice
+    assert layer_module.layer_only_triggers(ddp) == [] and choose(ddp) == "off" and not needs_fuse(ddp)
+    # BackupAndRestore's save is one call: only the FUSE layer sees its bytes pass 1 MiB
+    assert layer_module.layer_only_triggers(tf) == ["checkpoint_write_progress"]
+    assert choose(tf) == "fuse" and needs_fuse(tf)
+    golden = golden_scenario(tf)  # the fault-free run watches too, so both count the same occurrences
+    assert golden.faults == [] and golden.storage.watch and choose(golden) == "fuse"
+    assert not golden_scenario(ddp).storage.watch and choose(golden_scenario(ddp)) == "off"
+    assert golden_key(tf) != golden_key(tf.model_copy(update={"faults": []}))  # a cached unwatched run is not reused
+    # a trigger tf-mlp's probe reports itself needs no layer
+    started = parse_scenario("name: s\ncluster: {launcher: tf-multiworker, nodes: 2}\nworkload: {name: tf-mlp}\n"
+                             "faults: [{kind: crash, target: 0, on: {event: checkpoint_save_started}}]\n")
+    assert choose(started) == "off" and not golden_scenario(started).storage.watch
+    for layer in ("off", "inotify"):  # neither emits write progress: the fault could never fire
+        with pytest.raises(ScenarioInvalid) as exc:
+            parse_scenario("name: s\ncluster: {launcher: tf-multiworker, nodes: 2}\nworkload: {name: tf-mlp}\n"
+                           f"storage: {{layer: {layer}}}\n" + progress)
+        assert (f"faults[0].on.event: tf-mlp's probe never reports checkpoint_write_progress; only the storage "
+                f"layer's FUSE mount emits it, which storage.layer: {layer} turns off") in str(exc.value)
+    parse_scenario("name: s\nworkload: {name: ddp-mlp}\nstorage: {layer: off}\n" + progress)  # its probe does
+
+
+def test_a_shipped_workloads_triggers_count_the_layers_events_only_of_kinds_its_probe_never_reports() -> None:
+    from chaos.golden import trigger_counts
+
+    progress = "faults: [{kind: crash, target: event_node, on: {event: checkpoint_write_progress}}]\n"
+    ddp = parse_scenario("name: s\nworkload: {name: ddp-mlp}\n" + progress)
+    tf = parse_scenario("name: s\ncluster: {launcher: tf-multiworker, nodes: 2}\nworkload: {name: tf-mlp}\n"
+                        + progress)
+    command = scenario()
+    events = [{"t": 1.0, "source": source, "event": event} for source in ("storage", "workload")
+              for event in ("checkpoint_write_progress", "checkpoint_save_started")]
+    # one save, counted once: tf-mlp's probe reports its start and the layer its write progress (the probe never
+    # does); ddp-mlp's probe reports both, and the layer's copies do not count
+    tf_events = [e for e in events if (e["source"], e["event"]) != ("workload", "checkpoint_write_progress")]
+    assert {k: v for k, v in trigger_counts(tf_events, tf).items() if v} == {
+        "checkpoint_write_progress": 1, "checkpoint_save_started": 1}
+    assert {k: v for k, v in trigger_counts(events, ddp).items() if v} == {
+        "checkpoint_write_progress": 1, "checkpoint_save_started": 1}
+    assert [layer_module.counts_as_trigger(tf, e) for e in events] == [True, False, True, True]
+    assert [layer_module.counts_as_trigger(ddp, e) for e in events] == [False, False, True, True]
+    assert all(layer_module.counts_as_trigger(command, e) for e in events)  # a command: job's sources all count
+
+
 @pytest.mark.parametrize(("directory", "said"), [
     (".", "name a subdirectory"), ("events.jsonl", "the run's own events.jsonl"), ("logs/ckpt", "own logs"),
     (".storage", "the run's own .storage")])

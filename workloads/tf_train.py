@@ -17,7 +17,10 @@ deletion, and every worker its load of the backup at start. The recorded digest 
 ``.index`` and ``.data-*`` files, read at save time and again before the restore.
 
 ``--bug NAME`` plants one resume mistake, so the checkers can be shown to catch it:
-  ignore-backup   a relaunched worker does not restore the backup: it starts from epoch 0 with fresh weights
+  ignore-backup     a relaunched worker does not restore the backup: it starts from epoch 0 with fresh weights
+  non-atomic-save   no BackupAndRestore: the chief saves the weights in place each epoch
+                    (``model.save_weights(<dir>/weights.h5)``, then the epoch in ``<dir>/epoch.json``), and a
+                    relaunched worker loads whatever that one fixed file holds: a crash mid-save leaves it torn
 """
 
 from __future__ import annotations
@@ -240,13 +243,20 @@ def main(argv: list[str] | None = None) -> int:
             if is_chief and kept is not None and backup_digest(kept[1]) is None:
                 probe.checkpoint_deleted(kept[0], kept[1])  # BackupAndRestore deletes its backup after training
 
+    initial_epoch = 0
     backup: tf.keras.callbacks.Callback
-    if args.bug == "ignore-backup":
+    if args.bug == "non-atomic-save":
+        initial_epoch = _load_in_place(model, Path(args.checkpoint_dir).resolve(), spe)
+        callbacks: list[Any] = [_in_place_save(tf, Path(args.checkpoint_dir).resolve(), spe, is_chief), After()]
+    elif args.bug == "ignore-backup":
         backup = _ignoring_backup_class()(str(backup_dir))
     else:
         backup = tf.keras.callbacks.BackupAndRestore(str(backup_dir))
+    if args.bug != "non-atomic-save":
+        callbacks = [Before(), backup, After()]
     try:
-        model.fit(data, epochs=args.epochs, steps_per_epoch=spe, verbose=0, callbacks=[Before(), backup, After()])
+        model.fit(data, epochs=args.epochs, steps_per_epoch=spe, verbose=0, callbacks=callbacks,
+                  initial_epoch=initial_epoch)
     except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError,
             tf.errors.InternalError, tf.errors.AbortedError) as exc:
         # a lost peer: MWMS cannot go on without it (not elastic); the orchestrator relaunches the group
@@ -294,6 +304,50 @@ def _autoshard_data(tf: Any) -> Any:
     return options
 
 
+
+
+IN_PLACE_WEIGHTS = "weights.h5"  # the non-atomic-save bug's one fixed file
+IN_PLACE_EPOCH = "epoch.json"
+
+
+def _load_in_place(model: Any, directory: Path, spe: int) -> int:
+    """The planted ``non-atomic-save`` bug's resume: the epoch after the one ``epoch.json`` names, with the weights
+    of the one fixed file, whatever it holds (0, untouched weights, when nothing was saved). A torn file makes
+    ``load_weights`` raise, and the worker dies: every relaunch dies the same way."""
+    import json
+
+    path = directory / IN_PLACE_WEIGHTS
+    try:
+        epoch = int(json.loads((directory / IN_PLACE_EPOCH).read_text())["epoch"])
+    except (OSError, ValueError, KeyError):
+        return 0
+    step = (epoch + 1) * spe
+    probe.checkpoint_load_started(step, str(path))
+    data = path.read_bytes()
+    model.load_weights(str(path))  # the planted bug: no check that the file is whole
+    probe.checkpoint_loaded(step, str(path), hashlib.sha256(data).hexdigest())
+    return epoch + 1
+
+
+def _in_place_save(tf: Any, directory: Path, spe: int, is_chief: bool) -> Any:
+    """The ``non-atomic-save`` bug's save: the chief overwrites ``weights.h5`` in place at each epoch's end (h5py
+    truncates it and writes it again), then records the epoch; a crash in between leaves a torn file under the
+    name the resume trusts."""
+    import json
+
+    class InPlaceSave(tf.keras.callbacks.Callback):  # type: ignore[misc]
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if not is_chief:
+                return
+            path = directory / IN_PLACE_WEIGHTS
+            step = (epoch + 1) * spe
+            probe.checkpoint_save_started(step, str(path))
+            self.model.save_weights(str(path))  # the planted bug: straight to the final name
+            (directory / IN_PLACE_EPOCH).write_text(json.dumps({"epoch": epoch}))
+            data = path.read_bytes()
+            probe.checkpoint_save_finished(step, str(path), hashlib.sha256(data).hexdigest(), bytes=len(data))
+
+    return InPlaceSave()
 
 
 def _ignoring_backup_class() -> type:

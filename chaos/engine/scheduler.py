@@ -27,12 +27,11 @@ from chaos.plan import STORE_NODE, Plan
 from chaos.runtimes.base import Runtime
 from chaos.scenario import Fault, ShippedWorkload
 from chaos.spec import SERVER_PREFIXES
-from chaos.storage.layer import StorageLayer
+from chaos.storage.layer import StorageLayer, counts_as_trigger
 
 # Sources whose held events (an ``id``) wait for the engine's acknowledgement: the probe and the storage layer.
 HELD_BY = frozenset({Source.WORKLOAD, Source.STORAGE})
 TRIGGER_SOURCES = frozenset({Source.WORKLOAD, Source.PROGRESS, Source.STORAGE})
-TRIGGER_SOURCES_PROBE = frozenset({Source.WORKLOAD})
 
 
 @dataclass
@@ -73,11 +72,9 @@ class FaultScheduler:
         self._progress = progress
         self._note = note
         self._storage = storage
-        # Which sources' events count for ``on:`` triggers: the shipped workload reports its checkpoints through
-        # the probe, so the storage layer's events of the same operations (when a storage fault mounts it) would
-        # count each save twice; any other workload may have either, and both count.
-        shipped = isinstance(getattr(getattr(plan, "scenario", None), "workload", None), ShippedWorkload)
-        self._trigger_sources = TRIGGER_SOURCES_PROBE if shipped else TRIGGER_SOURCES
+        # Which events count for ``on:`` triggers: a shipped workload's probe and, for kinds it never reports, its
+        # storage layer (counts_as_trigger); any other job's probe, printed steps and layer.
+        self._scenario = getattr(plan, "scenario", None)
         self._trigger_counts: dict[str, int] = {}
         self.not_started: str | None = None  # why the faulted run was not started (every fault's why_not_injected)
         self.faults = [FaultState(i, f, fault_kind(f.kind)) for i, f in enumerate(specs)]
@@ -86,7 +83,7 @@ class FaultScheduler:
     def fire_due(self, now: float, new_events: list[Event]) -> None:
         """Inject every pending fault whose trigger is met by now or by one of this tick's new events."""
         progress = self._progress
-        triggers = [e for e in new_events if e.get("source") in self._trigger_sources]
+        triggers = [e for e in new_events if self._counts(e)]
         for f in self.faults:
             if f.status is not FaultStatus.PENDING:
                 continue
@@ -108,6 +105,11 @@ class FaultScheduler:
         for e in triggers:
             name = str(e.get("event"))
             self._trigger_counts[name] = self._trigger_counts.get(name, 0) + 1
+
+    def _counts(self, e: Event) -> bool:
+        if self._scenario is None:  # a test's stand-in plan: every job source counts
+            return e.get("source") in TRIGGER_SOURCES
+        return counts_as_trigger(self._scenario, e)
 
     def release(self, events: list[Event]) -> None:
         """Acknowledge the job's held events (the probe waits after them) once this tick's faults have landed."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 import psutil
 
 from chaos.capabilities import STORAGE_LAYER
-from chaos.events import Ev
+from chaos.events import Source
 from chaos.machine import APT, Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, orphaned
 from chaos.plan import PlanError
@@ -31,11 +31,12 @@ from chaos.storage.control import ChannelStorageControl, StorageControl
 from chaos.storage.hostlayer import wrap
 from chaos.storage.mounts import chaos_mounts, fuse_problem, is_mounted, unmount
 from chaos.storage.watcher import InotifyWatcher
-from chaos.workload import CommandWorkload
+from chaos.workload import CommandWorkload, ShippedWorkload
+from chaos.workload_args import LAYER_HELD_EVENTS, PROBE_CHECKPOINT_EVENTS, layer_only_event
 
 if TYPE_CHECKING:
     from chaos.channel import ChannelServer
-    from chaos.history import HistoryWriter
+    from chaos.history import Event, HistoryWriter
     from chaos.plan import Plan
     from chaos.scenario import Scenario
 
@@ -56,23 +57,56 @@ def machine_checks() -> list[Check]:
 
 
 def wanted(scenario: Scenario) -> bool:
-    """Whether the run has a checkpoint directory torch-chaos should watch through the layer."""
+    """Whether the run has a checkpoint directory torch-chaos should watch through the layer: a ``command:`` job's,
+    a run with a fault acting through the mount, or a shipped workload whose fault is triggered on an event only the
+    layer emits for it (:func:`layer_only_triggers`; its fault-free run gets ``storage.watch``). Not otherwise for a
+    shipped workload: its probe reports its saves, and the layer would report each one a second time."""
 
     w = scenario.workload
     if isinstance(w, CommandWorkload) and w.checkpoint_dir is not None:
+        return True
+    if scenario.storage.watch or layer_only_triggers(scenario):
         return True
     plugins = fault_plugins()
     return any(STORAGE_LAYER in plugins[f.kind].needs for f in scenario.faults)
 
 
 # Checkpoint events that only the FUSE layer holds (or sees at all: loads) for a script without the probe.
-HELD_TRIGGERS = frozenset({Ev.CHECKPOINT_SAVE_STARTED, Ev.CHECKPOINT_WRITE_PROGRESS, Ev.CHECKPOINT_LOADED})
+HELD_TRIGGERS = LAYER_HELD_EVENTS
+
+
+def layer_only_triggers(scenario: Scenario) -> list[str]:
+    """The ``on:`` events of a shipped workload's faults that its own probe never reports
+    (:data:`chaos.workload_args.PROBE_CHECKPOINT_EVENTS`) and the FUSE layer does (:data:`HELD_TRIGGERS`):
+    tf-mlp's checkpoint_write_progress (BackupAndRestore writes the backup in one call). Without the layer such a
+    fault never fires; ddp-mlp reports its write progress itself, so its scenarios need none."""
+
+    w = scenario.workload
+    if not isinstance(w, ShippedWorkload):
+        return []
+    return [f.on.event for f in scenario.faults if f.on is not None and layer_only_event(w.name, f.on.event)]
+
+
+def counts_as_trigger(scenario: Scenario, event: Event) -> bool:
+    """Whether a job's event counts toward the ``on:`` triggers (the engine's occurrences, the fault-free run's
+    trigger_counts). A shipped workload's probe reports its own saves and loads, so the layer's events of the same
+    operations (when a storage fault or a layer-only trigger mounts it) would count each save twice: only the layer's
+    events of a kind the probe never reports count (tf-mlp's write progress). Any other job: the probe's, the
+    printed steps' and the layer's all count."""
+
+    source = event.get("source")
+    w = scenario.workload
+    if not isinstance(w, ShippedWorkload):
+        return source in (Source.WORKLOAD, Source.PROGRESS, Source.STORAGE)
+    return source == Source.WORKLOAD or (
+        source == Source.STORAGE and event.get("event") not in PROBE_CHECKPOINT_EVENTS.get(w.name, frozenset()))
 
 
 def needs_fuse(scenario: Scenario) -> bool:
     """FUSE is required, not a fallback: when asked for, when a fault acts through the mount, or (``auto``) when a
     ``command:`` workload's fault is triggered on a checkpoint event the inotify watcher could not hold (it would
-    fire late, after the save it was aimed at) or would never see (a load). ``storage.layer: inotify`` accepts that
+    fire late, after the save it was aimed at) or would never see (a load), or a shipped workload's on an event
+    only the layer emits for it (:func:`layer_only_triggers`). ``storage.layer: inotify`` accepts that
     explicitly; ``off`` leaves checkpoint events to a script that calls the probe."""
 
     asked = scenario.storage.layer
@@ -83,6 +117,8 @@ def needs_fuse(scenario: Scenario) -> bool:
         return True
     if asked == "fuse":
         return wanted(scenario)
+    if asked == "auto" and layer_only_triggers(scenario):  # the inotify watcher emits no write progress or load
+        return True
     w = scenario.workload
     return asked == "auto" and isinstance(w, CommandWorkload) and w.checkpoint_dir is not None and any(
         f.on is not None and f.on.event in HELD_TRIGGERS for f in scenario.faults)

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftovers"),
 SCENARIOS = REPO_ROOT / "scenarios" / "tf"
 # the shipped scenarios these tests run, by name under scenarios/ (tests/test_suite_coverage.py)
 EXPECTED_VERDICT = {"tf/worker-crash": "pass", "tf/chief-crash": "pass", "tf/ignore-backup": "fail",
-                    "tf/partition": "pass"}
+                    "tf/partition": "pass", "tf/crash-during-save": "pass", "tf/bug-non-atomic-save": "restart_loop"}
 BYO = REPO_ROOT / "examples" / "byo"
 # the plain MWMS script's scenarios (examples/byo/README.md documents them)
 BYO_VERDICT = {"tf-mwms-worker-crash": "pass", "tf-mwms-timestamped-backup": "fail"}
@@ -123,6 +123,50 @@ def test_ignored_backup_fails_as_lost_progress(tmp_path: Path) -> None:
     assert result["verdict"] == EXPECTED_VERDICT["tf/ignore-backup"], result["why"]
     resumed = result["checkpoint"]["resumed_from_newest_valid"]
     assert resumed["ok"] is False and resumed["verdict"] == "lost_all_progress", resumed
+
+
+def _write_progress_fault(result: dict, run_dir: Path) -> dict:
+    """The one fault, fired on the storage layer's write progress: the layer watched this shipped workload (its probe
+    never reports write progress) and the crash landed while a save was being written."""
+    (fault,) = result["faults"]
+    assert fault["injected"] is True and fault["mechanism"], fault
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+    (started,) = [e for e in events if e["event"] == "run_started"]
+    assert started["environment"]["storage_layer"] == "fuse", started["environment"]
+    progress = [e for e in events if e["event"] == "checkpoint_write_progress"]
+    assert progress and {e["source"] for e in progress} == {"storage"}, progress[:3]
+    return fault
+
+
+@pytest.mark.full
+def test_crash_during_save_resumes_from_the_previous_whole_backup(tmp_path: Path) -> None:
+    """TF writes a checkpoint under a temporary name and renames it into place: a crash halfway through a backup's
+    write leaves the previous backup the newest, and the relaunched group resumes from it."""
+    result, run_dir = run_tf("crash-during-save", tmp_path)
+    assert result["verdict"] == EXPECTED_VERDICT["tf/crash-during-save"], result["why"]
+    _write_progress_fault(result, run_dir)
+    checks = result["checkpoint"]
+    for name in ("digests_ok", "resumed_from_newest_valid", "exactly_once", "matches_golden"):
+        assert checks[name]["ok"] is True, (name, checks[name])
+    _restarted_both(run_dir)
+
+
+@pytest.mark.full
+def test_non_atomic_save_is_caught_as_a_torn_load(tmp_path: Path) -> None:
+    """The planted in-place save: the crash mid-write tears weights.h5, every relaunch loads it and dies."""
+    result, run_dir = run_tf("bug-non-atomic-save", tmp_path)
+    assert result["verdict"] == EXPECTED_VERDICT["tf/bug-non-atomic-save"], result["why"]
+    _write_progress_fault(result, run_dir)
+    checks = result["checkpoint"]
+    digests = checks["digests_ok"]
+    assert digests["ok"] is False and digests["verdict"] == "loaded_corrupt", digests
+    assert "weights.h5" in digests["why"] and "never finished" in digests["why"], digests
+    torn = checks["next_resume_intact"]
+    assert torn["ok"] is False and torn["verdict"] == "next_resume_torn" and "weights.h5" in torn["why"], torn
+    # the torn file is the cause, nothing else: every relaunch resumed from the file the job trusts, no sample lost
+    failed = {name for name, verdict in checks.items() if verdict.get("ok") is False}
+    assert failed == {"digests_ok", "next_resume_intact"}, {name: checks[name]["why"] for name in failed}
+    assert "weights.h5" in result["why"], result["why"]
 
 
 @pytest.mark.full
