@@ -146,6 +146,8 @@ class Line(TypedDict):
     t: float  # host wall clock (time.time()) when written; the history is ordered by it
     source: str  # a Source
     event: str  # an Ev
+    # the sender's own clock, kept when the history channel rewrote ``t`` with the engine's (see ClockSync)
+    t_sender: NotRequired[float]
 
 
 class WorkloadLine(Line):
@@ -343,6 +345,9 @@ class FaultHealed(FaultBase):
     # from the kind's heal: the target is back as it was (null: the kind could not tell); other fields of the heal
     # are the kind's own (only chaos.faults gives them a meaning)
     restored: NotRequired[bool | None]
+    # a storage fault's heal: the operations its rule matched while installed (0: it never acted; absent: the layer
+    # did not say). chaos.analysis.planned marks such a fault not injected.
+    matched: NotRequired[int]
 
 
 class FaultNodeReplaced(Line):
@@ -421,6 +426,9 @@ class ProcessStarted(WorkloadLine):
     """A worker process started (a new incarnation when rank 0 starts again: a restart)."""
 
     distributed: NotRequired[bool]  # the reference workload: whether it runs under torch.distributed
+    # the shipped workloads of other launchers say which ("flower", "ray", "tf-multiworker"; they add their own
+    # keys too); chaos.analysis.federated tells a Flower run that recorded no round by it
+    launcher: NotRequired[str]
 
 
 class StepCompleted(WorkloadLine):
@@ -665,6 +673,7 @@ class Event(TypedDict, total=False):
     t: float
     source: str
     event: str
+    t_sender: float
     # who wrote it (workload, agent, ray and storage lines; many engine lines name the node they are about)
     node: str | None
     pid: int | str | list[int] | None
@@ -720,6 +729,7 @@ class Event(TypedDict, total=False):
     t_returned: float
     at_teardown: bool
     restored: bool | None
+    matched: int
     reapplied: bool
     pids: list[int]
     after_s: float | None
@@ -749,6 +759,7 @@ class Event(TypedDict, total=False):
     # workload events (steps, checkpoints, the end), the engine's checkpoint_seen, the storage layer's events
     step: int | str | None
     distributed: bool
+    launcher: str
     loss: float | None
     samples: int | None
     duration_s: float | None
