@@ -12,6 +12,10 @@ validates a line at run time (a history from an older version, or from a user's 
 ``probe.emit`` with extra fields, must still be readable). A field marked ``NotRequired`` may be absent; readers
 treat absence the way its comment says.
 
+A reader gets each line as an :class:`Event`: one ``TypedDict`` of every field declared here, each typed as the
+union of its declarations (tests/test_events.py keeps it exactly that). A reader in ``chaos`` that reads a key no
+event declares fails tests/test_event_reads.py with its file and line, in the fast tier.
+
 ``Ev`` and ``Source`` are ``StrEnum``s: each member *is* its string (equal to it, same hash, serialised by
 ``json`` as the plain string), so ``e["event"] == Ev.STEP_COMPLETED`` works on parsed lines and writers can
 pass members where strings are expected.

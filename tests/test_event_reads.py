@@ -13,6 +13,7 @@ with its file:line. What it cannot see (an event passed on untyped, a dict of ev
 from __future__ import annotations
 
 import ast
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -307,3 +308,12 @@ def test_the_walk_finds_reads_on_each_kind_of_event_variable() -> None:
     assert sorted(key for _, key in reads if key not in DECLARED) == \
         ["evnt", "fualt_id", "nod", "pathh", "rnak", "rnk", "sorce", "stpe", "tim", "tt"]
     assert ("t" in {key for _, key in reads}) and "not_an_event" not in {key for _, key in reads}
+
+
+def test_the_step_tables_columns_are_fields_of_a_step() -> None:
+    """The step table (chaos.analysis.steps) keeps steps by column, read by name (``table.values("loss")``): each
+    column is a field ``step_completed`` declares, so a renamed field cannot leave a column that reads absent."""
+    from chaos.analysis.steps import FIELDS as COLUMNS
+    from chaos.events import StepCompleted
+
+    assert sorted(set(COLUMNS) - set(typing.get_type_hints(StepCompleted))) == []
