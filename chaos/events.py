@@ -12,6 +12,10 @@ validates a line at run time (a history from an older version, or from a user's 
 ``probe.emit`` with extra fields, must still be readable). A field marked ``NotRequired`` may be absent; readers
 treat absence the way its comment says.
 
+A reader gets each line as an :class:`Event`: one ``TypedDict`` of every field declared here, each typed as the
+union of its declarations (tests/test_events.py keeps it exactly that). A reader in ``chaos`` that reads a key no
+event declares fails tests/test_event_reads.py with its file and line, in the fast tier.
+
 ``Ev`` and ``Source`` are ``StrEnum``s: each member *is* its string (equal to it, same hash, serialised by
 ``json`` as the plain string), so ``e["event"] == Ev.STEP_COMPLETED`` works on parsed lines and writers can
 pass members where strings are expected.
@@ -146,6 +150,8 @@ class Line(TypedDict):
     t: float  # host wall clock (time.time()) when written; the history is ordered by it
     source: str  # a Source
     event: str  # an Ev
+    # the sender's own clock, kept when the history channel rewrote ``t`` with the engine's (see ClockSync)
+    t_sender: NotRequired[float]
 
 
 class WorkloadLine(Line):
@@ -340,6 +346,12 @@ class FaultHealed(FaultBase):
     """The fault was undone; further fields come from the kind's heal (e.g. ``restored``)."""
 
     at_teardown: bool  # healed because the run ended, not at the end of its duration
+    # from the kind's heal: the target is back as it was (null: the kind could not tell); other fields of the heal
+    # are the kind's own (only chaos.faults gives them a meaning)
+    restored: NotRequired[bool | None]
+    # a storage fault's heal: the operations its rule matched while installed (0: it never acted; absent: the layer
+    # did not say). chaos.analysis.planned marks such a fault not injected.
+    matched: NotRequired[int]
 
 
 class FaultNodeReplaced(Line):
@@ -418,6 +430,9 @@ class ProcessStarted(WorkloadLine):
     """A worker process started (a new incarnation when rank 0 starts again: a restart)."""
 
     distributed: NotRequired[bool]  # the reference workload: whether it runs under torch.distributed
+    # the shipped workloads of other launchers say which ("flower", "ray", "tf-multiworker"; they add their own
+    # keys too); chaos.analysis.federated tells a Flower run that recorded no round by it
+    launcher: NotRequired[str]
 
 
 class StepCompleted(WorkloadLine):
@@ -645,6 +660,155 @@ class FlRound(WorkloadLine):
     eval_loss: NotRequired[float | None]  # the global model's centralized evaluation after the round
     eval_accuracy: NotRequired[float | None]
     duration_s: NotRequired[float]  # from the round's sampling to its evaluation
+
+
+# ------------------------------------------------------------------------------------------ any event
+
+class Event(TypedDict, total=False):
+    """One line of the history, of any event: every field some event declares above, each typed as the union of
+    its declarations (``step`` is an int on a workload event, null from the storage layer's watcher, and Slurm's
+    "JOB.STEP" on ``slurm_step_started``). This is the type a history reader gets (``chaos.history.read_history``
+    and the analysis); ``total=False`` because which fields a line has depends on its ``event``: read them with
+    ``.get`` or after checking ``event``. tests/test_events.py keeps it the exact union of the declarations above
+    (nothing missing, nothing extra, no type wider or narrower), and tests/test_event_reads.py fails a reader in
+    ``chaos`` that reads a key no event declares (a typo there reads None forever, silently)."""
+
+    # every line
+    t: float
+    source: str
+    event: str
+    t_sender: float
+    # who wrote it (workload, agent, ray and storage lines; many engine lines name the node they are about)
+    node: str | None
+    pid: int | str | list[int] | None
+    rank: int
+    local_rank: int
+    world_size: int
+    restart: int
+    incarnation: str | int
+    id: str
+    # run_started, run_ended, teardown
+    run_id: str
+    scenario: str
+    environment: dict[str, Any]
+    plan: dict[str, Any]
+    golden: dict[str, Any] | None
+    reason: str
+    why: str
+    max_step: int
+    traceback: str
+    killed: int
+    failed: list[dict[str, str]]
+    # clock_sync, channel_closed, channel_limit
+    sender: str
+    offset_s: float
+    rtt_s: float
+    corrected: bool
+    at: str
+    connections: int
+    senders: int
+    reconnections: int
+    events: int
+    duplicates: int
+    acks: int
+    refused: int
+    what: str
+    detail: str
+    # node_started, node_exited
+    argv: list[str]
+    replacement: bool
+    role: str
+    code: int
+    will_replace: bool
+    not_replaced: str
+    # fault events, oom_killed, hang_started / hang_released
+    fault_id: int
+    kind: str
+    target: str | None
+    disruptive: bool
+    mechanism: str
+    details: dict[str, Any]
+    trigger_event: str | None
+    t_decided: float
+    t_returned: float
+    at_teardown: bool
+    restored: bool | None
+    matched: int
+    reapplied: bool
+    pids: list[int]
+    after_s: float | None
+    comm: str
+    killed_at: float
+    limit_bytes: int | None
+    evidence: str
+    mode: str
+    hold_gil: bool
+    held_s: float
+    # the Slurm runtime's events
+    job_id: str
+    hosts: list[str]
+    nodes: dict[str, str]
+    spares: list[str]
+    channel: str
+    channel_bind: str
+    warning: str
+    salloc_s: float
+    command: list[str]
+    host: str
+    state: str
+    previous: str
+    node_failure: str
+    ok: bool
+    unmounted: list[str]
+    # workload events (steps, checkpoints, the end), the engine's checkpoint_seen, the storage layer's events
+    step: int | str | None
+    distributed: bool
+    launcher: str
+    loss: float | None
+    samples: int | None
+    duration_s: float | None
+    comm_s: float
+    cpu_s: float
+    cpu_wait_s: float
+    sample_ids: list[int]
+    epoch: int
+    dataset_size: int
+    path: str
+    written: int
+    total: int
+    sha256: str
+    bytes: int
+    state_sha256: str
+    mtime: float
+    op: str
+    errno: str
+    step_from: Literal["name", "progress"]
+    renamed_from: str
+    renamed_to: str
+    replaced_by: str
+    # fl_round
+    round: int
+    results: int
+    failures: int
+    sampled: list[str]
+    result_nodes: list[str]
+    failure_nodes: list[str]
+    errors: list[str]
+    aggregated: bool
+    eval_loss: float | None
+    eval_accuracy: float | None
+    # agent and ray events
+    attempts_left: int
+    max_restarts: int
+    waiting: int
+    restart_count: int
+    group_rank: int
+    group_world_size: int
+    barrier_timeout_s: float
+    decision: str
+    error_count: int
+    max_failures: int
+    size: int
 
 
 # Each event's field declaration (for documentation, ``chaos`` tooling and tests that check the writers).

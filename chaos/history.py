@@ -20,15 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.events import FIELDS, STORAGE_FIELDS, Source, WorkloadLine
+# Event: one line of the history, of any event (declared in chaos.events; readers import it from here or there)
+from chaos.events import FIELDS, STORAGE_FIELDS, Event, Source, WorkloadLine
 from chaos.paths import open_regular
 
 try:  # a history of 300k lines is parsed ~3x faster by orjson (same values; a line it refuses is re-read by json)
     from orjson import loads as _fast_loads
 except ImportError:  # pragma: no cover - orjson is a dependency; the stdlib parser gives the same events
     _fast_loads = json.loads
-
-Event = dict[str, Any]
 
 
 class HistoryWriter:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import ast
 import json
+import types
+import typing
 from pathlib import Path
 
 import pytest
 
 import chaos
 from chaos import probe
-from chaos.events import FIELDS, EndReason, Ev, Source, required_fields
+from chaos.events import FIELDS, STORAGE_FIELDS, EndReason, Ev, Event, Line, Source, required_fields
 from tests.import_graph import SOURCE_SCANS_GROUP, parsed
 
 CHAOS = Path(chaos.__file__).parent
@@ -23,6 +25,41 @@ def test_every_event_has_a_field_declaration_and_members_are_their_strings() -> 
     assert json.dumps({"event": Ev.RUN_ENDED, "source": Source.ENGINE, "reason": EndReason.HUNG}) == \
         '{"event": "run_ended", "source": "engine", "reason": "hung"}'
     assert {"t", "source", "event"} <= required_fields(Ev.TEARDOWN)
+
+
+def _members(hint: object) -> set[object]:
+    """The types a field's annotation allows: the members of a union (``int | None`` is {int, None}), else itself."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return set().union(*(_members(a) for a in typing.get_args(hint)))
+    return {hint}
+
+
+def test_event_is_the_exact_union_of_every_events_declared_fields() -> None:
+    """One declaration per field: ``Event`` (what a history reader gets) holds every field some event declares,
+    typed as the union of that field's declarations, and nothing else. A field two events declare with different
+    types is fine when Event allows both (``step``: int on a workload save, null from the storage watcher); a field
+    added to one event and forgotten in Event, a type widened in one place only, or a field in Event that no event
+    declares (a reader's typo made legal) fails here."""
+    declared: dict[str, set[object]] = {}
+    for cls in (Line, *FIELDS.values(), *STORAGE_FIELDS.values()):
+        for name, hint in typing.get_type_hints(cls).items():
+            declared.setdefault(name, set()).update(_members(hint))
+    union = {name: _members(hint) for name, hint in typing.get_type_hints(Event).items()}
+    assert Event.__required_keys__ == frozenset()  # type: ignore[attr-defined]  # which fields: by the event
+    assert sorted(set(declared) - set(union)) == [], "declared by an event, missing in chaos.events.Event"
+    assert sorted(set(union) - set(declared)) == [], "in chaos.events.Event, declared by no event"
+    differ = {name: (sorted(map(str, union[name])), sorted(map(str, types_))) for name, types_ in declared.items()
+              if union[name] != types_}
+    assert differ == {}, "Event's type of a field is not the union of its declarations (Event's, declared)"
+
+
+def test_the_union_check_sees_a_type_declared_in_one_place_only() -> None:
+    class Widened(Line):
+        step: float
+
+    assert _members(typing.get_type_hints(Widened)["step"]) == {float}
+    assert not {float} <= _members(typing.get_type_hints(Event)["step"])
+    assert _members(int | None) == {int, type(None)}
 
 
 def _string_constants(path: Path) -> set[str]:

@@ -31,7 +31,7 @@ from typing import Any
 
 from chaos.analysis.metrics import scraped_row_spans, steps
 from chaos.analysis.steps import MISSING
-from chaos.events import Source
+from chaos.events import Event, Source
 
 WINDOWS = ("before", "during", "after")
 MARGIN = 2.0  # how many times another rank's figure the slow rank's must be
@@ -44,7 +44,7 @@ def _num(value: Any) -> float | None:
         value) else None
 
 
-def _rows(events: list[Any]) -> list[dict[str, Any]]:
+def _rows(events: list[Event]) -> list[dict[str, Any]]:
     """Each step as (process key, start, end and the figures), in time order per process."""
     table = steps(events)
     cols = {name: table.values(name, MISSING) for name in ("t", "duration_s", "comm_s", "cpu_s", "cpu_wait_s",
@@ -166,7 +166,7 @@ def fault_step_timing(rows: list[dict[str, Any]], t_from: float, t_f: float, t_h
     return out
 
 
-def step_timings(events: list[Any], faults: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def step_timings(events: list[Event], faults: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Fault id → its step timing, for every injected fault with an end (``t_healed``) and steps inside it."""
     lasting = [f for f in faults if f.get("injected", True) and f.get("t_injected") is not None
                and f.get("t_healed") is not None]
