@@ -143,10 +143,13 @@ def _f(v: float | None, fmt: str = ".1f", unit: str = "") -> str:
     return "not measured" if v is None else f"{v:{fmt}}{unit}"
 
 
-def _delta(v: float | None, ref: float | None, fmt: str) -> str:
-    if v is None or ref is None:
-        return "not checked (no fault-free column)" if ref is None else "not measured"
-    return f"{v - ref:+{fmt}}"
+def _delta(v: float | None, ref: RoundColumn | None, attr: str, fmt: str) -> str:
+    if ref is None:
+        return "not checked (no fault-free column)"
+    base = getattr(ref, attr)
+    if base is None:
+        return "not checked (the fault-free column did not measure it)"
+    return "not measured" if v is None else f"{v - base:+{fmt}}"
 
 
 def table(columns: list[RoundColumn]) -> list[list[str]]:
@@ -166,9 +169,9 @@ def table(columns: list[RoundColumn]) -> list[list[str]]:
                                           for c in columns]),
         ("final eval loss", [_f(c.final_loss, ".4f") for c in columns]),
         ("final eval accuracy", [_f(c.final_accuracy, ".3f") for c in columns]),
-        ("loss vs fault-free", ["reference" if c is ref else _delta(c.final_loss, ref and ref.final_loss, ".4f")
+        ("loss vs fault-free", ["reference" if c is ref else _delta(c.final_loss, ref, "final_loss", ".4f")
                                 for c in columns]),
-        ("accuracy vs fault-free", ["reference" if c is ref else _delta(c.final_accuracy, ref and ref.final_accuracy,
+        ("accuracy vs fault-free", ["reference" if c is ref else _delta(c.final_accuracy, ref, "final_accuracy",
                                                                          ".3f") for c in columns]),
         ("time to result (start → last round)", [_f(c.time_to_result_s, ".1f", " s") for c in columns]),
         ("run duration", [_f(c.duration_s, ".1f", " s") for c in columns]),
