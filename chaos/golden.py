@@ -54,7 +54,7 @@ from chaos.plan import SHIPPED_WORKLOADS
 from chaos.progress_regex import compile_progress
 from chaos.registry import PluginError, fault_plugins, runtime_class
 from chaos.scenario import Checks, CommandWorkload, Expect, NodeRestart, Scenario, ShippedWorkload, make_fault
-from chaos.storage.layer import counts_as_trigger, layer_only_triggers
+from chaos.storage.layer import counts_as_trigger, watches_shipped
 
 CACHE_ENV = GOLDEN_CACHE_ENV
 SUMMARY_FILE = "golden.json"
@@ -157,23 +157,16 @@ def golden_key(scenario: Scenario) -> str:
         material["ran_on"] = c.runtime
     if c.mode == "tf-multiworker":  # TensorFlow computes that job's numbers (only there: other keys stay as they were)
         material["tensorflow"] = _installed("tensorflow")
-    if golden_watches(scenario):  # its trigger counts include the layer's events: a run cached without them lacks them
+    if watches_shipped(scenario):  # its trigger counts include the layer's events: a run cached without them lacks them
         material["storage_watch"] = True
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def golden_watches(scenario: Scenario) -> bool:
-    """Whether the fault-free run watches a shipped workload's checkpoints through the storage layer: when a fault
-    is triggered on an event only the layer emits for it (tf-mlp's checkpoint_write_progress), so that run counts
-    the occurrences the faulted run's trigger counts (trigger_problems, the cause's step)."""
-    return scenario.storage.watch or bool(layer_only_triggers(scenario))
 
 
 def golden_scenario(scenario: Scenario) -> Scenario:
     workload = scenario.workload.model_copy(deep=True)  # `update` values below are not copied by model_copy
     if isinstance(workload, ShippedWorkload):
         workload.args = {k: v for k, v in workload.args.items() if k not in PACING_ARGS}
-    storage = scenario.storage.model_copy(update={"watch": golden_watches(scenario)})
+    storage = scenario.storage.model_copy(update={"watch": watches_shipped(scenario)})
     return scenario.model_copy(deep=True, update={
         "name": f"{scenario.name}-golden", "faults": [], "expect": Expect(), "checks": Checks(golden=False),
         "workload": workload, "storage": storage,

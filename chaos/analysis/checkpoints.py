@@ -37,10 +37,10 @@ from chaos.analysis.ckpt_source import (
     available_at,
     checkpoint_events,
     checkpoint_source,
-    file_kind,
     loaded_kinds,
     loads_visible,
     newest,
+    of_file_kinds,
 )
 from chaos.analysis.load import memo, of_kind, of_kinds, step_table
 from chaos.analysis.noise import (
@@ -943,7 +943,7 @@ def next_resume_intact(events: list[Event]) -> Verdict:
     # Of the kinds the job reads back, where it ever did: a file of another kind (Ray Train's
     # checkpoint_manager_snapshot.json beside the checkpoint folders) is not what a restart would load.
     kinds = loaded_kinds(events)
-    files = {p: f for p, f in files.items() if file_kind(p) in kinds} or files
+    files = of_file_kinds(files, kinds)
     if not files:
         visible, how = loads_visible(events)
         saw = any(checkpoint_events(events, Ev.CHECKPOINT_SAVE_FINISHED))
@@ -959,8 +959,7 @@ def next_resume_intact(events: list[Event]) -> Verdict:
     # the newest save set: every file of the newest step (a sharded checkpoint), else the newest file alone
     newest_set = [f for f in ranked if isinstance(newest_step, int) and f.get("step") == newest_step] or [top]
     bad = [f for f in newest_set if f["state"] != "whole"]
-    at_end = available_at(events, math.inf)
-    whole = newest({p: c for p, c in at_end.items() if file_kind(p) in kinds} or at_end)
+    whole = newest(of_file_kinds(available_at(events, math.inf), kinds))
     entry = {"path": top["path"], "step": newest_step, "state": bad[0]["state"] if bad else "whole",
              "files": len(newest_set), "newest_whole_step": whole["step"] if whole else None,
              "newest_whole_path": whole["path"] if whole else None}

@@ -135,6 +135,12 @@ def loaded_kinds(events: list[Event]) -> frozenset[str]:
         file_kind(str(e["path"])) for e in checkpoint_events(events, Ev.CHECKPOINT_LOADED) if e.get("path")))
 
 
+def of_file_kinds(files: dict[str, dict[str, Any]], kinds: frozenset[str]) -> dict[str, dict[str, Any]]:
+    """The files of those kinds (path -> entry); all of them when none is (a job that never loaded anything, or
+    loaded only files no longer there)."""
+    return {p: f for p, f in files.items() if file_kind(p) in kinds} or files
+
+
 def _save_set(path: str, step: Any) -> tuple[str, int] | None:
     """The save a file belongs to: its directory and step (a sharded checkpoint is several files of one step in one
     directory: DCP's ``it_80/{__0_0.distcp, __1_0.distcp, .metadata}``, ``model_80.pt`` beside ``optim_80.pt``)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from chaos.analysis.ckpt_source import available_at, checkpoint_events, file_kind, newest
+from chaos.analysis.ckpt_source import available_at, checkpoint_events, file_kind, newest, of_file_kinds
 from chaos.analysis.load import memo, of_kind, step_table
 from chaos.events import Ev, Source
 from chaos.history import Event
@@ -105,8 +105,7 @@ def _newest_of_kind(available: dict[str, dict[str, Any]], load: Event | None) ->
     passed over; a load-less restart is compared with every kind (lost_all_progress)."""
     if load is None or not load.get("path"):
         return newest(available)
-    kind = file_kind(str(load["path"]))
-    return newest({p: c for p, c in available.items() if file_kind(p) == kind}) or newest(available)
+    return newest(of_file_kinds(available, frozenset({file_kind(str(load["path"]))}))) or newest(available)
 
 
 def _describe(path: str, step: int | None) -> str:

@@ -65,7 +65,7 @@ def wanted(scenario: Scenario) -> bool:
     w = scenario.workload
     if isinstance(w, CommandWorkload) and w.checkpoint_dir is not None:
         return True
-    if scenario.storage.watch or layer_only_triggers(scenario):
+    if watches_shipped(scenario):
         return True
     plugins = fault_plugins()
     return any(STORAGE_LAYER in plugins[f.kind].needs for f in scenario.faults)
@@ -73,6 +73,13 @@ def wanted(scenario: Scenario) -> bool:
 
 # Checkpoint events that only the FUSE layer holds (or sees at all: loads) for a script without the probe.
 HELD_TRIGGERS = LAYER_HELD_EVENTS
+
+
+def watches_shipped(scenario: Scenario) -> bool:
+    """Whether a shipped workload's checkpoints go through the layer although no fault acts through the mount: a
+    fault triggered on an event only the layer emits for it, or its fault-free run (``storage.watch``), which must
+    count the same occurrences."""
+    return scenario.storage.watch or bool(layer_only_triggers(scenario))
 
 
 def layer_only_triggers(scenario: Scenario) -> list[str]:
