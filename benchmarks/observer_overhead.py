@@ -24,7 +24,7 @@ the script prints medians, the ratio of medians and the median of the per-pair r
   observing adds to the agents (the :mod:`chaos.agent_log` handler) and to the workers (the probe's import and its
   events), beside the probe's cost per ``step_completed`` measured on its own.
 
-    python benchmarks/observer_overhead.py --steps 300 --pairs 10
+    python benchmarks/observer_overhead.py --pairs 10    # the quickstart's job: 3 nodes x 1000 steps
 
 Each pair runs under the machine lock (``--lock``, default ``$TORCH_CHAOS_MACHINE_LOCK`` or
 /tmp/torch-chaos-machine.lock where it exists), so other real clusters do not run beside it; the lock is released
@@ -44,8 +44,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -68,8 +70,8 @@ THREADS = 20  # idle threads beside the probe's caller when its cost is measured
 FOREIGN = ("chaos.agent_log", "-m chaos", "chaos.storage")
 # Which part of a side each process is, by its command line (first match).
 SAMPLE_S = 0.5
-ROLES = (("storage layer", "chaos.storage"), ("engine", "chaos run"), ("agent", "torch.distributed.run"),
-         ("agent", "chaos.agent_log"), ("worker", "train.py"))
+ROLES = (("storage layer", "chaos.storage"), ("report renderer", "chaos.reports.renderer"), ("engine", "chaos run"),
+         ("agent", "torch.distributed.run"), ("agent", "chaos.agent_log"), ("worker", "train.py"))
 
 SCENARIO = """\
 name: observer-overhead
@@ -184,13 +186,14 @@ def bare(scenario: Path, scratch: Path) -> dict:
         logs.append(log)
         procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=scratch))
     sampler = Sampler([p.pid for p in procs])
-    checked = False
-    while any(p.poll() is None for p in procs):
-        sampler.sample()
-        if not checked:
-            checked = _only_the_stub(procs, stub)
-        time.sleep(SAMPLE_S)
-    took = time.monotonic() - t0
+    checked = [False]
+
+    def check() -> None:
+        if not checked[0]:
+            checked[0] = _only_the_stub(procs, stub)
+
+    exits = wait_sampling(procs, sampler, check)
+    took = max(exits) - t0
     codes = [p.wait() for p in procs]
     for log in logs:
         log.close()
@@ -200,11 +203,39 @@ def bare(scenario: Path, scratch: Path) -> dict:
                if any(key in cmd for key in FOREIGN) or str(REPO / "chaos") in cmd]
     if foreign:
         raise SystemExit(f"a torch-chaos process in the bare side's tree: {foreign[0]}")
-    if not checked:
+    if not checked[0]:
         raise SystemExit("no bare worker was seen: the stub check did not run")
     first_step = min(float(x) for x in first.read_text().split()) - wall0
     return {"job": took, "command": took, "first_step": first_step, "cpu": sampler.by_role(),
             "processes": len(sampler.cmdlines)}
+
+
+def wait_sampling(procs: list[subprocess.Popen[str]], sampler: Sampler,
+                  each_sample: Callable[[], None] | None = None) -> list[float]:
+    """Wait for every process, sampling CPU every SAMPLE_S meanwhile; returns each one's exit time (monotonic),
+    taken by a thread blocked in its wait(), not by the sampling loop (whose 0.5 s would round each side's time
+    up by a different amount: the bare side's job is its command, the observed side's job comes from events)."""
+    exits: list[float] = [0.0] * len(procs)
+    done = threading.Event()
+    left = [len(procs)]
+    lock = threading.Lock()
+
+    def waiter(i: int, proc: subprocess.Popen[str]) -> None:
+        proc.wait()
+        exits[i] = time.monotonic()
+        with lock:
+            left[0] -= 1
+            if not left[0]:
+                done.set()
+
+    for i, proc in enumerate(procs):
+        threading.Thread(target=waiter, args=(i, proc), daemon=True).start()
+    while not done.is_set():
+        sampler.sample()
+        if each_sample is not None:
+            each_sample()
+        done.wait(SAMPLE_S)
+    return exits
 
 
 def _only_the_stub(procs: list[subprocess.Popen[str]], stub: Path) -> bool:
@@ -239,11 +270,17 @@ def observed(scenario: Path, scratch: Path) -> dict:
     proc = subprocess.Popen([sys.executable, "-m", "chaos", "run", str(scenario), "--json", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_base_env())
     sampler = Sampler([proc.pid])
-    while proc.poll() is None:
-        sampler.sample()
-        time.sleep(SAMPLE_S)
-    stdout, stderr = proc.communicate()
-    took, wall1 = time.monotonic() - t0, time.time()
+    stdout, stderr = "", ""
+
+    def read_output() -> None:  # a full pipe would stall the engine
+        nonlocal stdout, stderr
+        stdout, stderr = proc.communicate()
+
+    reader = threading.Thread(target=read_output, daemon=True)
+    reader.start()
+    (exited_at,) = wait_sampling([proc], sampler)
+    reader.join()
+    took, wall1 = exited_at - t0, time.time() - (time.monotonic() - exited_at)
     sampler.series.append((wall1, sampler.by_role()))
     if proc.returncode != 0:
         raise SystemExit(f"chaos run failed ({proc.returncode}): {stdout[-2000:]}{stderr[-2000:]}")
@@ -330,13 +367,15 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace, load: tuple[fl
     print(f"    workers (the probe's import and events): {added.get('worker', 0.0):+5.2f} s CPU over {ranks} workers; "
           f"per step_completed {off:.1f} us off, {on:.1f} us writing the history with {THREADS + 1} threads "
           f"({(on - off) * args.steps * ranks / 1e6:.3f} s of CPU over {args.steps} steps x {ranks} ranks)")
+    print(f"    report renderer (matplotlib's import at nice 19 during the job, report.html at the end): "
+          f"{added.get('report renderer', 0.0):+5.2f} s CPU")
     print(f"    end, last node exited -> exit (teardown, analysis, report): {_median(chaos_runs, 'end_s'):5.2f} s "
           f"wall, engine {_median(chaos_runs, 'engine_end'):5.2f} s CPU (the command only)")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=1000, help="steps (default: the quickstart's 1000)")
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--pairs", type=int, default=10)
     ap.add_argument("--lock", default=_default_lock(), help="flock held for each pair ('' for none)")

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from chaos.analysis.projection_presets import PRESETS
 from chaos.commands import EXIT_INTERRUPTED, err, error, scenario_errors
 from chaos.loading import ScenarioInvalid
 from chaos.paths import GOLDEN_CACHE_ENV
@@ -76,8 +77,6 @@ def _golden_cache(directory: str | None) -> Iterator[None]:
 
 def _projection_options(p: argparse.ArgumentParser) -> None:
     """The options of a projection to scale (``chaos project``, ``chaos report --project-nodes``)."""
-    # lazy: numpy (the presets live with the projection): `import chaos.cli` stays light; only building the parser
-    from chaos.analysis.projection import PRESETS
 
     p.add_argument("--mtbf-node", default=None, metavar="DURATION",
                    help="per-node mean time between failures, e.g. 10000h (job MTBF = this / nodes)")

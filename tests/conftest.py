@@ -409,6 +409,16 @@ def _alone_module(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
 
 
+def _described(proc: psutil.Process) -> str:
+    """What a leftover is, for the failure message: a flaky leftover is otherwise a pid and 'python'."""
+    try:
+        env = proc.environ()
+        return (f"pid {proc.pid} ({proc.status()}, parent {proc.ppid()}): {' '.join(proc.cmdline())[:200]}; "
+                f"CHAOS_TREE={env.get('CHAOS_TREE')} CHAOS_ENGINE_PID={env.get('CHAOS_ENGINE_PID')}")
+    except psutil.Error as exc:
+        return f"pid {proc.pid} ({type(exc).__name__})"
+
+
 def _ours_or_orphaned(proc: psutil.Process) -> bool:
     """Started by this test process's engine, or by an engine that is gone (a leak); not another live run."""
     return engine_pid(proc) == os.getpid() or orphaned(proc)
@@ -483,7 +493,7 @@ def no_leftovers() -> Iterator[None]:
     objects_before = network_objects()
     yield
     left = [p for p in marked_processes(None) if p.pid not in before and _ours_or_orphaned(p)]
-    assert not left, f"processes left behind: {[(p.pid, p.name()) for p in left]}"
+    assert not left, f"processes left behind (this test process is {os.getpid()}): {[_described(p) for p in left]}"
     new_objects = network_objects() - objects_before
     assert not new_objects, f"left behind: {sorted(new_objects)}"
 

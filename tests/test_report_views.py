@@ -163,14 +163,67 @@ def test_chaos_run_writes_report_html_and_prints_its_path(tmp_path: Path, capsys
 
 
 @pytest.mark.usefixtures("no_leftovers")
+def test_an_engine_without_matplotlib_gets_its_report_from_the_renderer(tmp_path: Path) -> None:
+    """What `chaos run` does: the engine never imports matplotlib (~0.6 s after the job), the renderer it started
+    at the launch draws report.html."""
+    import subprocess
+    import sys
+
+    (tmp_path / "s.yaml").write_text(TOY.format(script=BROKEN / "print_steps.py"))
+    code = f"""
+import sys
+from chaos.engine import Engine
+from chaos.loading import load_scenario
+result = Engine(load_scenario({str(tmp_path / "s.yaml")!r}), out_dir={str(tmp_path / "runs")!r}).run()
+print(result["verdict"], "matplotlib" in sys.modules, result.run_dir)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdict, imported, run_dir = done.stdout.split()
+    assert (verdict, imported) == ("pass", "False")
+    assert "<figure id=timeline>" in (Path(run_dir) / "report.html").read_text()
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_the_engine_draws_the_report_itself_when_its_renderer_dies(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A renderer that ends before it answers (here: one that exits at once) costs the run nothing: report.html
+    is drawn by the engine, as before the renderer existed."""
+    import sys
+
+    from chaos.engine import Engine, core
+    from chaos.loading import parse_scenario
+
+    def start_one_that_exits(self: core.Renderer) -> None:
+        import subprocess
+
+        self._proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, bufsize=0)
+
+    monkeypatch.setattr(core.Renderer, "saves_time", staticmethod(lambda: True))
+    monkeypatch.setattr(core.Renderer, "start", start_one_that_exits)
+    result = Engine(parse_scenario(TOY.format(script=BROKEN / "print_steps.py")), out_dir=tmp_path).run()
+    assert result["verdict"] == "pass", result["why"]
+    assert "<figure id=timeline>" in (result.run_dir / "report.html").read_text()
+
+
+@pytest.mark.usefixtures("no_leftovers")
 def test_a_report_that_fails_is_logged_and_never_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     from chaos.engine import Engine, core
     from chaos.loading import parse_scenario
+    from chaos.reports.renderer import RenderFailed
 
     def broken(*args: object, **kwargs: object) -> Path:
         raise RuntimeError("no plots today")
 
+    def renderer_gone(*args: object, **kwargs: object) -> None:
+        raise RenderFailed("it ended (exit code 1)")
+
+    # the renderer process cannot take it, so the engine draws the report itself, and that fails too
+    monkeypatch.setattr(core.Renderer, "saves_time", staticmethod(lambda: True))
+    monkeypatch.setattr(core.Renderer, "ask", renderer_gone)
     monkeypatch.setattr(core, "write_report", broken)
     with caplog.at_level(logging.WARNING, logger="chaos.engine.core"):
         result = Engine(parse_scenario(TOY.format(script=BROKEN / "print_steps.py")), out_dir=tmp_path).run()

@@ -36,8 +36,6 @@ from chaos.analysis.interval import daly, save_costs, young
 from chaos.analysis.load import load_events
 from chaos.analysis.projection_incidents import IncidentError, read_incidents
 from chaos.analysis.projection_math import (
-    DAY,
-    HOUR,
     MAX_DRAWS,
     ProjectionError,
     Simulation,
@@ -45,6 +43,7 @@ from chaos.analysis.projection_math import (
     simulate,
     young_ratio,
 )
+from chaos.analysis.projection_presets import DAY, HOUR, PRESETS
 from chaos.analysis.projection_scaling import fit_growth
 from chaos.analysis.projection_uncertainty import headline, sensitivity
 from chaos.paths import shown
@@ -95,46 +94,6 @@ MIN_JOB_DAYS, MAX_JOB_DAYS = 1e-3, 100 * 365.0
 
 # --------------------------------------------------------------------------------------------------------------
 # Failure model
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A published failure rate: interruptions observed on a number of GPUs over a number of days."""
-
-    name: str
-    citation: str
-    interruptions: int
-    days: float
-    gpus: int
-    gpus_per_node: int
-    note: str
-
-    @property
-    def gpu_mtbf_s(self) -> float:
-        return self.days * DAY * self.gpus / self.interruptions
-
-    @property
-    def node_mtbf_s(self) -> float:
-        """A node fails when any of its GPUs does: per-GPU MTBF / GPUs per node."""
-        return self.gpu_mtbf_s / self.gpus_per_node
-
-    def derivation(self) -> list[str]:
-        return [f"{self.interruptions} unexpected interruptions in {self.days:g} days on {self.gpus:,} GPUs "
-                f"({self.citation})",
-                f"per-GPU MTBF = {self.days:g} d × 24 h × {self.gpus:,} / {self.interruptions} = "
-                f"{self.gpu_mtbf_s / HOUR:,.0f} GPU-hours",
-                f"per-node MTBF = per-GPU MTBF / {self.gpus_per_node} GPUs per node = "
-                f"{self.node_mtbf_s / HOUR:,.0f} h ({self.note})"]
-
-
-PRESETS: dict[str, Preset] = {
-    "llama3": Preset(
-        name="llama3",
-        citation="\"The Llama 3 Herd of Models\", Meta, 2024, arXiv:2407.21783, section 3.3.4 and Table 5",
-        interruptions=419, days=54, gpus=16_384, gpus_per_node=8,
-        note="8 H100 GPUs per server in the paper; the 419 exclude the 47 planned interruptions; every "
-             "interruption is charged to one GPU's failure rate"),
-}
 
 
 @dataclass(frozen=True)

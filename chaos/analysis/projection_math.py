@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-HOUR = 3600.0
-DAY = 86400.0
+from chaos.analysis.projection_presets import HOUR
+
 MAX_DRAWS = 5_000_000  # failures drawn over all trials of one interval: beyond it the job barely progresses
 
 

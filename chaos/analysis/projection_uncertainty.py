@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from chaos.analysis.projection_math import HOUR, ProjectionError, segment_count, simulate
+from chaos.analysis.projection_math import ProjectionError, segment_count, simulate
+from chaos.analysis.projection_presets import HOUR
 
 if TYPE_CHECKING:
     from chaos.analysis.projection import FailureModel, Measured

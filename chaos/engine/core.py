@@ -58,6 +58,7 @@ from chaos.loading import load_scenario, resolve_scenario_path
 from chaos.plan import Plan, build_plan
 from chaos.progress_regex import ProgressRegexMissed, ProgressRegexTooSlow
 from chaos.reports import write_report
+from chaos.reports.renderer import Renderer, RenderFailed
 from chaos.run_result import RunResult
 from chaos.runtimes import create_runtime
 from chaos.runtimes.base import Runtime
@@ -253,6 +254,14 @@ class Engine:
 
     def run(self) -> RunResult:
         require(self.scenario)  # before anything is created: a missing piece is advice, not a half-run
+        renderer = Renderer() if self.html_report and Renderer.saves_time() else None
+        try:
+            return self._run(renderer)
+        finally:
+            if renderer is not None:
+                renderer.close()
+
+    def _run(self, renderer: Renderer | None) -> RunResult:
         parts = RunParts(self.scenario, self.run_id, self.run_dir, self.note, self.warn)
         self.started = time.time()
         end = End(EndReason.ERROR, "engine failed")
@@ -278,6 +287,8 @@ class Engine:
                 parts.heartbeat.start()
                 self._enter(Phase.RUNNING)
                 parts.nodes.start_cluster()
+                if renderer is not None:  # after the launch: it imports at nice 19 while the job runs
+                    self._start_renderer(renderer)
                 while (outcome := self._tick(parts)) is None:
                     time.sleep(POLL_S)
                 end = outcome
@@ -298,19 +309,40 @@ class Engine:
         interrupted = end.reason is EndReason.INTERRUPTED
         if not interrupted and end.reason is EndReason.COMPLETED:
             interrupted = self._control(parts)
-        analysis = analyze_run(self.run_dir)  # once: result.json and report.html present the same analysis
+        asked = renderer is not None and self._ask_renderer(renderer)  # it analyses beside the engine
+        analysis = analyze_run(self.run_dir)  # result.json and report.html: the same run directory's analysis
         result = RunResult(write_result(analysis), self.run_dir)
         if self.html_report:
-            self._write_report(analysis)
+            self._write_report(analysis, renderer if asked else None)
         if interrupted:
             raise RunInterrupted(result)
         return result
 
-    def _write_report(self, analysis: RunAnalysis) -> Path | None:
-        """report.html beside result.json, so that every run has one to open (before, none existed until `chaos
-        report --format html`). The verdict is result.json's: a report that cannot be drawn (a plot library
-        error, a full disk) is logged and never fails the run."""
+    def _start_renderer(self, renderer: Renderer) -> None:
+        try:
+            renderer.start()
+        except OSError as exc:  # the report is drawn here instead
+            log.info("report renderer not started (%s): the engine draws report.html itself", exc)
 
+    def _ask_renderer(self, renderer: Renderer) -> bool:
+        try:
+            renderer.ask(self.run_dir)
+            return True
+        except RenderFailed as exc:
+            log.info("report renderer not asked (%s): the engine draws report.html itself", exc)
+            return False
+
+    def _write_report(self, analysis: RunAnalysis, renderer: Renderer | None = None) -> Path | None:
+        """report.html beside result.json, so that every run has one to open (before, none existed until `chaos
+        report --format html`): the renderer's (chaos.reports.renderer), else drawn here. The verdict is
+        result.json's: a report that cannot be drawn (a plot library error, a full disk) is logged and never
+        fails the run."""
+        if renderer is not None:
+            try:
+                return renderer.answer()
+            except RenderFailed as exc:
+                log.info("report renderer failed (%s): the engine draws report.html itself", exc)
+                renderer.close()  # it writes nothing after this
         try:
             return write_report(analysis, "html", out_named_by_user=False)
         except Exception as exc:

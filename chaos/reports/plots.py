@@ -71,7 +71,7 @@ def timeline(report: Report) -> Figure:
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (ax, lane) in enumerate(zip(axes[:, 0], lanes, strict=True)):
         for j, (_node, points) in enumerate(lane):
-            ax.plot([x for x, _ in points], [y for _, y in points], ".", markersize=2,
+            ax.plot([x for x, _ in points], [y for _, y in points], ".", markersize=2, rasterized=True,
                     color=colours[(i + j) % len(colours)])
         _fault_windows(report, ax, label=i == 0)
         name = lane[0][0] if len(lane) == 1 else f"{lane[0][0]}…{lane[-1][0]}"

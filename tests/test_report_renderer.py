@@ -1,0 +1,79 @@
+"""The report renderer (chaos.reports.renderer): a process that imports matplotlib while the job runs, draws
+report.html from the run directory at the end, and leaves nothing behind; when it cannot, the engine draws it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from chaos.reports.renderer import Renderer, RenderFailed, autogroup_nice
+from tests.conftest import RECORDED_REPORTS_GROUP
+from tests.data.recorded import expand
+
+pytestmark = pytest.mark.xdist_group(RECORDED_REPORTS_GROUP)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_it_draws_a_run_directory_s_report_and_ends_with_its_input(tmp_path: Path) -> None:
+    run_dir = expand("quickstart", tmp_path)
+    renderer = Renderer()
+    renderer.start()
+    pid = renderer._proc.pid  # type: ignore[union-attr]
+    try:
+        deadline = time.monotonic() + 10  # it lowers its own priority first thing
+        while psutil.Process(pid).nice() != 19 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert psutil.Process(pid).nice() == 19  # it imports in the job's idle moments
+        assert autogroup_nice(pid) in (19, None)  # and so does its session, where the kernel has autogroups
+        assert os.getsid(pid) != os.getsid(0)
+        renderer.ask(run_dir)
+        path = renderer.answer(timeout_s=60)
+    finally:
+        renderer.close()
+    assert path == run_dir / "report.html"
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    html = path.read_text()
+    assert "<figure id=timeline>" in html and "<svg" in html
+
+
+def test_a_report_it_cannot_draw_is_an_error_the_engine_hears(tmp_path: Path) -> None:
+    renderer = Renderer()
+    renderer.start()
+    try:
+        renderer.ask(tmp_path / "no-such-run")
+        with pytest.raises(RenderFailed, match=r"no-such-run|events\.jsonl|No such file"):
+            renderer.answer(timeout_s=60)
+    finally:
+        renderer.close()
+
+
+def test_it_dies_with_the_engine(tmp_path: Path) -> None:
+    """An engine killed (SIGKILL, an OOM kill) closes nothing: the renderer goes with it all the same."""
+    engine = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from chaos.reports.renderer import Renderer
+        r = Renderer()
+        r.start()
+        print(r._proc.pid, flush=True)
+        os._exit(0)  # no close(), no end of input read yet: the renderer is still importing
+        """)], capture_output=True, text=True, check=True, timeout=60)
+    pid = int(engine.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        psutil.Process(pid).kill()
+        pytest.fail("the renderer outlived the engine that started it")
