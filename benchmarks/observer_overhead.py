@@ -70,8 +70,9 @@ THREADS = 20  # idle threads beside the probe's caller when its cost is measured
 FOREIGN = ("chaos.agent_log", "-m chaos", "chaos.storage")
 # Which part of a side each process is, by its command line (first match).
 SAMPLE_S = 0.5
-ROLES = (("storage layer", "chaos.storage"), ("report renderer", "chaos.reports.renderer"), ("engine", "chaos run"),
-         ("agent", "torch.distributed.run"), ("agent", "chaos.agent_log"), ("worker", "train.py"))
+ROLES = (("storage layer", "chaos.storage"), ("report renderer", "chaos.reports.render_server"),
+         ("engine", "chaos run"), ("agent", "torch.distributed.run"), ("agent", "chaos.agent_log"),
+         ("worker", "train.py"))
 
 SCENARIO = """\
 name: observer-overhead
