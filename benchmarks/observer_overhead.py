@@ -25,6 +25,7 @@ the script prints medians, the ratio of medians and the median of the per-pair r
   events), beside the probe's cost per ``step_completed`` measured on its own.
 
     python benchmarks/observer_overhead.py --pairs 10    # the quickstart's job: 3 nodes x 1000 steps
+    python benchmarks/observer_overhead.py --renderer --pairs 6    # chaos run with its report renderer vs without
 
 Each pair runs under the machine lock (``--lock``, default ``$TORCH_CHAOS_MACHINE_LOCK`` or
 /tmp/torch-chaos-machine.lock where it exists), so other real clusters do not run beside it; the lock is released
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import functools
 import json
 import os
 import shutil
@@ -52,6 +54,8 @@ from pathlib import Path
 
 import psutil
 from machine_lock import machine_lock  # benchmarks/: run as a script, its folder is on sys.path
+
+from chaos.reports.renderer import SWITCH_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 # A no-op probe, except that the first step_completed of a process appends the time to $BENCH_FIRST_STEP.
@@ -263,13 +267,14 @@ def _only_the_stub(procs: list[subprocess.Popen[str]], stub: Path) -> bool:
     return seen_worker
 
 
-def observed(scenario: Path, scratch: Path) -> dict:
+def observed(scenario: Path, scratch: Path, renderer: bool = True) -> dict:
     """One ``chaos run``: job seconds from its history, command seconds, launch to first step, its phases and the
-    engine's CPU in each, CPU by role."""
+    engine's CPU in each, CPU by role. ``renderer=False``: report.html drawn by the engine itself."""
     out = scratch / "runs"
+    env = {**_base_env(), **({} if renderer else {SWITCH_ENV: "off"})}
     t0, wall0 = time.monotonic(), time.time()
     proc = subprocess.Popen([sys.executable, "-m", "chaos", "run", str(scenario), "--json", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_base_env())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     sampler = Sampler([proc.pid])
     stdout, stderr = "", ""
 
@@ -380,25 +385,45 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--pairs", type=int, default=10)
     ap.add_argument("--lock", default=_default_lock(), help="flock held for each pair ('' for none)")
+    ap.add_argument("--renderer", action="store_true",
+                    help="instead: chaos run with its report renderer against chaos run without it "
+                         f"({SWITCH_ENV}=off: the engine draws report.html after the job)")
     args = ap.parse_args()
     compileall.compile_dir(str(REPO / "chaos"), quiet=1)  # as an installed package has it
-    runs: dict[str, list[dict]] = {"bare": [], "chaos": []}
+    sides = (("without", functools.partial(observed, renderer=False)), ("with", observed)) if args.renderer \
+        else (("bare", bare), ("chaos", observed))
+    runs: dict[str, list[dict]] = {name: [] for name, _ in sides}
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="torch-chaos-overhead-") as tmp:
         scenario = Path(tmp) / "observer-overhead.yaml"
         scenario.write_text(SCENARIO.format(steps=args.steps, nodes=args.nodes))
         for i in range(args.pairs):
-            order = (("bare", bare), ("chaos", observed))
+            order = sides
             with machine_lock(args.lock):
                 for side, fn in order if i % 2 == 0 else order[::-1]:
                     scratch = Path(tmp) / f"{side}-{i}"
                     scratch.mkdir()
                     runs[side].append(fn(scenario, scratch))
                     r = runs[side][-1]
-                    print(f"  {side:5} #{i + 1}: job {r['job']:6.2f} s, command {r['command']:6.2f} s, "
+                    print(f"  {side:7} #{i + 1}: job {r['job']:6.2f} s, command {r['command']:6.2f} s, "
                           f"to step 1 {r['first_step']:5.2f} s (load {os.getloadavg()[0]:.1f})", flush=True)
-    report(runs, args, (load0, os.getloadavg()[0]))
+    if args.renderer:
+        report_renderer(runs, args, (load0, os.getloadavg()[0]))
+    else:
+        report(runs, args, (load0, os.getloadavg()[0]))
     return 0
+
+
+def report_renderer(runs: dict[str, list[dict]], args: argparse.Namespace, load: tuple[float, float]) -> None:
+    """What the report renderer changes: the same chaos run with it against without it."""
+    without, with_ = runs["without"], runs["with"]
+    print(f"{args.nodes} nodes x {args.steps} steps, chaos run with the report renderer against without it, "
+          f"n={len(without)} interleaved pairs (medians; load average {load[0]:.1f} before, {load[1]:.1f} after):")
+    for what, label in (("job", "job"), ("command", "command"), ("first_step", "to step 1"), ("end_s", "end")):
+        a, b = _median(without, what), _median(with_, what)
+        pair = statistics.median(rb[what] / ra[what] for ra, rb in zip(without, with_, strict=True))
+        print(f"  {label:9} without {a:6.2f} s   with {b:6.2f} s   ratio {b / a:.3f} (median of per-pair ratios "
+              f"{pair:.3f})")
 
 
 if __name__ == "__main__":

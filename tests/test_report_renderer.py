@@ -77,3 +77,13 @@ def test_it_dies_with_the_engine(tmp_path: Path) -> None:
     else:
         psutil.Process(pid).kill()
         pytest.fail("the renderer outlived the engine that started it")
+
+
+def test_it_is_started_only_where_it_saves_an_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib  # noqa: F401 (this process has it, as the pytest plug-in's and compare's have)
+
+    assert not Renderer.saves_time()  # drawing here costs no import
+    monkeypatch.delitem(sys.modules, "matplotlib")
+    assert Renderer.saves_time()
+    monkeypatch.setenv("TORCH_CHAOS_REPORT_RENDERER", "off")
+    assert not Renderer.saves_time()

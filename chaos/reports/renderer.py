@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 LOWEST = 19  # the renderer's nice value while the job runs
+SWITCH_ENV = "TORCH_CHAOS_REPORT_RENDERER"  # "off": the engine draws report.html itself
 # A report of a long soak takes seconds to draw on a loaded machine; past this the run ends without one (`chaos
 # report DIR --format html` draws it then).
 RENDER_TIMEOUT_S = 120.0
@@ -47,8 +48,10 @@ class Renderer:
     @staticmethod
     def saves_time() -> bool:
         """Whether a renderer would save this process time: not where matplotlib is imported already (the pytest
-        plug-in, `chaos compare`, a second run in one process), whose drawing costs no import."""
-        return "matplotlib" not in sys.modules
+        plug-in, `chaos compare`, a second run in one process), whose drawing costs no import; not where
+        ``$TORCH_CHAOS_REPORT_RENDERER`` is ``off`` (a machine that wants no second process per run; the
+        benchmark that measures what the renderer saves, ``benchmarks/observer_overhead.py --renderer``)."""
+        return "matplotlib" not in sys.modules and os.environ.get(SWITCH_ENV, "on") != "off"
 
     def start(self) -> None:
         # A session of its own: with autogroups (most distributions' kernels) CPU is shared between sessions
