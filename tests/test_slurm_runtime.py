@@ -6,6 +6,7 @@ The runtime against a real Slurm (the container cluster) is tests/integration/te
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -188,7 +189,12 @@ def test_helper_finds_signals_and_spares_the_agent(tmp_path: Path) -> None:
     code = ("import subprocess, sys, time; "
             "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
             "env={**__import__('os').environ, 'LOCAL_RANK': '0'}); time.sleep(60)")
-    agent = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, slurm_helper.TREE_VAR: mark})
+    from chaos.marks import ENGINE_VAR, engine_mark
+
+    # this test is their engine: with no engine mark they would be orphans to every other test's leftover check
+    # (two stopped processes failed a test beside this one: tests/conftest.py, no_leftovers)
+    agent = subprocess.Popen([sys.executable, "-c", code],
+                             env={**os.environ, slurm_helper.TREE_VAR: mark, ENGINE_VAR: engine_mark()})
     try:
         deadline = time.monotonic() + 10
         while len(slurm_helper.marked(mark)) < 2 and time.monotonic() < deadline:
@@ -206,7 +212,9 @@ def test_helper_finds_signals_and_spares_the_agent(tmp_path: Path) -> None:
         assert answer["signalled"] == worker and answer["agents"] == [agent.pid]
         assert agent.poll() is None  # the agent stays
     finally:
-        agent.kill()
+        for pid in slurm_helper.marked(mark):  # the worker too, when a check failed before it was killed
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         agent.wait()
 
 
