@@ -87,3 +87,17 @@ def test_it_is_started_only_where_it_saves_an_import(monkeypatch: pytest.MonkeyP
     assert Renderer.saves_time()
     monkeypatch.setenv("TORCH_CHAOS_REPORT_RENDERER", "off")
     assert not Renderer.saves_time()
+
+
+def test_an_answer_that_is_not_its_protocol_is_a_failure_the_engine_hears(tmp_path: Path) -> None:
+    """Whatever goes wrong in the renderer reaches the engine as RenderFailed (it then draws the report itself),
+    never as an exception of its own that would end the run after result.json."""
+    renderer = Renderer()
+    renderer._proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline(); print('hello')"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    try:
+        renderer.ask(tmp_path)
+        with pytest.raises(RenderFailed, match="something else than a JSON line"):
+            renderer.answer(timeout_s=30)
+    finally:
+        renderer.close()

@@ -26,8 +26,11 @@ def _serve() -> None:
     except (OSError, AttributeError):
         pass  # not Linux: the end of its input still ends it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # not in the terminal's process group either: the engine decides
+    # Its stdout is the engine's line protocol: whatever a library prints (Python or C) goes to stderr instead.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
     _warm_up()
-    out = sys.stdout
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
     for line in sys.stdin:

@@ -84,11 +84,14 @@ class Renderer:
             raise RenderFailed("not started")
         deadline = time.monotonic() + timeout_s
         while True:  # a "ready" line first, unless it was read already; then the answer
-            answer = json.loads(self._line(proc, deadline, timeout_s))
-            if "ready" in answer:
+            try:
+                answer = json.loads(self._line(proc, deadline, timeout_s))
+            except ValueError as exc:  # its protocol is its own stdout; anything else there is a bug of its
+                raise RenderFailed(f"it answered something else than a JSON line ({exc})") from exc
+            if not isinstance(answer, dict) or "ready" in answer:
                 continue
-            if "error" in answer:
-                raise RenderFailed(answer["error"])
+            if "error" in answer or "path" not in answer:
+                raise RenderFailed(str(answer.get("error", answer)))
             return Path(answer["path"])
 
     def _line(self, proc: subprocess.Popen[bytes], deadline: float, timeout_s: float) -> bytes:
