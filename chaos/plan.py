@@ -131,6 +131,8 @@ class Plan:
             **({"servers": [n.to_dict() for n in self.servers]} if self.servers else {}),
             "nodes": [n.to_dict() for n in self.nodes],
             "faults": [fault_summary(i, f) for i, f in enumerate(self.scenario.faults)],
+            **({"checkpoint_commit_file": commit} if (commit := launcher_of(self.scenario.cluster)
+                                                       .checkpoint_commit_file) else {}),
         }
 
 

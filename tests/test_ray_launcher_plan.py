@@ -52,6 +52,8 @@ def test_node0_is_the_head_running_the_driver_and_the_others_join_it(tmp_path: P
         assert node.argv[3] == "worker" and node.argv[node.argv.index("--address") + 1] == gcs
         assert node.env["CHAOS_NODE"] == f"node{i}" and node.env["RAY_USAGE_STATS_ENABLED"] == "0"
     assert not Path(temp_root(plan.run_id)).exists()  # planning (a dry run) creates nothing
+    # the verdicts count a checkpoint as resumable once Ray's controller committed it (tests/test_ray_commits.py)
+    assert plan.to_dict()["checkpoint_commit_file"] == "checkpoint_manager_snapshot.json"
 
 
 class FakeProcess:

@@ -37,6 +37,7 @@ from chaos.analysis.ckpt_source import (
     available_at,
     checkpoint_events,
     checkpoint_source,
+    commit_file,
     loaded_kinds,
     loads_visible,
     newest,
@@ -944,6 +945,8 @@ def next_resume_intact(events: list[Event]) -> Verdict:
     # checkpoint_manager_snapshot.json beside the checkpoint folders) is not what a restart would load.
     kinds = loaded_kinds(events)
     files = of_file_kinds(files, kinds)
+    if (commits := commit_file(events)) is not None:  # the framework's commit bookkeeping, where it names one
+        files = {p: f for p, f in files.items() if os.path.basename(p) != commits}
     if not files:
         visible, how = loads_visible(events)
         saw = any(checkpoint_events(events, Ev.CHECKPOINT_SAVE_FINISHED))

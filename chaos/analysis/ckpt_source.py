@@ -194,7 +194,7 @@ def available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
     overwritten (a later save started), deleted, or named damaged by a fault (``details.path`` / ``paths``), and
     minus the files of a save set that is not whole (fewer files than the job's whole saves of that kind held,
     :func:`save_set_sizes`: one finished shard of a sharded save a crash cut short is not a checkpoint)."""
-    available = _replay(events, t)
+    available = _committed(events, _replay(events, t), t)
     sizes, temporary = save_set_sizes(events), _temporaries(events)
     counts: dict[tuple[str, int], int] = {}
     for path, entry in available.items():
@@ -204,6 +204,35 @@ def available_at(events: list[Event], t: float) -> dict[str, dict[str, Any]]:
     return {path: entry for path, entry in available.items()
             if (key := _save_set(path, entry["step"])) is None
             or counts.get(key, 0) >= sizes.get(_DIGITS.sub("#", key[0]), 1)}
+
+
+def commit_file(events: list[Event]) -> str | None:
+    """The file the job's framework rewrites when it commits a checkpoint it would resume from (the plan's
+    ``checkpoint_commit_file``, its launcher's: Ray Train's ``checkpoint_manager_snapshot.json``); None: a
+    checkpoint is resumable once its save finished."""
+    started = of_kind(events, Ev.RUN_STARTED)
+    plan = started[0].get("plan") if started else None
+    name = plan.get("checkpoint_commit_file") if isinstance(plan, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _committed(events: list[Event], available: dict[str, dict[str, Any]], t: float) -> dict[str, dict[str, Any]]:
+    """Of the checkpoints whole at ``t``, those a restart could load: under a framework that commits checkpoints
+    (a commit file), the ones a save of the commit file followed before ``t``, without the commit file itself (its
+    bookkeeping, not a checkpoint). Ray Train resumes from its newest committed checkpoint; one reported and whole
+    on disk when the fault hit, but not yet committed at the controller's next poll, is not one it passed over (a
+    plain script judged on files alone failed as stale for Ray's commit lag). A history that shows no save of the
+    commit file (a layer that did not see it) is judged on the files alone, as before."""
+    name = commit_file(events)
+    if name is None:
+        return available
+    commits = [e["t"] for e in of_kind(events, Ev.CHECKPOINT_SAVE_FINISHED)
+               if e["t"] < t and posixpath.basename(str(e.get("path", ""))) == name]
+    if not commits:
+        return available
+    last = max(commits)
+    return {path: entry for path, entry in available.items()
+            if posixpath.basename(path) != name and entry["t"] <= last}
 
 
 def newest(available: dict[str, dict[str, Any]]) -> dict[str, Any] | None:

@@ -89,6 +89,10 @@ class Launcher(ABC):
     levers: ClassVar[dict[str, str]] = {}
     # The launcher's own scenario options, written as ``cluster.<name>: {...}`` (None: it takes none).
     options: ClassVar[type[BaseModel] | None] = None
+    # The file the framework rewrites beside the checkpoints when it commits one it will resume from (None: a
+    # checkpoint is resumable once its save finished). Written into the plan: the verdicts count a checkpoint as
+    # one a restart could load only once a save of this file followed it (chaos.analysis.ckpt_source).
+    checkpoint_commit_file: ClassVar[str | None] = None
 
     @classmethod
     def layout(cls, cluster: Any) -> str:

@@ -97,6 +97,9 @@ class Ray(Launcher):
     runtimes = frozenset({"local", "netns", "docker"})
     single_point_of_failure = "node0 (the Ray head: the GCS and the driver; no GCS fault tolerance without Redis)"
     single_point_node = "node0"
+    # Ray Train's controller commits a reported checkpoint at its next poll and rewrites this file then; a new
+    # worker group resumes only from a committed one (docs/ray.md, "Ray resumes only from committed checkpoints")
+    checkpoint_commit_file = "checkpoint_manager_snapshot.json"
     refused_faults: ClassVar[dict[str, str]] = {"hang": _HANG}
     # The settings that bound each of Ray's recovery phases (chaos.analysis.breakdown), by phase name; describe()
     # fills in the values in force (the engine's environment, which every node inherits, else Ray's defaults).

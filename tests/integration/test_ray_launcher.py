@@ -138,7 +138,8 @@ def test_a_restart_that_ignores_get_checkpoint_fails_as_lost_progress() -> None:
 @FULL
 def test_the_plain_ray_train_script_passes_a_worker_crash_judged_from_its_output_and_files() -> None:
     """No probe: its printed epochs (each printed twice by Ray, counted once) and the checkpoint folders the
-    storage layer saw (the scenario's short controller poll commits each report before the kill lands)."""
+    storage layer saw, each counted once a save of Ray's commit file followed it (tests/test_ray_commits.py: a kill
+    before the controller's poll resumes from the previous, committed folder)."""
     result, run_dir = run_byo("ray-plain-worker-crash")
     assert result["verdict"] == "pass", (result["why"], result["checkpoint"], run_dir)
     assert result["steps_completed"] == 40, result
