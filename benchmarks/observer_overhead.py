@@ -347,12 +347,7 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace, load: tuple[fl
     n = len(bare_runs)
     print(f"{args.nodes} nodes x {args.steps} steps, n={n} interleaved pairs (medians; load average {load[0]:.1f} "
           f"before, {load[1]:.1f} after, {psutil.cpu_count()} cores; each pair under {args.lock or 'no lock'}):")
-    for what in ("job", "command", "first_step"):
-        b, c = _median(bare_runs, what), _median(chaos_runs, what)
-        pair = statistics.median(rc[what] / rb[what] for rb, rc in zip(bare_runs, chaos_runs, strict=True))
-        label = {"job": "job", "command": "command", "first_step": "to step 1"}[what]
-        print(f"  {label:9} bare torchrun {b:6.2f} s   chaos run {c:6.2f} s   ratio {c / b:.3f} "
-              f"(median of per-pair ratios {pair:.3f})")
+    _ratios(("bare torchrun", bare_runs), ("chaos run", chaos_runs), ("job", "command", "first_step"))
     roles = sorted({role for side in runs.values() for r in side for role in r["cpu"]})
     print("  CPU seconds by role (median per run; chaos minus bare is what observing adds):")
     added = {}
@@ -419,11 +414,20 @@ def report_renderer(runs: dict[str, list[dict]], args: argparse.Namespace, load:
     without, with_ = runs["without"], runs["with"]
     print(f"{args.nodes} nodes x {args.steps} steps, chaos run with the report renderer against without it, "
           f"n={len(without)} interleaved pairs (medians; load average {load[0]:.1f} before, {load[1]:.1f} after):")
-    for what, label in (("job", "job"), ("command", "command"), ("first_step", "to step 1"), ("end_s", "end")):
-        a, b = _median(without, what), _median(with_, what)
-        pair = statistics.median(rb[what] / ra[what] for ra, rb in zip(without, with_, strict=True))
-        print(f"  {label:9} without {a:6.2f} s   with {b:6.2f} s   ratio {b / a:.3f} (median of per-pair ratios "
-              f"{pair:.3f})")
+    _ratios(("without", without), ("with", with_), ("job", "command", "first_step", "end_s"))
+
+
+LABELS = {"job": "job", "command": "command", "first_step": "to step 1", "end_s": "end"}
+
+
+def _ratios(base: tuple[str, list[dict]], other: tuple[str, list[dict]], figures: tuple[str, ...]) -> None:
+    """One line per figure: both sides' medians, the ratio of medians and the median of the per-pair ratios."""
+    (base_name, base_runs), (other_name, other_runs) = base, other
+    for what in figures:
+        a, b = _median(base_runs, what), _median(other_runs, what)
+        pair = statistics.median(rb[what] / ra[what] for ra, rb in zip(base_runs, other_runs, strict=True))
+        print(f"  {LABELS[what]:9} {base_name} {a:6.2f} s   {other_name} {b:6.2f} s   ratio {b / a:.3f} "
+              f"(median of per-pair ratios {pair:.3f})")
 
 
 if __name__ == "__main__":
