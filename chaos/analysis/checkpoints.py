@@ -42,6 +42,7 @@ from chaos.analysis.ckpt_source import (
     loads_visible,
     newest,
     of_file_kinds,
+    without_commit_file,
 )
 from chaos.analysis.load import memo, of_kind, of_kinds, step_table
 from chaos.analysis.noise import (
@@ -944,9 +945,7 @@ def next_resume_intact(events: list[Event]) -> Verdict:
     # Of the kinds the job reads back, where it ever did: a file of another kind (Ray Train's
     # checkpoint_manager_snapshot.json beside the checkpoint folders) is not what a restart would load.
     kinds = loaded_kinds(events)
-    files = of_file_kinds(files, kinds)
-    if (commits := commit_file(events)) is not None:  # the framework's commit bookkeeping, where it names one
-        files = {p: f for p, f in files.items() if os.path.basename(p) != commits}
+    files = without_commit_file(of_file_kinds(files, kinds), commit_file(events))
     if not files:
         visible, how = loads_visible(events)
         saw = any(checkpoint_events(events, Ev.CHECKPOINT_SAVE_FINISHED))

@@ -231,8 +231,13 @@ def _committed(events: list[Event], available: dict[str, dict[str, Any]], t: flo
     if not commits:
         return available
     last = max(commits)
-    return {path: entry for path, entry in available.items()
-            if posixpath.basename(path) != name and entry["t"] <= last}
+    return {path: entry for path, entry in without_commit_file(available, name).items() if entry["t"] <= last}
+
+
+def without_commit_file(files: dict[str, dict[str, Any]], name: str | None) -> dict[str, dict[str, Any]]:
+    """The files (path -> entry) other than the framework's commit file ``name`` (its bookkeeping, not a
+    checkpoint a restart loads); all of them when there is none."""
+    return files if name is None else {p: f for p, f in files.items() if posixpath.basename(p) != name}
 
 
 def newest(available: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
