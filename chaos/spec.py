@@ -100,9 +100,14 @@ def time_fields(model: type[BaseModel]) -> list[str]:
 
 
 class Strict(BaseModel):
-    """Every scenario section: unknown fields are errors (a misspelt key must never be silently ignored)."""
+    """Every scenario section: unknown fields are errors (a misspelt key must never be silently ignored).
 
-    model_config = ConfigDict(extra="forbid")
+    ``defer_build``: a section's validator is made when it is first used, not when its class is defined. The
+    scenario model holds every plug-in's sections (each fault kind's options, each runtime's and launcher's), and
+    builds their schemas into its own; built once more each at import they cost every command ~0.1 s of its
+    start-up (issue 36), though a run validates one scenario and most sections are never used alone."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 # When each trigger event fires: in the schema and `chaos validate`'s field reference (docs/scenario-fields.md), so a
