@@ -1,5 +1,3 @@
-import sys
+from chaos.cli import entry
 
-from chaos.cli import main
-
-sys.exit(main())
+entry()
