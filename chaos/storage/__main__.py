@@ -6,7 +6,9 @@
   own host (:mod:`chaos.storage.hostlayer`); ``host-serve`` is that layer's server;
 * ``check-host [--visible FILE]``: whether this host can serve the layer (and sees FILE): a runtime asks each host
   before the first node starts;
-* ``sweep [--run-id R]``: unmount this host's torch-chaos mounts (teardown and ``chaos cleanup`` on a node's host).
+* ``sweep [--run-id R]``: unmount this host's torch-chaos mounts (teardown and ``chaos cleanup`` on a node's host);
+* ``build-libfuse``: build libfuse 3.17 into the user's cache, for ``storage.passthrough``
+  (:mod:`chaos.storage.libfuse`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--control", help="directory of rules.json / applied (storage faults)")
     s.add_argument("--log", action="append", default=[], metavar="NODE=PATH", help="a node's log, read for steps")
     s.add_argument("--engine-pid", type=int, help="operations of this process are neither recorded nor ruled")
+    s.add_argument("--passthrough", action="store_true", help="kernel passthrough of file data (storage.passthrough; "
+                   "needs root and libfuse >= 3.17 as FUSE_LIBRARY_PATH)")
     h = sub.add_parser("host", help="run a node's command through a storage layer on this host")
     _common(h)
     h.add_argument("node_command", nargs=argparse.REMAINDER, help="-- then the node's command")
@@ -46,7 +50,18 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--visible", help="a file that must be visible here (the shared run directory)")
     w = sub.add_parser("sweep", help="unmount this host's torch-chaos mounts")
     w.add_argument("--run-id", help="only this run's (default: every one of this user's)")
+    sub.add_parser("build-libfuse", help="build libfuse 3.17 (for storage.passthrough) into the user's cache")
     args = parser.parse_args(argv)
+    if args.command == "build-libfuse":
+        from chaos.storage import libfuse
+
+        try:
+            path = libfuse.build()
+        except libfuse.BuildError as exc:
+            print(f"build-libfuse: {exc}", file=sys.stderr)
+            return 1
+        print(f"libfuse {libfuse.VERSION}: {path}")
+        return 0
     pause_on = frozenset(e for e in getattr(args, "pause_on", "").split(",") if e)
     if args.command == "serve":
         # lazy: mfusepy, only for the server (the other subcommands run where FUSE may be absent)
@@ -54,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             serve(args.mount, args.events, args.control, args.backing, args.run_id, pause_on, args.engine_pid,
-                  progress_regex=args.progress_regex, logs=dict(item.split("=", 1) for item in args.log))
+                  progress_regex=args.progress_regex, logs=dict(item.split("=", 1) for item in args.log),
+                  passthrough=args.passthrough)
         except (OSError, RuntimeError) as exc:
             print(f"storage layer: cannot serve {args.mount}: {exc}", file=sys.stderr)
             return 1
