@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -107,6 +108,49 @@ def find() -> tuple[str | None, str]:
     where = "; ".join(seen) if seen else "no libfuse3 at all"
     return None, (f"no libfuse >= {MIN_VERSION[0]}.{MIN_VERSION[1]} ({where}); build one with `python -m "
                   f"chaos.storage build-libfuse` (~10 s, into {cache_dir()}) or set ${ENV_VAR} to a libfuse3.so.4")
+
+
+PASSTHROUGH_KERNEL = (6, 9)  # FUSE passthrough (FOPEN_PASSTHROUGH, FUSE_DEV_IOC_BACKING_OPEN) came in Linux 6.9
+
+
+def kernel_passthrough_problem(release: str | None = None) -> str | None:
+    """Why this kernel cannot pass FUSE file data through, or None (its config, where readable, says
+    CONFIG_FUSE_PASSTHROUGH; unreadable: the server finds out at INIT and refuses to serve)."""
+    release = release or os.uname().release
+    numbers = [int(p) for p in re.findall(r"\d+", release)[:2]]
+    if len(numbers) == 2 and tuple(numbers) < PASSTHROUGH_KERNEL:
+        return f"kernel {release} has no FUSE passthrough (Linux >= 6.9 with CONFIG_FUSE_PASSTHROUGH=y)"
+    text = ""
+    try:
+        import gzip
+
+        with gzip.open("/proc/config.gz", "rt") as f:
+            text = f.read()
+    except OSError:
+        try:
+            text = Path(f"/boot/config-{release}").read_text()
+        except OSError:
+            return None
+    if "CONFIG_FUSE_PASSTHROUGH=y" not in text:
+        return f"kernel {release} is built without CONFIG_FUSE_PASSTHROUGH=y"
+    return None
+
+
+def passthrough_problems() -> list[str]:
+    """What this machine lacks for ``storage.passthrough`` (root, the kernel, libfuse >= 3.17), each with its fix."""
+    from chaos.storage.mounts import fuse_problem
+
+    problems = [p for p in (fuse_problem(),) if p]
+    if os.geteuid() != 0:
+        problems.append("not root: a FUSE backing file needs CAP_SYS_ADMIN (run as root, or leave "
+                        "storage.passthrough out)")
+    if (why := kernel_passthrough_problem()) is not None:
+        problems.append(why)
+    library, why = find()
+    if library is None:
+        problems.append(why)
+    return problems
+
 
 
 def _download(dest: Path) -> None:
