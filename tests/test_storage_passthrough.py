@@ -91,7 +91,8 @@ def test_build_says_which_tool_is_missing(tmp_path: Path, monkeypatch: pytest.Mo
 def _scenario(storage: dict, faults: list | None = None, workload: dict | None = None) -> str:
     from chaos.scenario import Scenario
 
-    doc = {"name": "pt", "workload": workload or {"command": ["python", "train.py"], "checkpoint_dir": "ckpt"},
+    doc = {"name": "pt", "workload": workload or {"command": ["python", "train.py"], "checkpoint_dir": "ckpt",
+                                         "progress_regex": r"step (?P<step>\d+)"},
            "storage": storage, "faults": faults or []}
     try:
         Scenario.model_validate(doc)
@@ -103,7 +104,8 @@ def _scenario(storage: dict, faults: list | None = None, workload: dict | None =
 def test_passthrough_is_off_by_default_and_accepted_alone() -> None:
     from chaos.scenario import Scenario
 
-    assert Scenario.model_validate({"name": "x", "workload": {"command": ["true"]}}).storage.passthrough is False
+    plain = {"name": "x", "workload": {"command": ["true"], "progress_regex": r"step (?P<step>\d+)"}}
+    assert Scenario.model_validate(plain).storage.passthrough is False
     assert _scenario({"passthrough": True}) == ""
     assert _scenario({"passthrough": True}, [{"kind": "fsync_stall", "at": 5, "duration": 1}]) == ""
     assert _scenario({"passthrough": True}, [{"kind": "io_error", "at": 5, "ops": ["fsync", "rename"]}]) == ""
@@ -114,7 +116,7 @@ def test_passthrough_is_off_by_default_and_accepted_alone() -> None:
     ({}, [{"kind": "disk_full", "at": 5}], "faults[0]: disk_full acts on the data path"),
     ({}, [{"kind": "io_error", "at": 5}], "faults[0]: io_error acts on the data path"),
     ({}, [{"kind": "slow_io", "at": 5, "latency": "10ms", "ops": ["read"]}], "slow_io acts on the data path"),
-    ({}, [{"kind": "crash", "on": {"event": "checkpoint_save_started"}}], "checkpoint_save_started is held"),
+    ({}, [{"kind": "crash", "target": 0, "on": {"event": "checkpoint_save_started"}}], "checkpoint_save_started is held"),
 ])
 def test_passthrough_refusals_name_the_field_and_why(storage: dict, faults: list, said: str) -> None:
     message = _scenario({"passthrough": True, **storage}, faults)
