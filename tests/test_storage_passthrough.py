@@ -116,11 +116,28 @@ def test_passthrough_is_off_by_default_and_accepted_alone() -> None:
     ({}, [{"kind": "disk_full", "at": 5}], "faults[0]: disk_full acts on the data path"),
     ({}, [{"kind": "io_error", "at": 5}], "faults[0]: io_error acts on the data path"),
     ({}, [{"kind": "slow_io", "at": 5, "latency": "10ms", "ops": ["read"]}], "slow_io acts on the data path"),
-    ({}, [{"kind": "crash", "target": 0, "on": {"event": "checkpoint_save_started"}}], "checkpoint_save_started is held"),
+    ({}, [{"kind": "crash", "target": 0, "on": {"event": "checkpoint_save_started"}}],
+     "checkpoint_save_started is held"),
 ])
 def test_passthrough_refusals_name_the_field_and_why(storage: dict, faults: list, said: str) -> None:
     message = _scenario({"passthrough": True, **storage}, faults)
     assert said in message and "storage.passthrough" in message
+
+
+def test_a_machine_without_passthrough_stops_a_run_that_asks_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    import chaos.storage.layer as layer
+    from chaos.doctor import unmet
+    from chaos.scenario import Scenario
+
+    monkeypatch.setattr(layer, "passthrough_problems", lambda: ["not root: a FUSE backing file needs CAP_SYS_ADMIN"])
+    doc = {"name": "pt", "workload": {"command": ["python", "t.py"], "checkpoint_dir": "ckpt",
+                                      "progress_regex": r"step (?P<step>\d+)"}}
+    assert not any(c.name.startswith("storage passthrough") for c in unmet(Scenario.model_validate(doc)))
+    doc["storage"] = {"passthrough": True}
+    scenario = Scenario.model_validate(doc)
+    found = [c for c in unmet(scenario) if c.name.startswith("storage passthrough")]
+    assert found and "CAP_SYS_ADMIN" in found[0].detail and "build-libfuse" in found[0].fix
+    assert layer.needs_fuse(scenario) and layer.choose(scenario) == "fuse"  # never the inotify watcher instead
 
 
 # ---------------------------------------------------------------------------------------------- a real mount

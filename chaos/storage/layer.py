@@ -144,6 +144,8 @@ def needs_fuse(scenario: Scenario) -> bool:
     asked = scenario.storage.layer
     if asked == "off":
         return False
+    if scenario.storage.passthrough:  # a mode of the FUSE server: never the inotify watcher instead
+        return wanted(scenario)
     plugins = fault_plugins()
     if any(STORAGE_LAYER in plugins[f.kind].needs for f in scenario.faults):
         return True
@@ -167,6 +169,8 @@ def choose(scenario: Scenario, fuse_on_engine_host: bool = True, fuse_on_node_ho
     asked = scenario.storage.layer
     if asked == "off" or not wanted(scenario):
         return "off"
+    if asked == "auto" and scenario.storage.passthrough:  # FUSE or nothing (the machine check said so already)
+        asked = "fuse"
     if not fuse_on_engine_host and fuse_on_node_hosts:
         return "inotify" if asked == "inotify" else "fuse"
     if asked == "fuse" and not fuse_on_engine_host:
