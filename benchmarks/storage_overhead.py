@@ -218,6 +218,8 @@ def job_time(scenario: Path, out: Path) -> tuple[float, float]:
                 print("    run_started.environment.storage_passthrough: true", file=sys.stderr)
             elif event.get("event") == "checkpoint_save_finished" and event.get("bytes"):
                 saves.append((event["source"], event["bytes"]))
+    for status in out.glob("*/.storage/passthrough.json"):  # the passthrough server's own count at unmount
+        print(f"    passthrough: {status.read_text()}", file=sys.stderr)
     for source in sorted({src for src, _ in saves}):
         sizes = [b for src, b in saves if src == source]
         mb = statistics.median(sizes) / 1e6

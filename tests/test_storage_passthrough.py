@@ -124,6 +124,20 @@ def test_passthrough_refusals_name_the_field_and_why(storage: dict, faults: list
     assert said in message and "storage.passthrough" in message
 
 
+def test_explore_bounds_that_could_draw_a_refused_fault_are_refused() -> None:
+    from chaos.scenario import Scenario
+
+    doc = {"name": "pt", "storage": {"passthrough": True},
+           "workload": {"command": ["python", "t.py"], "checkpoint_dir": "ckpt",
+                        "progress_regex": r"step (?P<step>\d+)"},
+           "explore": {"kinds": ["io_error", "fsync_stall"], "events": ["checkpoint_save_started"]}}
+    with pytest.raises(ValueError) as raised:
+        Scenario.model_validate(doc)
+    said = str(raised.value)
+    assert "explore.kinds: io_error may be generated acting on the data path" in said
+    assert "fsync_stall" not in said and "explore.events: checkpoint_save_started" in said
+
+
 def test_a_machine_without_passthrough_stops_a_run_that_asks_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     import chaos.storage.layer as layer
     from chaos.doctor import unmet
