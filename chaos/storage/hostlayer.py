@@ -172,12 +172,14 @@ def host(mount: str, events: str, run_id: str, command: list[str], pause_on: str
         argv += ["--pause-on", pause_on]
     if progress_regex:
         argv += ["--progress-regex", progress_regex]
-    if passthrough:  # this host's libfuse >= 3.17 (its check-host --passthrough said there is one)
+    if passthrough:  # checked before the mount: the node's command must never run on the bare directory instead
         from chaos.storage import libfuse
 
-        library, why = libfuse.find()
-        if library is None:
-            print(f"torch-chaos storage layer: storage.passthrough on {socket.gethostname()}: {why}", file=sys.stderr)
+        library, _ = libfuse.find()
+        problems = libfuse.passthrough_problems()
+        if library is None or problems:
+            print(f"torch-chaos storage layer: storage.passthrough on {socket.gethostname()}: "
+                  + "; ".join(problems), file=sys.stderr)
             return 3
         argv.append("--passthrough")
         env["FUSE_LIBRARY_PATH"] = library

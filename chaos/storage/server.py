@@ -584,7 +584,10 @@ class StorageServer(fuse.Operations):
             with self._rules_lock:
                 self.rules.check("release", h.relpath, h.caller.node)
         assert self.worker is not None
-        self.worker.submit(self._released, h, fh, at)
+        try:
+            self.worker.submit(self._released, h, fh, at)
+        except RuntimeError:  # drained already (a release after the unmount began): done here, not lost
+            self._released(h, fh, at)
         return 0
 
     def _released(self, h: Handle | None, fh: int, at: float) -> None:
@@ -625,7 +628,10 @@ class StorageServer(fuse.Operations):
             os.close(fd)
             return
         assert self.worker is not None
-        self.worker.submit(self._renamed_events, fd, src, dst, caller, replaced, at)
+        try:
+            self.worker.submit(self._renamed_events, fd, src, dst, caller, replaced, at)
+        except RuntimeError:  # drained already: done here
+            self._renamed_events(fd, src, dst, caller, replaced, at)
 
     def _renamed_events(self, fd: int, src: str, dst: str, caller: Caller, replaced: bool, at: float) -> None:
         try:
