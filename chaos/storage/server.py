@@ -498,8 +498,7 @@ class StorageServer(fuse.Operations):
         h = self.handles.get(fh)
         if h is not None:
             self.obey("fsync", h.relpath, h.caller)
-        if h is not None:
-            self._fed(h)
+            self._fed(h)  # passed through: the bytes the rules must count as durable from here
         os.fdatasync(fh) if datasync else os.fsync(fh)
         if h is not None and not self.ours(h.caller):
             with self._rules_lock:
