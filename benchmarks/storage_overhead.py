@@ -17,6 +17,12 @@ separate process with ``CHAOS_NODE`` set, as a node's is. Both directories are o
     python benchmarks/storage_overhead.py --mb 9 --pairs 21 --raw-mb 200 --raw-pairs 7
     python benchmarks/storage_overhead.py --pairs 0 --raw-pairs 0 --job-pairs 5
 
+``--passthrough`` runs the layer side with kernel FUSE passthrough (``storage.passthrough``; root, Linux >= 6.9,
+libfuse >= 3.17 from ``python -m chaos.storage build-libfuse`` or ``$TORCH_CHAOS_LIBFUSE``): the server gets
+``--passthrough`` and prints what passed through (its write calls: 0 when every byte did); the job's layer side is
+``storage: {layer: fuse, passthrough: true, watch: true}`` (the no-effect disk_full fault is a data-path fault the
+passthrough policy refuses; ``watch`` puts the layer under the whole run instead).
+
 ``--attribute`` repeats the save and dd pairs with the server's sha256 replaced by a no-op (attribution only: such
 a layer records wrong digests), which splits the layer's cost into its hashing and the rest. Each job pair runs
 under the machine lock (``--lock``, default ``$TORCH_CHAOS_MACHINE_LOCK`` or /tmp/torch-chaos-machine.lock).
@@ -89,7 +95,7 @@ cluster: {{mode: elastic, nodes: 2, min_nodes: 2}}
 workload:
   name: ddp-mlp
   args: {{steps: 300, checkpoint_every: 5, hidden: 1020}}
-storage: {{layer: {layer}}}
+storage: {storage}
 faults: {faults}
 checks: {{golden: false}}
 limits: {{deadline_s: 600, stall_timeout_s: 60}}
@@ -97,6 +103,19 @@ limits: {{deadline_s: 600, stall_timeout_s: 60}}
 # A shipped workload with the probe gets the layer only for a storage fault: one on files the job never writes,
 # in force for the last 5 steps, puts the layer under the whole run and changes nothing the job does.
 NO_EFFECT_FAULT = "[{kind: disk_full, at_step: 295, paths: 'never-written/*'}]"
+PASSTHROUGH_STORAGE = "{layer: fuse, passthrough: true, watch: true}"
+
+
+def passthrough_env() -> dict[str, str]:
+    """The server's environment for ``--passthrough``: the libfuse >= 3.17 found (else exit saying why)."""
+    from chaos.storage import libfuse
+    from chaos.storage.libfuse import passthrough_problems
+
+    problems = passthrough_problems()
+    if problems:
+        sys.exit("--passthrough: " + "; ".join(problems))
+    library, _ = libfuse.find()
+    return {**os.environ, "FUSE_LIBRARY_PATH": str(library)}
 
 
 def pairs_line(name: str, unit: str, fuse: list[float], plain: list[float], higher_is_better: bool = False) -> str:
@@ -128,16 +147,20 @@ def micro(args: argparse.Namespace, no_hash: bool = False) -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         mount, plain, events = root / "ckpt", root / "plain", root / "events.jsonl"
-        for d in (mount, plain, root / "events.jsonl.acks"):
+        control = root / "control"
+        for d in (mount, plain, root / "events.jsonl.acks", control):
             d.mkdir()
         events.touch()
         start = [sys.executable, "-c", NO_HASH_SERVER] if no_hash else [sys.executable, "-m", "chaos.storage"]
+        extra = ["--passthrough", "--control", str(control)] if args.passthrough else []
         server = subprocess.Popen([*start, "serve", "--mount", str(mount),
-                                   "--events", str(events), "--run-id", "benchmark"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   "--events", str(events), "--run-id", "benchmark", *extra],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  env=passthrough_env() if args.passthrough else None)
+        status = control / "passthrough.json"
         try:
             deadline = time.monotonic() + 10
-            while not is_mounted(str(mount)):
+            while not is_mounted(str(mount)) or (args.passthrough and not status.exists()):
                 if server.poll() is not None or time.monotonic() > deadline:
                     sys.exit("the storage layer did not mount")
                 time.sleep(0.02)
@@ -151,7 +174,10 @@ def micro(args: argparse.Namespace, no_hash: bool = False) -> None:
             server.wait(10)
         times = json.loads(out)
         lines = [json.loads(line)["event"] for line in events.open()]
+        passed = json.loads(status.read_text()) if args.passthrough else None
     what = "ATTRIBUTION ONLY, the server's sha256 a no-op" if no_hash else "the real server"
+    if passed is not None:
+        what += f", PASSTHROUGH: {passed}"
     print(f"in {args.dir} (layer and plain directory on the same disk; {what}), interleaved pairs:")
     if args.pairs:
         for j, part in enumerate(SAVE_PARTS):
@@ -171,12 +197,13 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def job_time(scenario: Path, out: Path) -> float:
-    """One ``chaos run``: first node started to last node exited, from its history."""
+def job_time(scenario: Path, out: Path) -> tuple[float, float]:
+    """One ``chaos run``: first node started to last node exited, and its steps phase (first step_completed to the
+    last: without the start-up's +-0.6 s), from its history."""
     # not check=True: the fault that never matches may fail its verdict; the job's time is what is measured
     subprocess.run([sys.executable, "-m", "chaos", "run", str(scenario), "--out", str(out)],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    started, exited, saves = [], [], []
+    started, exited, saves, steps = [], [], [], []
     [history] = out.glob("*/events.jsonl")
     with open(history) as f:
         for line in f:
@@ -185,31 +212,47 @@ def job_time(scenario: Path, out: Path) -> float:
                 started.append(event["t"])
             elif event.get("event") == "node_exited":
                 exited.append(event["t"])
+            elif event.get("event") == "step_completed":
+                steps.append(event["t"])
+            elif event.get("event") == "run_started" and event.get("environment", {}).get("storage_passthrough"):
+                print("    run_started.environment.storage_passthrough: true", file=sys.stderr)
             elif event.get("event") == "checkpoint_save_finished" and event.get("bytes"):
                 saves.append((event["source"], event["bytes"]))
+    for status in out.glob("*/.storage/passthrough.json"):  # the passthrough server's own count at unmount
+        print(f"    passthrough: {status.read_text()}", file=sys.stderr)
     for source in sorted({src for src, _ in saves}):
         sizes = [b for src, b in saves if src == source]
         mb = statistics.median(sizes) / 1e6
         print(f"    {len(sizes)} checkpoint_save_finished from {source}, median {mb:.1f} MB",
               file=sys.stderr)
-    return max(exited) - min(started)
+    return max(exited) - min(started), (max(steps) - min(steps)) if steps else float("nan")
 
 
 def job(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         times: dict[str, list[float]] = {"fuse": [], "off": []}
+        steps: dict[str, list[float]] = {"fuse": [], "off": []}
         for layer in times:
-            (root / f"{layer}.yaml").write_text(SAVE_HEAVY.format(layer=layer,
-                                                                  faults=NO_EFFECT_FAULT if layer == "fuse" else "[]"))
+            if layer == "off":
+                storage, faults = "{layer: off}", "[]"
+            elif args.passthrough:
+                storage, faults = PASSTHROUGH_STORAGE, "[]"
+            else:
+                storage, faults = "{layer: fuse}", NO_EFFECT_FAULT
+            (root / f"{layer}.yaml").write_text(SAVE_HEAVY.format(layer=layer, storage=storage, faults=faults))
         for i in range(args.job_pairs):
             with machine_lock(args.lock):
                 for layer in (("fuse", "off") if i % 2 == 0 else ("off", "fuse")):
-                    times[layer].append(job_time(root / f"{layer}.yaml", root / f"run-{layer}-{i}"))
-                    print(f"  pair {i}: {layer} {times[layer][-1]:.2f} s (load {os.getloadavg()[0]:.1f})",
-                          file=sys.stderr)
-    print("save-heavy job (2 nodes, ~8.7 MB checkpoint every 5 steps, 60 saves), chaos run, layer fuse vs off:")
+                    took, phase = job_time(root / f"{layer}.yaml", root / f"run-{layer}-{i}")
+                    times[layer].append(took)
+                    steps[layer].append(phase)
+                    print(f"  pair {i}: {layer} {took:.2f} s, steps phase {phase:.2f} s "
+                          f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+    side = "fuse with passthrough" if args.passthrough else "fuse"
+    print(f"save-heavy job (2 nodes, ~8.7 MB checkpoint every 5 steps, 60 saves), chaos run, layer {side} vs off:")
     print(pairs_line("job time", "s", times["fuse"], times["off"]))
+    print(pairs_line("steps phase (first to last step_completed)", "s", steps["fuse"], steps["off"]))
 
 
 def _default_lock() -> str | None:
@@ -229,6 +272,8 @@ def main() -> None:
     p.add_argument("--attribute", action="store_true",
                    help="also run the save and dd pairs with the server's sha256 a no-op (attribution only)")
     p.add_argument("--lock", default=_default_lock(), help="flock held for each job pair ('' for none)")
+    p.add_argument("--passthrough", action="store_true",
+                   help="the layer side with kernel FUSE passthrough (storage.passthrough; root, libfuse 3.17)")
     args = p.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores, kernel {os.uname().release}")
     compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "chaos"), quiet=1)  # as an install has it

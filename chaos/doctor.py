@@ -26,7 +26,7 @@ from chaos.registry import (
 )
 from chaos.scenario import Scenario
 from chaos.storage.layer import machine_checks as storage_checks
-from chaos.storage.layer import needs_fuse
+from chaos.storage.layer import needs_fuse, passthrough_checks
 
 __all__ = ["Check", "MachineUnfit", "advice", "machine_checks", "require", "unmet"]
 
@@ -58,6 +58,7 @@ def machine_checks() -> list[Check]:
     for launcher in launcher_plugins().values():
         checks += _declared(launcher)
     checks += storage_checks()
+    checks += passthrough_checks()  # optional: storage.passthrough, which no run needs unless it asks
     checks += cluster_checks()  # optional: `chaos cluster up slurm`, which no run needs
     checks += [Check(f"plug-in {e.name}", False, f"{e.group}: {e.target} failed to load: {e.error}",
                      "fix or uninstall the package that registers it") for e in load_errors()]
@@ -83,6 +84,8 @@ def unmet(scenario: Scenario) -> list[Check]:
     checks += _declared(launcher_of(c))
     if needs_fuse(scenario) and runtime.fuse_on_engine_host:  # else the runtime checks FUSE on the nodes' hosts
         checks += [replace(ch, required=True) for ch in storage_checks()]
+        if scenario.storage.passthrough:  # asked for: a machine without it stops the run (never a silent fallback)
+            checks += [replace(ch, required=True) for ch in passthrough_checks()]
     return [ch for ch in merge(checks) if ch.required and not ch.ok]
 
 

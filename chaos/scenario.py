@@ -53,7 +53,7 @@ from chaos.spec import (
     time_fields,
 )
 from chaos.workload import RESERVED_ENV, Arg, CommandWorkload, EnvValue, ShippedWorkload, Workload
-from chaos.workload_args import SHIPPED, layer_only_event
+from chaos.workload_args import LAYER_HELD_EVENTS, SHIPPED, layer_only_event
 from chaos.workload_args import problems as arg_problems
 
 # The workload section and rendezvous_server_names live in chaos.workload and chaos.plan (plug-ins import them);
@@ -243,6 +243,34 @@ class Storage(Strict):
         False, description="watch a shipped workload's checkpoint directory through the layer although no fault "
         "needs it (its probe already reports its saves; the layer adds write progress). Set by torch-chaos for the "
         "fault-free run of a scenario whose trigger only the layer emits, so both runs count the same events")
+    passthrough: bool = Field(
+        False, description="FUSE layer only: the kernel reads and writes the checkpoint files' bytes itself (FUSE "
+        "passthrough), the server sees opens, fsyncs, closes and renames but no read or write: near the disk's "
+        "throughput. Its events: checkpoint_save_started at the open (never held), no checkpoint_write_progress, "
+        "checkpoint_loaded at the close. Refused with a storage fault that acts on reads or writes (disk_full, "
+        "io_error/slow_io with write or read ops) or a trigger the layer holds; needs root, Linux >= 6.9 and "
+        "libfuse >= 3.17 (`python -m chaos.storage build-libfuse`), else the run stops before it starts")
+
+
+# Storage effects (chaos.storage.rules.EFFECTS) that never act on a read or write: fine with passthrough.
+_OFF_DATA_PATH_EFFECTS = frozenset({"stall_fsync", "power_loss"})
+_DATA_OPS = frozenset({"write", "read"})
+
+
+def data_path_fault(plugin: Any, fault: Any | None) -> str | None:
+    """Why a fault (or, with ``fault`` None, any fault explore may draw of the kind) acts on reads or writes, which
+    storage.passthrough hands to the kernel; None when it does not."""
+    if STORAGE_LAYER not in plugin.needs:
+        return None
+    effect = getattr(plugin, "layer_effect", "") or "an effect of its own"
+    if effect in _OFF_DATA_PATH_EFFECTS:
+        return None
+    if effect in ("error", "slow"):
+        ops = getattr(fault, "ops", None) if fault is not None else None
+        if ops is not None and not set(ops) & _DATA_OPS:
+            return None
+        return f"its {effect} rule matches " + ("write/read" if ops is None else "/".join(sorted(set(ops) & _DATA_OPS)))
+    return f"its {effect} rule counts or fails writes"
 
 
 class FederatedExpect(Strict):
@@ -503,9 +531,40 @@ def _build() -> dict[str, Any]:
                                 "or raise limits.deadline_s")
             if self.explore is not None:
                 problems += self._explore_problems(runtime)
+            if self.storage.passthrough:
+                problems += self._passthrough_problems()
             if problems:
                 raise ValueError("\n".join(problems))
             return self
+
+        def _passthrough_problems(self) -> list[str]:
+            """storage.passthrough's policy: the server sees no read or write, so nothing may need it to (a fault
+            acting on them would silently never act), and nothing may be held (a held save with no write to hold
+            it at would be held in the open, under the directory's lock)."""
+            plugins, problems = fault_plugins(), []
+            fix = "drop it or leave storage.passthrough out"
+            if self.storage.layer not in ("fuse", "auto"):
+                problems.append(f"storage.passthrough: needs storage.layer fuse or auto (it is a mode of the FUSE "
+                                f"server), not {self.storage.layer}")
+            for i, fault in enumerate(self.faults):
+                if (why := data_path_fault(plugins[fault.kind], fault)) is not None:
+                    problems.append(f"faults[{i}]: {fault.kind} acts on the data path ({why}), which "
+                                    "storage.passthrough hands to the kernel: the server never sees those operations; "
+                                    "limit its ops to open/fsync/rename/unlink, " + fix)
+                if fault.on is not None and fault.on.event in LAYER_HELD_EVENTS:
+                    problems.append(f"faults[{i}].on.event: {fault.on.event} is held by the storage layer until the "
+                                    "fault lands, and storage.passthrough holds nothing (the server sees no write to "
+                                    "hold a save at); " + fix)
+            if self.explore is not None:
+                for kind in self.explore.kinds:
+                    if (why := data_path_fault(plugins[kind], None)) is not None:
+                        problems.append(f"explore.kinds: {kind} may be generated acting on the data path ({why}), "
+                                        "which storage.passthrough hands to the kernel; " + fix)
+                held = sorted(set(self.explore.events) & LAYER_HELD_EVENTS)
+                if held:
+                    problems.append(f"explore.events: {', '.join(held)} would be held by the storage layer, and "
+                                    "storage.passthrough holds nothing; " + fix)
+            return problems
 
         def _time_problems(self, fault: Any) -> list[str]:
             """A fault's lengths of time (its duration, a latency, a wait: every ``Seconds`` field but the trigger

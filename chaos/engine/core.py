@@ -102,7 +102,10 @@ def new_run_id(scenario: Scenario) -> str:
 
 
 def environment(runtime: Runtime, plan: Plan, storage_layer: str = "off",
-                storage_why: str | None = None, storage_on_node_hosts: bool = False) -> dict[str, Any]:
+                storage_why: str | None = None, storage_on_node_hosts: bool = False,
+                storage_passthrough: bool = False) -> dict[str, Any]:
+    """``run_started.environment``; ``storage_passthrough`` (only when on): the checkpoint bytes went through the
+    kernel's FUSE passthrough, not the server (a reader of timings knows which path was measured)."""
     return {
         "torch_chaos": __version__, "torch": torch_version(), "python": platform.python_version(),
         "platform": platform.platform(), "cpus": os.cpu_count(), **runtime.describe(),
@@ -110,6 +113,7 @@ def environment(runtime: Runtime, plan: Plan, storage_layer: str = "off",
         "elastic_settings": plan.elastic, "storage_layer": storage_layer,
         **({"storage_layer_why": storage_why} if storage_why else {}),
         **({"storage_layer_on": "node hosts"} if storage_on_node_hosts else {}),
+        **({"storage_passthrough": True} if storage_passthrough else {}),
     }
 
 
@@ -272,7 +276,8 @@ class Engine:
                 parts.progress.begin(self.started)
                 parts.history.write(Ev.RUN_STARTED, run_id=self.run_id, scenario=self.scenario.name,
                                     environment=environment(parts.runtime, parts.plan, parts.storage.kind,
-                                                            parts.storage_why, parts.storage.on_node_hosts),
+                                                            parts.storage_why, parts.storage.on_node_hosts,
+                                                            parts.storage.passthrough),
                                     plan=parts.plan.to_dict(), golden=golden)
                 if self._refused is not None:
                     parts.faults.not_started = str(self._refused)

@@ -353,6 +353,8 @@ class SlurmRuntime(Runtime):
         check = ["test", "-e", str(probe)]
         if self.storage_layer is not None:  # the same step asks each host whether it can serve the layer
             check = [self.python, "-m", "chaos.storage", "check-host", "--visible", str(probe)]
+            if getattr(self.storage_layer, "passthrough", False):  # storage.passthrough: each host must do it too
+                check.append("--passthrough")
         try:
             proc = _run(["srun", "--overlap", f"--jobid={job_id}", f"--nodes={hosts}", f"--ntasks={hosts}",
                          "--ntasks-per-node=1", f"--job-name={self.run_id[-6:]}-shared", "--kill-on-bad-exit=0",

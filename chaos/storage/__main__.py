@@ -6,7 +6,9 @@
   own host (:mod:`chaos.storage.hostlayer`); ``host-serve`` is that layer's server;
 * ``check-host [--visible FILE]``: whether this host can serve the layer (and sees FILE): a runtime asks each host
   before the first node starts;
-* ``sweep [--run-id R]``: unmount this host's torch-chaos mounts (teardown and ``chaos cleanup`` on a node's host).
+* ``sweep [--run-id R]``: unmount this host's torch-chaos mounts (teardown and ``chaos cleanup`` on a node's host);
+* ``build-libfuse``: build libfuse 3.17 into the user's cache, for ``storage.passthrough``
+  (:mod:`chaos.storage.libfuse`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def _common(s: argparse.ArgumentParser) -> None:
     s.add_argument("--run-id", default="run", help="marks the mount: fsname torch-chaos-<run-id>")
     s.add_argument("--pause-on", default="", help="comma-separated events to hold until acknowledged")
     s.add_argument("--progress-regex", help="a command workload's progress_regex (the step of a save)")
+    s.add_argument("--passthrough", action="store_true", help="kernel passthrough of file data (storage.passthrough; "
+                   "needs root and libfuse >= 3.17 as FUSE_LIBRARY_PATH)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,9 +48,21 @@ def main(argv: list[str] | None = None) -> int:
     hs.add_argument("--parent", type=int, required=True, help="the node's command: unmount once it is gone")
     c = sub.add_parser("check-host", help="whether this host can serve the storage layer")
     c.add_argument("--visible", help="a file that must be visible here (the shared run directory)")
+    c.add_argument("--passthrough", action="store_true", help="also whether it can do storage.passthrough")
     w = sub.add_parser("sweep", help="unmount this host's torch-chaos mounts")
     w.add_argument("--run-id", help="only this run's (default: every one of this user's)")
+    sub.add_parser("build-libfuse", help="build libfuse 3.17 (for storage.passthrough) into the user's cache")
     args = parser.parse_args(argv)
+    if args.command == "build-libfuse":
+        from chaos.storage import libfuse
+
+        try:
+            path = libfuse.build()
+        except libfuse.BuildError as exc:
+            print(f"build-libfuse: {exc}", file=sys.stderr)
+            return 1
+        print(f"libfuse {libfuse.VERSION}: {path}")
+        return 0
     pause_on = frozenset(e for e in getattr(args, "pause_on", "").split(",") if e)
     if args.command == "serve":
         # lazy: mfusepy, only for the server (the other subcommands run where FUSE may be absent)
@@ -54,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             serve(args.mount, args.events, args.control, args.backing, args.run_id, pause_on, args.engine_pid,
-                  progress_regex=args.progress_regex, logs=dict(item.split("=", 1) for item in args.log))
+                  progress_regex=args.progress_regex, logs=dict(item.split("=", 1) for item in args.log),
+                  passthrough=args.passthrough)
         except (OSError, RuntimeError) as exc:
             print(f"storage layer: cannot serve {args.mount}: {exc}", file=sys.stderr)
             return 1
@@ -62,16 +79,22 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "host":
         command = args.node_command[1:] if args.node_command[:1] == ["--"] else args.node_command
-        return hostlayer.host(args.mount, args.events, args.run_id, command, args.pause_on, args.progress_regex)
+        return hostlayer.host(args.mount, args.events, args.run_id, command, args.pause_on, args.progress_regex,
+                              args.passthrough)
     if args.command == "host-serve":
         try:
-            hostlayer.serve_host(args.mount, args.events, args.run_id, args.parent, pause_on, args.progress_regex)
+            hostlayer.serve_host(args.mount, args.events, args.run_id, args.parent, pause_on, args.progress_regex,
+                                 args.passthrough)
         except (OSError, RuntimeError) as exc:
             print(f"torch-chaos storage layer: cannot serve {args.mount}: {exc}", file=sys.stderr)
             return 1
         return 0
     if args.command == "check-host":
         problems = [p for p in (fuse_problem(),) if p]
+        if args.passthrough:
+            from chaos.storage.libfuse import passthrough_problems
+
+            problems += [p for p in passthrough_problems() if p not in problems]
         if args.visible and not os.path.exists(args.visible):
             problems.append(f"{args.visible} is not visible here")
         for problem in problems:

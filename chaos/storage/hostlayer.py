@@ -139,9 +139,11 @@ def link_from_environment() -> Link:
 
 
 def wrap(python: str, mount: str, events: str, run_id: str, command: list[str], pause_on: list[str],
-         progress_regex: str | None) -> list[str]:
+         progress_regex: str | None, passthrough: bool = False) -> list[str]:
     """The node's command run through the layer on its host (what the runtime starts as the node)."""
     argv = [python, "-m", "chaos.storage", "host", "--mount", mount, "--events", events, "--run-id", run_id]
+    if passthrough:
+        argv.append("--passthrough")
     if pause_on:
         argv += ["--pause-on", ",".join(pause_on)]
     if progress_regex:
@@ -150,7 +152,7 @@ def wrap(python: str, mount: str, events: str, run_id: str, command: list[str], 
 
 
 def host(mount: str, events: str, run_id: str, command: list[str], pause_on: str = "",
-         progress_regex: str | None = None) -> int:
+         progress_regex: str | None = None, passthrough: bool = False) -> int:
     """The wrapper: mount through a server of its own, then become the node's command. Returns only on failure
     (the exit status); on success the process is the command."""
     mount = os.path.abspath(mount)
@@ -170,6 +172,17 @@ def host(mount: str, events: str, run_id: str, command: list[str], pause_on: str
         argv += ["--pause-on", pause_on]
     if progress_regex:
         argv += ["--progress-regex", progress_regex]
+    if passthrough:  # checked before the mount: the node's command must never run on the bare directory instead
+        from chaos.storage import libfuse
+
+        library, _ = libfuse.find()
+        problems = libfuse.passthrough_problems()
+        if library is None or problems:
+            print(f"torch-chaos storage layer: storage.passthrough on {socket.gethostname()}: "
+                  + "; ".join(problems), file=sys.stderr)
+            return 3
+        argv.append("--passthrough")
+        env["FUSE_LIBRARY_PATH"] = library
     server = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + MOUNT_WAIT_S
     while not (is_mounted(mount) and served(mount)):
@@ -198,7 +211,7 @@ def watch_parent(parent: int, mount: str) -> None:
 
 
 def serve_host(mount: str, events: str, run_id: str, parent: int, pause_on: frozenset[str],
-               progress_regex: str | None) -> None:
+               progress_regex: str | None, passthrough: bool = False) -> None:
     """The server on a node's host: connected before it mounts, so the rules standing now apply from the first
     operation; blocks until unmounted."""
     # lazy: mfusepy: the host layer is imported on hosts that may lack it until it serves
@@ -210,7 +223,8 @@ def serve_host(mount: str, events: str, run_id: str, parent: int, pause_on: froz
     link.connect(CONNECT_WITHIN_S)
     threading.Thread(target=watch_parent, args=(parent, mount), name="torch-chaos-storage-parent",
                      daemon=True).start()
-    serve(mount, events, None, None, run_id, pause_on, None, progress_regex=progress_regex, link=link)
+    serve(mount, events, None, None, run_id, pause_on, None, progress_regex=progress_regex, link=link,
+          passthrough=passthrough)
 
 
 def sweep(run_id: str | None) -> list[str]:

@@ -11,6 +11,7 @@ bytes never move: the server serves the directory's own contents from underneath
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from chaos.plan import PlanError
 from chaos.registry import fault_plugins
 from chaos.storage.control import ChannelStorageControl, StorageControl
 from chaos.storage.hostlayer import wrap
+from chaos.storage.libfuse import passthrough_problems
 from chaos.storage.mounts import chaos_mounts, fuse_problem, is_mounted, unmount
 from chaos.storage.watcher import InotifyWatcher
 from chaos.workload import CommandWorkload, ShippedWorkload
@@ -45,6 +47,17 @@ MARK_PREFIX = "storage"  # servers carry CHAOS_TREE=storage/<run>: found by clea
 MOUNT_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
 CONTROL_DIR = ".storage"  # in the run directory: rules.json and applied
+PASSTHROUGH_FILE = "passthrough.json"  # the server's word on passthrough (INIT's offer; its counts at unmount)
+
+
+def passthrough_library() -> str:
+    """The libfuse the passthrough server loads (the machine check found one before the run started)."""
+    from chaos.storage import libfuse
+
+    library, why = libfuse.find()
+    if library is None:
+        raise RuntimeError(f"storage.passthrough: {why}")
+    return library
 
 
 def machine_checks() -> list[Check]:
@@ -54,6 +67,18 @@ def machine_checks() -> list[Check]:
                   else f"{problem}; runs fall back to the inotify watcher (no loads, holds or storage faults)",
                   "" if problem is None else f"{APT} fuse3 libfuse3-3 && pip install mfusepy (containers: "
                   "--device /dev/fuse --cap-add SYS_ADMIN)", required=False)]
+
+
+def passthrough_checks() -> list[Check]:
+    """``storage.passthrough``'s machine check: optional for ``chaos doctor``, required for a run that asks for it
+    (chaos.doctor.unmet): a run that asked to measure the fast path never silently gets the server's."""
+    problems = passthrough_problems()
+    return [Check("storage passthrough (FUSE)", not problems,
+                  "storage.passthrough: the kernel moves checkpoint bytes, the server sees no read/write"
+                  if not problems else "; ".join(problems),
+                  "" if not problems else "run as root on Linux >= 6.9 (CONFIG_FUSE_PASSTHROUGH=y) with "
+                  "`python -m chaos.storage build-libfuse` done, or leave storage.passthrough out",
+                  required=False)]
 
 
 def wanted(scenario: Scenario) -> bool:
@@ -119,6 +144,8 @@ def needs_fuse(scenario: Scenario) -> bool:
     asked = scenario.storage.layer
     if asked == "off":
         return False
+    if scenario.storage.passthrough:  # a mode of the FUSE server: never the inotify watcher instead
+        return wanted(scenario)
     plugins = fault_plugins()
     if any(STORAGE_LAYER in plugins[f.kind].needs for f in scenario.faults):
         return True
@@ -142,6 +169,8 @@ def choose(scenario: Scenario, fuse_on_engine_host: bool = True, fuse_on_node_ho
     asked = scenario.storage.layer
     if asked == "off" or not wanted(scenario):
         return "off"
+    if asked == "auto" and scenario.storage.passthrough:  # FUSE or nothing (the machine check said so already)
+        asked = "fuse"
     if not fuse_on_engine_host and fuse_on_node_hosts:
         return "inotify" if asked == "inotify" else "fuse"
     if asked == "fuse" and not fuse_on_engine_host:
@@ -182,6 +211,7 @@ class StorageLayer:
         self.control: StorageControl | None = None
         self.watcher: object | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self.passthrough = kind == "fuse" and plan.scenario.storage.passthrough
         if self.directory is None:
             self.kind = "off"
 
@@ -207,23 +237,33 @@ class StorageLayer:
                 "--run-id", self.plan.run_id, "--engine-pid", str(os.getpid())]
         if self.plan.pause_on:
             argv += ["--pause-on", ",".join(self.plan.pause_on)]
+        env = {**os.environ, TREE_VAR: f"{MARK_PREFIX}/{self.plan.run_id}", ENGINE_VAR: engine_mark()}
+        env.pop("CHAOS_NODE", None)
+        if self.passthrough:
+            argv.append("--passthrough")
+            env["FUSE_LIBRARY_PATH"] = passthrough_library()
+            (self.control_dir / PASSTHROUGH_FILE).unlink(missing_ok=True)
         workload = self.plan.scenario.workload
         if isinstance(workload, CommandWorkload):  # the server reads the steps printed: a save's step
             argv += ["--progress-regex", workload.progress_regex]
             argv += [f"--log={name}={path}" for name, path in self.logs.items()]
-        env = {**os.environ, TREE_VAR: f"{MARK_PREFIX}/{self.plan.run_id}", ENGINE_VAR: engine_mark()}
-        env.pop("CHAOS_NODE", None)
         with open(log, "ab") as out:
             self._proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=env, start_new_session=True)
         deadline = time.monotonic() + MOUNT_TIMEOUT_S
-        while not is_mounted(str(self.directory)):
+        status = self.control_dir / PASSTHROUGH_FILE
+        while not is_mounted(str(self.directory)) or (self.passthrough and not status.exists()):
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
                 raise RuntimeError(f"the storage layer did not mount {self.directory}: "
                                    + (" / ".join(tail) or "no output"))
             time.sleep(0.02)
+        if self.passthrough and not json.loads(status.read_text()).get("offered"):
+            self.stop()
+            raise RuntimeError("storage.passthrough: the kernel did not offer FUSE passthrough at INIT (Linux >= 6.9 "
+                               "with CONFIG_FUSE_PASSTHROUGH=y); leave storage.passthrough out to run on the "
+                               "server's path")
         self.control = StorageControl(self.control_dir)
 
     def node_command(self, python: str, command: list[str]) -> list[str]:
@@ -233,7 +273,7 @@ class StorageLayer:
         workload = self.plan.scenario.workload
         regex = workload.progress_regex if isinstance(workload, CommandWorkload) else None
         return wrap(python, str(self.directory), str(self.plan.run_dir / "events.jsonl"), self.plan.run_id, command,
-                    sorted(self.plan.pause_on), regex)
+                    sorted(self.plan.pause_on), regex, passthrough=self.passthrough)
 
     def poll(self) -> None:
         """Each engine tick: the inotify watcher turns what happened into events (FUSE needs nothing)."""

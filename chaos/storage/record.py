@@ -116,12 +116,15 @@ class Recorder:
         self.job_step: int | None = None  # the last step any node completed
         self.step_of_digest: dict[str, int | None] = {}
 
-    def emit(self, event: str, hold: bool = True, gone: Callable[[], bool] | None = None, **fields: Any) -> bool:
+    def emit(self, event: str, hold: bool = True, gone: Callable[[], bool] | None = None, at: float | None = None,
+             **fields: Any) -> bool:
         """Write one line; when ``event`` is paused on (and ``hold``), wait for the engine's acknowledgement, or
-        until ``gone()`` says the held caller is dying (a killed process waits for the server's answer).
+        until ``gone()`` says the held caller is dying (a killed process waits for the server's answer). ``at``:
+        when the operation happened, for an event written later (a passthrough server's digest thread); else now.
 
         Returns whether it held."""
-        record: dict[str, Any] = {"t": time.time(), "source": Source.STORAGE, "event": event, **fields}
+        record: dict[str, Any] = {"t": time.time() if at is None else at, "source": Source.STORAGE, "event": event,
+                                  **fields}
         held = hold and event in self.pause_on
         if held:
             record["id"] = uuid.uuid4().hex

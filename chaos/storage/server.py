@@ -29,6 +29,7 @@ import os
 import stat
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,6 +84,8 @@ class Handle:
     read_seen: bool = False
     running: Running | None = None  # its bytes' sha256 as they arrive (a save written in order from its start)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    passed: bool = False  # its bytes pass through the kernel (storage.passthrough): the server sees no write
+    seen: tuple[int, int] = (0, 0)  # passed through: the file's (size, mtime_ns) when the server last looked
 
 
 class StorageServer(fuse.Operations):
@@ -91,7 +94,7 @@ class StorageServer(fuse.Operations):
     use_ns = True
 
     def __init__(self, backing_fd: int, mount: str, recorder: Recorder, rules: Rules, control: str | None,
-                 engine_pid: int | None = None, link: Link | None = None):
+                 engine_pid: int | None = None, link: Link | None = None, passthrough: bool = False):
         self.root = backing_fd
         self.mount = mount.rstrip("/")
         self.recorder = recorder
@@ -109,6 +112,13 @@ class StorageServer(fuse.Operations):
         self._rules_stamp: tuple[int, int] | None = None
         self._refused_version: int | None = None  # a channel order whose rules could not be installed
         self._stop = threading.Event()
+        # storage.passthrough (chaos.storage.passthrough): the kernel moves the bytes; what the server still does
+        self.passthrough = passthrough
+        self.passthrough_table: Any = None  # the InodeTable, set by the passthrough FUSE class
+        self.offered: bool | None = None  # whether the kernel offered passthrough at INIT
+        self.counts = {"write": 0, "read": 0}  # write/read calls served (0 when every file passed through)
+        # release's and rename's digests and events, off the caller's path (one thread: events keep their op's t)
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="torch-chaos-pt-digest") if passthrough else None
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -133,11 +143,13 @@ class StorageServer(fuse.Operations):
         """An operation of the engine itself (a fault acting on the bytes): not recorded, not ruled."""
         return self.engine_pid is not None and caller.pid == self.engine_pid
 
-    def emit(self, event: str, relpath: str, caller: Caller, hold: bool = True, **fields: Any) -> bool:
-        """Record one event; returns whether it held the calling operation."""
+    def emit(self, event: str, relpath: str, caller: Caller, hold: bool = True, at: float | None = None,
+             **fields: Any) -> bool:
+        """Record one event (``at``: the operation's time, for one written later); returns whether it held the
+        calling operation."""
         tid = fuse.fuse_get_context()[2] if hold else 0
-        return self.recorder.emit(event, hold=hold, gone=lambda: exiting(tid), node=caller.node, pid=caller.pid,
-                                  path=self.full(relpath), **fields)
+        return self.recorder.emit(event, hold=hold, gone=lambda: exiting(tid), at=at, node=caller.node,
+                                  pid=caller.pid, path=self.full(relpath), **fields)
 
     @staticmethod
     def survived(grace_s: float = 0.0) -> None:
@@ -414,6 +426,7 @@ class StorageServer(fuse.Operations):
         return self._new_handle(fd, rel, caller, flags, created=False)
 
     def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+        self.counts["read"] += 1
         h = self.handles.get(fh)
         if h is not None and not self.ours(h.caller):
             self.obey("read", h.relpath, h.caller, size)
@@ -436,6 +449,7 @@ class StorageServer(fuse.Operations):
                          step=step if known else None)
 
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
+        self.counts["write"] += 1
         h = self.handles.get(fh)
         if h is None or self.ours(h.caller):
             n = os.pwrite(fh, data, offset)
@@ -469,6 +483,7 @@ class StorageServer(fuse.Operations):
     def flush(self, path: str, fh: int) -> int:
         h = self.handles.get(fh)
         if h is not None:
+            self._fed(h)
             dying = exiting(fuse.fuse_get_context()[2])
             if not h.announced:
                 self.announce(h, hold=not dying)
@@ -483,6 +498,7 @@ class StorageServer(fuse.Operations):
         h = self.handles.get(fh)
         if h is not None:
             self.obey("fsync", h.relpath, h.caller)
+            self._fed(h)  # passed through: the bytes the rules must count as durable from here
         os.fdatasync(fh) if datasync else os.fsync(fh)
         if h is not None and not self.ours(h.caller):
             with self._rules_lock:
@@ -492,6 +508,8 @@ class StorageServer(fuse.Operations):
     def release(self, path: str, fh: int) -> int:
         with self._handles_lock:
             h = self.handles.pop(fh, None)
+        if self.worker is not None:
+            return self._release_later(h, fh)
         try:
             if h is not None and not self.ours(h.caller):
                 if not h.announced:
@@ -510,11 +528,160 @@ class StorageServer(fuse.Operations):
             os.close(fh)
         return 0
 
-    def _finished(self, h: Handle) -> None:
+    def _finished(self, h: Handle, at: float | None = None) -> None:
         """The save closed cleanly: its digest (read back through the handle, off the writer's path) and event."""
         sha, size = self.digests.of_handle(h.fd, h.running)
-        self.emit(Ev.CHECKPOINT_SAVE_FINISHED, h.closed_path or h.relpath, h.caller, hold=False, sha256=sha,
+        self.emit(Ev.CHECKPOINT_SAVE_FINISHED, h.closed_path or h.relpath, h.caller, hold=False, at=at, sha256=sha,
                   bytes=size, step=h.step, **_step_from(h.step_from))
+
+    # ------------------------------------------------------------------ passthrough (storage.passthrough)
+    def passthrough_offered(self, offered: bool) -> None:
+        """INIT's answer. A kernel that does not offer passthrough ends the mount (never a silent fallback to the
+        server's path: the run asked to measure the fast one); :func:`serve` then says why."""
+        self.offered = offered
+        self._status({"offered": offered})
+        if not offered:
+            from chaos.storage.mounts import unmount
+
+            threading.Thread(target=lambda: (time.sleep(0.2), unmount(self.mount)), daemon=True).start()
+
+    def opened(self, fh: int, passed: bool) -> None:
+        """After an open or create the passthrough FUSE class answered: a passed-through save is announced now
+        (its writes never reach the server), never held (the scenario policy refuses holds with passthrough)."""
+        h = self.handles.get(fh)
+        if h is None or not passed:
+            return
+        st = os.fstat(fh)
+        h.passed, h.seen = True, (0 if h.saving else st.st_size, st.st_mtime_ns)
+        if h.saving:
+            self.announce(h, hold=False)
+
+    def _fed(self, h: Handle) -> None:
+        """A passed-through handle at flush/fsync: what was written since the server last looked, from fstat,
+        for the rules (a power loss's dirty files, a quota's count). A saving handle's bytes are all new."""
+        if not h.passed or not h.writable or self.ours(h.caller):
+            return
+        st = os.fstat(h.fd)
+        before, mtime = h.seen
+        if st.st_mtime_ns == mtime and not (h.saving and st.st_size > before):
+            return
+        h.seen = (st.st_size, st.st_mtime_ns)
+        n = max(0, st.st_size - before)
+        with h.lock:
+            h.clean = False
+            h.written += n
+        with self._rules_lock:
+            self.rules.wrote(h.relpath, h.caller.node, before, n)
+
+    def _release_later(self, h: Handle | None, fh: int) -> int:
+        """A passthrough server's release: the rules' look now, the digest (read back by the still-open
+        descriptor: a file renamed or deleted meanwhile still gets its event) and events on the worker thread, at
+        this operation's time. libfuse's high-level API holds the path's lock through a release callback and a
+        rename waits for it: a synchronous read-back sha256 (~11 ms per 9 MB) sat on every save's rename."""
+        at = time.time()
+        if h is not None and not self.ours(h.caller):
+            with self._rules_lock:
+                self.rules.check("release", h.relpath, h.caller.node)
+        assert self.worker is not None
+        try:
+            self.worker.submit(self._released, h, fh, at)
+        except RuntimeError:  # drained already (a release after the unmount began): done here, not lost
+            self._released(h, fh, at)
+        return 0
+
+    def _released(self, h: Handle | None, fh: int, at: float) -> None:
+        try:
+            if h is not None and not self.ours(h.caller):
+                if h.saving and not h.announced:
+                    with h.lock:
+                        h.announced = True
+                    self.emit(Ev.CHECKPOINT_SAVE_STARTED, h.relpath, h.caller, hold=False, at=at, step=h.step,
+                              **_step_from(h.step_from))
+                if not h.writable and not h.read_seen:
+                    h.read_seen = True
+                    sha, size = self.digests.of_handle(h.fd)
+                    known, step = self.recorder.saved_step(sha)
+                    self.emit(Ev.CHECKPOINT_LOADED, h.relpath, h.caller, hold=False, at=at, sha256=sha, bytes=size,
+                              step=step if known else None)
+                if h.saving and h.clean:
+                    self._finished(h, at)
+        except OSError as exc:
+            from chaos.storage.passthrough import log
+
+            log(f"release of {h.relpath if h else fh}: {exc}")
+        finally:
+            if h is not None and h.saving:
+                self.digests.arrived(fh)
+            if h is not None and h.writable:
+                self.digests.written(fh, h.running)
+            os.close(fh)
+
+    def _renamed_later(self, src: str, dst: str, caller: Caller, replaced: bool, at: float) -> None:
+        """A passthrough server's rename events: the renamed file is opened now (by what it is now, not by a
+        path the worker would resolve later), digested and announced on the worker at this operation's time."""
+        try:
+            fd = open_beneath(self.root, dst, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            return
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return
+        assert self.worker is not None
+        try:
+            self.worker.submit(self._renamed_events, fd, src, dst, caller, replaced, at)
+        except RuntimeError:  # drained already: done here
+            self._renamed_events(fd, src, dst, caller, replaced, at)
+
+    def _renamed_events(self, fd: int, src: str, dst: str, caller: Caller, replaced: bool, at: float) -> None:
+        try:
+            # of_handle, not of_open: one worker thread, so no wait for a release still queued behind this job
+            # (it would wait here for itself); whichever comes first reads the file, the other finds it cached
+            sha, size = self.digests.of_handle(fd)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+        self._rename_events(src, dst, caller, replaced, sha, size, at)
+
+    def _rename_events(self, src: str, dst: str, caller: Caller, replaced: bool, sha: str, size: int,
+                       at: float | None = None) -> None:
+        """A rename's events: what it replaced and moved, and the save it finished."""
+        if replaced:
+            self.emit(Ev.CHECKPOINT_DELETED, dst, caller, hold=False, at=at, step=step_in_name(dst),
+                      replaced_by=self.full(src))
+        self.emit(Ev.CHECKPOINT_DELETED, src, caller, hold=False, at=at, step=step_in_name(src),
+                  renamed_to=self.full(dst))
+        progress, gap = self.recorder.progress(caller.node)
+        known, saved = self.recorder.saved_step(sha)
+        # the step the bytes were saved with (under the temporary name) stands for the job's progress now
+        step, step_from = save_step(dst, saved if known and saved is not None else progress, gap)
+        # never held: the kernel holds both directories' locks through a rename
+        self.emit(Ev.CHECKPOINT_SAVE_FINISHED, dst, caller, hold=False, at=at, sha256=sha, bytes=size, step=step,
+                  renamed_from=self.full(src), **_step_from(step_from))
+
+    def _status(self, fields: dict[str, Any]) -> None:
+        """``passthrough.json`` in the control directory (what the engine's layer waits for, and a reader's proof
+        that passthrough happened), and the same in the server's log."""
+        from chaos.storage.passthrough import log
+
+        log(json.dumps(fields))
+        if self.control is None:
+            return
+        path = os.path.join(self.control, "passthrough.json")
+        try:
+            with open(path) as f:
+                fields = {**json.load(f), **fields}
+        except (OSError, ValueError):
+            pass
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(fields, f)
+        os.replace(tmp, path)
+
+    def drain(self) -> None:
+        """Every release's and rename's events written (before the mount goes)."""
+        if self.worker is not None:
+            self.worker.shutdown(wait=True)
 
     def unlink(self, path: str) -> int:
         rel, caller = self.rel(path), self.caller()
@@ -540,22 +707,14 @@ class StorageServer(fuse.Operations):
             return 0
         with self._rules_lock:
             self.rules.renamed(src, dst)
+        if self.worker is not None:
+            self._renamed_later(src, dst, caller, replaced, time.time())
+            return 0
         try:
             sha, size = self.digest(dst)
         except OSError:  # a directory, or not a regular file: no checkpoint was saved by this rename
             return 0
-        if replaced:
-            self.emit(Ev.CHECKPOINT_DELETED, dst, caller, hold=False, step=step_in_name(dst),
-                      replaced_by=self.full(src))
-        self.emit(Ev.CHECKPOINT_DELETED, src, caller, hold=False, step=step_in_name(src),
-                  renamed_to=self.full(dst))
-        progress, gap = self.recorder.progress(caller.node)
-        known, saved = self.recorder.saved_step(sha)
-        # the step the bytes were saved with (under the temporary name) stands for the job's progress now
-        step, step_from = save_step(dst, saved if known and saved is not None else progress, gap)
-        # never held: the kernel holds both directories' locks through a rename
-        self.emit(Ev.CHECKPOINT_SAVE_FINISHED, dst, caller, hold=False, sha256=sha, bytes=size, step=step,
-                  renamed_from=self.full(src), **_step_from(step_from))
+        self._rename_events(src, dst, caller, replaced, sha, size)
         return 0
 
     def init_with_config(self, conn: Any, config: Any) -> None:
@@ -578,6 +737,7 @@ class StorageServer(fuse.Operations):
 
     def destroy(self, path: str) -> None:
         self._stop.set()
+        self.drain()
 
 
 def _exists(dir_fd: int, name: str) -> bool:
@@ -602,14 +762,32 @@ def mount_options(run_id: str) -> dict[str, Any]:
 def serve(mount: str, events: str, control: str | None, backing: str | None = None, run_id: str = "run",
           pause_on: frozenset[str] = frozenset(), engine_pid: int | None = None,
           rules_class: type[Rules] = Rules, progress_regex: str | None = None,
-          logs: dict[str, str] | None = None, link: Link | None = None) -> None:
+          logs: dict[str, str] | None = None, link: Link | None = None, passthrough: bool = False) -> None:
     """Mount and serve until unmounted (``fusermount3 -u``) or signalled; blocks.
 
     ``rules_class`` gets the backing directory as a path that reaches the bytes underneath the mount. With
-    ``link`` (a layer on a node's host), events and rules go over the history channel."""
+    ``link`` (a layer on a node's host), events and rules go over the history channel. ``passthrough``: the
+    kernel moves the files' bytes (:mod:`chaos.storage.passthrough`); a kernel or libfuse that cannot is an
+    error (RuntimeError), never the server's path instead."""
+    fuse_class: Any = fuse.FUSE
+    if passthrough:
+        from chaos.storage.passthrough import fuse_class as passthrough_class
+
+        fuse_class = passthrough_class(fuse)
     backing_fd = os.open(backing or mount, os.O_RDONLY | os.O_DIRECTORY)
     rules = rules_class(Path(f"/proc/{os.getpid()}/fd/{backing_fd}"))
     recorder = Recorder(events, pause_on, progress_regex=progress_regex, logs=logs, link=link)
-    server = StorageServer(backing_fd, os.path.abspath(mount), recorder, rules, control, engine_pid, link)
+    server = StorageServer(backing_fd, os.path.abspath(mount), recorder, rules, control, engine_pid, link,
+                           passthrough=passthrough)
     server.reload_rules()
-    fuse.FUSE(server, mount, foreground=True, **mount_options(run_id))
+    try:
+        fuse_class(server, mount, foreground=True, **mount_options(run_id))
+    finally:
+        server.drain()
+    if passthrough:
+        from chaos.storage.passthrough import summary
+
+        server._status(summary(server.passthrough_table, server.offered, server.counts))
+        if not server.offered:
+            raise RuntimeError("storage.passthrough: the kernel did not offer FUSE passthrough at INIT (it needs "
+                               "Linux >= 6.9 with CONFIG_FUSE_PASSTHROUGH=y)")
