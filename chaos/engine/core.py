@@ -292,11 +292,9 @@ class Engine:
                 parts.heartbeat.start()
                 self._enter(Phase.RUNNING)
                 parts.nodes.start_cluster()
+                if renderer is not None:  # after the launch: it imports at nice 19 while the job runs
+                    self._start_renderer(renderer)
                 while (outcome := self._tick(parts)) is None:
-                    if renderer is not None and not renderer.tried and parts.progress.first_step_t is not None:
-                        # after the job's first step: its start-up (every process importing torch) keeps both
-                        # cores busy; the renderer imports at nice 19 in the training's idle moments instead
-                        self._start_renderer(renderer)
                     time.sleep(POLL_S)
                 end = outcome
             except (Interrupted, KeyboardInterrupt) as exc:
@@ -316,8 +314,6 @@ class Engine:
         interrupted = end.reason is EndReason.INTERRUPTED
         if not interrupted and end.reason is EndReason.COMPLETED:
             interrupted = self._control(parts)
-        if renderer is not None and not renderer.tried:  # no step came: it imports while the engine analyses
-            self._start_renderer(renderer)
         asked = renderer is not None and self._ask_renderer(renderer)  # it analyses beside the engine
         analysis = analyze_run(self.run_dir)  # result.json and report.html: the same run directory's analysis
         result = RunResult(write_result(analysis), self.run_dir)
