@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 
-from chaos.storage import hostlayer
+from chaos.storage import hostlayer, libfuse
 from chaos.storage.mounts import fuse_problem
 
 
@@ -54,8 +54,6 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("build-libfuse", help="build libfuse 3.17 (for storage.passthrough) into the user's cache")
     args = parser.parse_args(argv)
     if args.command == "build-libfuse":
-        from chaos.storage import libfuse
-
         try:
             path = libfuse.build()
         except libfuse.BuildError as exc:
@@ -92,9 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check-host":
         problems = [p for p in (fuse_problem(),) if p]
         if args.passthrough:
-            from chaos.storage.libfuse import passthrough_problems
-
-            problems += [p for p in passthrough_problems() if p not in problems]
+            problems += [p for p in libfuse.passthrough_problems() if p not in problems]
         if args.visible and not os.path.exists(args.visible):
             problems.append(f"{args.visible} is not visible here")
         for problem in problems:

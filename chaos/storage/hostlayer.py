@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos.channel import ENV_CHANNEL, ENV_SPOOL_DIR, ENV_TOKEN, ChannelClient
+from chaos.storage import libfuse
 from chaos.storage.control import HOST_WHO, MATCHED_STATE, RULES_ORDER, RULES_STATE
 from chaos.storage.mounts import chaos_mounts, is_mounted, served, unmount
 
@@ -173,8 +174,6 @@ def host(mount: str, events: str, run_id: str, command: list[str], pause_on: str
     if progress_regex:
         argv += ["--progress-regex", progress_regex]
     if passthrough:  # checked before the mount: the node's command must never run on the bare directory instead
-        from chaos.storage import libfuse
-
         library, _ = libfuse.find()
         problems = libfuse.passthrough_problems()
         if library is None or problems:

@@ -28,6 +28,7 @@ from chaos.machine import APT, Check
 from chaos.marks import ENGINE_VAR, TREE_VAR, engine_mark, kill_marked, marked_processes, orphaned
 from chaos.plan import PlanError
 from chaos.registry import fault_plugins
+from chaos.storage import libfuse
 from chaos.storage.control import ChannelStorageControl, StorageControl
 from chaos.storage.hostlayer import wrap
 from chaos.storage.libfuse import passthrough_problems
@@ -52,8 +53,6 @@ PASSTHROUGH_FILE = "passthrough.json"  # the server's word on passthrough (INIT'
 
 def passthrough_library() -> str:
     """The libfuse the passthrough server loads (the machine check found one before the run started)."""
-    from chaos.storage import libfuse
-
     library, why = libfuse.find()
     if library is None:
         raise RuntimeError(f"storage.passthrough: {why}")

@@ -23,11 +23,10 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from chaos.storage.mounts import fuse_problem
 
 VERSION = "3.17.2"
 MIN_VERSION = (3, 17)
@@ -138,8 +137,6 @@ def kernel_passthrough_problem(release: str | None = None) -> str | None:
 
 def passthrough_problems() -> list[str]:
     """What this machine lacks for ``storage.passthrough`` (root, the kernel, libfuse >= 3.17), each with its fix."""
-    from chaos.storage.mounts import fuse_problem
-
     problems = [p for p in (fuse_problem(),) if p]
     if os.geteuid() != 0:
         problems.append("not root: a FUSE backing file needs CAP_SYS_ADMIN (run as root, or leave "
@@ -154,6 +151,9 @@ def passthrough_problems() -> list[str]:
 
 
 def _download(dest: Path) -> None:
+    import urllib.error  # only a build downloads (http.client, ssl: not for every command that imports this)
+    import urllib.request
+
     try:
         with urllib.request.urlopen(TARBALL_URL, timeout=DOWNLOAD_TIMEOUT_S) as r, open(dest, "wb") as out:
             shutil.copyfileobj(r, out)
@@ -198,6 +198,8 @@ def build(log: Path | None = None) -> str:
         _run([sys.executable, "-m", "venv", str(venv)], log, "creating the venv for meson")
         _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "meson"], log,
              "pip install meson (into the build cache's venv; needs PyPI or a pip mirror)")
+    import tarfile  # only a build unpacks
+
     with tempfile.TemporaryDirectory(dir=root) as work:
         with tarfile.open(tarball) as tar:
             tar.extractall(work, filter="data")

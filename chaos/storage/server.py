@@ -42,6 +42,9 @@ from chaos.storage.control import APPLIED_FILE, MATCHED_FILE, RULES_FILE
 from chaos.storage.creds import CallerRights
 from chaos.storage.digests import Digests, Running
 from chaos.storage.identity import Caller, Callers, exiting
+from chaos.storage.mounts import unmount
+from chaos.storage.passthrough import fuse_class as passthrough_class
+from chaos.storage.passthrough import log, summary
 from chaos.storage.record import Recorder, save_step, step_in_name
 from chaos.storage.rules import Outcome, RuleError, Rules
 
@@ -541,8 +544,6 @@ class StorageServer(fuse.Operations):
         self.offered = offered
         self._status({"offered": offered})
         if not offered:
-            from chaos.storage.mounts import unmount
-
             threading.Thread(target=lambda: (time.sleep(0.2), unmount(self.mount)), daemon=True).start()
 
     def opened(self, fh: int, passed: bool) -> None:
@@ -606,8 +607,6 @@ class StorageServer(fuse.Operations):
                 if h.saving and h.clean:
                     self._finished(h, at)
         except OSError as exc:
-            from chaos.storage.passthrough import log
-
             log(f"release of {h.relpath if h else fh}: {exc}")
         finally:
             if h is not None and h.saving:
@@ -662,8 +661,6 @@ class StorageServer(fuse.Operations):
     def _status(self, fields: dict[str, Any]) -> None:
         """``passthrough.json`` in the control directory (what the engine's layer waits for, and a reader's proof
         that passthrough happened), and the same in the server's log."""
-        from chaos.storage.passthrough import log
-
         log(json.dumps(fields))
         if self.control is None:
             return
@@ -771,8 +768,6 @@ def serve(mount: str, events: str, control: str | None, backing: str | None = No
     error (RuntimeError), never the server's path instead."""
     fuse_class: Any = fuse.FUSE
     if passthrough:
-        from chaos.storage.passthrough import fuse_class as passthrough_class
-
         fuse_class = passthrough_class(fuse)
     backing_fd = os.open(backing or mount, os.O_RDONLY | os.O_DIRECTORY)
     rules = rules_class(Path(f"/proc/{os.getpid()}/fd/{backing_fd}"))
@@ -785,8 +780,6 @@ def serve(mount: str, events: str, control: str | None, backing: str | None = No
     finally:
         server.drain()
     if passthrough:
-        from chaos.storage.passthrough import summary
-
         server._status(summary(server.passthrough_table, server.offered, server.counts))
         if not server.offered:
             raise RuntimeError("storage.passthrough: the kernel did not offer FUSE passthrough at INIT (it needs "
