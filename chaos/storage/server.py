@@ -524,12 +524,16 @@ class StorageServer(fuse.Operations):
                 if h.saving and h.clean:
                     self._finished(h)
         finally:
-            if h is not None and h.saving:
-                self.digests.arrived(fh)
-            if h is not None and h.writable:
-                self.digests.written(fh, h.running)
-            os.close(fh)
+            self._close(h, fh)
         return 0
+
+    def _close(self, h: Handle | None, fh: int) -> None:
+        """A released handle's descriptor closed, once the digests know whether its bytes all arrived."""
+        if h is not None and h.saving:
+            self.digests.arrived(fh)
+        if h is not None and h.writable:
+            self.digests.written(fh, h.running)
+        os.close(fh)
 
     def _finished(self, h: Handle, at: float | None = None) -> None:
         """The save closed cleanly: its digest (read back through the handle, off the writer's path) and event."""
@@ -609,11 +613,7 @@ class StorageServer(fuse.Operations):
         except OSError as exc:
             log(f"release of {h.relpath if h else fh}: {exc}")
         finally:
-            if h is not None and h.saving:
-                self.digests.arrived(fh)
-            if h is not None and h.writable:
-                self.digests.written(fh, h.running)
-            os.close(fh)
+            self._close(h, fh)
 
     def _renamed_later(self, src: str, dst: str, caller: Caller, replaced: bool, at: float) -> None:
         """A passthrough server's rename events: the renamed file is opened now (by what it is now, not by a
