@@ -2,7 +2,7 @@
 
 With passthrough the kernel reads and writes an open file's bytes on the server's own descriptor of the backing
 file: the server never sees a ``read`` or ``write`` (the storage layer cost 0.36x of the disk's throughput on dd
-without it; 0.97x with it, measured by the prototype on branch wt-pt). libfuse's high-level API (mfusepy) has no
+without it; 1.06-1.22x with it: docs/storage.md, "Passthrough (opt-in)"). libfuse's high-level API (mfusepy) has no
 passthrough call, but ``fuse_lib_open``/``fuse_lib_create`` hand the ``fuse_file_info`` the operation filled to
 ``fuse_reply_open``, which sends ``FOPEN_PASSTHROUGH`` when ``backing_id`` > 0; the id comes from the ioctl that
 ``fuse_passthrough_open`` wraps (``FUSE_DEV_IOC_BACKING_OPEN`` on the session's /dev/fuse descriptor). INIT must ask
