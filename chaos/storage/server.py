@@ -116,7 +116,6 @@ class StorageServer(fuse.Operations):
         self._refused_version: int | None = None  # a channel order whose rules could not be installed
         self._stop = threading.Event()
         # storage.passthrough (chaos.storage.passthrough): the kernel moves the bytes; what the server still does
-        self.passthrough = passthrough
         self.passthrough_table: Any = None  # the InodeTable, set by the passthrough FUSE class
         self.offered: bool | None = None  # whether the kernel offered passthrough at INIT
         self.counts = {"write": 0, "read": 0}  # write/read calls served (0 when every file passed through)
@@ -293,8 +292,8 @@ class StorageServer(fuse.Operations):
             self.handles[fd] = h
         return fd
 
-    def announce(self, h: Handle, hold: bool = True) -> None:
-        """Write a save's ``checkpoint_save_started`` (once), held if paused on.
+    def announce(self, h: Handle, hold: bool = True, at: float | None = None) -> None:
+        """Write a save's ``checkpoint_save_started`` (once), held if paused on (``at``: see :meth:`emit`).
 
         Not in ``create``/``open``: the kernel holds the directory's lock through a create, so a save held there
         would hold every other process's lookups and creates in the checkpoint directory. At its first write (or
@@ -302,7 +301,7 @@ class StorageServer(fuse.Operations):
         with h.lock:
             first = h.saving and not h.announced
             h.announced = True
-        if first and self.emit(Ev.CHECKPOINT_SAVE_STARTED, h.relpath, h.caller, hold=hold, step=h.step,
+        if first and self.emit(Ev.CHECKPOINT_SAVE_STARTED, h.relpath, h.caller, hold=hold, at=at, step=h.step,
                                **_step_from(h.step_from)):
             self.survived(HOLD_GRACE_S)
 
@@ -437,7 +436,7 @@ class StorageServer(fuse.Operations):
                 self.survived(HOLD_GRACE_S)
         return os.pread(fh, size, offset)
 
-    def loaded(self, h: Handle, hold: bool = True) -> bool:
+    def loaded(self, h: Handle, hold: bool = True, at: float | None = None) -> bool:
         """A read-only handle's ``checkpoint_loaded`` (once): at its first read that reaches the server, else at
         its close. Two processes that open a file at once share the kernel's page cache: the second one's reads
         may never reach the server, yet it loaded the file (both ranks of a job resuming, measured). Returns
@@ -448,7 +447,7 @@ class StorageServer(fuse.Operations):
             return False
         sha, size = self.digests.of_handle(h.fd)
         known, step = self.recorder.saved_step(sha)
-        return self.emit(Ev.CHECKPOINT_LOADED, h.relpath, h.caller, hold=hold, sha256=sha, bytes=size,
+        return self.emit(Ev.CHECKPOINT_LOADED, h.relpath, h.caller, hold=hold, at=at, sha256=sha, bytes=size,
                          step=step if known else None)
 
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
@@ -597,17 +596,9 @@ class StorageServer(fuse.Operations):
     def _released(self, h: Handle | None, fh: int, at: float) -> None:
         try:
             if h is not None and not self.ours(h.caller):
-                if h.saving and not h.announced:
-                    with h.lock:
-                        h.announced = True
-                    self.emit(Ev.CHECKPOINT_SAVE_STARTED, h.relpath, h.caller, hold=False, at=at, step=h.step,
-                              **_step_from(h.step_from))
-                if not h.writable and not h.read_seen:
-                    h.read_seen = True
-                    sha, size = self.digests.of_handle(h.fd)
-                    known, step = self.recorder.saved_step(sha)
-                    self.emit(Ev.CHECKPOINT_LOADED, h.relpath, h.caller, hold=False, at=at, sha256=sha, bytes=size,
-                              step=step if known else None)
+                self.announce(h, hold=False, at=at)
+                if not h.writable:
+                    self.loaded(h, hold=False, at=at)
                 if h.saving and h.clean:
                     self._finished(h, at)
         except OSError as exc:
