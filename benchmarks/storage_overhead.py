@@ -109,12 +109,10 @@ PASSTHROUGH_STORAGE = "{layer: fuse, passthrough: true, watch: true}"
 def passthrough_env() -> dict[str, str]:
     """The server's environment for ``--passthrough``: the libfuse >= 3.17 found (else exit saying why)."""
     from chaos.storage import libfuse
-    from chaos.storage.libfuse import passthrough_problems
 
-    problems = passthrough_problems()
+    library, problems = libfuse.readiness()
     if problems:
         sys.exit("--passthrough: " + "; ".join(problems))
-    library, _ = libfuse.find()
     return {**os.environ, "FUSE_LIBRARY_PATH": str(library)}
 
 

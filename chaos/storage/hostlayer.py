@@ -174,8 +174,7 @@ def host(mount: str, events: str, run_id: str, command: list[str], pause_on: str
     if progress_regex:
         argv += ["--progress-regex", progress_regex]
     if passthrough:  # checked before the mount: the node's command must never run on the bare directory instead
-        library, _ = libfuse.find()
-        problems = libfuse.passthrough_problems()
+        library, problems = libfuse.readiness()
         if library is None or problems:
             print(f"torch-chaos storage layer: storage.passthrough on {socket.gethostname()}: "
                   + "; ".join(problems), file=sys.stderr)

@@ -137,6 +137,12 @@ def kernel_passthrough_problem(release: str | None = None) -> str | None:
 
 def passthrough_problems() -> list[str]:
     """What this machine lacks for ``storage.passthrough`` (root, the kernel, libfuse >= 3.17), each with its fix."""
+    return readiness()[1]
+
+
+def readiness() -> tuple[str | None, list[str]]:
+    """The libfuse a passthrough server would load (or None) and :func:`passthrough_problems`, from one search
+    (the search runs ldconfig and loads each candidate)."""
     problems = [p for p in (fuse_problem(),) if p]
     if os.geteuid() != 0:
         problems.append("not root: a FUSE backing file needs CAP_SYS_ADMIN (run as root, or leave "
@@ -146,7 +152,7 @@ def passthrough_problems() -> list[str]:
     library, why = find()
     if library is None:
         problems.append(why)
-    return problems
+    return library, problems
 
 
 
