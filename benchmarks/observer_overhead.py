@@ -18,7 +18,10 @@ the script prints medians, the ratio of medians and the median of the per-pair r
   observer adds is time the job loses.
 
 - time to first step: launch to the first ``step_completed`` (the probe's event on the observed side; on the bare
-  side the stub probe notes the moment of its first call in a file, nothing more);
+  side the stub probe notes the moment of its first call in a file, nothing more); then the job split at its steps:
+  ``steps`` (first to last ``step_completed``: what the probe and the engine's polling cost the training) and
+  ``tail`` (last step to the job's end: the workers' last save and exit, the agents' shutdown; the stub notes its
+  last step's time);
 - which part of observing costs what: the observed command split into start-up (launch to first node started), the
   job and the end (last node exited to exit: teardown, analysis, report), with the engine's CPU in each, and the CPU
   observing adds to the agents (the :mod:`chaos.agent_log` handler) and to the workers (the probe's import and its
@@ -58,15 +61,21 @@ from machine_lock import machine_lock  # benchmarks/: run as a script, its folde
 from chaos.reports.renderer import SWITCH_ENV
 
 REPO = Path(__file__).resolve().parents[1]
-# A no-op probe, except that the first step_completed of a process appends the time to $BENCH_FIRST_STEP.
+# A no-op probe, except that the first step_completed of a process appends the time to $BENCH_FIRST_STEP, and every
+# one overwrites the time in a file of its own process in $BENCH_LAST_STEP (one pwrite, ~2 us: the workload leaves
+# by os._exit, so nothing can be written at exit).
 STUB_PROBE = """\
 import os, time
 _seen = []
+_fd = []
 def step_completed(*args, **kwargs):
+    now = time.time()
     if not _seen:
         _seen.append(1)
         with open(os.environ["BENCH_FIRST_STEP"], "a") as f:
-            f.write(f"{time.time()}\\n")
+            f.write(f"{now}\\n")
+        _fd.append(os.open(os.path.join(os.environ["BENCH_LAST_STEP"], str(os.getpid())), os.O_WRONLY | os.O_CREAT))
+    os.pwrite(_fd[0], b"%20.6f" % now, 0)
 def __getattr__(name):
     return lambda *args, **kwargs: None
 """
@@ -175,7 +184,8 @@ def bare(scenario: Path, scratch: Path) -> dict:
     stub = stub_package(scratch)
     ckpt = scratch / "bare-checkpoints"
     ckpt.mkdir(parents=True, exist_ok=True)
-    first = scratch / "first-step"
+    first, last = scratch / "first-step", scratch / "last-step"
+    last.mkdir()
     procs, logs = [], []
     t0, wall0 = time.monotonic(), time.time()
     for node in nodes:
@@ -186,7 +196,8 @@ def bare(scenario: Path, scratch: Path) -> dict:
         if "--checkpoint-dir" in argv:
             argv[argv.index("--checkpoint-dir") + 1] = str(ckpt)
         env = {k: v for k, v in node["env"].items() if not k.startswith("CHAOS_")}
-        env = {**_base_env(), **env, "PYTHONPATH": str(stub), "BENCH_FIRST_STEP": str(first)}
+        env = {**_base_env(), **env, "PYTHONPATH": str(stub), "BENCH_FIRST_STEP": str(first),
+               "BENCH_LAST_STEP": str(last)}
         log = open(scratch / f"bare-{node['name']}.log", "w")
         logs.append(log)
         procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=scratch))
@@ -211,7 +222,9 @@ def bare(scenario: Path, scratch: Path) -> dict:
     if not checked[0]:
         raise SystemExit("no bare worker was seen: the stub check did not run")
     first_step = min(float(x) for x in first.read_text().split()) - wall0
-    return {"job": took, "command": took, "first_step": first_step, "cpu": sampler.by_role(),
+    last_step = max(float(p.read_text()) for p in last.iterdir()) - wall0
+    return {"job": took, "command": took, "first_step": first_step, "steps": last_step - first_step,
+            "tail": took - last_step, "cpu": sampler.by_role(),
             "processes": len(sampler.cmdlines)}
 
 
@@ -295,8 +308,10 @@ def observed(scenario: Path, scratch: Path, renderer: bool = True) -> dict:
     started = min(e["t"] for e in events if e.get("event") == "node_started")
     exited = max(e["t"] for e in events if e.get("event") == "node_exited")
     first_step = min(e["t"] for e in events if e.get("event") == "step_completed")
+    last_step = max(e["t"] for e in events if e.get("event") == "step_completed")
     engine = [sampler.at(started, "engine"), sampler.at(exited, "engine"), sampler.at(wall1, "engine")]
-    return {"job": exited - started, "command": took, "first_step": first_step - wall0, "cpu": sampler.by_role(),
+    return {"job": exited - started, "command": took, "first_step": first_step - wall0,
+            "steps": last_step - first_step, "tail": exited - last_step, "cpu": sampler.by_role(),
             "start_s": started - wall0, "end_s": wall1 - exited,
             "engine_start": engine[0], "engine_job": engine[1] - engine[0], "engine_end": engine[2] - engine[1]}
 
@@ -347,7 +362,7 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace, load: tuple[fl
     n = len(bare_runs)
     print(f"{args.nodes} nodes x {args.steps} steps, n={n} interleaved pairs (medians; load average {load[0]:.1f} "
           f"before, {load[1]:.1f} after, {psutil.cpu_count()} cores; each pair under {args.lock or 'no lock'}):")
-    _ratios(("bare torchrun", bare_runs), ("chaos run", chaos_runs), ("job", "command", "first_step"))
+    _ratios(("bare torchrun", bare_runs), ("chaos run", chaos_runs), ("job", "command", "first_step", "steps", "tail"))
     roles = sorted({role for side in runs.values() for r in side for role in r["cpu"]})
     print("  CPU seconds by role (median per run; chaos minus bare is what observing adds):")
     added = {}
@@ -417,7 +432,8 @@ def report_renderer(runs: dict[str, list[dict]], args: argparse.Namespace, load:
     _ratios(("without", without), ("with", with_), ("job", "command", "first_step", "end_s"))
 
 
-LABELS = {"job": "job", "command": "command", "first_step": "to step 1", "end_s": "end"}
+LABELS = {"job": "job", "command": "command", "first_step": "to step 1", "steps": "steps", "tail": "tail",
+          "end_s": "end"}
 
 
 def _ratios(base: tuple[str, list[dict]], other: tuple[str, list[dict]], figures: tuple[str, ...]) -> None:

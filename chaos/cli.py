@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from chaos.analysis.projection_presets import PRESETS
-from chaos.commands import EXIT_INTERRUPTED, err, error, scenario_errors
+from chaos.commands import EXIT_INTERRUPTED, claim_process, err, error, scenario_errors
 from chaos.loading import ScenarioInvalid
 from chaos.paths import GOLDEN_CACHE_ENV
 from chaos.run_result import EXIT_PASS, EXIT_USAGE
@@ -281,6 +281,7 @@ def entry() -> None:
     back anyway. Objects are still released by reference count as modules are cleared, so files still close and
     ``atexit`` hooks still run. Not in :func:`main` itself: a process that calls it and goes on (the tests, an
     embedding program) keeps its collector."""
+    claim_process()
     code = main()
     gc.freeze()
     sys.exit(code)

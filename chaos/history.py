@@ -15,7 +15,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,38 @@ from typing import Any
 from chaos.events import FIELDS, STORAGE_FIELDS, Event, Source, WorkloadLine
 from chaos.paths import open_regular
 
-try:  # a history of 300k lines is parsed ~3x faster by orjson (same values; a line it refuses is re-read by json)
-    from orjson import loads as _fast_loads
-except ImportError:  # pragma: no cover - orjson is a dependency; the stdlib parser gives the same events
-    _fast_loads = json.loads
+# A history of 300k lines is parsed ~3x faster by orjson (same values; a line it refuses is re-read by json), and an
+# event ~10x faster written (0.7 vs 8 us here; the engine writes every event the channel brings, ~3,100 per
+# quickstart run: issue 36). Its output is json's but compact, with non-finite floats as null (the probe writes them
+# so); what it does not write as json.dumps would (dataclasses, datetimes, ints beyond 64 bits, keys that are no
+# strings) is written by json.dumps as before.
+# orjson is the engine's dependency, not a compute host's: the storage layer there (chaos.storage.record) imports this
+# module with the standard library only, and then parses and writes with json.
+try:
+    import orjson
+except ImportError:  # pragma: no cover - a compute host's storage layer (tests/test_storage_hostlayer.py)
+    orjson = None  # type: ignore[assignment]
+_fast_loads: Callable[[bytes], Any] = orjson.loads if orjson is not None else json.loads
+_DUMPS_AS_JSON = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME if orjson is not None else 0
+
+
+def loads_line(line: bytes) -> Any:
+    """One JSON value: orjson's parse, else json's (what orjson refuses and json takes: NaN, a lone surrogate);
+    ValueError or RecursionError for what neither takes."""
+    try:
+        return _fast_loads(line)
+    except ValueError:  # orjson.JSONDecodeError is one
+        return json.loads(line)
+
+
+def dumps_line(record: Any) -> bytes:
+    """One history line (its newline included)."""
+    try:
+        if orjson is not None:
+            return orjson.dumps(record, option=_DUMPS_AS_JSON) + b"\n"
+    except TypeError:  # orjson.JSONEncodeError is one: a value orjson does not write as json does
+        pass
+    return (json.dumps(record, default=str) + "\n").encode()
 
 
 class HistoryWriter:
@@ -47,10 +75,10 @@ class HistoryWriter:
     def write_record(self, record: Event) -> None:
         """Append one finished event (one received over the history channel): the same lock as the engine's
         own, so the file's order is the order the engine wrote in."""
-        line = json.dumps(record, default=str) + "\n"
+        line = dumps_line(record)
         with self._lock:
             if self._fd >= 0:
-                os.write(self._fd, line.encode())
+                os.write(self._fd, line)
 
     def close(self) -> None:
         with self._lock:
@@ -61,38 +89,70 @@ class HistoryWriter:
 
 @dataclass
 class FileTail:
-    """Reads the lines appended since the last call; a partially written last line waits for the next call."""
+    """Reads the lines appended since the last call; a partially written last line waits for the next call.
+
+    ``keep_open``: the file is opened once (once it exists) and read on from there, not reopened by its name at
+    every call (~30 us each, at every engine tick). Only for a file on this host that is never replaced: the
+    history the engine writes. A node's log may sit on a shared filesystem written from other hosts, where only a
+    fresh open is sure to see what they appended (NFS's close-to-open consistency)."""
 
     path: Path
+    keep_open: bool = False
     _offset: int = 0
     _partial: bytes = field(default=b"")
     _lines: int = 0  # complete lines read so far, blank ones included (a line's number in the file)
+    _fd: int = -1
 
     def read_lines(self) -> list[str]:
         return [line for _, line in self.read_numbered_lines()]
 
     def read_numbered_lines(self) -> list[tuple[int, str]]:
         """The new non-blank lines with their 1-based numbers in the file (for messages that name a line)."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
+        return [(number, line.decode(errors="replace")) for number, line in self._read_numbered()]
+
+    def _read_numbered(self) -> list[tuple[int, bytes]]:
+        chunk = self._read_kept() if self.keep_open else self._read_reopened()
         self._offset += len(chunk)
         lines = (self._partial + chunk).split(b"\n")
         self._partial = lines.pop()
         first, self._lines = self._lines + 1, self._lines + len(lines)
-        return [(first + i, line.decode(errors="replace")) for i, line in enumerate(lines) if line.strip()]
+        return [(first + i, line) for i, line in enumerate(lines) if line.strip()]
+
+    def _read_reopened(self) -> bytes:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                return f.read()
+        except FileNotFoundError:
+            return b""
+
+    def _read_kept(self) -> bytes:
+        if self._fd < 0:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return b""
+            os.lseek(self._fd, self._offset, os.SEEK_SET)
+        parts = []
+        while block := os.read(self._fd, 1 << 20):
+            parts.append(block)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def read_new(self) -> Iterator[Event]:
         """The new lines parsed as events (for the history file)."""
-        for line in self.read_lines():
+        for _, line in self._read_numbered():
             try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue
-
+                yield _fast_loads(line)
+            except ValueError:  # what orjson refuses: json's parse, of the text as read_lines gives it
+                try:
+                    yield json.loads(line.decode(errors="replace"))
+                except (ValueError, RecursionError):
+                    continue
 
 
 # Bytes of lines parsed per json.loads call. Decoding a chunk as one JSON array is faster than line by line, and
@@ -120,37 +180,70 @@ def _numbered_lines(path: Path | str) -> Iterator[list[tuple[int, bytes | None]]
     """The file's non-blank lines with their 1-based numbers, a list per ~megabyte read; ``None`` for a line over
     MAX_LINE_BYTES (its bytes are dropped as they are read). Only a regular file is read: a device or a pipe
     (``events.jsonl`` a link to /dev/zero, a FIFO) would never end."""
-    fd = open_regular(path, "; a history is a file")
-    number, carry, too_long = 0, b"", False
-    with os.fdopen(fd, "rb") as f:
-        while block := f.read(_CHUNK_BYTES):
+    with LineReader(path) as reader:
+        yield from reader.read(final=True)
+
+
+class LineReader:
+    """:func:`_numbered_lines`, resumable: each :meth:`read` goes on where the last one stopped, so a reader of a
+    history that is still being written (the report renderer, during the job) parses every line once.
+
+    A read that is not ``final`` keeps an unended last line for the next read (its writer may be mid-line); the
+    final read takes it as a line, as a whole-file read does. Read in any number of parts, the lines and their
+    numbers are those of one read of the whole file. The descriptor stays open: the engine appends to the file it
+    created and never replaces it."""
+
+    def __init__(self, path: Path | str):
+        self._fd = open_regular(path, "; a history is a file")
+        self._number, self._carry, self._too_long = 0, b"", False
+        self._done = False
+
+    def __enter__(self) -> LineReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def read(self, final: bool = False) -> Iterator[list[tuple[int, bytes | None]]]:
+        """The lines written since the last read (all of them, unended last line included, when ``final``)."""
+        if self._done:
+            raise ValueError("this history was read to its end already")
+        while block := os.read(self._fd, _CHUNK_BYTES):
             *ended, rest = block.split(b"\n")
             out: list[tuple[int, bytes | None]] = []
             if ended:
-                if too_long:  # the first ended piece is the tail of a line already too long
-                    number += 1
-                    out.append((number, None))
+                if self._too_long:  # the first ended piece is the tail of a line already too long
+                    self._number += 1
+                    out.append((self._number, None))
                     ended = ended[1:]
-                    too_long = False
+                    self._too_long = False
                 else:
-                    ended[0] = carry + ended[0]
-                carry = b""
+                    ended[0] = self._carry + ended[0]
+                self._carry = b""
                 for line in ended:
-                    number += 1
+                    self._number += 1
                     if len(line) > MAX_LINE_BYTES:
-                        out.append((number, None))
+                        out.append((self._number, None))
                     elif line.strip():
-                        out.append((number, line))
-            if not too_long:
-                carry += rest
-                if len(carry) > MAX_LINE_BYTES:
-                    carry, too_long = b"", True
+                        out.append((self._number, line))
+            if not self._too_long:
+                self._carry += rest
+                if len(self._carry) > MAX_LINE_BYTES:
+                    self._carry, self._too_long = b"", True
             if out:
                 yield out
-    if too_long:
-        yield [(number + 1, None)]
-    elif carry.strip():  # a last line without its newline (a torn write, or a writer that never ends lines)
-        yield [(number + 1, carry)]
+        if not final:
+            return
+        self._done = True
+        if self._too_long:
+            yield [(self._number + 1, None)]
+        elif self._carry.strip():  # a last line without its newline (a torn write, or a writer that never ends lines)
+            yield [(self._number + 1, self._carry)]
 
 
 def iter_chunks(path: Path | str) -> Iterator[list[Event]]:
@@ -287,11 +380,16 @@ def iter_checked(path: Path | str, unreadable: Unreadable) -> Iterator[Event]:
 
 def iter_checked_chunks(path: Path | str, unreadable: Unreadable) -> Iterator[list[Event]]:
     """:func:`iter_checked`'s events, a list per megabyte of lines (for readers that handle events in bulk)."""
+    return checked_chunks(_numbered_lines(path), unreadable)
+
+
+def checked_chunks(numbered_lines: Iterable[list[tuple[int, bytes | None]]],
+                   unreadable: Unreadable) -> Iterator[list[Event]]:
+    """:func:`iter_checked_chunks` of lines already read (:class:`LineReader`'s)."""
     checks = _field_checks()
-    for numbered in _numbered_lines(path):
+    for numbered in numbered_lines:
         whole = [(n, line) for n, line in numbered if line is not None]
-        for n in (n for n, line in numbered if line is None):
-            unreadable.add(n)
+        bad = [n for n, line in numbered if line is None]  # too long; then the unusable: counted in line order
         try:
             chunk = _fast_loads(b"[" + b",".join(line for _, line in whole) + b"]")
             if len(chunk) != len(whole):  # a line held several values: judge each line alone
@@ -303,7 +401,9 @@ def iter_checked_chunks(path: Path | str, unreadable: Unreadable) -> Iterator[li
             if readable(e, checks):
                 usable.append(e)
             else:
-                unreadable.add(line_number)
+                bad.append(line_number)
+        for n in sorted(bad):  # the same order however the lines were split into reads
+            unreadable.add(n)
         yield usable
 
 

@@ -4,6 +4,7 @@ report.html from the run directory at the end, and leaves nothing behind; when i
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from chaos.reports import write_report
 from chaos.reports.renderer import Renderer, RenderFailed, autogroup_nice
 from tests.conftest import RECORDED_REPORTS_GROUP
 from tests.data.recorded import expand
@@ -101,3 +103,28 @@ def test_an_answer_that_is_not_its_protocol_is_a_failure_the_engine_hears(tmp_pa
             renderer.answer(timeout_s=30)
     finally:
         renderer.close()
+
+
+def _without_ids(html: str) -> str:
+    """matplotlib names clip paths, hatches and markers by random ids: a drawing's own, not its content."""
+    return re.sub(r"\b(image|[a-z])[0-9a-f]{10}\b", "ID", html)
+
+
+def test_the_history_it_read_while_the_job_ran_makes_the_report_a_whole_read_makes(tmp_path: Path) -> None:
+    run_dir = expand("quickstart", tmp_path / "recorded")
+    whole = _without_ids(write_report(run_dir, "html", out=tmp_path / "whole.html").read_text())
+    events = (run_dir / "events.jsonl").read_bytes()
+    cut = len(events) // 2 + 7  # mid-line: the engine may be writing one
+    (run_dir / "events.jsonl").write_bytes(events[:cut])
+    renderer = Renderer()
+    renderer.start()
+    try:
+        renderer.watch(run_dir)
+        time.sleep(1.5)  # it reads the first half (each READ_EVERY_S while no request comes)
+        with (run_dir / "events.jsonl").open("ab") as f:
+            f.write(events[cut:])
+        renderer.ask(run_dir)
+        path = renderer.answer(timeout_s=60)
+    finally:
+        renderer.close()
+    assert _without_ids(path.read_text()) == whole

@@ -88,13 +88,16 @@ def _is_summary(golden: Any) -> bool:
             and isinstance(sizes, list) and isinstance(steps, int) and not isinstance(steps, bool))
 
 
-def analyze_run(run_dir: str | Path) -> RunAnalysis:
+def analyze_run(run_dir: str | Path, events: History | None = None) -> RunAnalysis:
+    """The run directory's analysis; ``events``: its history already loaded (a :class:`HistoryLoader`'s, read
+    while the run went on), else ``events.jsonl`` is read here."""
     run_dir = Path(run_dir)
     scenario = load_scenario(run_dir / "scenario.yaml", stored=True)
     golden_path = run_dir / "golden.json"
     golden = _read_golden(golden_path)
     control = _read_golden(run_dir / "control.json")  # the clean resume that measured the noise floor, if run
-    events = load_events(run_dir / "events.jsonl")
+    if events is None:
+        events = load_events(run_dir / "events.jsonl")
     result = build_result(run_dir, scenario, events, golden, control)
     result["history"] = history_health(events)
     model = ResultModel.from_dict(result)

@@ -19,6 +19,18 @@ if TYPE_CHECKING:
     from chaos.loading import ScenarioInvalid
 
 EXIT_INTERRUPTED = 130
+# Whether this process is the command's own (``chaos.cli.entry``: the ``chaos`` script, ``python -m chaos``), not a
+# test or a program that calls ``chaos.cli.main`` and goes on: only then may a command change process-wide settings
+# (the garbage collector's, in ``chaos run``).
+_own_process = [False]
+
+
+def claim_process() -> None:
+    _own_process[0] = True
+
+
+def process_is_ours() -> bool:
+    return _own_process[0]
 
 # No markup and no emoji codes: what the consoles print is mostly what users and their jobs wrote (scenario names,
 # paths, a worker's last lines such as "[rank0]: ..."), which rich would otherwise read as styles (dropping the text,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import yaml
 from rich.live import Live
 
-from chaos.commands import EXIT_INTERRUPTED, err, error, out
+from chaos.commands import EXIT_INTERRUPTED, err, error, out, process_is_ours
 from chaos.commands.admitted import load
 from chaos.console import live_view, summary
 from chaos.engine import Engine, RunInterrupted, new_run_id
@@ -52,6 +53,11 @@ def main(args: argparse.Namespace) -> int:
             print(yaml.safe_dump(shown, sort_keys=False, width=200))
         return EXIT_PASS
 
+    if process_is_ours():
+        # Everything imported and built so far (pydantic's schemas, rich, the scenario) lives until the exit: out of
+        # the cyclic collector's reach, its collections walk only what the run makes. Measured (issue 36): the
+        # analysis at the end 0.06-0.12 s instead of 0.11-0.46 s, and fewer long collections in the engine's ticks.
+        gc.freeze()
     try:
         engine = Engine(scenario, out_dir=args.out)
         if args.json or not out.is_terminal:
@@ -87,12 +93,10 @@ def engine_run_plain(engine: Any, quiet: bool) -> dict[str, Any]:
     printed = [0]
 
     def update(snap: Any) -> None:
-        if quiet:
-            return
         new = engine.log[printed[0]:] if len(engine.log) > printed[0] else []
         for line in new:
             err.print(line, highlight=False)
         printed[0] = len(engine.log)
 
-    engine.on_update = update
+    engine.on_update = None if quiet else update  # quiet: no snapshot is built at every tick
     return engine.run()

@@ -53,7 +53,7 @@ from chaos.golden import (
 from chaos.golden import (
     on_cluster as golden_on_cluster,
 )
-from chaos.history import HistoryWriter
+from chaos.history import HistoryWriter, loads_line
 from chaos.loading import load_scenario, resolve_scenario_path
 from chaos.plan import Plan, build_plan
 from chaos.progress_regex import ProgressRegexMissed, ProgressRegexTooSlow
@@ -176,7 +176,8 @@ class RunParts:
                                      lambda **fields: self.history.write(Ev.CLOCK_SYNC, **fields),
                                      token=self.plan.channel_token,
                                      on_limit=lambda what, detail: self.history.write(Ev.CHANNEL_LIMIT, what=what,
-                                                                                      detail=detail))
+                                                                                      detail=detail),
+                                     loads=loads_line)  # orjson's parse (json's where it refuses): issue 36
         self.channel.start()
         self.faults.channel = self.channel
 
@@ -326,6 +327,7 @@ class Engine:
     def _start_renderer(self, renderer: Renderer) -> None:
         try:
             renderer.start()
+            renderer.watch(self.run_dir)
         except OSError as exc:  # the report is drawn here instead
             log.info("report renderer not started (%s): the engine draws report.html itself", exc)
 
@@ -448,6 +450,7 @@ class Engine:
         # Further interrupts are ignored while cleaning: a second Ctrl-C must not leave faults or processes behind.
         with signals_ignored():
             step("drain", lambda: parts.progress.drain(final=True), quiet=True)  # bounded: stop signals are ignored
+            step("close the history's tail", parts.progress.close, quiet=True)
             step("abandon pending faults", parts.faults.abandon_pending, quiet=True)
             step("record run_ended", lambda: parts.history.write(
                 Ev.RUN_ENDED, reason=end.reason.value, why=end.why, max_step=parts.progress.max_step,

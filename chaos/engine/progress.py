@@ -333,7 +333,7 @@ class ProgressObserver:
     def __init__(self, history_path: Path, log_progress: LogProgress | None, checkpoints: CheckpointWatcher | None,
                  note: Callable[[str], None], now: float, node_logs: NodeLogs | None = None,
                  warn: Callable[[str], None] | None = None):
-        self._tail = FileTail(history_path)
+        self._tail = FileTail(history_path, keep_open=True)  # the engine's own file: opened once (close())
         self._log_progress = log_progress
         self._checkpoints = checkpoints
         self.node_logs = node_logs
@@ -370,6 +370,10 @@ class ProgressObserver:
     def fault_injected(self) -> None:
         """A disruptive fault took effect: the next worker start answers it and is not a restart-loop sign."""
         self._fault_since_last_start = True
+
+    def close(self) -> None:
+        """Let go of the history's descriptor (a later drain opens it again)."""
+        self._tail.close()
 
     def drain(self, final: bool = False) -> list[Event]:
         """The job's new history events (after turning new log lines and checkpoint files into events).

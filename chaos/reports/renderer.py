@@ -8,7 +8,9 @@ instead (after every process's torch import) measured no different: command 1.00
 the end the engine gives it back the engine's priority (where it may: lowering a nice value needs CAP_SYS_NICE)
 and sends it the run directory;
 the renderer analyses that directory on its own (on the other core, while the engine analyses it for
-result.json: a report is recomputable from a run directory alone) and writes report.html.
+result.json: a report is recomputable from a run directory alone) and writes report.html. It reads the run's
+history while the job runs (told the run directory at the launch, ``watch``), so that at the end it parses only
+the lines written since its last read.
 
 It leaves nothing behind: it ends at the end of its input, dies with the engine once it is ready
 (``PR_SET_PDEATHSIG``), is out of the terminal's reach (Ctrl-C is the engine's to handle), and
@@ -39,8 +41,8 @@ class RenderFailed(Exception):
 
 
 class Renderer:
-    """One renderer process for one run: ``start()`` after the launch, ``ask(run_dir)`` then ``answer()`` at
-    the end, ``close()`` always."""
+    """One renderer process for one run: ``start()`` and ``watch(run_dir)`` after the launch, ``ask(run_dir)``
+    then ``answer()`` at the end, ``close()`` always."""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
@@ -64,6 +66,19 @@ class Renderer:
                                       stdout=subprocess.PIPE, stderr=self._stderr, close_fds=True, bufsize=0,
                                       start_new_session=True)
         set_priority(self._proc.pid, LOWEST, LOWEST)  # raising a nice value needs no privilege
+
+    def watch(self, run_dir: Path) -> None:
+        """Name the run it will be asked for: it reads that run's history while the job runs (in its idle
+        moments, at nice 19), so that its analysis at the end parses only the last lines. Best effort: a renderer
+        that cannot take it now fails at ``ask``."""
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            return
+        try:
+            proc.stdin.write(json.dumps({"watch": str(run_dir)}).encode() + b"\n")
+            proc.stdin.flush()
+        except OSError:
+            pass
 
     def ask(self, run_dir: Path) -> None:
         """Ask for ``run_dir``'s report.html (``answer()`` waits for it); raises RenderFailed when the renderer
