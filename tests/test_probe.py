@@ -124,3 +124,15 @@ def test_a_held_job_goes_on_when_the_engine_is_gone(tmp_path: Path, monkeypatch:
     probe.checkpoint_save_started(6, "y.pt")
     waited = time.monotonic() - t0
     assert 1.0 / scale <= waited < 10, waited  # noticed within seconds, not after the 60 s safety timeout
+
+
+def test_the_probe_reads_the_environment_as_os_environ_holds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe reads its variables from the dict behind os.environ (a step read ~13 of them through the mapping,
+    ~36 us): what a script or a test sets or removes through os.environ is what it reads."""
+    monkeypatch.setenv("CHAOS_NODE", "node7")
+    assert probe._getenv("CHAOS_NODE") == "node7" == os.environ["CHAOS_NODE"]
+    monkeypatch.setenv("CHAOS_NODE", "nöde-\udcff")  # not UTF-8: os.environ's own decoding
+    assert probe._getenv("CHAOS_NODE") == os.environ["CHAOS_NODE"]
+    monkeypatch.delenv("CHAOS_NODE")
+    assert probe._getenv("CHAOS_NODE") is None and probe._getenv("CHAOS_NODE", "local") == "local"
+    assert probe._identity()["node"] == "local"

@@ -430,12 +430,14 @@ def test_the_cpu_controller_is_found_on_a_hybrid_host_s_unified_hierarchy(tmp_pa
 def test_probe_cpu_reading_keeps_one_descriptor_per_live_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """The probe keeps each thread's schedstat open between steps (a step's reading was mostly open/close): a
     thread that ends gives its descriptor back, CPU a thread burnt is still counted, and a forked child reads its
-    own threads, not the parent's descriptors."""
+    own threads, not the parent's descriptors. (The list of threads is read at every call here; by default every
+    TIDS_EVERY_S: the next test.)"""
     import threading
 
     monkeypatch.setattr(probe, "_schedstat_pid", 0)
     monkeypatch.setattr(probe, "_schedstat_fds", {})
     monkeypatch.setattr(probe, "_cpu_seen", {})
+    monkeypatch.setattr(probe, "TIDS_EVERY_S", 0.0)
     assert probe._cpu_since_last() == {}  # the first call is the baseline
     done = threading.Event()
     worker = threading.Thread(target=lambda: (sum(range(300_000)), done.wait()))
@@ -460,3 +462,34 @@ def test_probe_cpu_reading_keeps_one_descriptor_per_live_thread(monkeypatch: pyt
     os.close(read)
     os.waitpid(child, 0)
     probe._forget_schedstat()  # the descriptors this test opened
+
+
+def test_a_thread_started_between_readings_of_the_thread_list_loses_no_cpu_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe reads the list of threads every TIDS_EVERY_S, not at every step (its listdir was ~18 us a step):
+    a thread that started meanwhile is read at the next listing, with all its CPU time so far."""
+    import threading
+
+    monkeypatch.setattr(probe, "_schedstat_pid", 0)
+    monkeypatch.setattr(probe, "_schedstat_fds", {})
+    monkeypatch.setattr(probe, "_cpu_seen", {})
+    monkeypatch.setattr(probe, "TIDS_EVERY_S", 3600.0)
+    assert probe._cpu_since_last() == {}
+    done = threading.Event()
+    burnt = threading.Event()
+    worker = threading.Thread(target=lambda: (sum(range(2_000_000)), burnt.set(), done.wait()))
+    worker.start()
+    try:
+        burnt.wait()
+        probe._cpu_since_last()
+        assert str(worker.native_id) not in probe._schedstat_fds  # not listed yet
+        monkeypatch.setattr(probe, "_tids_at", probe._tids_at - 3600.0)  # the interval has passed
+        with open(f"/proc/self/task/{worker.native_id}/schedstat") as f:
+            so_far = int(f.read().split()[0]) / 1e9
+        reading = probe._cpu_since_last()
+        assert str(worker.native_id) in probe._schedstat_fds
+        assert reading["cpu_s"] >= so_far  # everything it ran before it was listed
+    finally:
+        done.set()
+        worker.join()
+        probe._forget_schedstat()  # the descriptors this test opened
