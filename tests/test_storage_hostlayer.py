@@ -30,7 +30,7 @@ from chaos.marks import ENGINE_VAR, engine_mark
 from chaos.plan import REPO_ROOT
 from chaos.storage import control as control_module
 from chaos.storage.control import ChannelStorageControl, StorageNotAcknowledged
-from chaos.storage.hostlayer import HOST_WHO, RULES_STATE, wrap
+from chaos.storage.hostlayer import HOST_WHO, RULES_STATE, OfferReader, wrap
 from chaos.storage.mounts import chaos_mounts, fuse_problem, is_mounted, served
 
 if fuse_problem() is not None:
@@ -96,15 +96,15 @@ def run_id(tmp_path: Path) -> str:
     return f"hl-{os.getpid()}-{tmp_path.name}"
 
 
-def start_node(engine: Engine, tmp_path: Path, pause_on: list[str] | None = None) -> tuple[subprocess.Popen[bytes],
-                                                                                          Path, Path]:
+def start_node(engine: Engine, tmp_path: Path, pause_on: list[str] | None = None,
+               passthrough: bool = False) -> tuple[subprocess.Popen[bytes], Path, Path]:
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     ckpt.mkdir(exist_ok=True)
     env = {**os.environ, ENV_CHANNEL: engine.channel.address, ENV_TOKEN: TOKEN, ENV_SPOOL_DIR: str(tmp_path / "spool"),
            "CHAOS_NODE": "node0", "CHAOS_TREE": f"{run_id(tmp_path)}/node0", "PYTHONPATH": str(REPO_ROOT),
            ENGINE_VAR: engine_mark()}  # this test is their engine: no other test's no_leftovers takes them for its own
     argv = wrap(sys.executable, str(ckpt), str(tmp_path / "events.jsonl"), run_id(tmp_path),
-                [sys.executable, "-c", NODE, str(ckpt), str(out)], pause_on or [], None)
+                [sys.executable, "-c", NODE, str(ckpt), str(out)], pause_on or [], None, passthrough=passthrough)
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 15
     while not (is_mounted(str(ckpt)) and served(str(ckpt)) and server_pids(ckpt)):
@@ -175,6 +175,46 @@ def test_a_host_layer_records_a_save_and_a_load_and_holds_a_paused_on_save(engin
     loaded = engine.wait_for("checkpoint_loaded")
     assert saved["sha256"] == loaded["sha256"] and saved["bytes"] == 1000 and saved["step"] == 7
     assert loaded["step"] == 7  # the digest of a save this layer saw
+
+
+def test_a_host_layer_with_passthrough_starts_the_command_once_the_kernel_offered_it(engine: Engine,
+                                                                                      tmp_path: Path) -> None:
+    """storage.passthrough on a node's host: the wrapper runs the command only after the server said the kernel
+    offered passthrough at INIT (a pipe between them); the command's bytes then never reach the server."""
+    from tests.test_storage_passthrough import _missing
+
+    if (why := _missing()) is not None:
+        pytest.skip(f"no FUSE passthrough here: {why}")
+    proc, ckpt, out = start_node(engine, tmp_path, passthrough=True)
+    (tmp_path / "out.go").touch()
+    finish(proc, ckpt)
+    said = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+    assert out.read_text() == "ok", said
+    assert engine.wait_for("checkpoint_save_finished")["bytes"] == 1000
+    summary = next(line for line in said.splitlines() if '"passthrough_opens"' in line)  # the server's last word
+    assert '"offered": true' in summary and '"server_writes": 0' in summary, summary
+
+
+@pytest.mark.parametrize(("written", "answered", "offered"), [
+    (b'{"offered": true}\n', True, True),
+    (b'{"offered": false}\n', True, False),
+    (b'{"offered": tr', False, False),  # not all of it yet: the wrapper waits
+    (None, True, False),  # the server closed the pipe without a word: it ended, nothing runs on the mount
+    (b"garbage\n", True, False),
+])
+def test_the_wrapper_reads_inits_word_without_waiting(written: bytes | None, answered: bool, offered: bool) -> None:
+    r, w = os.pipe()
+    reader = OfferReader(r)
+    assert not reader.answered()  # nothing written yet
+    if written is not None:
+        os.write(w, written)
+    if written is None or answered:
+        os.close(w)
+        w = -1
+    assert (reader.answered(), reader.offered) == (answered, offered)
+    reader.close()
+    if w >= 0:
+        os.close(w)
 
 
 def test_a_dead_mount_is_swept_by_the_next_wrapper_and_by_sweep(engine: Engine, tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     hs = sub.add_parser("host-serve", help="the server of a layer on a node's host (started by `host`)")
     _common(hs)
     hs.add_argument("--parent", type=int, required=True, help="the node's command: unmount once it is gone")
+    hs.add_argument("--offer-fd", type=int, help="with --passthrough: write INIT's word here (the wrapper's pipe)")
     c = sub.add_parser("check-host", help="whether this host can serve the storage layer")
     c.add_argument("--visible", help="a file that must be visible here (the shared run directory)")
     c.add_argument("--passthrough", action="store_true", help="also whether it can do storage.passthrough")
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "host-serve":
         try:
             hostlayer.serve_host(args.mount, args.events, args.run_id, args.parent, pause_on, args.progress_regex,
-                                 args.passthrough)
+                                 args.passthrough, args.offer_fd)
         except (OSError, RuntimeError) as exc:
             print(f"torch-chaos storage layer: cannot serve {args.mount}: {exc}", file=sys.stderr)
             return 1

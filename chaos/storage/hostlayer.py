@@ -26,7 +26,9 @@ Standard library and mfusepy only, like the server: compute hosts have the nodes
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -173,25 +175,36 @@ def host(mount: str, events: str, run_id: str, command: list[str], pause_on: str
         argv += ["--pause-on", pause_on]
     if progress_regex:
         argv += ["--progress-regex", progress_regex]
+    offer_r = offer_w = -1
     if passthrough:  # checked before the mount: the node's command must never run on the bare directory instead
         library, problems = libfuse.readiness()
         if library is None or problems:
             print(f"torch-chaos storage layer: storage.passthrough on {socket.gethostname()}: "
                   + "; ".join(problems), file=sys.stderr)
             return 3
-        argv.append("--passthrough")
+        # ... and then by the kernel's own word at INIT, which the server writes into this pipe: a kernel that does
+        # not offer passthrough makes the server unmount ~0.2 s later, and the command must not start meanwhile
+        offer_r, offer_w = os.pipe()
+        argv += ["--passthrough", "--offer-fd", str(offer_w)]
         env["FUSE_LIBRARY_PATH"] = library
-    server = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+    server = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, pass_fds=(offer_w,) if offer_w >= 0 else ())
+    if offer_w >= 0:
+        os.close(offer_w)
     deadline = time.monotonic() + MOUNT_WAIT_S
-    while not (is_mounted(mount) and served(mount)):
-        if server.poll() is not None or time.monotonic() > deadline:
-            if server.poll() is None:
-                server.kill()
-            unmount(mount)
-            print(f"torch-chaos storage layer: could not mount {mount} on {socket.gethostname()} "
-                  f"(server exit {server.poll()}); `chaos doctor` on this host says what FUSE needs", file=sys.stderr)
-            return 3
-        time.sleep(0.02)
+    offer = OfferReader(offer_r) if offer_r >= 0 else None
+    try:
+        while not (is_mounted(mount) and served(mount) and (offer is None or offer.answered())):
+            if server.poll() is not None or time.monotonic() > deadline:
+                return _gave_up(server, mount, "could not mount {mount} on {host} (server exit {code}); `chaos "
+                                "doctor` on this host says what FUSE needs")
+            time.sleep(0.02)
+        if offer is not None and not offer.offered:
+            return _gave_up(server, mount, "storage.passthrough on {host}: the kernel did not offer FUSE passthrough "
+                            "at INIT (Linux >= 6.9 with CONFIG_FUSE_PASSTHROUGH=y); leave storage.passthrough out "
+                            "to run on the server's path")
+    finally:
+        if offer is not None:
+            offer.close()
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -199,6 +212,42 @@ def host(mount: str, events: str, run_id: str, command: list[str], pause_on: str
     except OSError as exc:
         print(f"torch-chaos storage layer: cannot start {command[0]}: {exc}", file=sys.stderr)
         return 127
+
+
+def _gave_up(server: subprocess.Popen[bytes], mount: str, why: str) -> int:
+    """The node's command is not started: the server stopped, the mount gone, the reason said (exit status 3)."""
+    if server.poll() is None:
+        server.kill()
+        server.wait()
+    unmount(mount)
+    print("torch-chaos storage layer: " + why.format(mount=mount, host=socket.gethostname(), code=server.poll()),
+          file=sys.stderr)
+    return 3
+
+
+class OfferReader:
+    """The host server's word on passthrough at INIT: one JSON line on a pipe (``{"offered": true}``), read without
+    waiting. A server that ends or closes the pipe without it has answered: not offered."""
+
+    def __init__(self, fd: int):
+        self.fd, self._got, self.offered, self._done = fd, b"", False, False
+
+    def answered(self) -> bool:
+        while not self._done and select.select([self.fd], [], [], 0)[0]:
+            chunk = os.read(self.fd, 4096)
+            self._got += chunk
+            if not chunk or b"\n" in self._got:
+                self._done = True
+                try:
+                    self.offered = json.loads(self._got.partition(b"\n")[0]).get("offered") is True
+                except (ValueError, AttributeError):
+                    self.offered = False
+        return self._done
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def watch_parent(parent: int, mount: str) -> None:
@@ -209,7 +258,7 @@ def watch_parent(parent: int, mount: str) -> None:
 
 
 def serve_host(mount: str, events: str, run_id: str, parent: int, pause_on: frozenset[str],
-               progress_regex: str | None, passthrough: bool = False) -> None:
+               progress_regex: str | None, passthrough: bool = False, offer_fd: int | None = None) -> None:
     """The server on a node's host: connected before it mounts, so the rules standing now apply from the first
     operation; blocks until unmounted."""
     # lazy: mfusepy: the host layer is imported on hosts that may lack it until it serves
@@ -222,7 +271,7 @@ def serve_host(mount: str, events: str, run_id: str, parent: int, pause_on: froz
     threading.Thread(target=watch_parent, args=(parent, mount), name="torch-chaos-storage-parent",
                      daemon=True).start()
     serve(mount, events, None, None, run_id, pause_on, None, progress_regex=progress_regex, link=link,
-          passthrough=passthrough)
+          passthrough=passthrough, offer_fd=offer_fd)
 
 
 def sweep(run_id: str | None) -> list[str]:

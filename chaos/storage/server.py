@@ -97,7 +97,8 @@ class StorageServer(fuse.Operations):
     use_ns = True
 
     def __init__(self, backing_fd: int, mount: str, recorder: Recorder, rules: Rules, control: str | None,
-                 engine_pid: int | None = None, link: Link | None = None, passthrough: bool = False):
+                 engine_pid: int | None = None, link: Link | None = None, passthrough: bool = False,
+                 offer_fd: int | None = None):
         self.root = backing_fd
         self.mount = mount.rstrip("/")
         self.recorder = recorder
@@ -118,6 +119,7 @@ class StorageServer(fuse.Operations):
         # storage.passthrough (chaos.storage.passthrough): the kernel moves the bytes; what the server still does
         self.passthrough_table: Any = None  # the InodeTable, set by the passthrough FUSE class
         self.offered: bool | None = None  # whether the kernel offered passthrough at INIT
+        self.offer_fd = offer_fd  # a pipe to the node's wrapper (a host layer): INIT's word, before it runs anything
         self.counts = {"write": 0, "read": 0}  # write/read calls served (0 when every file passed through)
         # release's and rename's digests and events, off the caller's path (one thread: events keep their op's t)
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="torch-chaos-pt-digest") if passthrough else None
@@ -546,6 +548,14 @@ class StorageServer(fuse.Operations):
         server's path: the run asked to measure the fast one); :func:`serve` then says why."""
         self.offered = offered
         self._status({"offered": offered})
+        if self.offer_fd is not None:  # the host wrapper waits for this line before it runs the node's command
+            fd, self.offer_fd = self.offer_fd, None
+            try:
+                os.write(fd, json.dumps({"offered": offered}).encode() + b"\n")
+            except OSError:
+                pass  # the wrapper is gone: nothing runs on this mount
+            finally:
+                os.close(fd)
         if not offered:
             threading.Thread(target=lambda: (time.sleep(0.2), unmount(self.mount)), daemon=True).start()
 
@@ -750,13 +760,14 @@ def mount_options(run_id: str) -> dict[str, Any]:
 def serve(mount: str, events: str, control: str | None, backing: str | None = None, run_id: str = "run",
           pause_on: frozenset[str] = frozenset(), engine_pid: int | None = None,
           rules_class: type[Rules] = Rules, progress_regex: str | None = None,
-          logs: dict[str, str] | None = None, link: Link | None = None, passthrough: bool = False) -> None:
+          logs: dict[str, str] | None = None, link: Link | None = None, passthrough: bool = False,
+          offer_fd: int | None = None) -> None:
     """Mount and serve until unmounted (``fusermount3 -u``) or signalled; blocks.
 
     ``rules_class`` gets the backing directory as a path that reaches the bytes underneath the mount. With
     ``link`` (a layer on a node's host), events and rules go over the history channel. ``passthrough``: the
     kernel moves the files' bytes (:mod:`chaos.storage.passthrough`); a kernel or libfuse that cannot is an
-    error (RuntimeError), never the server's path instead."""
+    error (RuntimeError), never the server's path instead; ``offer_fd`` gets INIT's word on it (one JSON line)."""
     fuse_class: Any = fuse.FUSE
     if passthrough:
         fuse_class = passthrough_class(fuse)
@@ -764,7 +775,7 @@ def serve(mount: str, events: str, control: str | None, backing: str | None = No
     rules = rules_class(Path(f"/proc/{os.getpid()}/fd/{backing_fd}"))
     recorder = Recorder(events, pause_on, progress_regex=progress_regex, logs=logs, link=link)
     server = StorageServer(backing_fd, os.path.abspath(mount), recorder, rules, control, engine_pid, link,
-                           passthrough=passthrough)
+                           passthrough=passthrough, offer_fd=offer_fd)
     server.reload_rules()
     try:
         fuse_class(server, mount, foreground=True, **mount_options(run_id))
