@@ -40,7 +40,10 @@ def test_it_draws_a_run_directory_s_report_and_ends_with_its_input(tmp_path: Pat
     finally:
         renderer.close()
     assert path == run_dir / "report.html"
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    deadline = time.monotonic() + 5  # close() does not wait for its exit: a thread reaps it
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the renderer did not end at the end of its input"
+        time.sleep(0.01)
     html = path.read_text()
     assert "<figure id=timeline>" in html and "<svg" in html
 
