@@ -147,16 +147,32 @@ class HistoryLoader:
         """The whole history, sorted; the loader is spent after it (the file is closed)."""
         self.read(final=True)
         self.close()
-        others, unreadable = self._others, self._unreadable
-        others.sort(key=lambda e: e.get("t", 0.0))
-        table = _sorted_by_time(self._table)
-        copies = copied_rounds(table)
-        if copies:  # (histories written before the engine told copies apart)
-            keys = zip(table.values("node"), table.values("pid"), strict=True)
-            table = table.select([r for r, key in enumerate(keys) if key not in copies])
-            others = [e for e in others if not (e.get("event") == Ev.PROCESS_STARTED and e.get("source") ==
-                                                Source.PROGRESS and (e.get("node"), e.get("pid")) in copies)]
-        return History(others, table, unreadable)
+        self._others.sort(key=lambda e: e.get("t", 0.0))
+        return _finished(self._others, self._table, self._unreadable)
+
+    @property
+    def steps_read(self) -> int:
+        return len(self._table)
+
+    def snapshot(self) -> History:
+        """What was read so far, as a history, valid until the next :meth:`read` (it may share the loader's step
+        table, which that read extends). The report renderer rehearses its drawing on it while the job runs."""
+        unreadable = Unreadable(list(self._unreadable.lines), self._unreadable.count)
+        others = sorted(self._others, key=lambda e: e.get("t", 0.0))
+        return _finished(others, self._table, unreadable)
+
+
+def _finished(others: list[Event], table: StepTable, unreadable: Unreadable) -> History:
+    """The History of events read in file order (``others`` sorted by time already): steps sorted by time, and
+    the rounds that only copy another's printed steps dropped."""
+    table = _sorted_by_time(table)
+    copies = copied_rounds(table)
+    if copies:  # (histories written before the engine told copies apart)
+        keys = zip(table.values("node"), table.values("pid"), strict=True)
+        table = table.select([r for r, key in enumerate(keys) if key not in copies])
+        others = [e for e in others if not (e.get("event") == Ev.PROCESS_STARTED and e.get("source") ==
+                                            Source.PROGRESS and (e.get("node"), e.get("pid")) in copies)]
+    return History(others, table, unreadable)
 
 
 COPY_WINDOW_S = 3.0  # chaos.engine.progress.DUPLICATE_WINDOW_S
