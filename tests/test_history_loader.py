@@ -98,3 +98,17 @@ def test_a_line_cut_by_a_read_is_kept_for_the_next(tmp_path: Path) -> None:
 def test_a_history_that_is_no_regular_file_is_refused_at_once(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="not a regular file"):
         HistoryLoader(tmp_path)
+
+
+def test_a_snapshot_is_the_history_of_the_lines_read_so_far_and_reading_goes_on(tmp_path: Path) -> None:
+    data = (expand("quickstart", tmp_path / "run") / "events.jsonl").read_bytes()
+    cut = len(data) // 2 + 11  # mid-line
+    path, prefix = tmp_path / "events.jsonl", tmp_path / "prefix.jsonl"
+    path.write_bytes(data[:cut])
+    prefix.write_bytes(data[:data.rindex(b"\n", 0, cut) + 1])  # the whole lines of that part
+    loader = HistoryLoader(path)
+    loader.read()
+    _same(loader.snapshot(), load_events(prefix))
+    with path.open("ab") as f:
+        f.write(data[cut:])
+    _same(loader.history(), load_events(path))
