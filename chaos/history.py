@@ -148,7 +148,7 @@ class FileTail:
         for _, line in self._read_numbered():
             try:
                 yield _fast_loads(line)
-            except ValueError:  # what orjson refuses: json's parse, of the text as read_lines gives it
+            except (ValueError, RecursionError):  # what orjson refuses: json's parse, of read_lines's text
                 try:
                     yield json.loads(line.decode(errors="replace"))
                 except (ValueError, RecursionError):

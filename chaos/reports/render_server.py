@@ -109,7 +109,7 @@ class Watched:
             return
         try:
             self._loader.read()
-        except OSError:
+        except Exception:  # best effort: the history is then read whole at the end
             self._loader.close()
             self._loader = None
             return
@@ -126,7 +126,7 @@ class Watched:
             return None
         try:
             return loader.history()
-        except OSError:
+        except Exception:  # best effort: read it anew, as without a watch
             loader.close()
             return None
 
