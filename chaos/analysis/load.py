@@ -147,7 +147,6 @@ class HistoryLoader:
         """The whole history, sorted; the loader is spent after it (the file is closed)."""
         self.read(final=True)
         self.close()
-        self._others.sort(key=lambda e: e.get("t", 0.0))
         return _finished(self._others, self._table, self._unreadable)
 
     @property
@@ -157,14 +156,13 @@ class HistoryLoader:
     def snapshot(self) -> History:
         """What was read so far, as a history, valid until the next :meth:`read` (it may share the loader's step
         table, which that read extends). The report renderer rehearses its drawing on it while the job runs."""
-        unreadable = Unreadable(list(self._unreadable.lines), self._unreadable.count)
-        others = sorted(self._others, key=lambda e: e.get("t", 0.0))
-        return _finished(others, self._table, unreadable)
+        return _finished(self._others, self._table, Unreadable(list(self._unreadable.lines), self._unreadable.count))
 
 
 def _finished(others: list[Event], table: StepTable, unreadable: Unreadable) -> History:
-    """The History of events read in file order (``others`` sorted by time already): steps sorted by time, and
-    the rounds that only copy another's printed steps dropped."""
+    """The History of events read in file order: the others and the steps sorted by time (stable), and the rounds
+    that only copy another's printed steps dropped."""
+    others = sorted(others, key=lambda e: e.get("t", 0.0))
     table = _sorted_by_time(table)
     copies = copied_rounds(table)
     if copies:  # (histories written before the engine told copies apart)
